@@ -1,0 +1,11 @@
+"""User-facing errors: one line, non-zero exit, no traceback."""
+
+
+class PosexpError(Exception):
+    """An error caused by the user's input; the CLI prints its message as one line and exits 2."""
+
+
+def choose(kind: str, value: object, allowed: "list[str] | tuple[str, ...] | dict") -> None:
+    """Raise PosexpError unless `value` is one of `allowed`, naming both."""
+    if value not in allowed:
+        raise PosexpError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(map(str, allowed)))}")

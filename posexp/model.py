@@ -1,0 +1,305 @@
+"""A small decoder-only transformer (pre-norm, causal) with a pluggable positional encoding.
+
+Reads top to bottom: config, attention, MLP, block, model, generation. The model takes a plain
+``ModelConfig`` and knows nothing of Hydra, the CLI or logging.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posexp.errors import PosexpError
+from posexp.pe import PEContext, PositionalEncoding, build_pe
+
+# Queries are processed in blocks of this many when an additive bias is needed (ALiBi), so a
+# long evaluation never holds a full (H, L, L) bias or score tensor.
+BIAS_QUERY_CHUNK = 512
+
+
+@dataclass
+class ModelConfig:
+    """Everything that defines the network's shape; stored with every checkpoint."""
+
+    vocab_size: int
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: int | None = None
+    dropout: float = 0.0
+    pe: str = "rope"
+    pe_params: dict[str, Any] = field(default_factory=dict)
+    extension: dict[str, Any] = field(default_factory=dict)
+    train_length: int = 256
+
+    def __post_init__(self) -> None:
+        for key in ("vocab_size", "d_model", "n_layers", "train_length"):
+            if int(getattr(self, key)) <= 0:
+                raise PosexpError(f"model {key} must be a positive integer, got {getattr(self, key)}")
+        if self.n_heads <= 0:
+            raise PosexpError(f"heads must be a positive integer, got {self.n_heads}")
+        if self.d_model % self.n_heads:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
+            raise PosexpError(
+                f"heads={self.n_heads} does not divide d_model={self.d_model}; "
+                f"allowed: {', '.join(map(str, divisors))}"
+            )
+        if self.pe == "rope" and (self.d_model // self.n_heads) % 2:
+            raise PosexpError(
+                f"pe=rope needs an even head dim, got d_model/heads = {self.d_model // self.n_heads}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / heads."""
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form for checkpoints."""
+        return asdict(self)
+
+
+KVCache = list[dict[str, torch.Tensor]]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head attention: 3·d² for Q/K/V plus d² for W^O, whatever the head count."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.dropout = cfg.dropout
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pe: PositionalEncoding,
+        q_pos: torch.Tensor,
+        cache: dict[str, torch.Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend over the cached and current tokens; optionally return the attention weights."""
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+            for t in self.qkv(x).split(C, dim=2)
+        )
+        k_pos = q_pos
+        if cache is not None and "k" in cache:
+            k_pos = torch.cat((cache["pos"], q_pos), dim=-1)
+        if pe.rotates_cached_keys and cache is not None:
+            # The rotation depends on the current length: cache raw keys, rotate them all now.
+            k = self._append(cache, "k", k)
+            q, k = pe.rotate(q, k, q_pos, k_pos)
+        else:
+            q, k = pe.rotate(q, k, q_pos, q_pos)
+            if cache is not None:
+                k = self._append(cache, "k", k)
+        if cache is not None:
+            v = self._append(cache, "v", v)
+            cache["pos"] = k_pos
+        if need_weights:
+            y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
+        else:
+            y, weights = sdpa_attention(q, k, v, q_pos, k_pos, pe, self.dropout * self.training), None
+        return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
+
+    @staticmethod
+    def _append(cache: dict[str, torch.Tensor], key: str, t: torch.Tensor) -> torch.Tensor:
+        cache[key] = t if key not in cache else torch.cat((cache[key], t), dim=2)
+        return cache[key]
+
+
+def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """True where query i may see key j (j's position <= i's); broadcastable to (B, H, Tq, Tk)."""
+    mask = k_pos[..., None, :] <= q_pos[..., :, None]
+    return mask[:, None] if mask.dim() == 3 else mask
+
+
+def sdpa_attention(q, k, v, q_pos, k_pos, pe: PositionalEncoding, dropout: float = 0.0,
+                   causal: bool = True):
+    """Scaled dot-product attention through torch's SDPA kernels (causal unless told otherwise)."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    if not causal:
+        bias = pe.bias(q_pos, k_pos, q.dtype) if pe.has_bias else None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
+    if not pe.has_bias:
+        if Tq == Tk and q_pos.dim() == 1:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal_mask(q_pos, k_pos), dropout_p=dropout
+        )
+    # With a bias: one query block at a time, each seeing only the keys it may attend to.
+    outputs = []
+    for start in range(0, Tq, BIAS_QUERY_CHUNK):
+        qp = q_pos[..., start : start + BIAS_QUERY_CHUNK]
+        k_end = Tk if q_pos.dim() > 1 or Tq != Tk else min(Tk, start + BIAS_QUERY_CHUNK)
+        kp = k_pos[..., :k_end]
+        bias = pe.bias(qp, kp, q.dtype).masked_fill(~causal_mask(qp, kp), float("-inf"))
+        outputs.append(
+            F.scaled_dot_product_attention(
+                q[:, :, start : start + BIAS_QUERY_CHUNK],
+                k[:, :, :k_end],
+                v[:, :, :k_end],
+                attn_mask=bias,
+                dropout_p=dropout,
+            )
+        )
+    return torch.cat(outputs, dim=2)
+
+
+def explicit_attention(q, k, v, q_pos, k_pos, pe: PositionalEncoding, causal: bool = True):
+    """softmax(QKᵀ/√d_k + bias) V written out, returning the weights too (for attention maps)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if pe.has_bias:
+        scores = scores + pe.bias(q_pos, k_pos, scores.dtype)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(q_pos, k_pos), float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network with GELU."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        hidden = cfg.d_ff or 4 * cfg.d_model
+        self.up = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.down = nn.Linear(hidden, cfg.d_model, bias=False)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """GELU(x W_up) W_down."""
+        return self.dropout(self.down(F.gelu(self.up(x))))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model, bias=False)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, bias=False)
+        self.mlp = MLP(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, pe, positions, cache=None, need_weights=False):
+        """Apply the block; returns the new residual stream and the attention weights if asked."""
+        a, weights = self.attn(self.ln1(x), pe, positions, cache, need_weights)
+        x = x + self.dropout(a)
+        return x + self.mlp(self.ln2(x)), weights
+
+
+class GPT(nn.Module):
+    """Token embedding, positional encoding, N blocks, final norm, tied LM head."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pe = build_pe(
+            cfg.pe,
+            PEContext(cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length, cfg.extension),
+            **cfg.pe_params,
+        )
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            # GPT-2: residual projections scaled down so the stream's variance stays flat.
+            if name.endswith(("attn.out.weight", "mlp.down.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layers))
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def num_params(self) -> int:
+        """Number of distinct trainable parameters (tied weights counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> dict[str, Any]:
+        """Logits (and loss if targets are given; -100 targets are ignored) for token ids (B, T)."""
+        T = idx.shape[1]
+        if positions is None:
+            start = int(cache[0]["pos"][-1]) + 1 if cache and "pos" in cache[0] else 0
+            positions = torch.arange(start, start + T, device=idx.device)
+        x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
+        weights = []
+        for i, block in enumerate(self.blocks):
+            x, w = block(x, self.pe, positions, None if cache is None else cache[i], need_weights)
+            weights.append(w)
+        logits = self.lm_head(self.ln_f(x))
+        out: dict[str, Any] = {"logits": logits}
+        if targets is not None:
+            out["loss"] = F.cross_entropy(
+                logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100
+            )
+        if need_weights:
+            out["attention"] = weights
+        return out
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache, one dict per layer."""
+        return [{} for _ in self.blocks]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        eos_id: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue a batch of equal-length prompts (B, T) with a KV cache; greedy at temperature 0."""
+        cache = self.new_cache()
+        logits = self(prompts, cache=cache)["logits"][:, -1]
+        out = []
+        finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
+        for _ in range(max_new_tokens):
+            token = sample(logits, temperature, top_k, generator)
+            if eos_id is not None:
+                token = token.masked_fill(finished, eos_id)
+                finished |= token == eos_id
+            out.append(token)
+            if eos_id is not None and bool(finished.all()):
+                break
+            logits = self(token[:, None], cache=cache)["logits"][:, -1]
+        return torch.stack(out, dim=1) if out else prompts.new_empty(prompts.shape[0], 0)
+
+
+def sample(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Greedy (temperature 0) or temperature / top-k sampling of next tokens from (B, V) logits."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)

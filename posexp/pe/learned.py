@@ -1,0 +1,50 @@
+"""Learned absolute positions: one trainable row per position, up to ``max_len``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from posexp.errors import PosexpError
+from posexp.pe.base import PEContext, position_divisor, PositionalEncoding, register_pe
+
+
+class PositionOutOfRange(PosexpError):
+    """A position has no row in the learned table."""
+
+
+@register_pe("learned")
+class LearnedEncoding(PositionalEncoding):
+    """Trainable table added to embeddings; PI reads fractional rows by linear interpolation."""
+
+    def __init__(self, ctx: PEContext, max_len: int | None = None) -> None:
+        super().__init__(ctx)
+        self.max_len = int(max_len or ctx.train_length)
+        if self.max_len <= 0:
+            raise PosexpError(f"pe.max_len must be a positive integer, got {self.max_len}")
+        self.table = nn.Embedding(self.max_len, ctx.d_model)
+        self.factor = position_divisor(ctx.extension)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Add the table rows for ``positions`` (interpolated when a PI factor is set)."""
+        if self.factor == 1.0:
+            last = int(positions.max())
+            if last >= self.max_len:
+                raise PositionOutOfRange(
+                    f"position {last} is past the learned table (pe.max_len={self.max_len}); "
+                    f"use lengths <= {self.max_len} or extension=pi"
+                )
+            return x + self.table(positions)
+        # PI stretches the table over max_len * s positions; the last fraction of a step past
+        # the final row reuses that row, as RoPE's PI does with its last trained angle.
+        last, limit = int(positions.max()), int(self.max_len * self.factor)
+        if last >= limit:
+            raise PositionOutOfRange(
+                f"position {last} is past the learned table stretched by PI "
+                f"(pe.max_len={self.max_len} x factor {self.factor:g} = {limit}); raise extension.factor"
+            )
+        scaled = positions.to(torch.float32) / self.factor
+        lo = scaled.floor().long()
+        hi = (lo + 1).clamp(max=self.max_len - 1)
+        frac = (scaled - lo)[..., None].to(x.dtype)
+        return x + self.table(lo) * (1 - frac) + self.table(hi) * frac

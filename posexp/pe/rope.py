@@ -1,0 +1,84 @@
+"""Rotary position embedding (Su et al. 2021) with the RoPE context-extension methods.
+
+Queries and keys of every head are rotated pair by pair by angle ``m * inv_freq_i``; values are
+left alone. Pairs use the "rotate-half" layout (dim i with dim i + head_dim/2), which is the
+interleaved layout of the original paper up to a fixed permutation of dimensions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from posexp.extension import get_extension, rope_frequencies
+from posexp.pe.base import PEContext, PositionalEncoding, register_pe
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i+d/2}) by the angles whose cos/sin are given (..., T, d/2)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+@register_pe("rope")
+class RotaryEncoding(PositionalEncoding):
+    """Rotates q and k per head; frequencies come from the configured extension method."""
+
+    def __init__(self, ctx: PEContext, base: float = 10000.0) -> None:
+        super().__init__(ctx)
+        ext = dict(ctx.extension)
+        self.method = ext.pop("method", "none")
+        self.factor = float(ext.pop("factor", 1.0))
+        self.original_length = ext.pop("original_length", None) or ctx.train_length
+        self.params = {k: v for k, v in ext.items() if v is not None}
+        self.base = float(base)
+        self.rotates_cached_keys = get_extension(self.method).dynamic
+        self._cache: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
+
+    def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
+        """Inverse frequencies and attention factor for a sequence of ``seq_len`` positions."""
+        return rope_frequencies(
+            self.method,
+            self.ctx.head_dim,
+            base=self.base,
+            factor=self.factor,
+            original_length=self.original_length,
+            seq_len=seq_len,
+            **self.params,
+        )
+
+    def cos_sin(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin tables (length, head_dim/2), scaled by the attention factor."""
+        if self.rotates_cached_keys:
+            # Dynamic NTK: the frequencies depend on the current length, so no table is reused.
+            return self._table(length, length, device)
+        if self._cache is None or self._cache[0] < length or self._cache[1] != device:
+            # Static methods: grow one table (power-of-two sizes) and slice it.
+            size = max(length, 2 * self._cache[0] if self._cache else 0, 64)
+            self._cache = (size, device, *self._table(size, self.original_length, device))
+        return self._cache[2][:length], self._cache[3][:length]
+
+    def _table(self, length: int, seq_len: int, device: torch.device):
+        inv_freq, attention_factor = self.frequencies(seq_len)
+        angles = torch.outer(torch.arange(length, dtype=torch.float64), inv_freq.double())
+        return (
+            (angles.cos() * attention_factor).float().to(device),
+            (angles.sin() * attention_factor).float().to(device),
+        )
+
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate queries at ``q_pos`` and keys at ``k_pos``."""
+        cos, sin = self.cos_sin(int(k_pos.max()) + 1, q.device)
+        return (
+            rotate_half(q, *self._at(cos, sin, q_pos, q.dtype)),
+            rotate_half(k, *self._at(cos, sin, k_pos, k.dtype)),
+        )
+
+    @staticmethod
+    def _at(cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype):
+        # Positions (T,) broadcast over (B, H); per-row positions (B, T) need a head axis.
+        c, s = cos[pos].to(dtype), sin[pos].to(dtype)
+        if pos.dim() == 2:
+            c, s = c[:, None], s[:, None]
+        return c, s

@@ -1,0 +1,163 @@
+"""What every task shares: device choice, config checks, data and model construction, run dirs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.checkpoint import load_weights, read_meta
+from posexp.data import build_tokenizer, load_corpus, tokenize_splits
+from posexp.errors import PosexpError, choose
+from posexp.extension import check_applicable
+from posexp.model import GPT, ModelConfig
+
+log = logging.getLogger("posexp")
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def _run_dir_resolver(resume: Any, fresh: str) -> str:
+    """hydra.run.dir: the run being resumed, else a new timestamped dir."""
+    return str(resume) if resume not in (None, "", "None") else fresh
+
+
+if not OmegaConf.has_resolver("posexp_run_dir"):
+    OmegaConf.register_new_resolver("posexp_run_dir", _run_dir_resolver)
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto picks cuda, then mps, then cpu; an explicit device must exist."""
+    choose("device", name, DEVICES)
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise PosexpError("device 'cuda' requested but no CUDA GPU is visible; allowed here: auto, cpu")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise PosexpError("device 'mps' requested but MPS is not available; allowed here: auto, cpu")
+    return torch.device(name)
+
+
+def require_positive(name: str, value: Any) -> None:
+    """Raise a one-line error unless ``value`` is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise PosexpError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_train_config(train: DictConfig) -> None:
+    """Reject non-positive lengths, steps and sizes before any work starts."""
+    for key in ("max_steps", "batch_size", "seq_len", "eval_interval", "eval_tokens",
+                "log_interval", "checkpoint_interval"):
+        require_positive(f"train.{key}", train[key])
+    if isinstance(train.warmup_steps, bool) or train.warmup_steps < 0:
+        raise PosexpError(f"train.warmup_steps must be >= 0, got {train.warmup_steps!r}")
+    if not train.lr > 0:
+        raise PosexpError(f"train.lr must be > 0, got {train.lr!r}")
+
+
+def extension_dict(cfg: DictConfig, train_length: int) -> dict[str, Any]:
+    """The run's extension settings as plain data, original_length defaulting to ``train_length``."""
+    ext = OmegaConf.to_container(cfg.get("extension") or {"method": "none"}, resolve=True)
+    if ext.get("original_length") is None:
+        ext["original_length"] = train_length
+    return ext
+
+
+def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
+    """Build the typed model config from a composed Hydra config (validating it)."""
+    pe_params = {k: v for k, v in OmegaConf.to_container(cfg.pe, resolve=True).items() if k != "name"}
+    train_length = int(cfg.get("train_length") or cfg.train.seq_len)
+    ext = extension_dict(cfg, train_length)
+    note = check_applicable(ext["method"], cfg.pe.name)
+    if note:
+        log.info(note)
+        ext = {"method": "none", "factor": 1.0, "original_length": train_length}
+    mcfg = ModelConfig(
+        vocab_size=vocab_size,
+        d_model=cfg.model.d_model,
+        n_layers=cfg.model.n_layers,
+        n_heads=cfg.model.n_heads,
+        d_ff=cfg.model.get("d_ff"),
+        dropout=cfg.model.get("dropout", 0.0),
+        pe=cfg.pe.name,
+        pe_params=pe_params,
+        extension=ext,
+        train_length=train_length,
+    )
+    max_len = pe_params.get("max_len")
+    if cfg.pe.name == "learned" and max_len is not None and max_len < cfg.train.seq_len:
+        raise PosexpError(
+            f"pe.max_len={max_len} is shorter than train.seq_len={cfg.train.seq_len}; "
+            f"allowed: pe.max_len >= {cfg.train.seq_len} (or null for the training length)"
+        )
+    return mcfg
+
+
+def config_hash(*parts: Any) -> str:
+    """Short stable hash of JSON-able parts (used to key caches)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@dataclass
+class Data:
+    """A run's corpus, tokenizer and token arrays (memory-mapped)."""
+
+    corpus: Any
+    tokenizer: Any
+    tokens: dict[str, np.ndarray]
+
+
+def build_data(cfg: DictConfig) -> Data:
+    """Load the corpus, tokenizer and cached token arrays a config asks for."""
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    tok = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    cache_dir = Path(cfg.cache_dir)
+    corpus = load_corpus(**data)
+    tokenizer = build_tokenizer(tok.pop("name"), corpus, cache_dir, **tok)
+    tokens = tokenize_splits(corpus, tokenizer, cache_dir, key=config_hash(data, cfg.tokenizer))
+    return Data(corpus, tokenizer, tokens)
+
+
+@dataclass
+class LoadedRun:
+    """A trained run: its effective config, model on a device, and checkpoint metadata."""
+
+    run_dir: Path
+    cfg: DictConfig
+    model: GPT
+    meta: dict[str, Any]
+
+
+def load_run(run_dir: Path | str, device: torch.device, extension: dict | None = None) -> LoadedRun:
+    """Rebuild a run's model from its checkpoint; ``extension`` overrides the baked-in method."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise PosexpError(f"run dir not found: {str(run_dir)!r}")
+    meta = read_meta(run_dir)
+    mdict = dict(meta["model"])
+    if extension is not None:
+        mdict["extension"] = extension
+    model = GPT(ModelConfig(**mdict))
+    load_weights(run_dir, model)
+    return LoadedRun(run_dir, OmegaConf.create(meta["config"]), model.to(device).eval(), meta)
+
+
+def latest_run(root: Path = Path("outputs")) -> Path:
+    """The most recently written run dir (one holding a checkpoint) under ``root``."""
+    metas = list(root.glob("**/checkpoint/meta.json"))
+    if not metas:
+        raise PosexpError(f"no trained run under {str(root)!r}; train one with `posexp train` or pass --run")
+    return max(metas, key=os.path.getmtime).parent.parent

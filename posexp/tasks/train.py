@@ -1,0 +1,304 @@
+"""The training task: Hydra composes a config, this turns it into a trained run dir.
+
+A run dir holds ``.hydra/`` (the composed config), ``train.log``, TensorBoard event files and
+``checkpoint/``. The loop is plain PyTorch: AdamW, linear warmup then cosine decay, gradient
+clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from posexp.checkpoint import (
+    load_state,
+    load_weights,
+    read_meta,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    write_json_atomic,
+)
+from posexp.data import LMBatches, eval_windows
+from posexp.errors import PosexpError
+from posexp.model import GPT, ModelConfig
+from posexp.tasks.common import (
+    build_data,
+    check_train_config,
+    model_config,
+    resolve_device,
+)
+from posexp.tasks.tensorboard import write_hparams
+
+log = logging.getLogger("posexp")
+
+# Config roots that define the network or its data; a resumed run must not change them.
+MODEL_KEYS = ("model", "pe", "heads", "extension", "data", "tokenizer")
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """Linear warmup to 1, then cosine decay to ``min_ratio`` at ``total`` steps."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def build_optimizer(model: GPT, train: DictConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not norms), fused kernels on CUDA."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train.lr,
+        betas=tuple(train.betas),
+        fused=device.type == "cuda",
+    )
+
+
+@torch.no_grad()
+def evaluate(model: GPT, windows: tuple[torch.Tensor, torch.Tensor], batch_size: int,
+             device: torch.device, autocast) -> float:
+    """Mean per-token loss over fixed (inputs, targets) windows."""
+    model.eval()
+    inputs, targets = windows
+    total, count = 0.0, 0
+    for i in range(0, len(inputs), batch_size):
+        x = inputs[i : i + batch_size].to(device, non_blocking=True)
+        y = targets[i : i + batch_size].to(device, non_blocking=True)
+        with autocast():
+            loss = model(x, y)["loss"]
+        n = int((y != -100).sum())
+        total, count = total + float(loss) * n, count + n
+    model.train()
+    return total / max(count, 1)
+
+
+def effective_config(cfg: DictConfig) -> DictConfig:
+    """For a resume: the run's saved config, with only train/device overrides applied on top."""
+    run_dir = Path(cfg.resume)
+    if not run_dir.is_dir():
+        raise PosexpError(f"resume={cfg.resume!r}: no such run dir")
+    saved = OmegaConf.create(read_meta(run_dir)["config"])
+    overrides = HydraConfig.get().overrides.task
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    for key in keys:
+        root = key.split(".")[0].split("@")[0]
+        if root in MODEL_KEYS:
+            want = OmegaConf.select(cfg, root)
+            have = OmegaConf.select(saved, root)
+            if OmegaConf.to_container(OmegaConf.create({"v": want}), resolve=True) != \
+                    OmegaConf.to_container(OmegaConf.create({"v": have}), resolve=True):
+                raise PosexpError(
+                    f"resume={cfg.resume!r} was trained with {root}={_short(have)}, "
+                    f"not {root}={_short(want)}; drop that override or start a new run"
+                )
+    merged = saved.copy()
+    for key in keys:
+        if key.split(".")[0] in ("train", "device", "seed"):
+            OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
+    merged.resume = cfg.resume
+    return merged
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, DictConfig):
+        value = OmegaConf.to_container(value, resolve=True)
+        if isinstance(value, dict) and "name" in value:
+            extra = {k: v for k, v in value.items() if k != "name"}
+            return f"{value['name']}{extra if extra else ''}"
+    return str(value)
+
+
+@dataclass
+class Trainer:
+    """Holds everything the loop touches; ``fit`` runs it from ``step`` to ``max_steps``."""
+
+    cfg: DictConfig
+    run_dir: Path
+    model: GPT
+    mcfg: ModelConfig
+    device: torch.device
+    batches: LMBatches | Any
+    val: tuple[torch.Tensor, torch.Tensor]
+    writer: SummaryWriter
+    step: int = 0
+    best_val: float = float("inf")
+    last_val: float = float("nan")
+
+    def __post_init__(self) -> None:
+        t = self.cfg.train
+        self.raw_model = self.model
+        self.model.to(self.device)
+        self.optimizer = build_optimizer(self.model, t, self.device)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(t.warmup_steps, t.max_steps, t.min_lr / t.lr)
+        )
+        if t.compile:
+            self.model = torch.compile(self.model)
+        self.autocast = (
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+            if self.device.type == "cuda"
+            else contextlib.nullcontext
+        )
+
+    def state(self) -> dict[str, Any]:
+        """Optimizer, scheduler, RNG and data position (the step) for an exact resume."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(),
+            "step": self.step,
+            "best_val": self.best_val,
+            "last_val": self.last_val,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Inverse of ``state``."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        self.step, self.best_val, self.last_val = state["step"], state["best_val"], state["last_val"]
+
+    def save(self) -> None:
+        """Atomic checkpoint of weights and state."""
+        meta = {
+            "step": self.step,
+            "model": self.mcfg.to_dict(),
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "val_loss": self.last_val,
+            "params": self.raw_model.num_params(),
+        }
+        save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
+        log.info("checkpoint saved at step %d", self.step)
+
+    def fit(self) -> float:
+        """Train to ``train.max_steps``; returns the final validation loss."""
+        t = self.cfg.train
+        tokens_per_step = t.batch_size * t.seq_len
+        bar = tqdm(total=t.max_steps, initial=self.step, desc="train", unit="step",
+                   disable=None, dynamic_ncols=True, file=sys.stderr)
+        window_start, window_steps = time.perf_counter(), 0
+        self.model.train()
+        while self.step < t.max_steps:
+            x, y = self.batches.batch(self.step)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+            with self.autocast():
+                loss = self.model(x, y)["loss"]
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            lr = self.scheduler.get_last_lr()[0]
+            self.scheduler.step()
+            self.step += 1
+            window_steps += 1
+            if self.step % t.log_interval == 0 or self.step == t.max_steps:
+                elapsed = time.perf_counter() - window_start
+                tps = window_steps * tokens_per_step / elapsed
+                loss_value = float(loss)
+                self.writer.add_scalar("train/loss", loss_value, self.step)
+                self.writer.add_scalar("train/lr", lr, self.step)
+                self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)
+                self.writer.add_scalar("train/tokens_per_s", tps, self.step)
+                bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
+                bar.update(window_steps)
+                window_start, window_steps = time.perf_counter(), 0
+            if self.step % t.eval_interval == 0 or self.step == t.max_steps:
+                self.last_val = evaluate(self.model, self.val, t.batch_size, self.device, self.autocast)
+                self.best_val = min(self.best_val, self.last_val)
+                self.writer.add_scalar("val/loss", self.last_val, self.step)
+                self.writer.add_scalar("val/ppl", math.exp(self.last_val), self.step)
+                log.info("step %d  train loss %.4f  val loss %.4f  val ppl %.2f",
+                         self.step, float(loss), self.last_val, math.exp(self.last_val))
+            if self.step % t.checkpoint_interval == 0 or self.step == t.max_steps:
+                self.save()
+                window_start = time.perf_counter()  # checkpoint time is not training throughput
+        bar.close()
+        return self.last_val
+
+
+def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
+    check_train_config(cfg.train)
+    device = resolve_device(cfg.device)
+    if cfg.train.get("threads"):
+        torch.set_num_threads(int(cfg.train.threads))
+    torch.manual_seed(cfg.seed)
+    # Validate everything that needs no data before the (possibly slow) data load.
+    model_config(cfg, vocab_size=1)
+    data = build_data(cfg)
+    mcfg = model_config(cfg, data.tokenizer.vocab_size)
+    model = GPT(mcfg)
+    batches = LMBatches(data.tokens["train"], cfg.train.batch_size, cfg.train.seq_len, cfg.seed)
+    val = eval_windows(data.tokens["val"], cfg.train.seq_len, cfg.train.eval_tokens)
+    state = None
+    if cfg.resume:
+        load_weights(run_dir, model)
+        state = load_state(run_dir)
+    writer = SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
+    trainer = Trainer(cfg, run_dir, model, mcfg, device, batches, val, writer)
+    if state:
+        trainer.restore(state)
+        log.info("resumed %s at step %d", run_dir, trainer.step)
+    n_params = model.num_params()
+    log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s",
+             cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
+             f"{n_params:,}", device)
+    val_loss = trainer.fit()
+    metrics = {"final/val_loss": val_loss, "final/val_ppl": math.exp(val_loss), "final/params": n_params}
+    write_hparams(writer, hparam_dict(cfg, mcfg), metrics)
+    writer.close()
+    write_json_atomic(run_dir / "results.json", {"status": "completed", "step": trainer.step, **metrics})
+    return metrics
+
+
+def hparam_dict(cfg: DictConfig, mcfg: ModelConfig) -> dict[str, Any]:
+    """The knobs people sweep, for TensorBoard's hparams table."""
+    ext = mcfg.extension or {}
+    return {
+        "pe": mcfg.pe, "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
+        "seq_len": cfg.train.seq_len, "seed": cfg.seed, "data": cfg.data.source,
+        "tokenizer": cfg.tokenizer.name, "extension": ext.get("method", "none"),
+        "factor": float(ext.get("factor", 1.0)),
+    }
+
+
+def train_task(cfg: DictConfig) -> dict[str, Any] | None:
+    """Hydra task function (module level so joblib/submitit can pickle it by reference)."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    fresh = not cfg.resume
+    try:
+        if cfg.resume:
+            cfg = effective_config(cfg)
+            (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        return run_training(cfg, run_dir)
+    except PosexpError as e:
+        if multirun:
+            # A sweep keeps the failed job's dir so `posexp report` can show why it failed.
+            write_json_atomic(run_dir / "results.json", {"status": "failed", "error": str(e)})
+        elif fresh and not (run_dir / "checkpoint").exists():
+            logging.shutdown()
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
+        raise

@@ -1,0 +1,56 @@
+import torch
+
+from posexp.pe import PEContext, build_pe
+
+
+def rope(head_dim=16, **ext):
+    return build_pe("rope", PEContext(head_dim * 2, 2, head_dim, 64, ext))
+
+
+def test_score_depends_only_on_relative_position():
+    pe = rope()
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def score(m, n):
+        qr, _ = pe.rotate(q, q, torch.tensor([m]), torch.tensor([m]))
+        _, kr = pe.rotate(k, k, torch.tensor([n]), torch.tensor([n]))
+        return (qr * kr).sum().item()
+
+    base = score(3, 1)
+    for m, n in [(10, 8), (50, 48), (102, 100)]:
+        assert abs(score(m, n) - base) < 1e-4
+    assert abs(score(3, 0) - base) > 1e-3  # a different distance gives a different score
+
+
+def test_rotation_preserves_norm_and_leaves_position_zero():
+    pe = rope()
+    x = torch.randn(2, 2, 10, 16)
+    pos = torch.arange(10)
+    xr, _ = pe.rotate(x, x, pos, pos)
+    assert torch.allclose(xr.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+    assert torch.allclose(xr[:, :, 0], x[:, :, 0])
+
+
+def test_rotation_angle_closed_form():
+    # Pair (i, i + d/2) at position m is rotated by m * base^(-2i/d).
+    pe = rope(head_dim=4)
+    x = torch.tensor([1.0, 0.0, 0.0, 0.0]).view(1, 1, 1, 4)
+    xr, _ = pe.rotate(x, x, torch.tensor([5]), torch.tensor([5]))
+    angle = torch.tensor(5.0)
+    assert torch.allclose(xr.flatten(), torch.stack([angle.cos(), torch.tensor(0.0), angle.sin(), torch.tensor(0.0)]), atol=1e-6)
+
+
+def test_values_untouched_by_model_rope():
+    # RoPE rotates q and k only: with all-zero q/k weights attention is uniform over the past,
+    # so the output is the running mean of v, whatever the positions.
+    from posexp.model import GPT, ModelConfig
+
+    model = GPT(ModelConfig(vocab_size=11, d_model=8, n_layers=1, n_heads=2, pe="rope"))
+    attn = model.blocks[0].attn
+    with torch.no_grad():
+        attn.qkv.weight[:16] = 0
+    x = torch.randn(1, 5, 8)
+    out, _ = attn(x, model.pe, torch.arange(5))
+    v = x @ attn.qkv.weight[16:].T
+    running_mean = v.cumsum(1) / torch.arange(1, 6).view(1, 5, 1)
+    assert torch.allclose(out, attn.out(running_mean), atol=1e-5)

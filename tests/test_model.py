@@ -1,0 +1,146 @@
+import math
+
+import pytest
+import torch
+
+from posexp.errors import PosexpError
+from posexp.model import GPT, CausalSelfAttention, ModelConfig, sdpa_attention
+from posexp.pe import PE_REGISTRY, PEContext, alibi_slopes, build_pe
+
+PES = sorted(PE_REGISTRY)
+
+# reference.md §1, seed 000: d_model 4, h 2, d_k 2.
+X = torch.tensor([[1.0, 0, 1, 1], [0, 1, 1, 0]])
+W = {
+    "1Q": [[1, 0], [0, 1], [1, 0], [0, 0]], "1K": [[0, 1], [1, 0], [0, 1], [1, 0]],
+    "1V": [[1, 1], [0, 0], [1, 0], [0, 1]], "2Q": [[0, 1], [1, 0], [0, 0], [1, 1]],
+    "2K": [[1, 0], [0, 0], [1, 1], [0, 1]], "2V": [[0, 1], [1, 0], [0, 1], [1, 0]],
+}
+
+
+def seed_attention() -> CausalSelfAttention:
+    attn = CausalSelfAttention(ModelConfig(vocab_size=2, d_model=4, n_heads=2, pe="none"))
+    wq = torch.cat([torch.tensor(W["1Q"]), torch.tensor(W["2Q"])], 1).float()
+    wk = torch.cat([torch.tensor(W["1K"]), torch.tensor(W["2K"])], 1).float()
+    wv = torch.cat([torch.tensor(W["1V"]), torch.tensor(W["2V"])], 1).float()
+    with torch.no_grad():
+        attn.qkv.weight.copy_(torch.cat([wq, wk, wv], 1).T)  # nn.Linear stores W transposed
+        attn.out.weight.copy_(torch.eye(4))
+    return attn
+
+
+def test_seed_two_head_worked_example():
+    attn = seed_attention()
+    nope = build_pe("none", PEContext(4, 2, 2, 2))
+    q, k, v = (t.view(1, 2, 2, 2).transpose(1, 2) for t in attn.qkv(X[None]).split(4, dim=2))
+    pos = torch.arange(2)
+    heads = sdpa_attention(q, k, v, pos, pos, nope, causal=False)[0]
+    # head_i values from the seed (two decimals; the seed rounds A before multiplying).
+    assert torch.allclose(heads[0], torch.tensor([[1.50, 1.00], [1.67, 1.34]]), atol=0.02)
+    assert torch.allclose(heads[1], torch.tensor([[1.00, 1.89], [1.00, 1.67]]), atol=0.02)
+    # A2[0] = softmax([6, 3]/√2): closed form sigmoid(3/√2) = 0.89305 (reference.md rounds the
+    # logits first and quotes 0.8928).
+    a2 = torch.softmax(q[0, 1] @ k[0, 1].T / math.sqrt(2), -1)
+    p = 1 / (1 + math.exp(-3 / math.sqrt(2)))
+    assert torch.allclose(a2[0], torch.tensor([p, 1 - p]), atol=1e-6)
+    assert torch.allclose(a2[0], torch.tensor([0.8928, 0.1072]), atol=5e-4)
+    # The causal module: the last token sees both tokens, so its row is the seed's row.
+    out, weights = attn(X[None], nope, pos, need_weights=True)
+    assert torch.allclose(weights[0, :, 1], torch.tensor([[0.67, 0.33], [0.67, 0.33]]), atol=0.01)
+    assert torch.allclose(out[0, 1], torch.tensor([1.67, 1.34, 1.00, 1.67]), atol=0.02)
+    assert torch.allclose(weights[0, :, 0], torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 8, 16, 32])
+def test_attention_block_holds_4d2_weights(heads):
+    d = 64
+    attn = CausalSelfAttention(ModelConfig(vocab_size=2, d_model=d, n_heads=heads))
+    assert sum(p.numel() for p in attn.parameters()) == 4 * d * d
+    assert sum(p.numel() for p in torch.nn.MultiheadAttention(d, heads, bias=False).parameters()) == 4 * d * d
+
+
+def test_seed_parameter_counts_d512():
+    assert 3 * 512 * 512 == 786_432
+    attn = CausalSelfAttention(ModelConfig(vocab_size=2, d_model=512, n_heads=8))
+    assert sum(p.numel() for p in attn.parameters()) == 1_048_576
+
+
+def reference_attention(q, k, v, slopes=None):
+    """softmax(QKᵀ/√d_k + ALiBi) V with a causal mask, written independently of the model."""
+    T = q.shape[2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    i = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    if slopes is not None:
+        scores = scores - slopes.view(1, -1, 1, 1) * (i - j).clamp(min=0)
+    scores = scores.masked_fill(j > i, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+@pytest.mark.parametrize("pe_name", PES)
+@pytest.mark.parametrize("T", [7, 600])  # 600 > one ALiBi query chunk
+def test_sdpa_path_equals_explicit_softmax(pe_name, T):
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, pe=pe_name, train_length=T)
+    model = GPT(cfg)
+    attn = model.blocks[0].attn
+    x = torch.randn(2, T, 32)
+    pos = torch.arange(T)
+    q, k, v = (t.view(2, T, 4, 8).transpose(1, 2) for t in attn.qkv(x).split(32, dim=2))
+    q, k = model.pe.rotate(q, k, pos, pos)
+    slopes = alibi_slopes(4) if pe_name == "alibi" else None
+    expected = reference_attention(q, k, v, slopes)
+    got = sdpa_attention(q, k, v, pos, pos, model.pe)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_nope_last_token_invariant_to_permuting_earlier_tokens():
+    # One causal layer: the last query sees the earlier tokens as a set. (With more layers the
+    # earlier tokens' own, causal, outputs change under permutation, so the property is per layer.)
+    model = GPT(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, pe="none")).eval()
+    rope = GPT(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, pe="rope")).eval()
+    with torch.no_grad():  # sharper attention than at init, so position effects are visible
+        model.blocks[0].attn.qkv.weight.mul_(20)
+        rope.blocks[0].attn.qkv.weight.mul_(20)
+    idx = torch.tensor([[5, 9, 13, 21, 34, 7]])
+    perm = torch.tensor([[21, 5, 34, 9, 13, 7]])  # same earlier tokens, new order, same last
+    a, b = model(idx)["logits"][0, -1], model(perm)["logits"][0, -1]
+    assert torch.allclose(a, b, atol=1e-5)
+    assert not torch.allclose(rope(idx)["logits"][0, -1], rope(perm)["logits"][0, -1], atol=1e-4)
+
+
+@pytest.mark.parametrize("pe_name", PES)
+def test_kv_cache_decoding_equals_full_forward(pe_name):
+    model = GPT(ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, pe=pe_name,
+                            train_length=32)).eval()
+    idx = torch.randint(0, 40, (3, 20))
+    full = model(idx)["logits"]
+    cache = model.new_cache()
+    steps = [model(idx[:, :8], cache=cache)["logits"]]
+    for t in range(8, 20):
+        steps.append(model(idx[:, t : t + 1], cache=cache)["logits"])
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
+def test_generate_greedy_matches_argmax_of_full_recompute():
+    model = GPT(ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, pe="alibi")).eval()
+    prompt = torch.randint(0, 40, (2, 5))
+    out = model.generate(prompt, 6)
+    seq = prompt
+    for _ in range(6):
+        seq = torch.cat([seq, model(seq)["logits"][:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, seq[:, 5:])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n_heads": 3}, "heads=3 does not divide d_model=32"),
+        ({"n_heads": 0}, "heads must be a positive integer, got 0"),
+        ({"n_heads": -2}, "heads must be a positive integer"),
+        ({"pe": "nope"}, "unknown pe 'nope'; allowed: alibi, learned, none, rope, sinusoidal"),
+    ],
+)
+def test_bad_model_config_is_one_line(kwargs, message):
+    with pytest.raises(PosexpError, match=message) as e:
+        GPT(ModelConfig(vocab_size=10, d_model=32, **kwargs))
+    assert "\n" not in str(e.value)
