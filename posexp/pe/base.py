@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from posexp.errors import PosexpError
+from posexp.extension import position_scale
 
 
 @dataclass
@@ -83,6 +84,7 @@ def build_pe(name: str, ctx: PEContext, **params: Any) -> PositionalEncoding:
 
 
 
+
 def position_divisor(extension: dict[str, Any]) -> float:
     """How much an absolute-position encoding divides positions by: s under PI, else 1."""
-    return float(extension.get("factor", 1.0)) if extension.get("method") == "pi" else 1.0
+    return 1.0 / position_scale(extension.get("method", "none"), extension.get("factor", 1.0))

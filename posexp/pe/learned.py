@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from posexp.errors import PosexpError
-from posexp.pe.base import PEContext, position_divisor, PositionalEncoding, register_pe
+from posexp.pe.base import PEContext, PositionalEncoding, position_divisor, register_pe
 
 
 class PositionOutOfRange(PosexpError):

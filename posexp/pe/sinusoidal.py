@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from posexp.pe.base import PEContext, position_divisor, PositionalEncoding, register_pe
+from posexp.pe.base import PEContext, PositionalEncoding, position_divisor, register_pe
 
 
 def sinusoidal_table(positions: torch.Tensor, d_model: int, base: float = 10000.0) -> torch.Tensor:

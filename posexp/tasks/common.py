@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from posexp.checkpoint import load_weights, read_meta
 from posexp.data import build_tokenizer, load_corpus, tokenize_splits
 from posexp.errors import PosexpError, choose
-from posexp.extension import check_applicable
+from posexp.extension import ExtensionConfig, check_applicable
 from posexp.model import GPT, ModelConfig
 
 log = logging.getLogger("posexp")
@@ -70,9 +70,8 @@ def check_train_config(train: DictConfig) -> None:
 def extension_dict(cfg: DictConfig, train_length: int) -> dict[str, Any]:
     """The run's extension settings as plain data, original_length defaulting to ``train_length``."""
     ext = OmegaConf.to_container(cfg.get("extension") or {"method": "none"}, resolve=True)
-    if ext.get("original_length") is None:
-        ext["original_length"] = train_length
-    return ext
+    # ExtensionConfig validates method, factor and params now, before any data is loaded.
+    return ExtensionConfig.from_dict(ext).with_original_length(train_length).to_dict()
 
 
 def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:

@@ -33,7 +33,6 @@ from posexp.checkpoint import (
     set_rng_state,
     write_json_atomic,
 )
-from posexp.data import LMBatches, eval_windows
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.tasks.common import (
@@ -42,6 +41,7 @@ from posexp.tasks.common import (
     model_config,
     resolve_device,
 )
+from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.tensorboard import write_hparams
 
 log = logging.getLogger("posexp")
@@ -72,24 +72,6 @@ def build_optimizer(model: GPT, train: DictConfig, device: torch.device) -> torc
         betas=tuple(train.betas),
         fused=device.type == "cuda",
     )
-
-
-@torch.no_grad()
-def evaluate(model: GPT, windows: tuple[torch.Tensor, torch.Tensor], batch_size: int,
-             device: torch.device, autocast) -> float:
-    """Mean per-token loss over fixed (inputs, targets) windows."""
-    model.eval()
-    inputs, targets = windows
-    total, count = 0.0, 0
-    for i in range(0, len(inputs), batch_size):
-        x = inputs[i : i + batch_size].to(device, non_blocking=True)
-        y = targets[i : i + batch_size].to(device, non_blocking=True)
-        with autocast():
-            loss = model(x, y)["loss"]
-        n = int((y != -100).sum())
-        total, count = total + float(loss) * n, count + n
-    model.train()
-    return total / max(count, 1)
 
 
 def effective_config(cfg: DictConfig) -> DictConfig:
@@ -137,9 +119,9 @@ class Trainer:
     model: GPT
     mcfg: ModelConfig
     device: torch.device
-    batches: LMBatches | Any
-    val: tuple[torch.Tensor, torch.Tensor]
+    objective: Objective
     writer: SummaryWriter
+    autocast: Any
     step: int = 0
     best_val: float = float("inf")
     last_val: float = float("nan")
@@ -154,11 +136,6 @@ class Trainer:
         )
         if t.compile:
             self.model = torch.compile(self.model)
-        self.autocast = (
-            (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
-            if self.device.type == "cuda"
-            else contextlib.nullcontext
-        )
 
     def state(self) -> dict[str, Any]:
         """Optimizer, scheduler, RNG and data position (the step) for an exact resume."""
@@ -199,7 +176,7 @@ class Trainer:
         window_start, window_steps = time.perf_counter(), 0
         self.model.train()
         while self.step < t.max_steps:
-            x, y = self.batches.batch(self.step)
+            x, y = self.objective.batch(self.step)
             x = x.to(self.device, non_blocking=True)
             y = y.to(self.device, non_blocking=True)
             with self.autocast():
@@ -224,12 +201,13 @@ class Trainer:
                 bar.update(window_steps)
                 window_start, window_steps = time.perf_counter(), 0
             if self.step % t.eval_interval == 0 or self.step == t.max_steps:
-                self.last_val = evaluate(self.model, self.val, t.batch_size, self.device, self.autocast)
+                metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
+                self.last_val = metrics["val/loss"]
                 self.best_val = min(self.best_val, self.last_val)
-                self.writer.add_scalar("val/loss", self.last_val, self.step)
-                self.writer.add_scalar("val/ppl", math.exp(self.last_val), self.step)
-                log.info("step %d  train loss %.4f  val loss %.4f  val ppl %.2f",
-                         self.step, float(loss), self.last_val, math.exp(self.last_val))
+                for tag, value in metrics.items():
+                    self.writer.add_scalar(tag, value, self.step)
+                shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                log.info("step %d  train/loss %.4f  %s", self.step, float(loss), shown)
             if self.step % t.checkpoint_interval == 0 or self.step == t.max_steps:
                 self.save()
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
@@ -249,14 +227,18 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
     model = GPT(mcfg)
-    batches = LMBatches(data.tokens["train"], cfg.train.batch_size, cfg.train.seq_len, cfg.seed)
-    val = eval_windows(data.tokens["val"], cfg.train.seq_len, cfg.train.eval_tokens)
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+        if device.type == "cuda"
+        else contextlib.nullcontext
+    )
+    objective = build_objective(cfg, data, device, autocast)
     state = None
     if cfg.resume:
         load_weights(run_dir, model)
         state = load_state(run_dir)
     writer = SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
-    trainer = Trainer(cfg, run_dir, model, mcfg, device, batches, val, writer)
+    trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
     if state:
         trainer.restore(state)
         log.info("resumed %s at step %d", run_dir, trainer.step)
@@ -264,8 +246,8 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s",
              cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
              f"{n_params:,}", device)
-    val_loss = trainer.fit()
-    metrics = {"final/val_loss": val_loss, "final/val_ppl": math.exp(val_loss), "final/params": n_params}
+    trainer.fit()
+    metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
     write_hparams(writer, hparam_dict(cfg, mcfg), metrics)
     writer.close()
     write_json_atomic(run_dir / "results.json", {"status": "completed", "step": trainer.step, **metrics})

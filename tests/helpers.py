@@ -1,0 +1,37 @@
+"""Running the real `posexp` command in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Tiny, fast settings shared by CLI tests (seconds per run on 2 cores).
+TINY = [
+    "model=tiny", "heads=2", "train.max_steps=6", "train.seq_len=32", "train.batch_size=4",
+    "train.eval_interval=3", "train.eval_tokens=512", "train.log_interval=1",
+    "train.checkpoint_interval=3", "train.warmup_steps=2", "device=cpu",
+]
+
+
+def posexp_env(cache: Path) -> dict[str, str]:
+    """Environment for a CLI subprocess: shared token cache, offline hub, 1 thread each."""
+    return {**os.environ, "POSEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `python -m posexp ARGS` in ``cwd``; fail the test with its output if it fails."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "posexp", *args], cwd=cwd, env=posexp_env(cache),
+        capture_output=True, text=True, timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"posexp {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def run_dirs(cwd: Path) -> list[Path]:
+    """Run dirs created under ``cwd/outputs/runs``, oldest first."""
+    root = cwd / "outputs" / "runs"
+    return sorted(root.iterdir(), key=lambda p: p.stat().st_mtime) if root.exists() else []
