@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from posexp.errors import PosexpError
+from posexp.errors import Abort, PosexpError
 
 app = typer.Typer(
     name="posexp",
@@ -48,7 +48,87 @@ def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
     from posexp.tasks.train import train_task
 
+    check_resume_arg(ctx.args)
     run_hydra(train_task, "train", ctx.args)
+
+
+def check_resume_arg(args: list[str]) -> None:
+    """Reject a bad ``resume=`` before Hydra creates (and so half-writes) its run dir."""
+    from posexp.checkpoint import checkpoint_dir
+
+    for arg in args:
+        if arg.startswith("resume="):
+            value = arg.split("=", 1)[1]
+            if value in ("", "null"):
+                continue
+            if not Path(value).is_dir():
+                raise PosexpError(f"resume={value!r}: no such run dir (give a dir under outputs/)")
+            checkpoint_dir(Path(value))
+
+
+@app.command()
+def generate(
+    prompts: list[str] = typer.Argument(..., help="Texts: sources to translate (pairs run) or to continue (lm run)."),
+    run: Path | None = typer.Option(None, "--run", help="Run dir (default: the latest under outputs/)."),
+    max_new_tokens: int = typer.Option(200, "--max-new-tokens", help="Most tokens to generate per prompt."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (deterministic)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="Sample from the k most likely tokens."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
+) -> None:
+    """Generate from a trained run: one output line per prompt (batched, KV cache)."""
+    from posexp.tasks.generate import generate_text
+
+    for text in generate_text(run, prompts, max_new_tokens, temperature, top_k, seed, device):
+        typer.echo(text)
+
+
+@app.command("eval-extrapolate")
+def eval_extrapolate(
+    run: Path | None = typer.Option(None, "--run", help="Run dir, or a sweep dir (every job); default: the newest run under outputs/."),
+    length: int | None = typer.Option(None, "--len", help="Longest length; lengths double from the training length up to it. Default 4096."),
+    lengths: str | None = typer.Option(None, "--lengths", help="Explicit lengths, e.g. 64,128,512 (instead of --len)."),
+    method: list[str] | None = typer.Option(None, "--method", help="Extension methods, e.g. none,pi,yarn (repeatable); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run."),
+    factor: float | None = typer.Option(None, "--factor", help="Fixed factor s for every length; default length / training length (1 for dynamic_ntk, which scales itself)."),
+    protocol: str | None = typer.Option(None, "--protocol", help="nonoverlap | sliding | both (default nonoverlap)."),
+    stride: int | None = typer.Option(None, "--stride", help="Sliding-window stride; default training length / 2."),
+    tokens: int | None = typer.Option(None, "--tokens", help="Scored test tokens per length, the same at every length; default max(16384, 4 x longest)."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
+    batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."),
+) -> None:
+    """Test-split perplexity at lengths past the training length, per extension method."""
+    from posexp.tasks.evaluate import Settings, evaluate_runs, parse_int_list, parse_methods
+
+    settings = Settings(max_len=length, lengths=parse_int_list(lengths), methods=parse_methods(method),
+                        factor=factor, protocol=protocol, stride=stride, tokens=tokens, device=device,
+                        batch_tokens=batch_tokens)
+    evaluate_runs(run, settings)
+
+
+@app.command(context_settings=HYDRA_COMMAND)
+def finetune(
+    ctx: typer.Context,
+    run: Path = typer.Option(..., "--run", help="The run to continue (its checkpoint is loaded)."),
+) -> None:
+    """Continue a run at a longer train.seq_len with an extension baked in, as a new run.
+
+    Other arguments are Hydra overrides, e.g. `extension=yarn extension.factor=4 train.max_steps=200`.
+    """
+    from posexp.tasks.finetune import finetune_args, finetune_task
+
+    run_hydra(finetune_task, "finetune", finetune_args(run, ctx.args))
+
+
+@app.command()
+def report(
+    target: Path = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
+    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Run eval-extrapolate first for jobs whose config asks for it (experiment=extrapolation) and that lack results."),
+    device: str = typer.Option("auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"),
+) -> None:
+    """Write report.md, report.csv and PNG plots for a sweep or run dir."""
+    from posexp.tasks.report import write_report
+
+    write_report(target, evaluate=evaluate, device=device)
 
 
 def _one_line(e: BaseException) -> str:
@@ -71,7 +151,7 @@ def main() -> None:
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     try:
         app()
-    except PosexpError as e:
+    except (PosexpError, Abort) as e:
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(2) from None
     except (HydraException, OmegaConfBaseException) as e:

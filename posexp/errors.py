@@ -9,3 +9,7 @@ def choose(kind: str, value: object, allowed: "list[str] | tuple[str, ...] | dic
     """Raise PosexpError unless `value` is one of `allowed`, naming both."""
     if value not in allowed:
         raise PosexpError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(map(str, allowed)))}")
+
+
+class Abort(BaseException):  # noqa: N818  (not an Exception on purpose)
+    """A user error leaving a single run: BaseException so Hydra's job runner does not wrap it."""

@@ -95,4 +95,4 @@ class LanguageModeling:
 
     def finish(self, model: torch.nn.Module, writer: Any) -> dict[str, float]:
         """The last validation metrics."""
-        return {f"final/{k.split('/')[1]}": v for k, v in self.last.items()}
+        return {f"final/val_{k.split('/')[1]}": v for k, v in self.last.items()}

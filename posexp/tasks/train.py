@@ -33,7 +33,7 @@ from posexp.checkpoint import (
     set_rng_state,
     write_json_atomic,
 )
-from posexp.errors import PosexpError
+from posexp.errors import Abort, PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.tasks.common import (
     build_data,
@@ -41,6 +41,7 @@ from posexp.tasks.common import (
     model_config,
     resolve_device,
 )
+from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
 from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.tensorboard import write_hparams
 
@@ -182,6 +183,7 @@ class Trainer:
             with self.autocast():
                 loss = self.model(x, y)["loss"]
             loss.backward()
+            loss = loss.detach()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -192,7 +194,7 @@ class Trainer:
             if self.step % t.log_interval == 0 or self.step == t.max_steps:
                 elapsed = time.perf_counter() - window_start
                 tps = window_steps * tokens_per_step / elapsed
-                loss_value = float(loss)
+                loss_value = loss.item()
                 self.writer.add_scalar("train/loss", loss_value, self.step)
                 self.writer.add_scalar("train/lr", lr, self.step)
                 self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)
@@ -237,6 +239,10 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if cfg.resume:
         load_weights(run_dir, model)
         state = load_state(run_dir)
+    elif cfg.get("parent"):
+        # `posexp finetune` (posexp/tasks/finetune.py): start from the parent run's weights.
+        load_weights(Path(cfg.parent), model)
+        log.info("initialised from parent run %s", cfg.parent)
     writer = SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
     trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
     if state:
@@ -280,7 +286,8 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
         if multirun:
             # A sweep keeps the failed job's dir so `posexp report` can show why it failed.
             write_json_atomic(run_dir / "results.json", {"status": "failed", "error": str(e)})
-        elif fresh and not (run_dir / "checkpoint").exists():
+            raise
+        if fresh and not (run_dir / "checkpoint").exists():
             logging.shutdown()
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
-        raise
+        raise Abort(str(e)) from None

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
 
 from posexp.tasks.common import load_run
 from tests.helpers import TINY, posexp, posexp_env, run_dirs
@@ -28,12 +29,16 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     posexp(tmp_path, cache, "train", f"pe={pe}", *TINY)
     (run,) = run_dirs(tmp_path)
     saved = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
-    assert saved["pe"]["name"] == pe and saved["model"]["n_heads"] == 2
-    assert "val loss" in (run / "train.log").read_text() or "val/loss" in (run / "train.log").read_text()
+    assert saved["pe"]["name"] == pe and saved["heads"] == 2 and saved["model"]["n_heads"] == "${heads}"
+    assert "val/loss" in (run / "train.log").read_text()
     events = EventAccumulator(str(run)).Reload()
     assert TAGS <= set(events.Tags()["scalars"])
     assert sorted(e.step for e in events.Scalars("val/loss")) == [3, 6]
-    assert "_hparams_/session_start_info" in events.Tags()["tensors"] or events.Tags()["tensors"]
+    hp = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    ).session_start_info.hparams
+    assert hp["pe"].string_value == pe and hp["heads"].number_value == 2
+    assert {"final/val_ppl", "final/params"} <= set(events.Tags()["scalars"])
     loaded = load_run(run, torch.device("cpu"))
     assert loaded.meta["step"] == 6 and loaded.model.cfg.pe == pe
     x = torch.randint(0, loaded.model.cfg.vocab_size, (1, 16))

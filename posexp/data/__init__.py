@@ -1,0 +1,54 @@
+"""Data layer: corpora (by registry name), tokenizers, cached token streams and batches.
+
+Importing this package imports every module in it, so each dataset registers itself: a new
+dataset is one module using ``@register_dataset`` (plus its YAML), with no edit here.
+"""
+
+import importlib
+import pkgutil
+
+from posexp.data.pairs import IGNORE, PairBatches, tokenize_pairs
+from posexp.data.registry import (
+    SPLITS,
+    Corpus,
+    dataset_names,
+    load_corpus,
+    register_dataset,
+)
+from posexp.data.tokenizers import (
+    SPECIALS,
+    BpeTokenizer,
+    ByteTokenizer,
+    Tokenizer,
+    build_tokenizer,
+    register_tokenizer,
+    token_dtype,
+    tokenizer_names,
+)
+from posexp.data.tokens import LMBatches, eval_windows, tokenize_splits
+
+# Discovery instead of an import list: registration is a side effect of importing a module.
+for _m in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_m.name}")
+
+__all__ = [
+    "IGNORE",
+    "SPECIALS",
+    "SPLITS",
+    "BpeTokenizer",
+    "ByteTokenizer",
+    "Corpus",
+    "LMBatches",
+    "PairBatches",
+    "Tokenizer",
+    "build_tokenizer",
+    "dataset_names",
+    "eval_windows",
+    "load_corpus",
+    "register_dataset",
+    "register_tokenizer",
+    "token_dtype",
+    "tokenize_pairs",
+    "tokenize_splits",
+    "tokenizer_names",
+]

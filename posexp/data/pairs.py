@@ -1,0 +1,132 @@
+"""Batches of (source, target) pairs for a decoder-only model: ``source <sep> target <eos>``.
+
+Each row holds ONE example, right-padded with ``pad_id``, so the causal mask alone keeps examples
+apart. A row has at most seq_len + 1 tokens (inputs and shifted targets come from it); an example
+too long for that loses the END of its source first, then, only if the target alone does not fit,
+the end of its target (eos included). Targets are -100 (no loss) at padding always, and with
+``loss_on="target"`` also at every position predicting a source token or the sep; with
+``loss_on="all"`` the source and sep predictions carry loss too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from posexp.data.tokenizers import Tokenizer, token_dtype
+from posexp.data.tokens import atomic_write, cache_name, check_positive
+from posexp.errors import PosexpError, choose
+
+IGNORE = -100  # F.cross_entropy's default ignore_index
+LOSS_ON = ("target", "all")
+
+
+def pairs_fingerprint(pairs: Sequence[tuple[str, str]]) -> str:
+    """Content hash of the pairs, length-prefixed so no two lists collide by concatenation."""
+    h = hashlib.blake2b(digest_size=16)
+    for src, tgt in pairs:
+        for b in (src.encode("utf-8"), tgt.encode("utf-8")):
+            h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()
+
+
+def ragged(seqs: list[list[int]], dtype: type[np.unsignedinteger]) -> tuple[np.ndarray, np.ndarray]:
+    """(flat ids, offsets): seqs[i] == flat[offsets[i]:offsets[i+1]]."""
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in seqs], out=offsets[1:])
+    flat = np.fromiter((i for s in seqs for i in s), dtype=dtype, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def tokenize_pairs(
+    pairs: Sequence[tuple[str, str]],
+    tokenizer: Tokenizer,
+    cache_dir: Path | None = None,
+    key: str = "pairs",
+) -> dict[str, np.ndarray]:
+    """Sources and targets as ragged arrays (src, src_off, tgt, tgt_off), cached as .npz if asked."""
+    path = None
+    if cache_dir is not None:
+        name = cache_name(key, tokenizer.fingerprint, pairs_fingerprint(pairs))
+        path = Path(cache_dir) / f"{name}.pairs.npz"
+        if path.exists():
+            with np.load(path) as z:
+                return {k: z[k] for k in z.files}
+    dtype = token_dtype(tokenizer.vocab_size)
+    src, src_off = ragged(tokenizer.encode_batch([s for s, _ in pairs]), dtype)
+    tgt, tgt_off = ragged(tokenizer.encode_batch([t for _, t in pairs]), dtype)
+    arrays = {"src": src, "src_off": src_off, "tgt": tgt, "tgt_off": tgt_off}
+    if path is not None:
+
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as f:  # a file object, so numpy does not append ".npz"
+                np.savez(f, **arrays)
+
+        atomic_write(path, write)
+    return arrays
+
+
+class PairBatches:
+    """Random batches of one-example-per-row pairs; batch `step` depends only on (seed, step)."""
+
+    def __init__(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        tokenizer: Tokenizer,
+        batch_size: int,
+        seq_len: int,
+        seed: int,
+        loss_on: str = "target",
+        cache_dir: Path | None = None,
+        key: str = "pairs",
+    ) -> None:
+        check_positive(batch_size=batch_size, seq_len=seq_len)
+        choose("data.loss_on", loss_on, LOSS_ON)
+        if not pairs:
+            raise PosexpError(
+                "no (source, target) pairs to batch; allowed: a non-empty pairs split"
+            )
+        self.tokenizer, self.batch_size, self.seq_len = tokenizer, batch_size, seq_len
+        self.seed, self.loss_on = seed, loss_on
+        self.arrays = tokenize_pairs(pairs, tokenizer, cache_dir, key)
+
+    def __len__(self) -> int:
+        """Number of pairs."""
+        return len(self.arrays["src_off"]) - 1
+
+    def example(self, i: int) -> tuple[list[int], list[int]]:
+        """Source and target ids of pair `i`."""
+        a = self.arrays
+        src = a["src"][a["src_off"][i] : a["src_off"][i + 1]].tolist()
+        tgt = a["tgt"][a["tgt_off"][i] : a["tgt_off"][i + 1]].tolist()
+        return src, tgt
+
+    def encode_prompt(self, source: str) -> list[int]:
+        """Generation prompt: source ids then sep; the model continues with the target."""
+        return [*self.tokenizer.encode(source), self.tokenizer.sep_id]
+
+    def collate(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """int64 (inputs, targets) of shape (len(indices), seq_len) for the given pairs, in order."""
+        tok, width = self.tokenizer, self.seq_len + 1
+        rows = np.full((len(indices), width), tok.pad_id, dtype=np.int64)
+        labels = np.full((len(indices), width), IGNORE, dtype=np.int64)
+        for r, i in enumerate(indices):
+            src, tgt = self.example(int(i))
+            keep = max(0, width - 2 - len(tgt))  # room left for the source: drop its end first
+            seq = [*src[:keep], tok.sep_id, *tgt, tok.eos_id][:width]
+            rows[r, : len(seq)] = seq
+            first = 1 if self.loss_on == "all" else min(len(src), keep) + 1
+            labels[r, first : len(seq)] = seq[first:]
+        # Row position j predicts token j+1, so targets are the labels shifted left by one.
+        return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(labels[:, 1:].copy())
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random batch number `step`: a fresh generator seeded by (seed, step), no saved state."""
+        rng = np.random.default_rng([self.seed, step])
+        n = len(self)
+        idx = rng.choice(n, size=self.batch_size, replace=n < self.batch_size)
+        return self.collate(idx.tolist())

@@ -1,0 +1,43 @@
+"""Deterministic train/val/test assignment rules shared by the loaders."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from posexp.errors import PosexpError
+
+T = TypeVar("T")
+
+
+def periodic_split(index: int, period: int) -> str:
+    """Split of the `index`-th unit: the last two of every `period` go to val and test."""
+    r = index % period
+    return "val" if r == period - 2 else "test" if r == period - 1 else "train"
+
+
+def carve_tail(
+    units: Sequence[T],
+    what: str,
+    hint: str,
+    fraction: float = 0.05,
+    need: tuple[str, ...] = ("val", "test"),
+) -> dict[str, list[T]]:
+    """Carve the `need`ed splits off the end of `units`: each gets `fraction` (at least one unit).
+
+    The tail, not a scatter, so neighbouring paragraphs of one text do not leak across splits;
+    test is the very end, val just before it, train the rest in the original order.
+    """
+    n = len(units)
+    k = max(1, round(fraction * n))
+    if n < len(need) * k + 1:
+        raise PosexpError(
+            f"{what} has only {n} documents, too few to carve {'/'.join(need)} from it; {hint}"
+        )
+    out: dict[str, list[T]] = {}
+    end = n
+    for split in reversed(sorted(need, key=("val", "test").index)):
+        out[split] = list(units[end - k : end])
+        end -= k
+    out["train"] = list(units[:end])
+    return out

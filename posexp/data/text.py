@@ -1,0 +1,89 @@
+"""Local text files as a language-model corpus, read with ``datasets.load_dataset("text")``.
+
+``files`` are the train files; ``val_files`` / ``test_files`` are optional. A split given no files
+is carved off the end of the train documents (5% each, at least one document; see
+``posexp.data.splits.carve_tail``), so the split is fixed by the file contents and order.
+A document is a whole file (``sample_by="document"``), a blank-line separated paragraph
+(``"paragraph"``, the default) or a line (``"line"``); whitespace-only documents are dropped.
+Paths may be glob patterns (sorted, for a stable order).
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Sequence
+from pathlib import Path
+
+from posexp.data.registry import Corpus, register_dataset
+from posexp.data.splits import carve_tail
+from posexp.errors import PosexpError, choose
+
+SAMPLE_BY = ("document", "paragraph", "line")
+HINT = "give data.val_files and data.test_files, or a finer data.sample_by (paragraph, line)"
+
+
+def resolve_files(files: str | Sequence[str] | None, key: str) -> list[str]:
+    """Expand globs and check every path is an existing file, naming the first bad one."""
+    if files is None:
+        return []
+    if isinstance(files, (str, Path)):
+        files = [str(files)]
+    out: list[str] = []
+    for f in files:
+        f = str(f)
+        if any(c in f for c in "*?["):
+            matches = sorted(p for p in glob.glob(f) if Path(p).is_file())
+            if not matches:
+                raise PosexpError(
+                    f"no data file matches {f!r} ({key} must list existing text files)"
+                )
+            out.extend(matches)
+        elif not Path(f).is_file():
+            raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
+        else:
+            out.append(f)
+    return out
+
+
+def read_documents(files: list[str], sample_by: str) -> list[str]:
+    """Documents of `files`, in file order, via the datasets "text" builder."""
+    import datasets
+
+    ds = datasets.load_dataset(
+        "text", data_files={"train": files}, sample_by=sample_by, split="train"
+    )
+    return [doc.strip() for doc in ds["text"] if doc.strip()]
+
+
+@register_dataset("text")
+def load_text(
+    files: str | Sequence[str] = (),
+    val_files: str | Sequence[str] | None = None,
+    test_files: str | Sequence[str] | None = None,
+    sample_by: str = "paragraph",
+) -> Corpus:
+    """Documents from local text files; val/test missing files are carved from train."""
+    choose("data.sample_by", sample_by, SAMPLE_BY)
+    train = resolve_files(files, "data.files")
+    if not train:
+        raise PosexpError(
+            "data.files is empty; set data.files=[path.txt,...] to existing text files"
+        )
+    given = {
+        "val": resolve_files(val_files, "data.val_files"),
+        "test": resolve_files(test_files, "data.test_files"),
+    }
+    train_docs = read_documents(train, sample_by)
+    need = tuple(s for s in ("val", "test") if not given[s])
+    splits = (
+        carve_tail(train_docs, "data.files", HINT, need=need) if need else {"train": train_docs}
+    )
+    for split, paths in given.items():
+        if paths:
+            splits[split] = read_documents(paths, sample_by)
+    for split, docs in splits.items():
+        if not docs:
+            raise PosexpError(
+                f"the {split} files of data=text contain no text; give non-empty files"
+            )
+    return Corpus(splits=splits, kind="lm")

@@ -1,0 +1,196 @@
+"""Tokenizers, registered by name: ``byte`` (UTF-8 bytes) and ``bpe`` (byte-level BPE).
+
+Every tokenizer has the four specials pad, bos, eos, sep; ``decode`` drops them. ``encode_stream``
+is the fast path for whole corpora: documents concatenated with ``eos_id`` after each, as a
+numpy array of ``token_dtype(vocab_size)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posexp.data.registry import Corpus, check_params
+from posexp.errors import PosexpError
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
+
+
+def token_dtype(vocab_size: int) -> type[np.unsignedinteger]:
+    """Smallest unsigned dtype that holds every id: uint16 below 65,536 ids, else uint32."""
+    return np.uint16 if vocab_size < 65536 else np.uint32
+
+
+class Tokenizer(ABC):
+    """Text <-> ids, with pad/bos/eos/sep specials; `fingerprint` identifies it for caches."""
+
+    name: str
+    vocab_size: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    sep_id: int
+    fingerprint: str
+
+    @property
+    def special_ids(self) -> tuple[int, int, int, int]:
+        """(pad, bos, eos, sep) ids."""
+        return self.pad_id, self.bos_id, self.eos_id, self.sep_id
+
+    @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`, with no specials added."""
+
+    @abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, skipping special ids."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of each text."""
+        return [self.encode(t) for t in texts]
+
+    def encode_stream(self, docs: Sequence[str]) -> np.ndarray:
+        """All `docs` encoded and concatenated, `eos_id` after each, as a 1-D `token_dtype` array."""
+        dtype = token_dtype(self.vocab_size)
+        parts = [np.asarray([*ids, self.eos_id], dtype=dtype) for ids in self.encode_batch(docs)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+class ByteTokenizer(Tokenizer):
+    """Ids 0..255 are UTF-8 bytes; 256..259 are pad, bos, eos, sep."""
+
+    name = "byte"
+    vocab_size = 260
+    pad_id, bos_id, eos_id, sep_id = 256, 257, 258, 259
+    fingerprint = "byte-v1"
+
+    def encode(self, text: str) -> list[int]:
+        """UTF-8 bytes of `text`."""
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """UTF-8 decode of the byte ids; broken sequences become U+FFFD."""
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def encode_stream(self, docs: Sequence[str]) -> np.ndarray:
+        """Vectorised: one `np.frombuffer` per document instead of a Python loop per byte."""
+        eos = np.array([self.eos_id], dtype=np.uint16)
+        parts: list[np.ndarray] = []
+        for doc in docs:
+            parts.append(np.frombuffer(doc.encode("utf-8"), dtype=np.uint8))
+            parts.append(eos)
+        return np.concatenate(parts).astype(np.uint16) if parts else np.zeros(0, np.uint16)
+
+
+class BpeTokenizer(Tokenizer):
+    """Byte-level BPE (HF `tokenizers`); specials take ids 0..3 in the order pad, bos, eos, sep."""
+
+    name = "bpe"
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        self._tok = HFTokenizer.from_file(str(path))
+        self.vocab_size = self._tok.get_vocab_size()
+        self.pad_id, self.bos_id, self.eos_id, self.sep_id = (
+            self._tok.token_to_id(s) for s in SPECIALS
+        )
+        self.fingerprint = "bpe-" + hashlib.blake2b(path.read_bytes(), digest_size=8).hexdigest()
+
+    def encode(self, text: str) -> list[int]:
+        """BPE ids of `text`."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, specials skipped."""
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Encodes in parallel in Rust."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def train_bpe(texts: Sequence[str], vocab_size: int, path: Path) -> None:
+    """Train a byte-level BPE on `texts` and save it to `path` atomically."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.close(fd)
+    try:
+        tok.save(tmp)
+        os.replace(tmp, path)  # atomic: a concurrent run never reads a half-written file
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+TokenizerBuilder = Callable[..., Tokenizer]
+_TOKENIZERS: dict[str, TokenizerBuilder] = {}
+
+
+def register_tokenizer(name: str) -> Callable[[TokenizerBuilder], TokenizerBuilder]:
+    """Decorator: register `fn(corpus, cache_dir, **params) -> Tokenizer` as `name`."""
+
+    def deco(fn: TokenizerBuilder) -> TokenizerBuilder:
+        if name in _TOKENIZERS:
+            raise ValueError(f"tokenizer {name!r} registered twice")
+        _TOKENIZERS[name] = fn
+        return fn
+
+    return deco
+
+
+def tokenizer_names() -> list[str]:
+    """Names of all registered tokenizers, sorted."""
+    return sorted(_TOKENIZERS)
+
+
+@register_tokenizer("byte")
+def build_byte(corpus: Corpus, cache_dir: Path) -> Tokenizer:
+    """The byte tokenizer; needs no training."""
+    return ByteTokenizer()
+
+
+@register_tokenizer("bpe")
+def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokenizer:
+    """Byte-level BPE trained on `corpus.splits["train"]`, cached by (corpus, vocab, specials)."""
+    if not isinstance(vocab_size, int) or not 256 + len(SPECIALS) <= vocab_size < 2**32:
+        raise PosexpError(
+            f"tokenizer.vocab_size={vocab_size!r} is out of range; allowed: integers from "
+            f"{256 + len(SPECIALS)} (256 bytes + {len(SPECIALS)} specials) to {2**32 - 1}"
+        )
+    key = json.dumps([corpus.fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
+    digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+    path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
+    if not path.exists():
+        train_bpe(corpus.splits["train"], vocab_size, path)
+    return BpeTokenizer(path)
+
+
+def build_tokenizer(name: str, corpus: Corpus, cache_dir: Path, **params: Any) -> Tokenizer:
+    """Build (or load from `cache_dir`) the tokenizer registered as `name` for `corpus`."""
+    if name not in _TOKENIZERS:
+        raise PosexpError(f"unknown tokenizer {name!r}; allowed: {', '.join(tokenizer_names())}")
+    fn = _TOKENIZERS[name]
+    check_params("tokenizer", name, fn, params, skip=("corpus", "cache_dir"))
+    return fn(corpus, Path(cache_dir), **params)

@@ -1,0 +1,152 @@
+"""`posexp finetune --run DIR <overrides>`: continue a run at a longer length, as a new run.
+
+Hydra composes ``configs/finetune.yaml`` (train.yaml plus fine-tune defaults) with the user's
+overrides; the task then builds the effective config from the PARENT's saved config:
+
+* kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer;
+* from the command line / finetune.yaml: extension (method, factor, params), device, seed;
+* train: the parent's settings, with finetune.yaml's defaults (max_steps, lr, ...) and then the
+  user's ``train.*`` overrides on top; ``train.seq_len`` defaults to L0 x extension.factor;
+* ``parent`` = the parent run dir, ``train_length`` = the parent's training length L0, which is
+  also the extension's ``original_length`` unless given.
+
+The model starts from the parent's weights (``run_training``'s ``parent`` hook) with the
+extension in its config, so the checkpoint's ``meta.json`` records the baked-in method and
+``posexp eval-extrapolate`` evaluates it by default (as ``baked:<method>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.checkpoint import read_meta, write_json_atomic
+from posexp.errors import PosexpError
+from posexp.tasks.train import run_training
+
+log = logging.getLogger("posexp")
+
+# Config roots that define the network and its data: a fine-tune keeps the parent's.
+PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
+# Config roots taken from the fine-tune's own composition rather than the parent.
+OWN_KEYS = ("extension", "device", "seed", "cache_dir")
+
+
+def _parent_tag(parent: Any) -> str:
+    """``<pe>_h<heads>`` of the parent run, for the new run dir's name."""
+    try:
+        model = read_meta(Path(str(parent)))["model"]
+        return f"{model['pe']}_h{model['n_heads']}"
+    except (PosexpError, KeyError):
+        return "run"
+
+
+if not OmegaConf.has_resolver("posexp_parent_tag"):
+    OmegaConf.register_new_resolver("posexp_parent_tag", _parent_tag)
+
+
+def finetune_args(run: Path, args: list[str]) -> list[str]:
+    """Hydra arguments for the finetune command: ``parent=<run>`` then the user's overrides."""
+    run = Path(run)
+    if not run.is_dir():
+        raise PosexpError(f"run dir not found: {str(run)!r}")
+    read_meta(run)  # one-line error now if it has no checkpoint
+    if any(a.split("=", 1)[0].lstrip("+~") in ("parent", "resume") for a in args):
+        raise PosexpError(
+            "finetune sets parent= from --run and starts a new run; to continue an interrupted "
+            "fine-tune use `posexp train resume=<its run dir>`"
+        )
+    return [f"parent={run}", *args]
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(OmegaConf.create({"v": value}), resolve=True)["v"]
+
+
+def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The effective config of a fine-tune: the parent's, with the fine-tune's changes."""
+    parent = Path(str(cfg.parent))
+    meta = read_meta(parent)
+    saved = OmegaConf.create(meta["config"])
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    for key in keys:
+        root = key.split(".")[0].split("@")[0]
+        if root in PARENT_KEYS:
+            want, have = OmegaConf.select(cfg, root), OmegaConf.select(saved, root)
+            if _plain(want) != _plain(have):
+                raise PosexpError(
+                    f"finetune keeps the parent's {root} ({_short(have)}); drop {key}= "
+                    f"(train a new run to change it)"
+                )
+    merged = saved.copy()
+    train = OmegaConf.to_container(saved.train, resolve=True)
+    for key in OmegaConf.load(_finetune_yaml()).train:
+        train[key] = _plain(cfg.train[key])
+    for key in keys:
+        if key.startswith("train."):
+            _set_path(train, key.split(".", 1)[1], _plain(OmegaConf.select(cfg, key)))
+    merged.train = train
+    for key in OWN_KEYS:
+        merged[key] = _plain(cfg.get(key))
+    l0 = int(meta["model"]["train_length"])
+    merged.train_length = l0
+    if merged.extension.get("original_length") is None:
+        merged.extension.original_length = l0
+    merged.parent = str(parent)
+    merged.resume = None
+    factor = float(merged.extension.get("factor") or 1.0)
+    if merged.train.seq_len is None:
+        merged.train.seq_len = int(round(l0 * factor))
+    if merged.train.seq_len <= l0:
+        raise PosexpError(
+            f"finetune needs train.seq_len longer than the parent's training length {l0}, got "
+            f"{merged.train.seq_len}; set train.seq_len or extension.factor > 1 "
+            f"(e.g. extension=yarn extension.factor=4)"
+        )
+    return merged
+
+
+def _finetune_yaml() -> Path:
+    from posexp.cli import config_dir
+
+    return Path(config_dir()) / "finetune.yaml"
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for p in parents:
+        tree = tree.setdefault(p, {})
+    tree[last] = value
+
+
+def _short(value: Any) -> str:
+    plain = _plain(value)
+    if isinstance(plain, dict) and "name" in plain:
+        return f"{plain['name']}"
+    return str(plain)
+
+
+def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
+    """Hydra task function (module level so joblib/submitit can pickle it by reference)."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        merged = finetune_config(cfg, list(hc.overrides.task))
+        (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(merged))
+        log.info("fine-tuning %s at seq_len %d with extension %s (factor %s)", merged.parent,
+                 merged.train.seq_len, merged.extension.method, merged.extension.get("factor"))
+        return run_training(merged, run_dir)
+    except PosexpError as e:
+        if multirun:
+            write_json_atomic(run_dir / "results.json", {"status": "failed", "error": str(e)})
+        elif not (run_dir / "checkpoint").exists():
+            logging.shutdown()
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
+        raise

@@ -1,0 +1,136 @@
+"""Batched generation from a trained run: ``posexp generate`` and the translation objective use it.
+
+``model.generate`` continues a batch of EQUAL-length prompts with a KV cache. Prompts of different
+lengths are grouped by exact length (sorted, then cut into chunks of ``batch_size``), so no row
+ever holds padding: every row's positions start at 0 exactly as in training, and nothing needs a
+key-padding mask. Results come back in the caller's order. Greedy (temperature 0) output is a
+pure function of the model and the prompts; sampling is reproducible from ``seed``.
+
+A pairs run (translation) takes each prompt as a SOURCE: ``source <sep>`` is the prompt and the
+output is the text generated up to ``<eos>``. An lm run continues the prompt text. A learned
+positional table stops generation with its own one-line error at the table end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.errors import PosexpError
+
+
+@torch.no_grad()
+def generate_ids(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int | Sequence[int],
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    eos_id: int | None = None,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+    autocast: Any = None,
+) -> list[list[int]]:
+    """Continuations of each prompt (eos and anything after it removed), in the prompts' order.
+
+    ``max_new_tokens`` is one limit for all, or one per prompt (prompts of the same length are
+    decoded together up to the largest limit among them and cut to their own).
+    """
+    if temperature < 0:
+        raise PosexpError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k <= 0:
+        raise PosexpError(f"top_k must be a positive integer, got {top_k}")
+    if batch_size <= 0:
+        raise PosexpError(f"batch_size must be a positive integer, got {batch_size}")
+    limits = (
+        [int(max_new_tokens)] * len(prompts)
+        if isinstance(max_new_tokens, int)
+        else [int(m) for m in max_new_tokens]
+    )
+    if len(limits) != len(prompts):
+        raise ValueError(f"{len(limits)} max_new_tokens for {len(prompts)} prompts")
+    for p in prompts:
+        if len(p) == 0:
+            raise PosexpError("empty prompt; give at least one token of text")
+    was_training = model.training
+    model.eval()
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(prompts):
+        by_length[len(p)].append(i)
+    out: list[list[int]] = [[] for _ in prompts]
+    try:
+        for length in sorted(by_length):
+            group = by_length[length]
+            for start in range(0, len(group), batch_size):
+                rows = group[start : start + batch_size]
+                n_new = max(limits[i] for i in rows)
+                if n_new <= 0:
+                    continue
+                x = torch.tensor([list(prompts[i]) for i in rows], dtype=torch.long, device=device)
+                with autocast() if autocast is not None else contextlib.nullcontext():
+                    new = model.generate(x, n_new, temperature=temperature, top_k=top_k,
+                                         eos_id=eos_id, generator=generator)
+                for r, i in enumerate(rows):
+                    ids = new[r, : limits[i]].tolist()
+                    if eos_id is not None and eos_id in ids:
+                        ids = ids[: ids.index(eos_id)]
+                    out[i] = ids
+    finally:
+        model.train(was_training)
+    return out
+
+
+def run_tokenizer(cfg: DictConfig) -> tuple[Any, str]:
+    """The tokenizer a run was trained with, and its corpus kind ("lm" or "pairs")."""
+    from posexp.data import build_tokenizer, load_corpus
+
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    tok = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    corpus = load_corpus(**data)
+    tokenizer = build_tokenizer(tok.pop("name"), corpus, Path(cfg.cache_dir), **tok)
+    return tokenizer, corpus.kind
+
+
+def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
+    """Token ids of a prompt: ``source <sep>`` for translation, the text itself for an lm."""
+    ids = tokenizer.encode(text)
+    return [*ids, tokenizer.sep_id] if kind == "pairs" else ids
+
+
+def generate_text(
+    run: Path | str | None,
+    prompts: Sequence[str],
+    max_new_tokens: int = 200,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    batch_size: int = 64,
+) -> list[str]:
+    """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt."""
+    from posexp.tasks.common import latest_run, load_run, resolve_device
+
+    if not prompts:
+        raise PosexpError("no prompt given; pass one or more texts, e.g. \"And God said\"")
+    if max_new_tokens <= 0:
+        raise PosexpError(f"--max-new-tokens must be a positive integer, got {max_new_tokens}")
+    dev = resolve_device(device)
+    run_dir = Path(run) if run is not None else latest_run()
+    loaded = load_run(run_dir, dev)
+    tokenizer, kind = run_tokenizer(loaded.cfg)
+    ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
+    generator = torch.Generator(device=dev).manual_seed(seed)
+    new = generate_ids(loaded.model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                       eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
+                       generator=generator)
+    if kind == "pairs":
+        return [tokenizer.decode(n) for n in new]
+    return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

@@ -1,0 +1,319 @@
+"""The ``pairs`` objective: translation as ``source <sep> target <eos>`` for a decoder-only model.
+
+Training batches come from ``PairBatches`` (one example per row, right-padded, loss on target
+tokens unless ``data.loss_on=all``). Evaluation, every ``train.eval_interval`` steps:
+
+* ``val/loss``, ``val/ppl``: mean loss / perplexity on TARGET tokens (target words and eos) of
+  the whole val split, whatever ``data.loss_on`` says;
+* ``val/bleu``, ``val/chrf``: sacrebleu scores of greedy translations of a fixed, evenly spaced
+  val subset (``translate.bleu_examples``), with the copy baseline on the same subset beside them
+  (``val/copy_bleu``, ``val/copy_chrf``);
+* one attention-map image per layer (every head, labelled, colour scale fixed to 0..1) over one
+  fixed short val example, and a Markdown table of source / reference / hypothesis samples.
+
+``finish`` translates the whole TEST split (``test/bleu``, ``test/chrf`` and the copy baseline),
+writes ``translations_test.tsv`` and the final attention maps (``attention/layer<i>.png``) into
+the run dir, and returns the ``final/*`` metrics for results.json and the hparams table.
+
+Decoding is greedy and starts each example at position 0, as in training. The prompt keeps at most
+``seq_len // 2 - 1`` source tokens (training drops the END of an over-long source first, too) and
+prompt + output never exceed ``train.seq_len`` tokens: no position is used that training never
+saw, and a learned table is never read past its end. Settings (all optional, under ``translate``):
+``bleu_examples`` (default 100), ``test_examples`` (default null = all), ``max_new_tokens``
+(default null = 2 x source + 10, within seq_len), ``batch_size`` (decoding batch, default 64), ``samples`` (4).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from posexp.data import PairBatches
+from posexp.errors import PosexpError
+from posexp.metrics import copy_baseline, translation_scores
+from posexp.tasks.generate import generate_ids
+from posexp.tasks.objectives import Autocast, register_objective
+
+DEFAULTS: dict[str, Any] = {
+    "bleu_examples": 100,
+    "test_examples": None,
+    "max_new_tokens": None,
+    "batch_size": 64,
+    "samples": 4,
+}
+# The attention-map example: the first val pair whose full row has this many tokens (else the
+# shortest), so a grid of heads stays readable.
+ATTENTION_TOKENS = (16, 40)
+
+
+def translate_settings(cfg: DictConfig) -> dict[str, Any]:
+    """``translate.*`` settings with defaults; unknown keys are an error."""
+    given = cfg.get("translate") or {}
+    given = OmegaConf.to_container(given, resolve=True) if isinstance(given, DictConfig) else dict(given)
+    unknown = sorted(set(given) - set(DEFAULTS))
+    if unknown:
+        raise PosexpError(
+            f"unknown setting translate.{unknown[0]}; allowed: {', '.join(sorted(DEFAULTS))}"
+        )
+    out = {**DEFAULTS, **{k: v for k, v in given.items()}}
+    for key in ("bleu_examples", "batch_size", "samples"):
+        if not isinstance(out[key], int) or out[key] < (0 if key == "samples" else 1):
+            raise PosexpError(f"translate.{key} must be a positive integer, got {out[key]!r}")
+    for key in ("test_examples", "max_new_tokens"):
+        if out[key] is not None and (not isinstance(out[key], int) or out[key] < 1):
+            raise PosexpError(f"translate.{key} must be a positive integer or null, got {out[key]!r}")
+    return out
+
+
+def evenly_spaced(n: int, k: int | None) -> list[int]:
+    """``k`` indices spread evenly over ``range(n)`` (all of them when k is None or >= n)."""
+    if k is None or k >= n:
+        return list(range(n))
+    return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
+
+
+def _md(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+@register_objective("pairs")
+class Translation:
+    """Source -> target translation; see the module docstring for what it logs."""
+
+    def __init__(self, cfg: DictConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
+        t = cfg.train
+        pairs = data.corpus.pairs
+        for split in ("train", "val", "test"):
+            if not pairs.get(split):
+                raise PosexpError(f"data={cfg.data.source} has no {split} pairs; a pairs corpus needs all three")
+        self.settings = translate_settings(cfg)
+        self.tokenizer = data.tokenizer
+        self.seq_len, self.batch_size = int(t.seq_len), int(t.batch_size)
+        self.device, self.autocast = device, autocast
+        cache = Path(cfg.cache_dir)
+        source = cfg.data.source
+        loss_on = cfg.data.get("loss_on", "target")
+        self.train = PairBatches(pairs["train"], self.tokenizer, t.batch_size, t.seq_len, cfg.seed,
+                                 loss_on, cache, key=f"{source}-train")
+        # Validation perplexity is always on target tokens, whatever the training loss covers.
+        self.val = PairBatches(pairs["val"], self.tokenizer, t.batch_size, t.seq_len, cfg.seed,
+                               "target", cache, key=f"{source}-val")
+        self.val_pairs, self.test_pairs = pairs["val"], pairs["test"]
+        self.bleu_idx = evenly_spaced(len(self.val_pairs), self.settings["bleu_examples"])
+        self.copy_val = copy_baseline([self.val_pairs[i][0] for i in self.bleu_idx],
+                                      [self.val_pairs[i][1] for i in self.bleu_idx])
+        self.attention_ids = self._attention_example()
+        self.step = 0
+        self.last: dict[str, float] = {}
+
+    # -- training ------------------------------------------------------------------------------
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random pairs for ``step`` (a pure function of seed and step)."""
+        return self.train.batch(step)
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def target_loss(self, model: torch.nn.Module) -> float:
+        """Mean loss over the target tokens of every val pair (rows sorted by length, trimmed)."""
+        was_training = model.training
+        model.eval()
+        order = sorted(range(len(self.val)), key=lambda i: sum(map(len, self.val.example(i))))
+        total, count = 0.0, 0
+        for start in range(0, len(order), self.batch_size):
+            x, y = self.val.collate(order[start : start + self.batch_size])
+            width = int((y != -100).any(0).nonzero().max()) + 1  # the causal mask makes trimming exact
+            x, y = x[:, :width].to(self.device), y[:, :width].to(self.device)
+            with self.autocast():
+                loss = model(x, y)["loss"]
+            n = int((y != -100).sum())
+            total, count = total + float(loss) * n, count + n
+        model.train(was_training)
+        return total / max(count, 1)
+
+    def prompt(self, source: str) -> list[int]:
+        """``source <sep>``, the source cut to seq_len // 2 - 1 tokens (its end dropped)."""
+        ids = self.tokenizer.encode(source)[: max(1, self.seq_len // 2 - 1)]
+        return [*ids, self.tokenizer.sep_id]
+
+    def translate(self, model: torch.nn.Module, sources: list[str]) -> list[str]:
+        """Greedy translations of ``sources``, batched by prompt length, with a KV cache."""
+        prompts = [self.prompt(s) for s in sources]
+        cap = self.settings["max_new_tokens"]
+        # Default cap: 2 x source + 10 tokens (fewer than 0.5% of KJV verses are longer than
+        # that against their Wycliffe source), so a looping model does not run to seq_len.
+        limits = [min(self.seq_len - len(p), 2 * len(p) + 8 if cap is None else cap)
+                  for p in prompts]
+        new = generate_ids(model, prompts, limits, eos_id=self.tokenizer.eos_id,
+                           batch_size=self.settings["batch_size"], device=self.device,
+                           autocast=self.autocast)
+        return [self.tokenizer.decode(ids) for ids in new]
+
+    def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
+        """Target loss/ppl on val, BLEU/chrF on the fixed val subset, attention maps, samples."""
+        self.step = step
+        loss = self.target_loss(model)
+        sources = [self.val_pairs[i][0] for i in self.bleu_idx]
+        refs = [self.val_pairs[i][1] for i in self.bleu_idx]
+        hyps = self.translate(model, sources)
+        scores = translation_scores(hyps, refs)
+        self.last = {
+            "val/loss": loss,
+            "val/ppl": math.exp(min(loss, 50.0)),
+            "val/bleu": scores["bleu"],
+            "val/chrf": scores["chrf"],
+            "val/copy_bleu": self.copy_val["bleu"],
+            "val/copy_chrf": self.copy_val["chrf"],
+        }
+        if writer is not None:
+            n = self.settings["samples"]
+            if n:
+                writer.add_text("val/samples", samples_markdown(sources[:n], refs[:n], hyps[:n]), step)
+            for i, image in enumerate(self.attention_images(model)):
+                writer.add_image(f"attention/layer_{i}", image, step, dataformats="HWC")
+        return self.last
+
+    def finish(self, model: torch.nn.Module, writer: Any) -> dict[str, float]:
+        """Full-test-split BLEU/chrF, final val loss, attention PNGs; the ``final/*`` metrics."""
+        loss = self.target_loss(model)
+        idx = evenly_spaced(len(self.test_pairs), self.settings["test_examples"])
+        sources = [self.test_pairs[i][0] for i in idx]
+        refs = [self.test_pairs[i][1] for i in idx]
+        hyps = self.translate(model, sources)
+        test = translation_scores(hyps, refs)
+        copy = copy_baseline(sources, refs)
+        metrics = {
+            "final/val_loss": loss,
+            "final/val_ppl": math.exp(min(loss, 50.0)),
+            "final/bleu": test["bleu"],
+            "final/chrf": test["chrf"],
+            "final/copy_bleu": copy["bleu"],
+            "final/copy_chrf": copy["chrf"],
+        }
+        if "val/bleu" in self.last:
+            metrics["final/val_bleu"] = self.last["val/bleu"]
+            metrics["final/val_chrf"] = self.last["val/chrf"]
+        if writer is not None:
+            for tag, value in (("test/bleu", test["bleu"]), ("test/chrf", test["chrf"]),
+                               ("test/copy_bleu", copy["bleu"]), ("test/copy_chrf", copy["chrf"])):
+                writer.add_scalar(tag, value, self.step)
+            run_dir = Path(writer.log_dir)
+            write_translations(run_dir / "translations_test.tsv", sources, refs, hyps)
+            self.save_attention_pngs(model, run_dir / "attention")
+        return metrics
+
+    # -- attention maps --------------------------------------------------------------------------
+
+    def _attention_example(self) -> list[int]:
+        """Input ids (``source <sep> target``, no padding) of the fixed attention-map example."""
+        lo, hi = ATTENTION_TOKENS
+        rows = []
+        for i in range(len(self.val)):
+            src, tgt = self.val.example(i)
+            rows.append([*src, self.tokenizer.sep_id, *tgt])
+        chosen = next((r for r in rows if lo <= len(r) <= hi), min(rows, key=len))
+        return chosen[: self.seq_len]
+
+    def token_labels(self, ids: list[int]) -> list[str]:
+        """A short readable label per token (specials by name, spaces as ·)."""
+        names = {self.tokenizer.sep_id: "<sep>", self.tokenizer.eos_id: "<eos>",
+                 self.tokenizer.pad_id: "<pad>", self.tokenizer.bos_id: "<bos>"}
+        return [names.get(i) or self.tokenizer.decode([i]).replace(" ", "·") or "?" for i in ids]
+
+    @torch.no_grad()
+    def attention_weights(self, model: torch.nn.Module) -> list[np.ndarray]:
+        """Per layer, the (heads, T, T) attention weights over the fixed example."""
+        was_training = model.training
+        model.eval()
+        x = torch.tensor([self.attention_ids], dtype=torch.long, device=self.device)
+        out = model(x, need_weights=True)["attention"]
+        model.train(was_training)
+        return [w[0].float().cpu().numpy() for w in out]
+
+    def _figures(self, model: torch.nn.Module):
+        labels = self.token_labels(self.attention_ids)
+        for i, w in enumerate(self.attention_weights(model)):
+            yield i, attention_figure(w, labels, f"layer {i}: attention of each head (query row, key column)")
+
+    def attention_images(self, model: torch.nn.Module) -> list[np.ndarray]:
+        """One RGB (H, W, 3) uint8 image per layer."""
+        return [figure_to_array(fig) for _, fig in self._figures(model)]
+
+    def save_attention_pngs(self, model: torch.nn.Module, folder: Path) -> list[Path]:
+        """``folder/layer<i>.png`` for every layer; returns the paths."""
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for i, fig in self._figures(model):
+            path = folder / f"layer{i}.png"
+            fig.savefig(path, dpi=100)
+            paths.append(path)
+        return paths
+
+
+def attention_figure(weights: np.ndarray, labels: list[str], title: str):
+    """A grid of heatmaps, one per head, colour scale fixed to 0..1, tokens on the axes if few.
+
+    Thin white lines mark the ``<sep>`` token, between source (left/top) and target.
+    """
+    from matplotlib.figure import Figure
+
+    heads, T = weights.shape[0], weights.shape[-1]
+    cols = min(heads, 8)
+    rows = math.ceil(heads / cols)
+    show_tokens = heads <= 4 and T <= 48
+    cell = 3.6 if show_tokens else 2.0
+    fig = Figure(figsize=(cell * cols + 1.2, cell * rows + 0.8), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    image = None
+    for h in range(rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= heads:
+            ax.axis("off")
+            continue
+        image = ax.imshow(weights[h], vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest")
+        ax.set_title(f"head {h}", fontsize=9)
+        if "<sep>" in labels:
+            sep = labels.index("<sep>")
+            ax.axvline(sep, color="white", linewidth=0.4)
+            ax.axhline(sep, color="white", linewidth=0.4)
+        if show_tokens:
+            ax.set_xticks(range(T), labels, rotation=90, fontsize=5)
+            ax.set_yticks(range(T), labels, fontsize=5)
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def figure_to_array(fig) -> np.ndarray:
+    """Render a matplotlib Figure (no pyplot) to an RGB uint8 array."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def samples_markdown(sources: list[str], refs: list[str], hyps: list[str]) -> str:
+    """A Markdown table of source / reference / hypothesis rows."""
+    lines = ["| source | reference | hypothesis |", "|---|---|---|"]
+    lines += [f"| {_md(s)} | {_md(r)} | {_md(h)} |" for s, r, h in zip(sources, refs, hyps, strict=True)]
+    return "\n".join(lines)
+
+
+def write_translations(path: Path, sources: list[str], refs: list[str], hyps: list[str]) -> None:
+    """source / reference / hypothesis as a TSV with a header."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, delimiter="\t")
+        w.writerow(["source", "reference", "hypothesis"])
+        w.writerows(zip(sources, refs, hyps, strict=True))

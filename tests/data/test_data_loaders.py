@@ -1,0 +1,124 @@
+"""Registry, local text files, and the hub loader (offline behaviour, local folders)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from posexp.data import Corpus, dataset_names, load_corpus
+from posexp.data import hub as hub_module
+from posexp.errors import PosexpError
+
+
+def write_paragraphs(path: Path, n: int, tag: str = "p") -> Path:
+    path.write_text("\n\n".join(f"{tag} {i} line a\n{tag} {i} line b" for i in range(n)) + "\n")
+    return path
+
+
+def test_registry_lists_datasets_and_rejects_unknown() -> None:
+    assert dataset_names() == ["hub", "kjv", "text", "wyc2kjv"]
+    with pytest.raises(PosexpError) as e:
+        load_corpus("wikitext")
+    assert str(e.value) == "unknown data 'wikitext'; allowed: hub, kjv, text, wyc2kjv"
+    with pytest.raises(PosexpError, match="unknown parameter 'fils' for data 'text'"):
+        load_corpus("text", fils=["a.txt"])
+
+
+def test_text_carves_val_and_test_from_train_tail(tmp_path: Path) -> None:
+    f = write_paragraphs(tmp_path / "a.txt", 40)
+    c = load_corpus("text", files=[str(f)])
+    assert [len(c.splits[s]) for s in ("train", "val", "test")] == [36, 2, 2]
+    assert c.splits["train"][0] == "p 0 line a\np 0 line b"
+    assert c.splits["test"][-1] == "p 39 line a\np 39 line b"
+    assert load_corpus("text", files=[str(f)]).splits == c.splits  # deterministic
+    assert c.params == {"files": [str(f)]} and c.source == "text"
+
+
+def test_text_uses_given_val_test_files_and_sample_by(tmp_path: Path) -> None:
+    tr = write_paragraphs(tmp_path / "tr.txt", 5, "t")
+    va = write_paragraphs(tmp_path / "va.txt", 2, "v")
+    te = write_paragraphs(tmp_path / "te.txt", 3, "x")
+    c = load_corpus("text", files=[str(tr)], val_files=[str(va)], test_files=str(te))
+    assert [len(c.splits[s]) for s in ("train", "val", "test")] == [5, 2, 3]
+    lines = load_corpus(
+        "text", files=[str(tr)], val_files=[str(va)], test_files=[str(te)], sample_by="line"
+    )
+    assert len(lines.splits["train"]) == 10
+    only_val = load_corpus("text", files=[str(tr)], val_files=[str(va)], sample_by="line")
+    assert [len(only_val.splits[s]) for s in ("train", "val", "test")] == [9, 4, 1]
+
+
+def test_text_errors_are_one_line_and_name_the_value(tmp_path: Path) -> None:
+    with pytest.raises(PosexpError) as e:
+        load_corpus("text", files=["x.txt"])
+    assert str(e.value) == "data file not found: 'x.txt' (data.files must list existing text files)"
+    with pytest.raises(PosexpError, match="data.files is empty"):
+        load_corpus("text", files=[])
+    one = write_paragraphs(tmp_path / "one.txt", 1)
+    with pytest.raises(PosexpError, match="only 1 documents.*data.val_files"):
+        load_corpus("text", files=[str(one)], sample_by="document")
+    with pytest.raises(PosexpError, match="sample_by 'lines'; allowed: document, line, paragraph"):
+        load_corpus("text", files=[str(one)], sample_by="lines")
+
+
+def assert_fast_one_line_offline_error(seconds: float) -> None:
+    # A bound on hanging (retries against an unreachable hub took 23 s), not a speed test.
+    t = time.perf_counter()
+    with pytest.raises(PosexpError) as e:
+        load_corpus("hub", name="wikitext", config="wikitext-103-raw-v1")
+    elapsed = time.perf_counter() - t
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("cannot reach the Hugging Face hub to load dataset 'wikitext' (")
+    assert msg.endswith("; use data=text data.files=[...] for local files")
+    assert elapsed < seconds, elapsed
+
+
+def test_hub_offline_env_fails_fast_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets  # noqa: F401  (imported first: the env var must work after import too)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert_fast_one_line_offline_error(10.0)
+
+
+def test_hub_unreachable_without_env_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    # Simulate no network without depending on this machine's: the probe says unreachable.
+    monkeypatch.setattr(hub_module, "hub_reachable", lambda timeout=3.0: False)
+    assert_fast_one_line_offline_error(10.0)
+
+
+def test_hub_probe_is_bounded_by_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    # A local server that accepts connections but never answers: without the timeout the probe
+    # (and the hub client) would hang.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        for var in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        t = time.perf_counter()
+        assert hub_module.hub_reachable(timeout=0.5) is False
+        assert time.perf_counter() - t < 10  # the probe gave up instead of hanging
+
+
+def test_hub_local_folder_maps_and_carves_splits(tmp_path: Path) -> None:
+    (tmp_path / "train.txt").write_text("".join(f"row {i}\n" for i in range(60)) + "\n   \n")
+    (tmp_path / "validation.txt").write_text("v1\nv2\n")
+    c = load_corpus("hub", name=str(tmp_path))
+    assert isinstance(c, Corpus)
+    assert [len(c.splits[s]) for s in ("train", "val", "test")] == [57, 2, 3]
+    assert c.splits["val"] == ["v1", "v2"] and c.splits["test"][-1] == "row 59"
+    with pytest.raises(
+        PosexpError, match="column 'content' is not in split 'train'.*allowed: text"
+    ):
+        load_corpus("hub", name=str(tmp_path), column="content")
+    with pytest.raises(PosexpError, match="maps val to 'dev'.*allowed: train, validation"):
+        load_corpus("hub", name=str(tmp_path), split_map={"val": "dev"})
