@@ -35,13 +35,13 @@ from posexp.checkpoint import (
 )
 from posexp.errors import Abort, PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
 from posexp.tasks.common import (
     build_data,
     check_train_config,
     model_config,
     resolve_device,
 )
-from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
 from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.tensorboard import write_hparams
 
