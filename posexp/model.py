@@ -241,8 +241,15 @@ class GPT(nn.Module):
         """Logits (and loss if targets are given; -100 targets are ignored) for token ids (B, T)."""
         T = idx.shape[1]
         if positions is None:
-            start = int(cache[0]["pos"][-1]) + 1 if cache and "pos" in cache[0] else 0
+            # Python ints, so neither a GPU sync nor a torch.compile graph break is needed.
+            start = cache[0].get("length", 0) if cache else 0
             positions = torch.arange(start, start + T, device=idx.device)
+            length = start + T
+        else:
+            length = int(positions.max()) + 1
+        if cache:
+            cache[0]["length"] = length
+        self.pe.prepare(length, idx.device)
         x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
         weights = []
         for i, block in enumerate(self.blocks):

@@ -86,6 +86,7 @@ def test_sdpa_path_equals_explicit_softmax(pe_name, T):
     x = torch.randn(2, T, 32)
     pos = torch.arange(T)
     q, k, v = (t.view(2, T, 4, 8).transpose(1, 2) for t in attn.qkv(x).split(32, dim=2))
+    model.pe.prepare(T, x.device)
     q, k = model.pe.rotate(q, k, pos, pos)
     slopes = alibi_slopes(4) if pe_name == "alibi" else None
     expected = reference_attention(q, k, v, slopes)

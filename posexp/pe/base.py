@@ -47,6 +47,9 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.ctx = ctx
 
+    def prepare(self, length: int, device: torch.device) -> None:
+        """Called once per forward with 1 + the largest position, before any other hook."""
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Return token embeddings ``x`` (B, T, d) with position information added."""
         return x

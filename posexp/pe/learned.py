@@ -25,24 +25,27 @@ class LearnedEncoding(PositionalEncoding):
         self.table = nn.Embedding(self.max_len, ctx.d_model)
         self.factor = position_divisor(ctx.extension)
 
-    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Add the table rows for ``positions`` (interpolated when a PI factor is set)."""
-        if self.factor == 1.0:
-            last = int(positions.max())
-            if last >= self.max_len:
-                raise PositionOutOfRange(
-                    f"position {last} is past the learned table (pe.max_len={self.max_len}); "
-                    f"use lengths <= {self.max_len} or extension=pi"
-                )
-            return x + self.table(positions)
+    def prepare(self, length: int, device: torch.device) -> None:
+        """Refuse positions that have no row (a clear error instead of an index error)."""
+        last = length - 1
+        if self.factor == 1.0 and last >= self.max_len:
+            raise PositionOutOfRange(
+                f"position {last} is past the learned table (pe.max_len={self.max_len}); "
+                f"use lengths <= {self.max_len} or extension=pi"
+            )
         # PI stretches the table over max_len * s positions; the last fraction of a step past
         # the final row reuses that row, as RoPE's PI does with its last trained angle.
-        last, limit = int(positions.max()), int(self.max_len * self.factor)
+        limit = int(self.max_len * self.factor)
         if last >= limit:
             raise PositionOutOfRange(
                 f"position {last} is past the learned table stretched by PI "
                 f"(pe.max_len={self.max_len} x factor {self.factor:g} = {limit}); raise extension.factor"
             )
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Add the table rows for ``positions`` (interpolated when a PI factor is set)."""
+        if self.factor == 1.0:
+            return x + self.table(positions)
         scaled = positions.to(torch.float32) / self.factor
         lo = scaled.floor().long()
         hi = (lo + 1).clamp(max=self.max_len - 1)

@@ -33,6 +33,11 @@ class RotaryEncoding(PositionalEncoding):
         self.base = float(base)
         self.rotates_cached_keys = get_extension(self.method).dynamic
         self._cache: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
+        self._tables: tuple[torch.Tensor, torch.Tensor] = self.cos_sin(ctx.train_length, torch.device("cpu"))
+
+    def prepare(self, length: int, device: torch.device) -> None:
+        """Build (or slice) the cos/sin tables for positions 0..length-1 once per forward."""
+        self._tables = self.cos_sin(length, device)
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Inverse frequencies and attention factor for a sequence of ``seq_len`` positions."""
@@ -68,8 +73,8 @@ class RotaryEncoding(PositionalEncoding):
     def rotate(
         self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate queries at ``q_pos`` and keys at ``k_pos``."""
-        cos, sin = self.cos_sin(int(k_pos.max()) + 1, q.device)
+        """Rotate queries at ``q_pos`` and keys at ``k_pos`` (tables from ``prepare``)."""
+        cos, sin = self._tables
         return (
             rotate_half(q, *self._at(cos, sin, q_pos, q.dtype)),
             rotate_half(k, *self._at(cos, sin, k_pos, k.dtype)),

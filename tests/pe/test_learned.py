@@ -17,14 +17,15 @@ def test_adds_table_rows():
 def test_position_past_table_is_a_clear_error():
     pe = learned(max_len=8)
     with pytest.raises(PositionOutOfRange, match=r"position 9 .*max_len=8"):
-        pe.embed(torch.zeros(1, 10, 4), torch.arange(10))
+        pe.prepare(10, torch.device("cpu"))
 
 
 def test_pi_interpolates_between_rows():
     pe = learned(max_len=8, method="pi", factor=2.0)
+    pe.prepare(16, torch.device("cpu"))
     out = pe.embed(torch.zeros(1, 16, 4), torch.arange(16))[0]
     w = pe.table.weight
     assert torch.allclose(out[4], w[2], atol=1e-6)
     assert torch.allclose(out[5], (w[2] + w[3]) / 2, atol=1e-6)
     with pytest.raises(PositionOutOfRange):
-        pe.embed(torch.zeros(1, 17, 4), torch.arange(17))  # 16 / 2 = 8 is past row 7
+        pe.prepare(17, torch.device("cpu"))  # position 16 is past 8 rows x 2

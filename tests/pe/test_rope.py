@@ -11,6 +11,8 @@ def test_score_depends_only_on_relative_position():
     pe = rope()
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
 
+    pe.prepare(128, torch.device("cpu"))
+
     def score(m, n):
         qr, _ = pe.rotate(q, q, torch.tensor([m]), torch.tensor([m]))
         _, kr = pe.rotate(k, k, torch.tensor([n]), torch.tensor([n]))
@@ -26,6 +28,7 @@ def test_rotation_preserves_norm_and_leaves_position_zero():
     pe = rope()
     x = torch.randn(2, 2, 10, 16)
     pos = torch.arange(10)
+    pe.prepare(10, torch.device("cpu"))
     xr, _ = pe.rotate(x, x, pos, pos)
     assert torch.allclose(xr.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
     assert torch.allclose(xr[:, :, 0], x[:, :, 0])
@@ -35,6 +38,7 @@ def test_rotation_angle_closed_form():
     # Pair (i, i + d/2) at position m is rotated by m * base^(-2i/d).
     pe = rope(head_dim=4)
     x = torch.tensor([1.0, 0.0, 0.0, 0.0]).view(1, 1, 1, 4)
+    pe.prepare(6, torch.device("cpu"))
     xr, _ = pe.rotate(x, x, torch.tensor([5]), torch.tensor([5]))
     angle = torch.tensor(5.0)
     assert torch.allclose(xr.flatten(), torch.stack([angle.cos(), torch.tensor(0.0), angle.sin(), torch.tensor(0.0)]), atol=1e-6)
