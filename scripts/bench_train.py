@@ -1,7 +1,13 @@
 """Training throughput: bare step vs the full `posexp train` loop, and model-FLOPs utilisation.
 
     python scripts/bench_train.py                         # d128, 4 layers, 4 heads, 256 x 32, byte
-    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 16 --device cuda
+    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --compile
+    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --sdpa flash
+
+On CUDA the step runs as `posexp train` does: bf16 autocast, fused AdamW, SDPA with is_causal (no
+mask tensor, so the flash kernel applies), pinned host batches copied without blocking, and
+torch.compile with --compile. --sdpa flash|efficient|cudnn|math forces one SDPA kernel in (a)
+(an error if it cannot run this shape), to check that flash attention is what runs.
 
 (a) bare step: forward, backward, clip, AdamW on random tokens, nothing else;
 (b) full loop: `posexp train` in a subprocess (data, logging, eval, checkpoints included), its
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -59,8 +66,34 @@ def flops_per_token(model: GPT, cfg: ModelConfig, seq_len: int) -> float:
     return 6 * matmul_weights + 12 * cfg.n_layers * seq_len * cfg.d_model
 
 
+def sdpa_context(name: str):
+    """A context forcing one SDPA backend (``auto``: torch's choice)."""
+    if name == "auto":
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+    return functools.partial(sdpa_kernel, backend)
+
+
+def flash_usable(cfg: ModelConfig, batch: int, seq_len: int, device: torch.device) -> str:
+    """Whether the flash SDPA kernel runs the model's causal attention shape in bf16."""
+    if device.type != "cuda":
+        return "n/a (not CUDA)"
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(batch, cfg.n_heads, seq_len, cfg.head_dim, device=device, dtype=torch.bfloat16)
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return "yes"
+    except RuntimeError as e:
+        return f"no ({str(e).splitlines()[0][:80]})"
+
+
 def bare_step_rate(cfg: ModelConfig, batch: int, seq_len: int, device: torch.device, steps: int,
-                   compile_model: bool) -> tuple[float, GPT]:
+                   compile_model: bool, sdpa: str = "auto") -> tuple[float, GPT]:
     """Tokens/s of forward + backward + clip + AdamW on random data."""
     from omegaconf import OmegaConf
 
@@ -70,9 +103,10 @@ def bare_step_rate(cfg: ModelConfig, batch: int, seq_len: int, device: torch.dev
     step_model = torch.compile(model) if compile_model else model
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
     x = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
+    kernel = sdpa_context(sdpa)
 
     def step() -> None:
-        with autocast():
+        with autocast(), kernel():
             loss = step_model(x, x)["loss"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -121,7 +155,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20, help="timed bare steps")
     p.add_argument("--loop-steps", type=int, default=60, help="steps of the full training loop")
     p.add_argument("--device", default="auto")
-    p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile (train.compile=true)")
+    p.add_argument("--sdpa", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"],
+                   help="force one SDPA kernel in the bare step")
+    p.add_argument("--no-loop", action="store_true", help="skip (b), the full `posexp train` loop")
     args = p.parse_args()
 
     device = resolve_device(args.device)
@@ -129,19 +166,26 @@ def main() -> None:
     cfg = ModelConfig(vocab_size=260, d_model=d_model, n_layers=n_layers, n_heads=args.heads,
                       pe=args.pe, train_length=args.seq_len)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    peak = matmul_rate(device, dtype, n=4096 if device.type == "cuda" else 1024)
-    bare, model = bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile)
-    loop = full_loop_rate(args, args.loop_steps)
+    peak = matmul_rate(device, dtype, n=8192 if device.type == "cuda" else 1024)
+    bare, model = bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile,
+                                 args.sdpa)
+    loop = None if args.no_loop else full_loop_rate(args, args.loop_steps)
     fpt = flops_per_token(model, cfg, args.seq_len)
-    print(f"device {device}, threads {torch.get_num_threads()}, torch {torch.__version__}")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device {device} ({name}), threads {torch.get_num_threads()}, torch {torch.__version__}")
+    if device.type == "cuda":
+        print(f"bf16 autocast, fused AdamW, SDPA {args.sdpa} (flash usable: "
+              f"{flash_usable(cfg, args.batch, args.seq_len, device)}), peak memory "
+              f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
     print(f"config: model={args.model} (d_model {d_model}, {n_layers} layers), heads {args.heads}, "
           f"pe {args.pe}, seq_len {args.seq_len}, batch {args.batch}, byte vocab, compile {args.compile}")
     print(f"measured matmul rate ({str(dtype).removeprefix('torch.')}): {peak / 1e9:,.1f} GFLOP/s")
     print(f"model FLOPs per token: {fpt / 1e6:,.2f} MFLOP")
     print(f"{'':18}{'tokens/s':>12}{'MFU':>8}")
     print(f"{'(a) bare step':18}{bare:>12,.0f}{bare * fpt / peak:>8.1%}")
-    print(f"{'(b) posexp train':18}{loop:>12,.0f}{loop * fpt / peak:>8.1%}")
-    print(f"ratio (b)/(a): {loop / bare:.3f}")
+    if loop is not None:
+        print(f"{'(b) posexp train':18}{loop:>12,.0f}{loop * fpt / peak:>8.1%}")
+        print(f"ratio (b)/(a): {loop / bare:.3f}")
 
 
 if __name__ == "__main__":

@@ -34,9 +34,16 @@ if not OmegaConf.has_resolver("posexp_run_dir"):
     OmegaConf.register_new_resolver("posexp_run_dir", _run_dir_resolver)
 
 
-def resolve_device(name: str) -> torch.device:
-    """auto picks cuda, then mps, then cpu; an explicit device must exist."""
+def resolve_device(name: str, gpu: int | None = None) -> torch.device:
+    """auto picks cuda, then mps, then cpu; an explicit device must exist.
+
+    ``gpu``: the CUDA device index to use (a sweep job's placement, a torchrun local rank); it
+    becomes the current device before CUDA is first used, so no context lands on GPU 0.
+    """
     choose("device", name, DEVICES)
+    if gpu is not None and name in ("auto", "cuda") and torch.cuda.is_available():
+        torch.cuda.set_device(gpu)
+        return torch.device("cuda", gpu)
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())

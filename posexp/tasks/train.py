@@ -8,6 +8,7 @@ clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import shutil
@@ -24,7 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from posexp import distributed
 from posexp.checkpoint import (
+    checkpoint_dir,
     load_state,
     load_weights,
     read_meta,
@@ -43,6 +46,7 @@ from posexp.tasks.common import (
     resolve_device,
 )
 from posexp.tasks.objectives import Objective, build_objective
+from posexp.tasks.placement import apply_threads, job_placement
 from posexp.tasks.tensorboard import write_hparams
 
 log = logging.getLogger("posexp")
@@ -83,10 +87,11 @@ def effective_config(cfg: DictConfig) -> DictConfig:
     saved = OmegaConf.create(read_meta(run_dir)["config"])
     overrides = HydraConfig.get().overrides.task
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # model.n_heads: ${heads}
     for key in keys:
         root = key.split(".")[0].split("@")[0]
         if root in MODEL_KEYS:
-            want = OmegaConf.select(cfg, root)
+            want = OmegaConf.select(resolved, root)
             have = OmegaConf.select(saved, root)
             if OmegaConf.to_container(OmegaConf.create({"v": want}), resolve=True) != \
                     OmegaConf.to_container(OmegaConf.create({"v": have}), resolve=True):
@@ -103,11 +108,12 @@ def effective_config(cfg: DictConfig) -> DictConfig:
 
 
 def _short(value: Any) -> str:
+    """`rope` for a config group entry named rope, `rope(base=500000.0)` when it has other keys."""
     if isinstance(value, DictConfig):
         value = OmegaConf.to_container(value, resolve=True)
         if isinstance(value, dict) and "name" in value:
-            extra = {k: v for k, v in value.items() if k != "name"}
-            return f"{value['name']}{extra if extra else ''}"
+            extra = ", ".join(f"{k}={v}" for k, v in value.items() if k != "name")
+            return f"{value['name']}({extra})" if extra else str(value["name"])
     return str(value)
 
 
@@ -135,6 +141,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(t.warmup_steps, t.max_steps, t.min_lr / t.lr)
         )
+        self.model = distributed.wrap(self.model, self.device)  # DDP under torchrun
         if t.compile:
             self.model = torch.compile(self.model)
 
@@ -173,16 +180,22 @@ class Trainer:
         t = self.cfg.train
         tokens_per_step = t.batch_size * t.seq_len
         bar = tqdm(total=t.max_steps, initial=self.step, desc="train", unit="step",
-                   disable=None, dynamic_ncols=True, file=sys.stderr)
+                   disable=None if distributed.is_main() else True, dynamic_ncols=True,
+                   file=sys.stderr)
         window_start, window_steps = time.perf_counter(), 0
+        if self.step >= t.max_steps and distributed.is_main():
+            # Resumed at the end (killed before writing results.json): the final metrics come
+            # from the last evaluation, so evaluate once more (TensorBoard has it already).
+            metrics = self.objective.evaluate(self.raw_model, self.step, distributed.NullWriter())
+            self.last_val = metrics["val/loss"]
         self.model.train()
         while self.step < t.max_steps:
-            x, y = self.objective.batch(self.step)
-            x = x.to(self.device, non_blocking=True)
-            y = y.to(self.device, non_blocking=True)
+            # Under torchrun: this rank's rows of the global batch, and its loss weight.
+            x, y, weight = distributed.shard(*self.objective.batch(self.step))
+            x, y = to_device(x, self.device), to_device(y, self.device)
             with self.autocast():
                 loss = self.model(x, y)["loss"]
-            loss.backward()
+            (loss if weight is None else loss * weight).backward()
             loss = loss.detach()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
             self.optimizer.step()
@@ -194,7 +207,7 @@ class Trainer:
             if self.step % t.log_interval == 0 or self.step == t.max_steps:
                 elapsed = time.perf_counter() - window_start
                 tps = window_steps * tokens_per_step / elapsed
-                loss_value = loss.item()
+                loss_value = distributed.global_mean(loss, weight)
                 self.writer.add_scalar("train/loss", loss_value, self.step)
                 self.writer.add_scalar("train/lr", lr, self.step)
                 self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)
@@ -203,14 +216,17 @@ class Trainer:
                 bar.update(window_steps)
                 window_start, window_steps = time.perf_counter(), 0
             if self.step % t.eval_interval == 0 or self.step == t.max_steps:
-                metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
-                self.last_val = metrics["val/loss"]
-                self.best_val = min(self.best_val, self.last_val)
-                for tag, value in metrics.items():
-                    self.writer.add_scalar(tag, value, self.step)
-                shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-                log.info("step %d  train/loss %.4f  %s", self.step, float(loss), shown)
-            if self.step % t.checkpoint_interval == 0 or self.step == t.max_steps:
+                train_loss = distributed.global_mean(loss, weight)  # all ranks take part
+                if distributed.is_main():  # rank 0 evaluates; the others wait at the next step
+                    metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
+                    self.last_val = metrics["val/loss"]
+                    self.best_val = min(self.best_val, self.last_val)
+                    for tag, value in metrics.items():
+                        self.writer.add_scalar(tag, value, self.step)
+                    shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                    log.info("step %d  train/loss %.4f  %s", self.step, train_loss, shown)
+            if (self.step % t.checkpoint_interval == 0 or self.step == t.max_steps) and \
+                    distributed.is_main():
                 self.save()
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
         bar.close()
@@ -220,13 +236,13 @@ class Trainer:
 def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
     check_train_config(cfg.train)
-    device = resolve_device(cfg.device)
-    if cfg.train.get("threads"):
-        torch.set_num_threads(int(cfg.train.threads))
+    distributed.check_batch_size(cfg.train.batch_size)
+    device = place(cfg)
     torch.manual_seed(cfg.seed)
     # Validate everything that needs no data before the (possibly slow) data load.
     model_config(cfg, vocab_size=1)
-    data = build_data(cfg)
+    with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
+        data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
     model = GPT(mcfg)
     autocast = (
@@ -243,18 +259,22 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         # `posexp finetune` (posexp/tasks/finetune.py): start from the parent run's weights.
         load_weights(Path(cfg.parent), model)
         log.info("initialised from parent run %s", cfg.parent)
-    writer = SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
+    writer = (SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
+              if distributed.is_main() else distributed.NullWriter())
     trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
     if state:
         trainer.restore(state)
         log.info("resumed %s at step %d", run_dir, trainer.step)
+    distributed.reseed(cfg.seed, trainer.step)
     n_params = model.num_params()
     log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s",
              cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
              f"{n_params:,}", device)
     trainer.fit()
+    if not distributed.is_main():
+        return {}
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
-    write_hparams(writer, hparam_dict(cfg, mcfg), metrics)
+    write_hparams(writer, {**hparam_dict(cfg, mcfg), "params": n_params}, metrics)
     writer.close()
     write_json_atomic(run_dir / "results.json", {"status": "completed", "step": trainer.step, **metrics})
     return metrics
@@ -276,18 +296,133 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    if multirun and distributed.env().enabled:
+        raise Abort("torchrun runs one training run; drop -m (sweep with hydra/launcher=... instead)")
+    with distributed.session(cfg.device):
+        run_dir = distributed.agree_on_run_dir(run_dir)  # torchrun: every rank uses rank 0's
+        if multirun:
+            done = completed_results(cfg, run_dir)
+            if done is not None:
+                return done
+            cfg = continue_unfinished(cfg, run_dir)
+        try:
+            return _train_task(cfg, run_dir, multirun)
+        finally:
+            if multirun and torch.cuda.is_available():
+                torch.cuda.empty_cache()  # a joblib worker may run its next job on another GPU
+
+
+def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any]:
     fresh = not cfg.resume
     try:
         if cfg.resume:
             cfg = effective_config(cfg)
-            (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+            if distributed.is_main():
+                (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
         return run_training(cfg, run_dir)
     except PosexpError as e:
         if multirun:
             # A sweep keeps the failed job's dir so `posexp report` can show why it failed.
-            write_json_atomic(run_dir / "results.json", {"status": "failed", "error": str(e)})
+            record_failure(run_dir, e)
             raise
-        if fresh and not (run_dir / "checkpoint").exists():
+        if fresh and distributed.is_main() and not (run_dir / "checkpoint").exists():
             logging.shutdown()
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
         raise Abort(str(e)) from None
+    except Exception as e:
+        if multirun:  # an unexpected error fails this job only; Hydra runs the others
+            record_failure(run_dir, e)
+        raise
+
+
+# ---- sweeps: failed jobs recorded, finished jobs skipped, unfinished ones resumed -------------
+
+# train.* keys that do not change what a finished job computed.
+RUNTIME_TRAIN_KEYS = ("threads", "compile", "log_interval", "checkpoint_interval")
+
+
+def record_failure(run_dir: Path, e: BaseException) -> None:
+    """``results.json`` = {status: failed, error}; an unexpected error's traceback goes to the log."""
+    if isinstance(e, PosexpError):
+        error = str(e)
+    else:
+        log.error("job failed", exc_info=e)
+        lines = str(e).strip().splitlines()
+        error = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    write_json_atomic(run_dir / "results.json", {"status": "failed", "error": error})
+
+
+def completed_results(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+    """A rerun sweep job whose dir has ``results.json`` with status completed: its saved results."""
+    try:
+        saved = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("status") != "completed":
+        return None
+    check_same_job(cfg, run_dir)
+    log.info("%s already completed (results.json): skipped", run_dir)
+    return {k: v for k, v in saved.items() if k != "status"}
+
+
+def continue_unfinished(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """A rerun sweep job that left a checkpoint (killed, failed, timed out) resumes from it."""
+    (run_dir / "results.json").unlink(missing_ok=True)  # a stale "failed" from the last attempt
+    if cfg.resume:
+        return cfg
+    try:
+        checkpoint_dir(run_dir)
+    except PosexpError:
+        return cfg  # nothing saved: train from scratch
+    check_same_job(cfg, run_dir)
+    log.info("%s has a checkpoint and no results: resuming it", run_dir)
+    cfg = cfg.copy()
+    cfg.resume = str(run_dir)
+    return cfg
+
+
+def check_same_job(cfg: DictConfig, run_dir: Path) -> None:
+    """Refuse to reuse a job dir trained with different settings (same dir name, other config)."""
+    try:
+        saved = flatten(read_meta(run_dir)["config"])
+    except (PosexpError, KeyError):
+        return
+    want = flatten(OmegaConf.to_container(cfg, resolve=True))
+    roots = (*MODEL_KEYS, "seed", "train")
+    skip = {f"train.{k}" for k in RUNTIME_TRAIN_KEYS}
+    differ = sorted(k for k in want.keys() & saved.keys()
+                    if k.split(".")[0] in roots and k not in skip and want[k] != saved[k])
+    if differ:
+        shown = ", ".join(f"{k}={saved[k]!r} there, {want[k]!r} now" for k in differ[:3])
+        raise PosexpError(f"{run_dir} holds a run with other settings ({shown}); "
+                          "rerun with its own command or a new hydra.sweep.dir")
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as {"a.b": leaf}; lists are leaves."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        out.update(flatten(v, f"{key}.") if isinstance(v, dict) else {key: v})
+    return out
+
+
+# ---- devices -----------------------------------------------------------------------------------
+
+
+def place(cfg: DictConfig) -> torch.device:
+    """The run's device and CPU threads: torchrun's local rank, or a sweep job's placement."""
+    env = distributed.env() if distributed.active() else distributed.DistEnv()
+    where = job_placement(cfg, env.local_world_size)
+    apply_threads(where)
+    device = resolve_device(cfg.device, gpu=env.local_rank if env.enabled else where.gpu)
+    if where.gpu is not None or where.threads:
+        log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
+    return device
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host-to-device copy: from pinned memory and asynchronous on CUDA."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)

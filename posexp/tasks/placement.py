@@ -1,0 +1,175 @@
+"""Where a job of a parallel sweep runs: its GPU and its CPU thread count.
+
+Hydra's launchers schedule the jobs (joblib on this box, submitit locally or on Slurm); this
+module only decides, inside each job, which device and how many CPU threads it uses, so that
+parallel jobs neither pile onto one GPU nor oversubscribe the cores.
+
+* GPU: round-robin over the visible GPUs by the job's number (``hydra.job.num``): job k uses
+  GPU ``k % n_gpus``. With ``hydra/launcher=joblib`` the default ``n_jobs`` is
+  ``n_gpus x placement.jobs_per_gpu`` (several small jobs may share a GPU), so the jobs in
+  flight at once spread evenly. ``device=auto`` (or ``cuda``) then means that GPU.
+* CPU threads (``train.threads: null``): ``cores // n_jobs`` for joblib, ``cpus_per_task`` for
+  submitit (1 when unset for submitit_local, which starts every job at once), ``cores //
+  processes`` under torchrun; a sequential sweep or a single run keeps torch's default.
+  An explicit ``train.threads`` always wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import OmegaConf
+
+log = logging.getLogger("posexp")
+
+# Our presets in configs/hydra/launcher/ share their names with the plugins' ConfigStore entries
+# (so `hydra/launcher=joblib` picks them up), and Hydra then validates them against those
+# schemas, which is what we want, but it warns about it on every sweep. The presets are complete
+# configs, so they keep working once Hydra drops the matching.
+warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
+
+LAUNCHERS = {
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
+    "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher": "joblib",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher": "submitit_local",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher": "submitit_slurm",
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A job's GPU index among the visible ones (None: leave the choice to ``device``) and threads."""
+
+    gpu: int | None = None
+    threads: int | None = None
+    note: str | None = None  # a warning worth logging (more jobs in flight than GPU slots)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a Slurm allocation)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    """Visible CUDA devices (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_n_jobs(jobs_per_gpu: int, n_gpus: int | None = None, cores: int | None = None) -> int:
+    """joblib's default n_jobs: GPUs x jobs_per_gpu on a GPU box, else one job per core."""
+    n_gpus = gpu_count() if n_gpus is None else n_gpus
+    if n_gpus:
+        return n_gpus * max(1, int(jobs_per_gpu))
+    return usable_cores() if cores is None else cores
+
+
+def joblib_parallelism(n_jobs: Any, cores: int) -> int:
+    """How many jobs joblib runs at once for ``n_jobs`` (joblib's rule: -1 = all cores, -2 = all but one)."""
+    if n_jobs is None or int(n_jobs) == 0:
+        return 1
+    n = int(n_jobs)
+    return n if n > 0 else max(1, cores + 1 + n)
+
+
+def launcher_kind(launcher: dict[str, Any]) -> str:
+    """basic | joblib | submitit_local | submitit_slurm | other, from the launcher's _target_."""
+    return LAUNCHERS.get(str(launcher.get("_target_", "")), "other")
+
+
+def plan(
+    *,
+    multirun: bool,
+    job_num: int,
+    launcher: dict[str, Any],
+    n_gpus: int,
+    cores: int,
+    jobs_per_gpu: int = 1,
+    threads: int | None = None,
+    local_world_size: int = 1,
+) -> Placement:
+    """Pure placement rule (unit-tested with fake GPU and core counts); see the module docstring."""
+    if local_world_size > 1:  # torchrun: the GPU is the local rank's (set by posexp.distributed)
+        return Placement(None, threads or max(1, cores // local_world_size))
+    if not multirun:
+        return Placement(None, threads)
+    kind = launcher_kind(launcher)
+    if kind == "basic":  # one job at a time: nothing to share
+        return Placement(None, threads)
+    gpu = job_num % n_gpus if n_gpus else None
+    in_flight: int | None = None
+    if kind == "joblib":
+        in_flight = joblib_parallelism(launcher.get("n_jobs"), cores)
+        auto_threads = max(1, cores // in_flight)
+    elif kind in ("submitit_local", "submitit_slurm"):
+        cpus = launcher.get("cpus_per_task") or os.environ.get("SLURM_CPUS_PER_TASK")
+        auto_threads = int(cpus) if cpus else (1 if kind == "submitit_local" else None)
+    else:
+        auto_threads = None
+    note = None
+    slots = n_gpus * max(1, int(jobs_per_gpu))
+    if gpu is not None and in_flight is not None and in_flight > slots:
+        note = (f"{in_flight} jobs in flight on {n_gpus} GPU(s) with placement.jobs_per_gpu="
+                f"{jobs_per_gpu}: up to {-(-in_flight // n_gpus)} jobs share a GPU")
+    return Placement(gpu, threads or auto_threads, note)
+
+
+def job_placement(cfg: Any, local_world_size: int = 1) -> Placement:
+    """This job's placement, from Hydra's runtime config and the machine."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    threads = cfg.train.get("threads")
+    hc = HydraConfig.get() if HydraConfig.initialized() else None
+    launcher = {k: _launcher_setting(hc, k) for k in ("_target_", "n_jobs", "cpus_per_task")} if hc else {}
+    return plan(
+        multirun=hc is not None and hc.mode == RunMode.MULTIRUN,
+        job_num=int(hc.job.get("num") or 0) if hc else 0,
+        launcher=launcher,
+        n_gpus=gpu_count(),
+        cores=usable_cores(),
+        jobs_per_gpu=int(OmegaConf.select(cfg, "placement.jobs_per_gpu", default=1) or 1),
+        threads=int(threads) if threads else None,
+        local_world_size=local_world_size,
+    )
+
+
+def _launcher_setting(hc: Any, key: str) -> Any:
+    """``hydra.launcher.<key>`` resolved, or None (absent, or not resolvable in this process)."""
+    try:
+        return OmegaConf.select(hc, f"launcher.{key}", default=None)
+    except Exception:  # noqa: BLE001  placement must never fail a job
+        return None
+
+
+def apply_threads(placement: Placement) -> None:
+    """Set torch's intra-op thread count if the placement fixes one."""
+    import torch
+
+    if placement.threads:
+        torch.set_num_threads(int(placement.threads))
+    if placement.note:
+        log.warning(placement.note)
+
+
+def _n_jobs_resolver(*, _root_: Any) -> int:
+    """``${posexp_n_jobs:}``: default_n_jobs with the config's placement.jobs_per_gpu (1 if absent)."""
+    return default_n_jobs(int(OmegaConf.select(_root_, "placement.jobs_per_gpu", default=1) or 1))
+
+
+def _register_resolvers() -> None:
+    """Resolvers the launcher presets use (registered on import, before Hydra composes)."""
+    for name, fn in (("posexp_n_jobs", _n_jobs_resolver), ("posexp_gpu_count", gpu_count)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+_register_resolvers()
