@@ -14,6 +14,8 @@ positional table stops generation with its own one-line error at the table end.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,12 +92,19 @@ def generate_ids(
 
 def run_tokenizer(cfg: DictConfig) -> tuple[Any, str]:
     """The tokenizer a run was trained with, and its corpus kind ("lm" or "pairs")."""
-    from posexp.data import build_tokenizer, load_corpus
-
     data = OmegaConf.to_container(cfg.data, resolve=True)
     tok = OmegaConf.to_container(cfg.tokenizer, resolve=True)
+    return _tokenizer(json.dumps([data, tok, str(cfg.cache_dir)], sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(key: str) -> tuple[Any, str]:
+    """Cached per (data, tokenizer, cache dir): loading a corpus takes seconds."""
+    from posexp.data import build_tokenizer, load_corpus
+
+    data, tok, cache_dir = json.loads(key)
     corpus = load_corpus(**data)
-    tokenizer = build_tokenizer(tok.pop("name"), corpus, Path(cfg.cache_dir), **tok)
+    tokenizer = build_tokenizer(tok.pop("name"), corpus, Path(cache_dir), **tok)
     return tokenizer, corpus.kind
 
 

@@ -1,24 +1,21 @@
-"""Head-count ablation report (Vaswani et al. 2017, Table 3 rows A) for a translation sweep dir.
+"""Head-count ablation view of ``posexp report`` (Vaswani et al. 2017, Table 3 rows A).
 
-Reads every job of a sweep (``<sweep>/<job>/.hydra/config.yaml`` and ``results.json``), groups
-jobs by head count and writes into the sweep dir:
+Applies to a sweep of translation jobs that differ in ``heads`` (``experiment=head_ablation``).
+Groups the jobs by head count and adds to the report:
 
-* ``report.md`` / ``report.csv``: one row per head count with h, d_k, d_v, params, target PPL,
-  test BLEU and chrF (mean ± sample std over the completed seeds), the copy baseline, the paper's
-  PPL and BLEU beside them (reference.md §4), and the jobs' status. A job that failed (its reason
-  shown) or has no results.json (unfinished, or not started when the sweep's grid is known from
-  ``multirun.yaml``) appears as such, never dropped;
+* a section of ``report.md`` and ``report_heads.csv``: one row per head count with h, d_k, d_v,
+  params, target PPL, test BLEU and chrF (mean ± sample std over the completed seeds), the copy
+  baseline, the paper's PPL and BLEU beside them (reference.md §4), and the jobs' status. A job
+  that failed (its reason shown), has no results.json (unfinished), or never started (the
+  sweep's grid is read from ``multirun.yaml``) appears as such, never dropped;
 * ``report_heads.png``: BLEU and PPL against heads (log2 axis, error bars = std over seeds,
   copy baseline dashed);
 * ``attention/h<h>_seed<s>_layer<i>.png``: the final attention maps of the lowest completed seed
-  of every head count (copied from the job's ``attention/`` folder).
+  of every head count (copied from the job's ``attention/``, written at the end of training).
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 import shutil
 from collections import defaultdict
@@ -28,7 +25,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from posexp.errors import PosexpError
+from posexp.tasks.report import register_report_view
 
 # reference.md §4: Vaswani et al. 2017, Table 3 rows (A), EN-DE dev, d_model 512, N 6.
 VASWANI = {1: (5.29, 24.9), 4: (5.00, 25.5), 8: (4.92, 25.8), 16: (4.91, 25.8), 32: (5.01, 25.4)}
@@ -40,8 +37,8 @@ CSV_FIELDS = [
 
 
 @dataclass
-class Job:
-    """One job of the sweep: its dir, settings and outcome."""
+class HeadJob:
+    """One job of the sweep as this view sees it: head count, seed, outcome."""
 
     name: str
     heads: int | None
@@ -53,15 +50,6 @@ class Job:
     path: Path | None = None
 
 
-@dataclass
-class HeadAblationReport:
-    """What the view produces: Markdown text, CSV rows, and the PNGs it wrote."""
-
-    markdown: str
-    rows: list[dict[str, Any]]
-    pngs: list[Path]
-
-
 def _int(value: Any) -> int | None:
     try:
         return int(value)
@@ -69,27 +57,14 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def read_job(job_dir: Path) -> Job:
-    """A job's heads/seed/d_model from its saved config, and its status from results.json."""
-    cfg = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
-    heads, seed = _int(cfg.get("heads")), _int(cfg.get("seed"))
-    d_model = _int(OmegaConf.select(cfg, "model.d_model"))
-    results = job_dir / "results.json"
-    if not results.exists():
-        meta = job_dir / "checkpoint" / "meta.json"
-        step = json.loads(meta.read_text()).get("step") if meta.exists() else None
-        why = f"no results.json (last checkpoint at step {step})" if step else "no results.json"
-        return Job(job_dir.name, heads, seed, d_model, "unfinished", error=why, path=job_dir)
-    data = json.loads(results.read_text())
-    status = data.get("status", "unknown")
-    error = str(data.get("error", "")) if status != "completed" else ""
-    metrics = {k: v for k, v in data.items() if k.startswith("final/")}
-    return Job(job_dir.name, heads, seed, d_model, status, metrics, error, job_dir)
-
-
-def job_dirs(sweep_dir: Path) -> list[Path]:
-    """Sub-dirs of the sweep holding a Hydra job (a ``.hydra/config.yaml``), sorted."""
-    return sorted(p.parent.parent for p in sweep_dir.glob("*/.hydra/config.yaml"))
+def head_job(job: Any) -> HeadJob:
+    """A ``posexp.tasks.report.Job`` seen as heads / seed / d_model / outcome."""
+    cfg = job.config or {}
+    heads = _int(cfg.get("heads", job.params.get("heads")))
+    seed = _int(cfg.get("seed", job.params.get("seed")))
+    d_model = _int((cfg.get("model") or {}).get("d_model"))
+    metrics = {k: v for k, v in job.metrics.items() if k.startswith("final/")}
+    return HeadJob(job.name, heads, seed, d_model, job.status, metrics, job.error, job.path)
 
 
 def expected_grid(sweep_dir: Path) -> list[tuple[int, int]] | None:
@@ -104,7 +79,7 @@ def expected_grid(sweep_dir: Path) -> list[tuple[int, int]] | None:
         params = OmegaConf.to_container(cfg.hydra.sweeper.get("params") or {}, resolve=False)
         lines = [f"{k}={v}" for k, v in params.items()] + list(cfg.hydra.overrides.task)
         values: dict[str, list[Any]] = {}
-        for o in OverridesParser.create().parse_overrides(lines):
+        for o in OverridesParser.create().parse_overrides(lines):  # later lines win, as in Hydra
             key = o.get_key_element()
             if key in ("heads", "seed"):
                 values[key] = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
@@ -115,18 +90,18 @@ def expected_grid(sweep_dir: Path) -> list[tuple[int, int]] | None:
         return None
 
 
-def collect_jobs(sweep_dir: Path) -> list[Job]:
-    """Every job in the sweep dir, plus "not started" placeholders for the rest of the grid."""
-    jobs = [read_job(d) for d in job_dirs(sweep_dir)]
-    grid = expected_grid(sweep_dir)
+def collect_jobs(target: Path, jobs: list[Any]) -> list[HeadJob]:
+    """The sweep's jobs, plus "not started" placeholders for the rest of its grid."""
+    out = [head_job(j) for j in jobs]
+    grid = expected_grid(target)
     if grid:
-        seen = {(j.heads, j.seed) for j in jobs}
-        d_model = next((j.d_model for j in jobs if j.d_model), None)
+        seen = {(j.heads, j.seed) for j in out}
+        d_model = next((j.d_model for j in out if j.d_model), None)
         for h, s in grid:
             if (h, s) not in seen:
-                jobs.append(Job(f"heads={h} seed={s}", h, s, d_model, "not started",
-                                error="no job dir (the sweep stopped before it)"))
-    return jobs
+                out.append(HeadJob(f"heads={h},seed={s}", h, s, d_model, "not started",
+                                   error="no job dir yet (pending, or the sweep stopped before it)"))
+    return out
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -145,16 +120,16 @@ def _fmt(m: float, s: float, n: int, digits: int) -> str:
     return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-def _status(jobs: list[Job]) -> str:
+def _status(jobs: list[HeadJob]) -> str:
     counts: dict[str, int] = defaultdict(int)
     for j in jobs:
         counts[j.status] += 1
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
 
 
-def summarize(jobs: list[Job]) -> list[dict[str, Any]]:
+def summarize(jobs: list[HeadJob]) -> list[dict[str, Any]]:
     """One row per head count (sorted; jobs without a readable head count last)."""
-    groups: dict[int | None, list[Job]] = defaultdict(list)
+    groups: dict[int | None, list[HeadJob]] = defaultdict(list)
     for j in jobs:
         groups[j.heads].append(j)
     rows = []
@@ -169,6 +144,7 @@ def summarize(jobs: list[Job]) -> list[dict[str, Any]]:
         params = next((j.metrics.get("final/params") for j in done if "final/params" in j.metrics), None)
         copy_b = next((j.metrics.get("final/copy_bleu") for j in done if "final/copy_bleu" in j.metrics), None)
         copy_c = next((j.metrics.get("final/copy_chrf") for j in done if "final/copy_chrf" in j.metrics), None)
+        params = int(params) if params is not None else None
         vas = VASWANI.get(h) if h is not None else None
         rows.append({
             "h": h, "d_k": d_k, "d_v": d_k, "params": params,
@@ -184,26 +160,24 @@ def summarize(jobs: list[Job]) -> list[dict[str, Any]]:
 def _num(v: Any, digits: int = 1) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
-    if isinstance(v, float) and not v.is_integer():
+    if isinstance(v, float):
         return f"{v:.{digits}f}"
     return f"{int(v):,}"
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+def plot(rows: list[dict[str, Any]]):
     """BLEU (with the copy baseline) and PPL against heads, error bars over seeds."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     done = [r for r in rows if r["seeds"] and r["h"]]
-    fig = Figure(figsize=(10, 4), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = Figure(figsize=(10, 4))
     ax_b, ax_p = fig.subplots(1, 2)
     hs = [r["h"] for r in done]
+    all_h = sorted({r["h"] for r in rows if r["h"]})
     for ax, key, label in ((ax_b, "bleu", "test BLEU"), (ax_p, "ppl", "val PPL (target tokens)")):
         ax.errorbar(hs, [r[f"{key}_mean"] for r in done], yerr=[r[f"{key}_std"] for r in done],
                     marker="o", capsize=3, label="this sweep (mean ± std over seeds)")
         ax.set_xscale("log", base=2)
-        all_h = sorted({r["h"] for r in rows if r["h"]})
         ax.set_xticks(all_h, [str(h) for h in all_h])
         ax.set_xlabel("heads h (d_k = d_model / h)")
         ax.set_ylabel(label)
@@ -212,26 +186,26 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     if copy is not None:
         ax_b.axhline(copy, color="grey", linestyle="--", label=f"copy baseline ({copy:.1f})")
     ax_b.legend(fontsize=8)
-    ax_b.set_title("BLEU against heads")
-    ax_p.set_title("Perplexity against heads")
+    ax_b.set_title("BLEU against heads", fontsize=10)
+    ax_p.set_title("Perplexity against heads", fontsize=10)
     missing = [str(r["h"]) for r in rows if not r["seeds"]]
     if missing:
-        fig.suptitle(f"no completed job for heads = {', '.join(missing)} (see report.md)", fontsize=9)
-    fig.savefig(path, dpi=110)
-    return path
+        fig.suptitle(f"no completed job for heads = {', '.join(missing)} (see the table)", fontsize=9)
+    return fig
 
 
-def copy_attention(jobs: list[Job], out: Path) -> list[Path]:
+def copy_attention(jobs: list[HeadJob], out: Path) -> list[Path]:
     """The final attention PNGs of the lowest completed seed per head count, copied into ``out``."""
-    paths = []
-    best: dict[int, Job] = {}
+    best: dict[int, HeadJob] = {}
     for j in jobs:
         if j.status == "completed" and j.heads is not None and j.path is not None:
             if j.heads not in best or (j.seed or 0) < (best[j.heads].seed or 0):
                 best[j.heads] = j
+    paths = []
     for h in sorted(best):
         j = best[h]
-        for src in sorted((j.path / "attention").glob("layer*.png")):
+        layers = sorted((j.path / "attention").glob("layer*.png"), key=lambda p: _number(p.stem))
+        for src in layers:
             out.mkdir(parents=True, exist_ok=True)
             dst = out / f"h{h}_seed{j.seed}_{src.name}"
             shutil.copyfile(src, dst)
@@ -239,37 +213,17 @@ def copy_attention(jobs: list[Job], out: Path) -> list[Path]:
     return paths
 
 
-def render_head_ablation(sweep_dir: Path | str) -> HeadAblationReport:
-    """Write report.md, report.csv, report_heads.png and attention PNGs into the sweep dir."""
-    sweep = Path(sweep_dir)
-    if not sweep.is_dir():
-        raise PosexpError(f"sweep dir not found: {str(sweep)!r}")
-    jobs = collect_jobs(sweep)
-    if not jobs:
-        raise PosexpError(f"no jobs in {str(sweep)!r}; expected <sweep>/<job>/.hydra/config.yaml")
-    rows = summarize(jobs)
-    png = plot(rows, sweep / "report_heads.png")
-    attention = copy_attention(jobs, sweep / "attention")
+def _number(stem: str) -> int:
+    digits = "".join(c for c in stem if c.isdigit())
+    return int(digits) if digits else 0
 
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    (sweep / "report.csv").write_text(buf.getvalue())
 
-    d_models = sorted({j.d_model for j in jobs if j.d_model})
+def table_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The Table-3 style Markdown table, one line per head count."""
     lines = [
-        f"# Head-count ablation: {sweep.name}",
-        "",
-        f"Heads at fixed d_model = {', '.join(map(str, d_models)) or '?'} (d_k = d_v = d_model / h). "
-        "PPL: validation perplexity on target tokens; BLEU / chrF: sacrebleu on greedy "
-        "translations of the full test split; mean ± sample std over completed seeds. "
-        "Copy baseline: the source verse itself as the translation. Paper: Vaswani et al. 2017, "
-        "Table 3 rows (A) (EN-DE dev, d_model 512, 6 layers; reference.md §4), for the shape only.",
-        "",
         "| h | d_k | d_v | params | PPL | BLEU | chrF | seeds | copy BLEU | copy chrF "
-        "| paper PPL | paper BLEU | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| paper PPL | paper BLEU | jobs |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         n = r["seeds"]
@@ -280,26 +234,55 @@ def render_head_ablation(sweep_dir: Path | str) -> HeadAblationReport:
             f"| {_num(r['copy_chrf'])} | {_num(r['vaswani_ppl'], 2)} | {_num(r['vaswani_bleu'])} "
             f"| {r['status']} |"
         )
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(ctx: Any) -> str:
+    """The view: table, CSV, plot and attention maps; returns its Markdown section."""
+    jobs = collect_jobs(ctx.target, ctx.jobs)
+    rows = summarize(jobs)
+    csv_path = ctx.write_csv("report_heads.csv", rows, CSV_FIELDS)
+    png = ctx.save_figure(plot(rows), "report_heads.png")
+    attention = copy_attention(jobs, ctx.target / "attention")
+    ctx.files.extend(attention)
+    d_models = sorted({j.d_model for j in jobs if j.d_model})
+    lines = [
+        "## Head-count ablation (Vaswani et al. 2017, Table 3 rows A)",
+        "",
+        f"Heads at fixed d_model = {', '.join(map(str, d_models)) or '?'} (d_k = d_v = d_model / h). "
+        "PPL: validation perplexity on target tokens; BLEU / chrF: sacrebleu on greedy "
+        "translations of the whole test split; mean ± sample std over the completed seeds. "
+        "Copy baseline: each source verse copied as its own translation. Paper: Vaswani et al. "
+        "2017, Table 3 rows (A) (EN-DE dev, d_model 512, 6 layers; reference.md §4), for the "
+        "shape only.",
+        "",
+        *table_markdown(rows),
+    ]
     bad = [j for j in jobs if j.status != "completed"]
     if bad:
-        lines += ["", "## Failed or unfinished jobs", "", "| job | heads | seed | status | reason |",
-                  "|---|---|---|---|---|"]
+        lines += ["", "Failed or unfinished jobs:", "", "| job | heads | seed | status | reason |",
+                  "|---|---:|---:|---|---|"]
         for j in sorted(bad, key=lambda j: (j.heads or 0, j.seed or 0)):
-            reason = j.error.replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {j.name} | {_num(j.heads)} | {_num(j.seed)} | {j.status} | {reason} |")
-    lines += ["", f"![BLEU and PPL against heads]({png.name})"]
+            lines.append(f"| {_cell(j.name)} | {_num(j.heads)} | {_num(j.seed)} | {j.status} "
+                         f"| {_cell(j.error)} |")
+    lines += ["", f"Table as CSV: [{csv_path.name}]({csv_path.name}).", "",
+              f"![BLEU and PPL against heads]({png.name})"]
     if attention:
-        lines += ["", "## Final attention maps (one fixed validation verse, lowest completed seed)", ""]
+        lines += ["", "Final attention maps (one fixed validation verse; lowest completed seed of "
+                  "each head count; rows = queries, columns = keys, white lines = `<sep>`):", ""]
         lines += [f"![{p.stem}](attention/{p.name})" for p in attention]
-    markdown = "\n".join(lines) + "\n"
-    (sweep / "report.md").write_text(markdown)
-    return HeadAblationReport(markdown, rows, [png, *attention])
+    return "\n".join(lines)
 
 
-def is_head_ablation(sweep_dir: Path | str) -> bool:
-    """True for a sweep of translation jobs that differ in head count."""
-    jobs = [read_job(d) for d in job_dirs(Path(sweep_dir))]
-    pairs = any("final/bleu" in j.metrics for j in jobs)
-    multirun = Path(sweep_dir) / "multirun.yaml"
-    named = multirun.exists() and "head_ablation" in multirun.read_text()
-    return named or (pairs and len({j.heads for j in jobs}) > 1)
+def detect(jobs: list[Any]) -> bool:
+    """Translation jobs (BLEU in their results, or a `translate:` config) that differ in heads."""
+    heads = {head_job(j).heads for j in jobs}
+    translation = any("final/bleu" in j.metrics or "translate" in (j.config or {}) for j in jobs)
+    return translation and len(heads) > 1
+
+
+register_report_view("head_ablation", detect, render, order=20)

@@ -1,7 +1,8 @@
 """The ``pairs`` objective: translation as ``source <sep> target <eos>`` for a decoder-only model.
 
 Training batches come from ``PairBatches`` (one example per row, right-padded, loss on target
-tokens unless ``data.loss_on=all``). Evaluation, every ``train.eval_interval`` steps:
+tokens unless ``data.loss_on=all``), with the columns after the last scored token cut off (exact
+under the causal mask, and less compute). Evaluation, every ``train.eval_interval`` steps:
 
 * ``val/loss``, ``val/ppl``: mean loss / perplexity on TARGET tokens (target words and eos) of
   the whole val split, whatever ``data.loss_on`` says;
@@ -20,7 +21,8 @@ Decoding is greedy and starts each example at position 0, as in training. The pr
 prompt + output never exceed ``train.seq_len`` tokens: no position is used that training never
 saw, and a learned table is never read past its end. Settings (all optional, under ``translate``):
 ``bleu_examples`` (default 100), ``test_examples`` (default null = all), ``max_new_tokens``
-(default null = 2 x source + 10, within seq_len), ``batch_size`` (decoding batch, default 64), ``samples`` (4).
+(default null = 2 x source + 10, within seq_len), ``batch_size`` (decoding batch, default 64),
+``samples`` (4). Outside a preset that lists them, set them with ``+translate.<key>=...``.
 """
 
 from __future__ import annotations
@@ -78,6 +80,13 @@ def evenly_spaced(n: int, k: int | None) -> list[int]:
     return sorted({int(i) for i in np.linspace(0, n - 1, k).round()})
 
 
+def trim(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Drop the columns after the last target that carries loss (exact under a causal mask)."""
+    carries = (y != -100).any(0).nonzero()
+    width = int(carries.max()) + 1 if len(carries) else 1
+    return x[:, :width], y[:, :width]
+
+
 def _md(text: str) -> str:
     """Text safe inside a Markdown table cell."""
     return text.replace("|", "\\|").replace("\n", " ")
@@ -116,8 +125,12 @@ class Translation:
     # -- training ------------------------------------------------------------------------------
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The random pairs for ``step`` (a pure function of seed and step)."""
-        return self.train.batch(step)
+        """The random pairs for ``step`` (a pure function of seed and step), trailing padding cut.
+
+        Rows are padded to seq_len; columns after the last one carrying loss change nothing under
+        the causal mask, so dropping them gives the same loss and gradients for less compute.
+        """
+        return trim(*self.train.batch(step))
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -129,9 +142,8 @@ class Translation:
         order = sorted(range(len(self.val)), key=lambda i: sum(map(len, self.val.example(i))))
         total, count = 0.0, 0
         for start in range(0, len(order), self.batch_size):
-            x, y = self.val.collate(order[start : start + self.batch_size])
-            width = int((y != -100).any(0).nonzero().max()) + 1  # the causal mask makes trimming exact
-            x, y = x[:, :width].to(self.device), y[:, :width].to(self.device)
+            x, y = trim(*self.val.collate(order[start : start + self.batch_size]))
+            x, y = x.to(self.device), y.to(self.device)
             with self.autocast():
                 loss = model(x, y)["loss"]
             n = int((y != -100).sum())
@@ -205,9 +217,10 @@ class Translation:
             for tag, value in (("test/bleu", test["bleu"]), ("test/chrf", test["chrf"]),
                                ("test/copy_bleu", copy["bleu"]), ("test/copy_chrf", copy["chrf"])):
                 writer.add_scalar(tag, value, self.step)
-            run_dir = Path(writer.log_dir)
-            write_translations(run_dir / "translations_test.tsv", sources, refs, hyps)
-            self.save_attention_pngs(model, run_dir / "attention")
+            log_dir = getattr(writer, "log_dir", None)  # a SummaryWriter's is the run dir
+            if isinstance(log_dir, (str, Path)):
+                write_translations(Path(log_dir) / "translations_test.tsv", sources, refs, hyps)
+                self.save_attention_pngs(model, Path(log_dir) / "attention")
         return metrics
 
     # -- attention maps --------------------------------------------------------------------------
@@ -238,23 +251,30 @@ class Translation:
         model.train(was_training)
         return [w[0].float().cpu().numpy() for w in out]
 
-    def _figures(self, model: torch.nn.Module):
-        labels = self.token_labels(self.attention_ids)
-        for i, w in enumerate(self.attention_weights(model)):
-            yield i, attention_figure(w, labels, f"layer {i}: attention of each head (query row, key column)")
-
     def attention_images(self, model: torch.nn.Module) -> list[np.ndarray]:
-        """One RGB (H, W, 3) uint8 image per layer."""
-        return [figure_to_array(fig) for _, fig in self._figures(model)]
+        """One RGB (H, W, 3) uint8 image per layer (kept, so ``finish`` can reuse the last ones)."""
+        labels = self.token_labels(self.attention_ids)
+        images = [
+            figure_to_array(attention_figure(w, labels, f"layer {i}: attention of each head "
+                                             "(query row, key column)"))
+            for i, w in enumerate(self.attention_weights(model))
+        ]
+        self._images = (self.step, images)
+        return images
 
     def save_attention_pngs(self, model: torch.nn.Module, folder: Path) -> list[Path]:
         """``folder/layer<i>.png`` for every layer; returns the paths."""
+        from matplotlib.image import imsave
+
+        # finish() follows the evaluation of the last step: those images are of this very model.
+        step, images = getattr(self, "_images", (None, None))
+        if images is None or step != self.step:
+            images = self.attention_images(model)
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
-        for i, fig in self._figures(model):
-            path = folder / f"layer{i}.png"
-            fig.savefig(path, dpi=100)
-            paths.append(path)
+        for i, image in enumerate(images):
+            paths.append(folder / f"layer{i}.png")
+            imsave(paths[-1], image)
         return paths
 
 
@@ -270,7 +290,8 @@ def attention_figure(weights: np.ndarray, labels: list[str], title: str):
     rows = math.ceil(heads / cols)
     show_tokens = heads <= 4 and T <= 48
     cell = 3.6 if show_tokens else 2.0
-    fig = Figure(figsize=(cell * cols + 1.2, cell * rows + 0.8), layout="constrained")
+    width, height = cell * cols + 1.0, cell * rows + 0.7
+    fig = Figure(figsize=(width, height))
     axes = fig.subplots(rows, cols, squeeze=False)
     image = None
     for h in range(rows * cols):
@@ -290,7 +311,12 @@ def attention_figure(weights: np.ndarray, labels: list[str], title: str):
         else:
             ax.set_xticks([])
             ax.set_yticks([])
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    # A fixed layout: constrained layout costs seconds per figure with token tick labels.
+    margin = 0.9 if show_tokens else 0.15
+    fig.subplots_adjust(left=margin / width, right=1 - 0.9 / width, bottom=margin / height,
+                        top=1 - 0.55 / height, wspace=0.35 if show_tokens else 0.1, hspace=0.3)
+    cax = fig.add_axes((1 - 0.7 / width, 0.15, 0.15 / width, 0.7))
+    fig.colorbar(image, cax=cax, label="attention weight")
     fig.suptitle(title, fontsize=10)
     return fig
 
