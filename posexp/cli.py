@@ -108,7 +108,7 @@ def eval_extrapolate(
 @app.command(context_settings=HYDRA_COMMAND)
 def finetune(
     ctx: typer.Context,
-    run: Path = typer.Option(..., "--run", help="The run to continue (its checkpoint is loaded)."),
+    run: Path | None = typer.Option(None, "--run", help="The run to continue (its checkpoint is loaded)."),
 ) -> None:
     """Continue a run at a longer train.seq_len with an extension baked in, as a new run.
 
@@ -157,3 +157,16 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as e:
         typer.echo(f"error: {_one_line(e)}", err=True)
         raise SystemExit(2) from None
+    except Exception as e:
+        if not is_sweep(sys.argv):
+            raise  # a bug, not bad input: keep the traceback
+        # The sweep ran every job; each failed one holds results.json and a log with the details.
+        typer.echo(f"error: a sweep job failed ({type(e).__name__}: {_one_line(e)}); the other "
+                   "jobs ran; see results.json in each job dir or run `posexp report <sweep dir>`",
+                   err=True)
+        raise SystemExit(1) from None
+
+
+def is_sweep(argv: list[str]) -> bool:
+    """True for `posexp train -m ...` / `--multirun`."""
+    return any(a in ("-m", "--multirun") for a in argv[1:])

@@ -290,7 +290,7 @@ class GPT(nn.Module):
                 token = token.masked_fill(finished, eos_id)
                 finished |= token == eos_id
             out.append(token)
-            if eos_id is not None and bool(finished.all()):
+            if len(out) == max_new_tokens or (eos_id is not None and bool(finished.all())):
                 break
             logits = self(token[:, None], cache=cache)["logits"][:, -1]
         return torch.stack(out, dim=1) if out else prompts.new_empty(prompts.shape[0], 0)

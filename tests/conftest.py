@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # tiny models: more threads only add overhead
 
 
 @pytest.fixture(autouse=True)

@@ -83,9 +83,10 @@ def test_greedy_is_deterministic_and_sampling_follows_the_seed():
 
 def test_learned_table_end_is_a_clear_error():
     model = tiny("learned", train_length=8)
-    assert len(generate_ids(model, prompts_of([5]), 3)[0]) == 3  # positions 0..7 fit
+    # The last new token is predicted from position 7 and never fed back: 4 tokens fit.
+    assert len(generate_ids(model, prompts_of([5]), 4)[0]) == 4
     with pytest.raises(PositionOutOfRange, match=r"position 8 is past the learned table \(pe.max_len=8\)"):
-        generate_ids(model, prompts_of([5]), 4)
+        generate_ids(model, prompts_of([5]), 5)
 
 
 def test_bad_arguments():
