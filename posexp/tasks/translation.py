@@ -22,7 +22,7 @@ prompt + output never exceed ``train.seq_len`` tokens: no position is used that 
 saw, and a learned table is never read past its end. Settings (all optional, under ``translate``):
 ``bleu_examples`` (default 100), ``test_examples`` (default null = all), ``max_new_tokens``
 (default null = 2 x source + 10, within seq_len), ``batch_size`` (decoding batch, default 64),
-``samples`` (4). Outside a preset that lists them, set them with ``+translate.<key>=...``.
+``samples`` (4); defaults in configs/train.yaml, e.g. ``translate.bleu_examples=50``.
 """
 
 from __future__ import annotations

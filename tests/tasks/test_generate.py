@@ -10,16 +10,6 @@ from posexp.model import GPT, ModelConfig
 from posexp.pe.learned import PositionOutOfRange
 from posexp.tasks.generate import generate_ids
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models only lose from a second thread (and gain nothing on a busy 2-core box)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
-
 PES = ["none", "sinusoidal", "learned", "rope", "alibi"]
 VOCAB = 50
 

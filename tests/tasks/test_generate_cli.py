@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from posexp.checkpoint import save_checkpoint
 from posexp.errors import PosexpError
@@ -16,18 +15,11 @@ from tests.helpers import posexp
 PAIRS_RUN = [
     "data=wyc2kjv", "tokenizer=byte", "pe=learned", "model=tiny", "heads=2", "train.max_steps=4",
     "train.seq_len=64", "train.batch_size=4", "train.eval_interval=4", "train.log_interval=2",
-    "train.checkpoint_interval=4", "train.warmup_steps=1", "+translate.bleu_examples=3",
-    "+translate.test_examples=3", "device=cpu",
+    "train.checkpoint_interval=4", "train.warmup_steps=1", "translate.bleu_examples=3",
+    "translate.test_examples=3", "device=cpu",
 ]
 PROMPTS = ["And God said, Let there be light", "In the bigynnyng God made of nouyt heuene"]
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
 
 
 def test_translation_run_end_to_end(tmp_path, cache, monkeypatch):

@@ -28,13 +28,6 @@ PAIRS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
-
 
 def make(tmp_path, loss_on="target", heads=4, **translate):
     corpus = Corpus(splits={s: ["x"] for s in ("train", "val", "test")},
