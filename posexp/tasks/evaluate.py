@@ -29,7 +29,6 @@ import contextlib
 import csv
 import io
 import json
-import logging
 import math
 import os
 import time
@@ -50,8 +49,6 @@ from posexp.extension.registry import check_factor
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PositionOutOfRange
 from posexp.tasks.common import Data, build_data, config_hash, latest_run, resolve_device
-
-log = logging.getLogger("posexp")
 
 PROTOCOLS = ("nonoverlap", "sliding")
 PROTOCOL_CHOICES = ("nonoverlap", "sliding", "both")
@@ -94,7 +91,10 @@ class Settings:
             if not self.lengths or any(n <= 0 for n in self.lengths):
                 raise PosexpError(f"--lengths must be positive integers, got {self.lengths}")
         if self.factor is not None:
-            check_factor(self.factor)
+            try:
+                check_factor(self.factor)
+            except PosexpError as e:
+                raise PosexpError(f"--{e}") from None
         if self.protocol is not None:
             choose("protocol", self.protocol, PROTOCOL_CHOICES)
         if self.methods is not None:
@@ -206,7 +206,7 @@ class Item:
     stride: int | None = None
     windows: list[Window] = field(default_factory=list)
     note: str = ""
-    skip: bool = False
+    skip: bool = False  # set when the test split is too short for one window
 
     @property
     def work(self) -> int:
@@ -223,6 +223,7 @@ class RunPlan:
     train_length: int
     n_tokens: int
     items: list[Item]
+    dropped: list[str] = field(default_factory=list)  # asked-for methods that do not apply
 
     @property
     def pe(self) -> str:
@@ -238,10 +239,12 @@ def is_run_dir(path: Path) -> bool:
     return any((path / name / "meta.json").is_file() for name in ("checkpoint", "checkpoint.old"))
 
 
-def find_runs(target: Path | str | None) -> list[Path]:
+def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[Path]:
     """The run dir itself, every job with a checkpoint in a sweep dir, or the newest run."""
     if target is None:
         return [latest_run(Path("outputs"))]
+    if isinstance(target, (list, tuple)):
+        return [run for t in target for run in find_runs(t)]
     path = Path(target)
     if not path.is_dir():
         raise PosexpError(f"run dir not found: {str(path)!r}")
@@ -312,19 +315,24 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
     protocol = s.protocol or "nonoverlap"
     protocols = PROTOCOLS if protocol == "both" else (protocol,)
     stride = s.stride or max(1, train_length // 2)
-    if s.tokens is not None and s.tokens < max(lengths):
+    if settings.tokens is not None and settings.tokens < max(lengths):
         raise PosexpError(
-            f"--tokens {s.tokens} is below the longest length {max(lengths)}; every length needs "
-            f"at least one full window (allowed: --tokens >= {max(lengths)})"
+            f"--tokens {settings.tokens} is below the longest length {max(lengths)}; every length "
+            f"needs at least one full window (allowed: --tokens >= {max(lengths)})"
         )
-    n_tokens = s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths))
+    # A preset's token count (or the default) grows to one full window at the longest length.
+    n_tokens = max(s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths)), max(lengths))
 
     methods = ([BAKED] if has_baked else []) + default_methods(pe) if s.methods is None else s.methods
     items: list[Item] = []
+    dropped: list[str] = []
     for method in methods:
-        note, skip = "", False
+        note = ""
         if method == BAKED:
             if not has_baked:
+                if n_runs > 1:
+                    dropped.append(method)
+                    continue
                 raise PosexpError(
                     f"--method baked: {str(run_dir)!r} has no baked-in extension "
                     f"(only runs made by `posexp finetune` with an extension have one)"
@@ -334,10 +342,15 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
             label = method
             try:
                 note = check_applicable(method, pe) or ""
-            except PosexpError as e:
+            except PosexpError:
                 if n_runs == 1:
                     raise
-                note, skip = str(e), True  # a sweep mixes PEs: record why, evaluate the rest
+                note = "not applicable"
+            if note and n_runs > 1:
+                # A sweep mixes PEs: a method that does not apply to (or is ignored by) this
+                # job's PE is skipped for it, not evaluated as a duplicate of `none`.
+                dropped.append(method)
+                continue
         for length in lengths:
             if method == BAKED:
                 factor, ext = float(baked.get("factor", 1.0)), baked
@@ -348,8 +361,11 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
             for p in protocols:
                 items.append(Item(label, length, p, factor, ext,
                                   stride=min(stride, length) if p == "sliding" else None,
-                                  note="; ".join(x for x in (note, extra) if x), skip=skip))
-    return RunPlan(run_dir, meta, cfg, train_length, n_tokens, items)
+                                  note="; ".join(x for x in (note, extra) if x)))
+    if not items and n_runs == 1:
+        raise PosexpError(f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
+                          f"allowed for {pe}: {', '.join(default_methods(pe))}")
+    return RunPlan(run_dir, meta, cfg, train_length, n_tokens, items, dropped)
 
 
 def attach_windows(plan: RunPlan, test_size: int) -> None:
@@ -470,18 +486,27 @@ def load_test_tokens(cfg: DictConfig, cache: dict[str, Data]) -> np.ndarray:
     return tokens["test"]
 
 
-def evaluate_runs(target: Path | str | None, settings: Settings, console: Any = None,
-                  progress: bool | None = None) -> list[RunResult]:
+def evaluate_runs(target: Path | str | Sequence[Path | str] | None, settings: Settings,
+                  console: Any = None, progress: bool | None = None) -> list[RunResult]:
     """Plan, score and write outputs for every run under ``target``; returns the results.
 
     ``progress`` None shows the bar only on a terminal (tqdm's rule), True/False force it.
     """
+    from rich.console import Console
     from tqdm import tqdm
 
+    console = console or Console()
     settings.validate()
     device = resolve_device(settings.device)
     runs = find_runs(target)
     plans = [plan_run(run_dir, settings, len(runs)) for run_dir in runs]  # all checks first
+    for plan in plans:
+        if plan.dropped:
+            console.print(f"{plan.run_dir}: skipping {', '.join(plan.dropped)} "
+                          f"(not applicable to pe={plan.pe})", soft_wrap=True, highlight=False)
+    plans = [plan for plan in plans if plan.items]
+    if not plans:
+        raise PosexpError(f"no method asked for applies to any run under {str(target)!r}")
     data_cache: dict[str, Data] = {}
     tests = []
     for plan in plans:
@@ -519,7 +544,7 @@ def evaluate_plan(plan: RunPlan, test: np.ndarray, device: torch.device, batch_t
                   "note": item.note, "stride": item.stride}
         if not item.skip:
             key = json.dumps(item.extension, sort_keys=True)
-            start = time.perf_counter()
+            start, done = time.perf_counter(), bar.n
             try:
                 if key not in models:
                     models.clear()  # one model alive at a time: they differ only in frequencies
@@ -528,9 +553,9 @@ def evaluate_plan(plan: RunPlan, test: np.ndarray, device: torch.device, batch_t
                     models[key] = model.to(device).eval()
                 score = score_windows(models[key], tokens, item.windows, device, batch_tokens,
                                       autocast, bar.update)
-            except PositionOutOfRange as e:
-                bar.update(item.work)
-                record["note"] = "; ".join(x for x in (item.note, str(e)) if x)
+            except PositionOutOfRange:
+                bar.update(item.work - (bar.n - done))
+                record["note"] = "; ".join(x for x in (item.note, out_of_table_note(mdict)) if x)
             else:
                 record.update(loss=score.loss, ppl=safe_exp(score.loss), tokens=score.count)
                 if item.length == longest and (item.method not in curves
@@ -542,6 +567,13 @@ def evaluate_plan(plan: RunPlan, test: np.ndarray, device: torch.device, batch_t
                     "buckets": PER_POSITION_BUCKETS, "methods": curves}
     files = write_outputs(plan, records, per_position)
     return RunResult(plan.run_dir, plan.pe, plan.train_length, records, per_position, files)
+
+
+def out_of_table_note(mdict: dict[str, Any]) -> str:
+    """Why a learned table cannot score a length (the same words at every length)."""
+    rows = mdict.get("pe_params", {}).get("max_len") or mdict["train_length"]
+    return (f"not applicable: the learned position table has {rows} rows and positions past "
+            f"them have no embedding (use --method pi)")
 
 
 def safe_exp(loss: float) -> float | None:
@@ -585,14 +617,28 @@ def write_csv_atomic(path: Path, rows: list[dict[str, Any]], fields: Sequence[st
     write_text_atomic(path, buf.getvalue())
 
 
-def save_figure_atomic(fig: Any, path: Path) -> None:
-    """Save a matplotlib figure as PNG through a temporary file, then close it."""
+def figure_png(fig: Any) -> bytes:
+    """Render a matplotlib figure to PNG bytes once, then close it."""
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    return buf.getvalue()
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write bytes through a temporary file and a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def save_figure_atomic(fig: Any, path: Path) -> bytes:
+    """Save a matplotlib figure as PNG atomically (and close it); returns the PNG bytes."""
+    png = figure_png(fig)
+    write_bytes_atomic(path, png)
+    return png
 
 
 def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: dict[str, Any]) -> list[Path]:
@@ -605,11 +651,10 @@ def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: di
     write_csv_atomic(files[1], records, FIELDS)
     write_json_atomic(files[2], per_position)
     title = f"{plan.run_dir.name}  (pe={plan.pe}, trained at {plan.train_length})"
-    ppl_fig = plot_ppl(records, plan.train_length, title)
-    pos_fig = plot_per_position(per_position, title)
-    write_tensorboard(plan.run_dir, records, ppl_fig, pos_fig)
-    save_figure_atomic(ppl_fig, files[3])
-    save_figure_atomic(pos_fig, files[4])
+    ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), files[3])
+    pos_png = save_figure_atomic(plot_per_position(per_position, title), files[4])
+    write_tensorboard(plan.run_dir, records, {"extrapolate/ppl_plot": ppl_png,
+                                              "extrapolate/per_position_loss": pos_png})
     return files
 
 
@@ -621,7 +666,8 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str):
     import matplotlib.pyplot as plt
 
     protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in records)]
-    fig, axes = plt.subplots(1, len(protocols), figsize=(6 * len(protocols), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(protocols), figsize=(6 * len(protocols), 4.2), squeeze=False,
+                             layout="constrained")
     for ax, protocol in zip(axes[0], protocols, strict=True):
         methods = list(dict.fromkeys(r["method"] for r in records if r["protocol"] == protocol))
         for method in methods:
@@ -649,7 +695,7 @@ def plot_per_position(per_position: dict[str, Any], title: str):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
     for method, curve in per_position["methods"].items():
         xs = [(a + b - 1) / 2 for a, b in zip(curve["start"], curve["end"], strict=True)]
         pts = [(x, y) for x, y in zip(xs, curve["loss"], strict=True) if y is not None]
@@ -666,7 +712,7 @@ def plot_per_position(per_position: dict[str, Any], title: str):
     return fig
 
 
-def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], ppl_fig: Any, pos_fig: Any) -> None:
+def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes]) -> None:
     """Scalars ``extrapolate/<protocol>/<method>/ppl`` (step = length) in the run's own TB run.
 
     Written into the run dir, not a subdir, so TensorBoard lists one run per experiment with an
@@ -689,8 +735,11 @@ def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], ppl_fig: Any
             }
         })
         step = max((r["length"] for r in records), default=0)
-        writer.add_figure("extrapolate/ppl_plot", ppl_fig, step, close=False)
-        writer.add_figure("extrapolate/per_position_loss", pos_fig, step, close=False)
+        from matplotlib.image import imread
+
+        for tag, png in images.items():  # the PNGs already rendered, not a second rendering
+            writer.add_image(tag, imread(io.BytesIO(png), format="png")[..., :3], step,
+                             dataformats="HWC")
     finally:
         writer.close()
 
@@ -702,8 +751,9 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
 
     console = console or Console()
     lengths = sorted({r["length"] for r in result.records})
-    table = Table(title=f"{result.run_dir if several else result.run_dir.name}: test ppl "
-                        f"(pe={result.pe}, trained at {result.train_length})")
+    console.print(f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: test ppl, "
+                  f"pe={result.pe}, trained at {result.train_length}", soft_wrap=True)
+    table = Table()
     table.add_column("method")
     table.add_column("protocol")
     for n in lengths:
@@ -716,8 +766,9 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     console.print(table)
     notes = sorted({r["note"] for r in result.records if r["ppl"] is None and r["note"]})
     for note in notes:
-        console.print(f"  n/a: {note}")
-    console.print(f"  wrote {result.run_dir / EVAL_DIR}/extrapolate.{{json,csv,png}}, per_position.png")
+        console.print(f"  —: {note}", soft_wrap=True, highlight=False)
+    console.print(f"  wrote {result.run_dir / EVAL_DIR}/extrapolate.{{json,csv,png}}, "
+                  f"per_position.{{json,png}}", soft_wrap=True, highlight=False)
 
 
 def fmt_ppl(record: dict[str, Any] | None) -> str:

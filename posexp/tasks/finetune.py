@@ -4,7 +4,9 @@ Hydra composes ``configs/finetune.yaml`` (train.yaml plus fine-tune defaults) wi
 overrides; the task then builds the effective config from the PARENT's saved config:
 
 * kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer;
-* from the command line / finetune.yaml: extension (method, factor, params), device, seed;
+* from this composition (finetune.yaml + command line): everything else, e.g. extension
+  (method, factor, params), device, seed, cache_dir; sections only the parent's config has
+  (e.g. a preset's ``extrapolate:``) are kept;
 * train: the parent's settings, with finetune.yaml's defaults (max_steps, lr, ...) and then the
   user's ``train.*`` overrides on top; ``train.seq_len`` defaults to L0 x extension.factor;
 * ``parent`` = the parent run dir, ``train_length`` = the parent's training length L0, which is
@@ -28,14 +30,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.checkpoint import read_meta, write_json_atomic
 from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig
 from posexp.tasks.train import run_training
 
 log = logging.getLogger("posexp")
 
 # Config roots that define the network and its data: a fine-tune keeps the parent's.
 PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
-# Config roots taken from the fine-tune's own composition rather than the parent.
-OWN_KEYS = ("extension", "device", "seed", "cache_dir")
 
 
 def _parent_tag(parent: Any) -> str:
@@ -51,8 +52,12 @@ if not OmegaConf.has_resolver("posexp_parent_tag"):
     OmegaConf.register_new_resolver("posexp_parent_tag", _parent_tag)
 
 
-def finetune_args(run: Path, args: list[str]) -> list[str]:
+def finetune_args(run: Path | None, args: list[str]) -> list[str]:
     """Hydra arguments for the finetune command: ``parent=<run>`` then the user's overrides."""
+    if run is None:
+        if any(a in ("--help", "-h", "--hydra-help") for a in args):
+            return ["parent=DIR", *args]  # Hydra's help: groups and the composed config
+        raise PosexpError("finetune needs --run DIR, the run to continue (e.g. outputs/runs/<run>)")
     run = Path(run)
     if not run.is_dir():
         raise PosexpError(f"run dir not found: {str(run)!r}")
@@ -62,7 +67,9 @@ def finetune_args(run: Path, args: list[str]) -> list[str]:
             "finetune sets parent= from --run and starts a new run; to continue an interrupted "
             "fine-tune use `posexp train resume=<its run dir>`"
         )
-    return [f"parent={run}", *args]
+    # Quoted: sweep job dirs are named like `pe=rope,heads=4`, which Hydra would parse.
+    quoted = str(run).replace("\\", "\\\\").replace("'", "\\'")
+    return [f"parent='{quoted}'", *args]
 
 
 def _plain(value: Any) -> Any:
@@ -84,23 +91,27 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
                     f"finetune keeps the parent's {root} ({_short(have)}); drop {key}= "
                     f"(train a new run to change it)"
                 )
-    merged = saved.copy()
-    train = OmegaConf.to_container(saved.train, resolve=True)
-    for key in OmegaConf.load(_finetune_yaml()).train:
-        train[key] = _plain(cfg.train[key])
-    for key in keys:
-        if key.startswith("train."):
-            _set_path(train, key.split(".", 1)[1], _plain(OmegaConf.select(cfg, key)))
+    # Start from this composition (so keys added to train.yaml since the parent ran exist), take
+    # the network and data from the parent, and keep the parent's extra sections (extrapolate).
+    merged = OmegaConf.create(_plain(cfg))
+    for key, value in saved.items():
+        if key in PARENT_KEYS or key not in merged:
+            merged[key] = value
+    # train: the parent's settings, except finetune.yaml's defaults and the user's overrides.
+    train = _plain(cfg.train)
+    own = set(OmegaConf.load(_finetune_yaml()).train)
+    own |= {k.split(".")[1] for k in keys if k.startswith("train.")}
+    for key, value in _plain(saved.train).items():
+        if key not in own:
+            train[key] = value
     merged.train = train
-    for key in OWN_KEYS:
-        merged[key] = _plain(cfg.get(key))
     l0 = int(meta["model"]["train_length"])
     merged.train_length = l0
     if merged.extension.get("original_length") is None:
         merged.extension.original_length = l0
     merged.parent = str(parent)
     merged.resume = None
-    factor = float(merged.extension.get("factor") or 1.0)
+    factor = ExtensionConfig.from_dict(_plain(merged.extension)).factor  # validates it
     if merged.train.seq_len is None:
         merged.train.seq_len = int(round(l0 * factor))
     if merged.train.seq_len <= l0:
@@ -116,13 +127,6 @@ def _finetune_yaml() -> Path:
     from posexp.cli import config_dir
 
     return Path(config_dir()) / "finetune.yaml"
-
-
-def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for p in parents:
-        tree = tree.setdefault(p, {})
-    tree[last] = value
 
 
 def _short(value: Any) -> str:

@@ -1,0 +1,112 @@
+"""`posexp finetune`: a new run from a parent's weights, with an extension baked in."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+import torch
+import yaml
+
+from posexp.checkpoint import read_meta
+from posexp.tasks.common import load_run
+from tests.helpers import TINY, posexp, run_dirs
+
+FT = ["train.max_steps=2", "train.eval_interval=2", "train.eval_tokens=512",
+      "train.checkpoint_interval=2", "train.batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory, cache):
+    cwd = tmp_path_factory.mktemp("finetune")
+    posexp(cwd, cache, "train", "pe=rope", *TINY)
+    (run,) = run_dirs(cwd)
+    return cwd, run
+
+
+def test_finetune_makes_a_new_run_from_the_parent(parent, cache):
+    cwd, run = parent
+    rel = str(run.relative_to(cwd))
+    # lr ~0: the fine-tuned weights must still be the parent's (proves they were loaded).
+    posexp(cwd, cache, "finetune", "--run", rel, "extension=yarn", "extension.factor=2",
+           "train.lr=1e-12", "train.min_lr=1e-13", *FT)
+    runs = run_dirs(cwd)
+    assert len(runs) == 2 and runs[0] == run
+    ft = runs[1]
+    assert ft.parent == cwd / "outputs" / "runs" and ft.name.endswith("_rope_h2_ft-yarn")
+    cfg = yaml.safe_load((ft / ".hydra" / "config.yaml").read_text())
+    meta = read_meta(ft)
+    for saved in (cfg, meta["config"]):
+        assert saved["parent"] == rel
+        assert saved["train"]["seq_len"] == 64  # parent's 32 x factor 2
+        assert saved["train_length"] == 32
+        assert saved["model"]["name"] == "tiny" and saved["heads"] == 2  # the parent's model
+        assert saved["train"]["batch_size"] == 2 and saved["train"]["max_steps"] == 2
+    ext = meta["model"]["extension"]
+    assert (ext["method"], ext["factor"], ext["original_length"]) == ("yarn", 2.0, 32)
+    assert json.loads((ft / "results.json").read_text())["status"] == "completed"
+    a, b = load_run(run, torch.device("cpu")).model, load_run(ft, torch.device("cpu")).model
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6), name
+
+    # eval-extrapolate uses the baked-in method by default, from the original training length.
+    posexp(cwd, cache, "eval-extrapolate", "--run", str(ft), "--len", "128", "--tokens", "256")
+    recs = json.loads((ft / "eval" / "extrapolate.json").read_text())
+    baked = [r for r in recs if r["method"] == "baked:yarn"]
+    assert [r["length"] for r in baked] == [32, 64, 128]
+    assert all(r["factor"] == 2.0 and r["ppl"] is not None for r in baked)
+    assert {r["method"] for r in recs} >= {"baked:yarn", "none", "yarn", "pi"}
+    # With a ~0 learning rate the model is the parent: baked yarn at s=2 equals yarn at 64 (s=2).
+    by = {(r["method"], r["length"]): r["ppl"] for r in recs}
+    assert by["baked:yarn", 64] == pytest.approx(by["yarn", 64], rel=1e-5)
+
+
+def test_finetune_a_sweep_job_then_resume_it_like_any_run(parent, cache):
+    cwd, run = parent
+    job = cwd / "sweep" / "pe=rope,heads=2"  # sweep job dirs hold '=' and ','
+    shutil.copytree(run, job)
+    posexp(cwd, cache, "finetune", "--run", str(job), "extension=pi", "train.seq_len=48", *FT)
+    ft = run_dirs(cwd)[-1]
+    meta = read_meta(ft)
+    assert meta["config"]["parent"] == str(job)
+    assert meta["config"]["train"]["seq_len"] == 48 and meta["model"]["extension"]["method"] == "pi"
+    posexp(cwd, cache, "train", f"resume={ft}", "train.max_steps=4")
+    assert read_meta(ft)["step"] == 4
+
+
+BAD = {
+    "architecture override": (["pe=alibi"], "finetune keeps the parent's pe (rope); drop pe="),
+    "no longer length": (["extension=none"], "finetune needs train.seq_len longer than the parent's training length 32"),
+    "unknown extension": (["extension=rope2"], "unknown extension 'rope2'; allowed:"),
+    "factor below 1": (["extension=yarn", "extension.factor=0.5"], "factor must be >= 1, got 0.5"),
+    "parent given twice": (["parent=x"], "finetune sets parent= from --run"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_finetune_is_one_line(parent, name, monkeypatch, capsys):
+    from posexp.cli import main
+
+    cwd, run = parent
+    args, message = BAD[name]
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", ["posexp", "finetune", "--run", str(run), *args, *FT])
+    before = run_dirs(cwd)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+    assert run_dirs(cwd) == before  # no run dir left behind
+
+
+def test_finetune_needs_a_checkpoint(tmp_path, cache):
+    (tmp_path / "empty").mkdir()
+    proc = posexp(tmp_path, cache, "finetune", "--run", "empty", "extension=pi", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: no checkpoint in 'empty' (expected checkpoint/meta.json)"]
