@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import functools
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -115,12 +116,17 @@ def bare_step_rate(cfg: ModelConfig, batch: int, seq_len: int, device: torch.dev
 
     for _ in range(3):
         step()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync(device)
-    return batch * seq_len * steps / (time.perf_counter() - start), model
+    # Median of five timed blocks, like the full loop's median logging window: both sides get the
+    # same treatment of a block slowed by another process on the machine.
+    rates = []
+    for _ in range(5):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync(device)
+        rates.append(batch * seq_len * steps / (time.perf_counter() - start))
+    return statistics.median(rates), model
 
 
 def full_loop_rate(args: argparse.Namespace, steps: int) -> float:
@@ -141,7 +147,7 @@ def full_loop_rate(args: argparse.Namespace, steps: int) -> float:
         rates = [e.value for e in events.Scalars("train/tokens_per_s")]
     # Drop the first window (compilation, caches) and the last (includes eval + checkpoint).
     steady = rates[1:-1] or rates
-    return sum(steady) / len(steady)
+    return statistics.median(steady)
 
 
 def main() -> None:
@@ -152,7 +158,7 @@ def main() -> None:
     p.add_argument("--pe", default="rope")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--steps", type=int, default=20, help="timed bare steps")
+    p.add_argument("--steps", type=int, default=6, help="timed bare steps per block (median of 5 blocks)")
     p.add_argument("--loop-steps", type=int, default=60, help="steps of the full training loop")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile (train.compile=true)")

@@ -26,7 +26,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from posexp.checkpoint import read_meta, write_json_atomic
 from posexp.errors import PosexpError
@@ -73,7 +73,10 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
 
 
 def _plain(value: Any) -> Any:
-    return OmegaConf.to_container(OmegaConf.create({"v": value}), resolve=True)["v"]
+    """Plain Python data; config nodes resolve their interpolations against their own root."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
 
 
 def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:

@@ -78,6 +78,7 @@ def test_finetune_a_sweep_job_then_resume_it_like_any_run(parent, cache):
 
 BAD = {
     "architecture override": (["pe=alibi"], "finetune keeps the parent's pe (rope); drop pe="),
+    "model override": (["model=small"], "finetune keeps the parent's model (tiny); drop model="),
     "no longer length": (["extension=none"], "finetune needs train.seq_len longer than the parent's training length 32"),
     "unknown extension": (["extension=rope2"], "unknown extension 'rope2'; allowed:"),
     "factor below 1": (["extension=yarn", "extension.factor=0.5"], "factor must be >= 1, got 0.5"),
