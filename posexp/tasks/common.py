@@ -24,6 +24,9 @@ log = logging.getLogger("posexp")
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
+# Config roots that define the network or its data; a resumed run must not change them.
+MODEL_KEYS = ("model", "pe", "heads", "extension", "data", "tokenizer")
+
 
 def _run_dir_resolver(resume: Any, fresh: str) -> str:
     """hydra.run.dir: the run being resumed, else a new timestamped dir."""

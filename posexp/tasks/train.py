@@ -8,7 +8,6 @@ clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import shutil
@@ -27,7 +26,6 @@ from tqdm import tqdm
 
 from posexp import distributed
 from posexp.checkpoint import (
-    checkpoint_dir,
     load_state,
     load_weights,
     read_meta,
@@ -40,6 +38,7 @@ from posexp.errors import Abort, PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
 from posexp.tasks.common import (
+    MODEL_KEYS,
     build_data,
     check_train_config,
     model_config,
@@ -47,12 +46,11 @@ from posexp.tasks.common import (
 )
 from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.placement import apply_threads, job_placement
+from posexp.tasks.sweeps import completed_results, continue_unfinished, record_failure
 from posexp.tasks.tensorboard import write_hparams
 
 log = logging.getLogger("posexp")
 
-# Config roots that define the network or its data; a resumed run must not change them.
-MODEL_KEYS = ("model", "pe", "heads", "extension", "data", "tokenizer")
 
 
 def lr_lambda(warmup: int, total: int, min_ratio: float):
@@ -333,78 +331,6 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
         if multirun:  # an unexpected error fails this job only; Hydra runs the others
             record_failure(run_dir, e)
         raise
-
-
-# ---- sweeps: failed jobs recorded, finished jobs skipped, unfinished ones resumed -------------
-
-# train.* keys that do not change what a finished job computed.
-RUNTIME_TRAIN_KEYS = ("threads", "compile", "log_interval", "checkpoint_interval")
-
-
-def record_failure(run_dir: Path, e: BaseException) -> None:
-    """``results.json`` = {status: failed, error}; an unexpected error's traceback goes to the log."""
-    if isinstance(e, PosexpError):
-        error = str(e)
-    else:
-        log.error("job failed", exc_info=e)
-        lines = str(e).strip().splitlines()
-        error = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    write_json_atomic(run_dir / "results.json", {"status": "failed", "error": error})
-
-
-def completed_results(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
-    """A rerun sweep job whose dir has ``results.json`` with status completed: its saved results."""
-    try:
-        saved = json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict) or saved.get("status") != "completed":
-        return None
-    check_same_job(cfg, run_dir)
-    log.info("%s already completed (results.json): skipped", run_dir)
-    return {k: v for k, v in saved.items() if k != "status"}
-
-
-def continue_unfinished(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """A rerun sweep job that left a checkpoint (killed, failed, timed out) resumes from it."""
-    (run_dir / "results.json").unlink(missing_ok=True)  # a stale "failed" from the last attempt
-    if cfg.resume:
-        return cfg
-    try:
-        checkpoint_dir(run_dir)
-    except PosexpError:
-        return cfg  # nothing saved: train from scratch
-    check_same_job(cfg, run_dir)
-    log.info("%s has a checkpoint and no results: resuming it", run_dir)
-    cfg = cfg.copy()
-    cfg.resume = str(run_dir)
-    return cfg
-
-
-def check_same_job(cfg: DictConfig, run_dir: Path) -> None:
-    """Refuse to reuse a job dir trained with different settings (same dir name, other config)."""
-    try:
-        saved = flatten(read_meta(run_dir)["config"])
-    except (PosexpError, KeyError):
-        return
-    want = flatten(OmegaConf.to_container(cfg, resolve=True))
-    roots = (*MODEL_KEYS, "seed", "train")
-    skip = {f"train.{k}" for k in RUNTIME_TRAIN_KEYS}
-    differ = sorted(k for k in want.keys() & saved.keys()
-                    if k.split(".")[0] in roots and k not in skip and want[k] != saved[k])
-    if differ:
-        shown = ", ".join(f"{k}={saved[k]!r} there, {want[k]!r} now" for k in differ[:3])
-        raise PosexpError(f"{run_dir} holds a run with other settings ({shown}); "
-                          "rerun with its own command or a new hydra.sweep.dir")
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as {"a.b": leaf}; lists are leaves."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        out.update(flatten(v, f"{key}.") if isinstance(v, dict) else {key: v})
-    return out
 
 
 # ---- devices -----------------------------------------------------------------------------------

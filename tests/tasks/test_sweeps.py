@@ -16,7 +16,7 @@ from posexp.cli import config_dir
 from posexp.errors import PosexpError
 from posexp.tasks import placement
 from posexp.tasks.common import resolve_device
-from posexp.tasks.train import check_same_job
+from posexp.tasks.sweeps import check_same_job
 from tests.helpers import TINY, posexp
 
 JOBLIB = {"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"}
