@@ -20,7 +20,6 @@ extension in its config, so the checkpoint's ``meta.json`` records the baked-in 
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from posexp.checkpoint import read_meta, write_json_atomic
+from posexp.checkpoint import read_meta
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
-from posexp.tasks.train import run_training
+from posexp.tasks.train import fail_run, run_training
 
 log = logging.getLogger("posexp")
 
@@ -151,9 +150,4 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
                  merged.train.seq_len, merged.extension.method, merged.extension.get("factor"))
         return run_training(merged, run_dir)
     except PosexpError as e:
-        if multirun:
-            write_json_atomic(run_dir / "results.json", {"status": "failed", "error": str(e)})
-        elif not (run_dir / "checkpoint").exists():
-            logging.shutdown()
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
-        raise
+        fail_run(run_dir, e, multirun, discard=True)

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -319,14 +319,7 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
                 (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
         return run_training(cfg, run_dir)
     except PosexpError as e:
-        if multirun:
-            # A sweep keeps the failed job's dir so `posexp report` can show why it failed.
-            record_failure(run_dir, e)
-            raise
-        if fresh and distributed.is_main() and not (run_dir / "checkpoint").exists():
-            logging.shutdown()
-            shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
-        raise Abort(str(e)) from None
+        fail_run(run_dir, e, multirun, discard=fresh)
     except Exception as e:
         if multirun:  # an unexpected error fails this job only; Hydra runs the others
             record_failure(run_dir, e)
@@ -345,6 +338,31 @@ def place(cfg: DictConfig) -> torch.device:
     if where.gpu is not None or where.threads:
         log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
     return device
+
+
+def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:
+    """End a job on a user error: a sweep records it and goes on; a single run stops in one line."""
+    if multirun:
+        # A sweep keeps the failed job's dir so `posexp report` can show why it failed.
+        record_failure(run_dir, e)
+        raise e
+    if discard and distributed.is_main() and not (run_dir / "checkpoint").exists():
+        release_log_files(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
+    raise Abort(str(e)) from None
+
+
+def release_log_files(run_dir: Path) -> None:
+    """Detach and close the log handlers writing into ``run_dir`` (before it is deleted).
+
+    Only those: a global ``logging.shutdown()`` would leave closed handlers on the root logger
+    that reopen their (deleted) files at the next log call of a longer-lived process.
+    """
+    root, target = logging.getLogger(), run_dir.resolve()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_relative_to(target):
+            root.removeHandler(handler)
+            handler.close()
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
