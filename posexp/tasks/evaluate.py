@@ -42,7 +42,13 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.checkpoint import checkpoint_dir, load_weights, read_meta, write_json_atomic
+from posexp.checkpoint import (
+    checkpoint_dir,
+    load_weights,
+    read_meta,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 from posexp.errors import PosexpError, choose
 from posexp.extension import EXTENSIONS, ExtensionConfig, check_applicable
 from posexp.extension.registry import check_factor
@@ -600,10 +606,8 @@ def bucket_positions(score: Score, protocol: str) -> dict[str, Any]:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text through a temporary file and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write text atomically."""
+    write_bytes_atomic(path, text.encode())
 
 
 def write_csv_atomic(path: Path, rows: list[dict[str, Any]], fields: Sequence[str] | None = None) -> None:
@@ -625,13 +629,6 @@ def figure_png(fig: Any) -> bytes:
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     return buf.getvalue()
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write bytes through a temporary file and a rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def save_figure_atomic(fig: Any, path: Path) -> bytes:
