@@ -75,11 +75,14 @@ def generate(
     top_k: int | None = typer.Option(None, "--top-k", help="Sample from the k most likely tokens."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
+    beam: int | None = typer.Option(None, "--beam", help="Beam size (1 = greedy); default: the run's translate.beam_size for a translation run, else 1."),
+    length_penalty: float | None = typer.Option(None, "--length-penalty", help="Beam search's GNMT length penalty alpha; default: the run's translate.length_penalty (0.6)."),
 ) -> None:
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
     from posexp.tasks.generate import generate_text
 
-    for text in generate_text(run, prompts, max_new_tokens, temperature, top_k, seed, device):
+    for text in generate_text(run, prompts, max_new_tokens, temperature, top_k, seed, device,
+                              beam_size=beam, length_penalty=length_penalty):
         typer.echo(text)
 
 

@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
-from posexp.pe import PEContext, PositionalEncoding, build_pe
+from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
 
 # Queries are processed in blocks of this many when an additive bias is needed (ALiBi), so a
 # long evaluation never holds a full (H, L, L) bias or score tensor.
@@ -49,9 +50,10 @@ class ModelConfig:
                 f"heads={self.n_heads} does not divide d_model={self.d_model}; "
                 f"allowed: {', '.join(map(str, divisors))}"
             )
-        if self.pe == "rope" and (self.d_model // self.n_heads) % 2:
+        if get_pe(self.pe).needs_even_head_dim and (self.d_model // self.n_heads) % 2:
             raise PosexpError(
-                f"pe=rope needs an even head dim, got d_model/heads = {self.d_model // self.n_heads}"
+                f"pe={self.pe} needs an even head dim, got d_model/heads = "
+                f"{self.d_model}/{self.n_heads} = {self.d_model // self.n_heads}"
             )
 
     @property
@@ -278,8 +280,15 @@ class GPT(nn.Module):
         top_k: int | None = None,
         eos_id: int | None = None,
         generator: torch.Generator | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 0.6,
     ) -> torch.Tensor:
-        """Continue a batch of equal-length prompts (B, T) with a KV cache; greedy at temperature 0."""
+        """Continue equal-length prompts (B, T) with a KV cache: greedy, sampled or beam search."""
+        if beam_size > 1:
+            if temperature > 0:
+                raise PosexpError(f"beam search decodes deterministically; got beam {beam_size} "
+                                  f"with temperature {temperature} (use temperature 0)")
+            return self.beam_search(prompts, max_new_tokens, beam_size, length_penalty, eos_id)[0]
         cache = self.new_cache()
         logits = self(prompts, cache=cache)["logits"][:, -1]
         out = []
@@ -295,18 +304,18 @@ class GPT(nn.Module):
             logits = self(token[:, None], cache=cache)["logits"][:, -1]
         return torch.stack(out, dim=1) if out else prompts.new_empty(prompts.shape[0], 0)
 
+    @torch.no_grad()
+    def beam_search(
+        self,
+        prompts: torch.Tensor,
+        max_new_tokens: int,
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        eos_id: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Best beam-search hypothesis per row (eos-padded) and its score (posexp/decoding.py)."""
+        def step(tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+            return self(tokens, cache=cache)["logits"][:, -1]
 
-def sample(
-    logits: torch.Tensor,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Greedy (temperature 0) or temperature / top-k sampling of next tokens from (B, V) logits."""
-    if temperature <= 0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+        return beam_search(step, self.new_cache(), prompts, max_new_tokens, beam_size,
+                           length_penalty, eos_id)

@@ -8,7 +8,8 @@ pure function of the model and the prompts; sampling is reproducible from ``seed
 
 A pairs run (translation) takes each prompt as a SOURCE: ``source <sep>`` is the prompt and the
 output is the text generated up to ``<eos>``. An lm run continues the prompt text. A learned
-positional table stops generation with its own one-line error at the table end.
+positional table stops generation with its own one-line error at the table end. ``beam_size`` > 1
+decodes each prompt by beam search (posexp/decoding.py) with GNMT's length penalty.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,18 +42,27 @@ def generate_ids(
     device: torch.device | str = "cpu",
     generator: torch.Generator | None = None,
     autocast: Any = None,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
 ) -> list[list[int]]:
     """Continuations of each prompt (eos and anything after it removed), in the prompts' order.
 
     ``max_new_tokens`` is one limit for all, or one per prompt (prompts of the same length are
     decoded together up to the largest limit among them and cut to their own).
     """
-    if temperature < 0:
-        raise PosexpError(f"temperature must be >= 0, got {temperature}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise PosexpError(f"temperature must be a finite number >= 0, got {temperature}")
+    if not math.isfinite(length_penalty):
+        raise PosexpError(f"length penalty must be a finite number, got {length_penalty}")
     if top_k is not None and top_k <= 0:
         raise PosexpError(f"top_k must be a positive integer, got {top_k}")
     if batch_size <= 0:
         raise PosexpError(f"batch_size must be a positive integer, got {batch_size}")
+    if beam_size < 1:
+        raise PosexpError(f"beam size must be a positive integer, got {beam_size}")
+    if beam_size > 1 and temperature > 0:
+        raise PosexpError(f"beam search decodes deterministically; got beam {beam_size} with "
+                          f"temperature {temperature} (use temperature 0 or beam 1)")
     limits = (
         [int(max_new_tokens)] * len(prompts)
         if isinstance(max_new_tokens, int)
@@ -79,7 +90,8 @@ def generate_ids(
                 x = torch.tensor([list(prompts[i]) for i in rows], dtype=torch.long, device=device)
                 with autocast() if autocast is not None else contextlib.nullcontext():
                     new = model.generate(x, n_new, temperature=temperature, top_k=top_k,
-                                         eos_id=eos_id, generator=generator)
+                                         eos_id=eos_id, generator=generator,
+                                         beam_size=beam_size, length_penalty=length_penalty)
                 for r, i in enumerate(rows):
                     ids = new[r, : limits[i]].tolist()
                     if eos_id is not None and eos_id in ids:
@@ -123,8 +135,14 @@ def generate_text(
     seed: int = 0,
     device: str = "auto",
     batch_size: int = 64,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
 ) -> list[str]:
-    """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt."""
+    """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt.
+
+    Beam size and length penalty default to the run's ``translate`` settings for a translation
+    run, and to greedy decoding for a language model.
+    """
     from posexp.tasks.common import latest_run, load_run, resolve_device
 
     if not prompts:
@@ -136,10 +154,17 @@ def generate_text(
     loaded = load_run(run_dir, dev)
     tokenizer, kind = run_tokenizer(loaded.cfg)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
+    from posexp.tasks.translation import translate_settings
+
+    translate = translate_settings(loaded.cfg)
+    if beam_size is None:
+        beam_size = translate["beam_size"] if kind == "pairs" and temperature == 0 else 1
+    if length_penalty is None:
+        length_penalty = translate["length_penalty"]
     generator = torch.Generator(device=dev).manual_seed(seed)
     new = generate_ids(loaded.model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
                        eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
-                       generator=generator)
+                       generator=generator, beam_size=beam_size, length_penalty=length_penalty)
     if kind == "pairs":
         return [tokenizer.decode(n) for n in new]
     return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

@@ -1,15 +1,20 @@
 """Head-count ablation view of ``posexp report`` (Vaswani et al. 2017, Table 3 rows A).
 
-Applies to a sweep of translation jobs that differ in ``heads`` (``experiment=head_ablation``).
+Applies to a sweep whose jobs differ in ``heads`` and in nothing else but ``seed``: translation
+(``experiment=head_ablation``) or language modelling (``experiment=head_ablation_cpu``).
 Groups the jobs by head count and adds to the report:
 
+* a verdict computed from the numbers: is h = 1 worse than the best head count by more than two
+  seed standard deviations (the larger of the two groups' sample std, at least 3 seeds each) in
+  the primary metric: target PPL for translation, bits per byte for a byte-level language model
+  (nats per token for other tokenizers); for translation, also BLEU against the copy baseline;
 * a section of ``report.md`` and ``report_heads.csv``: one row per head count with h, d_k, d_v,
-  params, target PPL, test BLEU and chrF (mean ± sample std over the completed seeds), the copy
-  baseline, the paper's PPL and BLEU beside them (reference.md §4), and the jobs' status. A job
+  params, the metrics (mean ± sample std over the completed seeds), for translation the copy
+  baseline and the paper's PPL and BLEU beside them (Vaswani et al. 2017), and the jobs' status. A job
   that failed (its reason shown), has no results.json (unfinished), or never started (the
   sweep's grid is read from ``multirun.yaml``) appears as such, never dropped;
-* ``report_heads.png``: BLEU and PPL against heads (log2 axis, error bars = std over seeds,
-  copy baseline dashed);
+* ``report_heads.png`` (and ``.svg``): the metrics against heads (log2 axis, error bars = std
+  over seeds, every seed as a dot, copy baseline dashed);
 * ``attention/h<h>_seed<s>_layer<i>.png``: the final attention maps of the lowest completed seed
   of every head count (copied from the job's ``attention/``, written at the end of training).
 """
@@ -27,12 +32,14 @@ from omegaconf import OmegaConf
 
 from posexp.tasks.report import register_report_view
 
-# reference.md §4: Vaswani et al. 2017, Table 3 rows (A), EN-DE dev, d_model 512, N 6.
+# Vaswani et al. 2017, Table 3 rows (A), EN-DE dev, d_model 512, N 6: h -> (PPL, BLEU).
 VASWANI = {1: (5.29, 24.9), 4: (5.00, 25.5), 8: (4.92, 25.8), 16: (4.91, 25.8), 32: (5.01, 25.4)}
+MIN_SEEDS = 3  # the verdict needs at least this many completed seeds per compared head count
 
 CSV_FIELDS = [
     "h", "d_k", "d_v", "params", "ppl_mean", "ppl_std", "bleu_mean", "bleu_std", "chrf_mean",
-    "chrf_std", "seeds", "copy_bleu", "copy_chrf", "vaswani_ppl", "vaswani_bleu", "status",
+    "chrf_std", "bpb_mean", "bpb_std", "loss_mean", "loss_std", "seeds", "copy_bleu", "copy_chrf",
+    "vaswani_ppl", "vaswani_bleu", "status",
 ]
 
 
@@ -50,6 +57,34 @@ class HeadJob:
     path: Path | None = None
 
 
+@dataclass(frozen=True)
+class Metric:
+    """A per-job number the view aggregates: its result key, label and direction."""
+
+    key: str  # short name in the rows: ppl, bleu, chrf, bpb, loss
+    label: str
+    lower_is_better: bool
+    digits: int
+
+
+PPL = Metric("ppl", "PPL", True, 2)
+BLEU = Metric("bleu", "BLEU", False, 2)
+CHRF = Metric("chrf", "chrF", False, 1)
+BPB = Metric("bpb", "bits per byte", True, 4)
+LOSS = Metric("loss", "loss (nats per token)", True, 4)
+
+
+def job_value(job: HeadJob, key: str) -> float | None:
+    """The job's value of metric ``key`` from its final metrics (None if it has none)."""
+    m = job.metrics
+    raw = {"ppl": m.get("final/val_ppl"), "bleu": m.get("final/bleu"), "chrf": m.get("final/chrf"),
+           "loss": m.get("final/val_loss")}
+    if key == "bpb":
+        raw["bpb"] = None if m.get("final/val_loss") is None else m["final/val_loss"] / math.log(2)
+    value = raw.get(key)
+    return None if value is None else float(value)
+
+
 def _int(value: Any) -> int | None:
     try:
         return int(value)
@@ -65,6 +100,20 @@ def head_job(job: Any) -> HeadJob:
     d_model = _int((cfg.get("model") or {}).get("d_model"))
     metrics = {k: v for k, v in job.metrics.items() if k.startswith("final/")}
     return HeadJob(job.name, heads, seed, d_model, job.status, metrics, job.error, job.path)
+
+
+def is_translation(jobs: list[Any]) -> bool:
+    """Translation jobs: BLEU in their results, or a parallel corpus as their data."""
+    return any("final/bleu" in j.metrics or (j.config.get("data") or {}).get("source") == "wyc2kjv"
+               for j in jobs)
+
+
+def metrics_for(jobs: list[Any]) -> list[Metric]:
+    """The metrics to show, the primary one (the verdict's) first."""
+    if is_translation(jobs):
+        return [PPL, BLEU, CHRF]
+    byte = all((j.config.get("tokenizer") or {}).get("name", "byte") == "byte" for j in jobs)
+    return [BPB if byte else LOSS, PPL]
 
 
 def expected_grid(sweep_dir: Path) -> list[tuple[int, int]] | None:
@@ -127,7 +176,7 @@ def _status(jobs: list[HeadJob]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
 
 
-def summarize(jobs: list[HeadJob]) -> list[dict[str, Any]]:
+def summarize(jobs: list[HeadJob], metrics: list[Metric]) -> list[dict[str, Any]]:
     """One row per head count (sorted; jobs without a readable head count last)."""
     groups: dict[int | None, list[HeadJob]] = defaultdict(list)
     for j in jobs:
@@ -138,23 +187,63 @@ def summarize(jobs: list[HeadJob]) -> list[dict[str, Any]]:
         done = [j for j in group if j.status == "completed"]
         d_model = next((j.d_model for j in group if j.d_model), None)
         d_k = d_model // h if d_model and h and d_model % h == 0 else None
-        ppl = mean_std([float(j.metrics["final/val_ppl"]) for j in done if "final/val_ppl" in j.metrics])
-        bleu = mean_std([float(j.metrics["final/bleu"]) for j in done if "final/bleu" in j.metrics])
-        chrf = mean_std([float(j.metrics["final/chrf"]) for j in done if "final/chrf" in j.metrics])
-        params = next((j.metrics.get("final/params") for j in done if "final/params" in j.metrics), None)
-        copy_b = next((j.metrics.get("final/copy_bleu") for j in done if "final/copy_bleu" in j.metrics), None)
-        copy_c = next((j.metrics.get("final/copy_chrf") for j in done if "final/copy_chrf" in j.metrics), None)
-        params = int(params) if params is not None else None
-        vas = VASWANI.get(h) if h is not None else None
-        rows.append({
-            "h": h, "d_k": d_k, "d_v": d_k, "params": params,
-            "ppl_mean": ppl[0], "ppl_std": ppl[1], "bleu_mean": bleu[0], "bleu_std": bleu[1],
-            "chrf_mean": chrf[0], "chrf_std": chrf[1], "seeds": len(done),
-            "copy_bleu": copy_b, "copy_chrf": copy_c,
+
+        def first(key: str, done: list[HeadJob] = done) -> Any:
+            return next((j.metrics[key] for j in done if j.metrics.get(key) is not None), None)
+
+        params = first("final/params")
+        vas = VASWANI.get(h) if h is not None and BLEU in metrics else None
+        row: dict[str, Any] = {
+            "h": h, "d_k": d_k, "d_v": d_k, "params": int(params) if params is not None else None,
+            "seeds": len(done), "copy_bleu": first("final/copy_bleu"),
+            "copy_chrf": first("final/copy_chrf"),
             "vaswani_ppl": vas[0] if vas else None, "vaswani_bleu": vas[1] if vas else None,
             "status": _status(group),
-        })
+        }
+        for m in metrics:
+            values = [v for v in (job_value(j, m.key) for j in done) if v is not None]
+            row[f"{m.key}_values"] = values
+            row[f"{m.key}_mean"], row[f"{m.key}_std"] = mean_std(values)
+        rows.append(row)
     return rows
+
+
+def verdict(rows: list[dict[str, Any]], metric: Metric) -> str:
+    """Whether h = 1 is worse than the best head count beyond seed noise, in words and numbers."""
+    scored = [r for r in rows if r["h"] and len(r.get(f"{metric.key}_values", [])) > 0]
+    one = next((r for r in scored if r["h"] == 1), None)
+    if one is None or len(scored) < 2:
+        return "No verdict: the sweep needs completed jobs for h = 1 and another head count."
+    sign = 1 if metric.lower_is_better else -1
+    best = min((r for r in scored if r["h"] != 1), key=lambda r: sign * r[f"{metric.key}_mean"])
+    gap = sign * (one[f"{metric.key}_mean"] - best[f"{metric.key}_mean"])
+    noise = max(one[f"{metric.key}_std"], best[f"{metric.key}_std"])
+    n = min(one["seeds"], best["seeds"])
+    d = metric.digits
+    what = (f"h = 1 scores {one[f'{metric.key}_mean']:.{d}f} {metric.label} against "
+            f"{best[f'{metric.key}_mean']:.{d}f} for the best other head count (h = {best['h']})")
+    if n < MIN_SEEDS:
+        return (f"{what}; no verdict on seed noise: {n} completed seed(s), the test needs "
+                f"{MIN_SEEDS} per head count.")
+    if gap <= 0:
+        return f"{what}: h = 1 is not worse, so this sweep does not show Table 3's effect."
+    ratio = gap / noise if noise > 0 else math.inf
+    shown = ("beyond seed noise: this sweep shows Table 3's effect" if ratio > 2 else
+             "within seed noise: this sweep does not show Table 3's effect")
+    return (f"{what}: worse by {gap:.{d}f}, {ratio:.1f}× the larger seed std ({noise:.{d}f}, "
+            f"{n}+ seeds each), {shown} (criterion: more than 2 std).")
+
+
+def bleu_sentence(rows: list[dict[str, Any]]) -> str:
+    """Best BLEU against the copy baseline, in words."""
+    scored = [r for r in rows if r["seeds"] and not math.isnan(r["bleu_mean"])]
+    copy = next((r["copy_bleu"] for r in rows if r["copy_bleu"] is not None), None)
+    if not scored or copy is None:
+        return ""
+    best = max(scored, key=lambda r: r["bleu_mean"])
+    side = "above" if best["bleu_mean"] > copy else "below"
+    return (f"Best test BLEU {best['bleu_mean']:.2f} (h = {best['h']}) is {side} the copy "
+            f"baseline's {copy:.2f}.")
 
 
 def _num(v: Any, digits: int = 1) -> str:
@@ -165,32 +254,39 @@ def _num(v: Any, digits: int = 1) -> str:
     return f"{int(v):,}"
 
 
-def plot(rows: list[dict[str, Any]]):
-    """BLEU (with the copy baseline) and PPL against heads, error bars over seeds."""
+def plot(rows: list[dict[str, Any]], metrics: list[Metric], title: str):
+    """Each metric against heads: mean ± std over seeds, every seed as a dot."""
     from matplotlib.figure import Figure
 
     done = [r for r in rows if r["seeds"] and r["h"]]
-    fig = Figure(figsize=(10, 4))
-    ax_b, ax_p = fig.subplots(1, 2)
-    hs = [r["h"] for r in done]
+    shown = [m for m in metrics if m is not CHRF]
+    fig = Figure(figsize=(5.2 * len(shown), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(shown), squeeze=False)[0]
     all_h = sorted({r["h"] for r in rows if r["h"]})
-    for ax, key, label in ((ax_b, "bleu", "test BLEU"), (ax_p, "ppl", "val PPL (target tokens)")):
-        ax.errorbar(hs, [r[f"{key}_mean"] for r in done], yerr=[r[f"{key}_std"] for r in done],
-                    marker="o", capsize=3, label="this sweep (mean ± std over seeds)")
+    for ax, m in zip(axes, shown, strict=True):
+        hs = [r["h"] for r in done]
+        ax.errorbar(hs, [r[f"{m.key}_mean"] for r in done], yerr=[r[f"{m.key}_std"] for r in done],
+                    marker="o", capsize=4, color="C0", label="mean ± std over seeds", zorder=3)
+        dots = [(r["h"], v) for r in done for v in r[f"{m.key}_values"]]
+        if dots:
+            ax.scatter(*zip(*dots, strict=True), s=14, color="C1", alpha=0.7, label="one seed",
+                       zorder=4)
+        if m is BLEU:
+            copy = next((r["copy_bleu"] for r in rows if r["copy_bleu"] is not None), None)
+            if copy is not None:
+                ax.axhline(copy, color="grey", linestyle="--", label=f"copy baseline ({copy:.1f})")
         ax.set_xscale("log", base=2)
         ax.set_xticks(all_h, [str(h) for h in all_h])
+        ax.minorticks_off()
+        ax.yaxis.get_major_formatter().set_useOffset(False)
         ax.set_xlabel("heads h (d_k = d_model / h)")
-        ax.set_ylabel(label)
+        ax.set_ylabel(m.label + (" (lower is better)" if m.lower_is_better else " (higher is better)"))
+        ax.set_title(f"{m.label} against heads", fontsize=10)
         ax.grid(alpha=0.3)
-    copy = next((r["copy_bleu"] for r in rows if r["copy_bleu"] is not None), None)
-    if copy is not None:
-        ax_b.axhline(copy, color="grey", linestyle="--", label=f"copy baseline ({copy:.1f})")
-    ax_b.legend(fontsize=8)
-    ax_b.set_title("BLEU against heads", fontsize=10)
-    ax_p.set_title("Perplexity against heads", fontsize=10)
+        ax.legend(fontsize=8, loc="best")
     missing = [str(r["h"]) for r in rows if not r["seeds"]]
-    if missing:
-        fig.suptitle(f"no completed job for heads = {', '.join(missing)} (see the table)", fontsize=9)
+    note = f" (no completed job for heads = {', '.join(missing)})" if missing else ""
+    fig.suptitle(title + note, fontsize=10)
     return fig
 
 
@@ -218,22 +314,24 @@ def _number(stem: str) -> int:
     return int(digits) if digits else 0
 
 
-def table_markdown(rows: list[dict[str, Any]]) -> list[str]:
+def table_markdown(rows: list[dict[str, Any]], metrics: list[Metric]) -> list[str]:
     """The Table-3 style Markdown table, one line per head count."""
-    lines = [
-        "| h | d_k | d_v | params | PPL | BLEU | chrF | seeds | copy BLEU | copy chrF "
-        "| paper PPL | paper BLEU | jobs |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    translation = BLEU in metrics
+    header = ["h", "d_k", "d_v", "params", *(m.label for m in metrics), "seeds"]
+    if translation:
+        header += ["copy BLEU", "copy chrF", "paper PPL", "paper BLEU"]
+    header.append("jobs")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---:|" * (len(header) - 1) + "---|"]
     for r in rows:
         n = r["seeds"]
-        lines.append(
-            f"| {_num(r['h'])} | {_num(r['d_k'])} | {_num(r['d_v'])} | {_num(r['params'])} "
-            f"| {_fmt(r['ppl_mean'], r['ppl_std'], n, 2)} | {_fmt(r['bleu_mean'], r['bleu_std'], n, 2)} "
-            f"| {_fmt(r['chrf_mean'], r['chrf_std'], n, 1)} | {n} | {_num(r['copy_bleu'])} "
-            f"| {_num(r['copy_chrf'])} | {_num(r['vaswani_ppl'], 2)} | {_num(r['vaswani_bleu'])} "
-            f"| {r['status']} |"
-        )
+        cells = [_num(r["h"]), _num(r["d_k"]), _num(r["d_v"]), _num(r["params"])]
+        cells += [_fmt(r[f"{m.key}_mean"], r[f"{m.key}_std"], n, m.digits) for m in metrics]
+        cells.append(str(n))
+        if translation:
+            cells += [_num(r["copy_bleu"]), _num(r["copy_chrf"]), _num(r["vaswani_ppl"], 2),
+                      _num(r["vaswani_bleu"])]
+        cells.append(r["status"])
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -241,26 +339,47 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def describe(jobs: list[Any]) -> str:
+    """What was trained, for titles: task, model size, steps."""
+    cfg = jobs[0].config or {}
+    model, train = cfg.get("model") or {}, cfg.get("train") or {}
+    data = (cfg.get("data") or {}).get("source", "?")
+    return (f"{data}, d_model {model.get('d_model', '?')}, {model.get('n_layers', '?')} layers, "
+            f"{train.get('max_steps', '?')} steps of {train.get('batch_size', '?')}×"
+            f"{train.get('seq_len', '?')}")
+
+
 def render(ctx: Any) -> str:
-    """The view: table, CSV, plot and attention maps; returns its Markdown section."""
+    """The view: verdict, table, CSV, plot and attention maps; returns its Markdown section."""
+    metrics = metrics_for(ctx.jobs)
     jobs = collect_jobs(ctx.target, ctx.jobs)
-    rows = summarize(jobs)
+    rows = summarize(jobs, metrics)
     csv_path = ctx.write_csv("report_heads.csv", rows, CSV_FIELDS)
-    png = ctx.save_figure(plot(rows), "report_heads.png")
+    what = describe(ctx.jobs)
+    png = ctx.save_figure(plot(rows, metrics, f"Head-count ablation: {what}"), "report_heads.png")
     attention = copy_attention(jobs, ctx.target / "attention")
     ctx.files.extend(attention)
     d_models = sorted({j.d_model for j in jobs if j.d_model})
+    if BLEU in metrics:
+        beam = ((ctx.jobs[0].config or {}).get("translate") or {}).get("beam_size", 4)
+        how = (f"PPL: validation perplexity on target tokens; BLEU / chrF: sacrebleu on "
+               f"{'greedy' if beam == 1 else f'beam-{beam}'} translations of the test split. "
+               "Copy baseline: each source verse copied as its own translation. Paper: Vaswani "
+               "et al. 2017, Table 3 rows (A) (EN-DE dev, d_model 512, 6 layers), for the shape "
+               "only.")
+    else:
+        how = (f"{metrics[0].label}: validation loss of the language model "
+               f"{'in bits (nats / ln 2) per byte' if metrics[0] is BPB else 'in nats per token'}; "
+               "PPL: its exponential per token.")
     lines = [
         "## Head-count ablation (Vaswani et al. 2017, Table 3 rows A)",
         "",
-        f"Heads at fixed d_model = {', '.join(map(str, d_models)) or '?'} (d_k = d_v = d_model / h). "
-        "PPL: validation perplexity on target tokens; BLEU / chrF: sacrebleu on greedy "
-        "translations of the whole test split; mean ± sample std over the completed seeds. "
-        "Copy baseline: each source verse copied as its own translation. Paper: Vaswani et al. "
-        "2017, Table 3 rows (A) (EN-DE dev, d_model 512, 6 layers; reference.md §4), for the "
-        "shape only.",
+        f"{what}; heads at fixed d_model = {', '.join(map(str, d_models)) or '?'} "
+        f"(d_k = d_v = d_model / h). {how} Mean ± sample std over the completed seeds.",
         "",
-        *table_markdown(rows),
+        f"**Verdict.** {verdict(rows, metrics[0])} {bleu_sentence(rows) if BLEU in metrics else ''}".rstrip(),
+        "",
+        *table_markdown(rows, metrics),
     ]
     bad = [j for j in jobs if j.status != "completed"]
     if bad:
@@ -270,7 +389,7 @@ def render(ctx: Any) -> str:
             lines.append(f"| {_cell(j.name)} | {_num(j.heads)} | {_num(j.seed)} | {j.status} "
                          f"| {_cell(j.error)} |")
     lines += ["", f"Table as CSV: [{csv_path.name}]({csv_path.name}).", "",
-              f"![BLEU and PPL against heads]({png.name})"]
+              f"![metrics against heads]({png.name}) (vector copy: {png.stem}.svg)"]
     if attention:
         lines += ["", "Final attention maps (one fixed validation verse; lowest completed seed of "
                   "each head count; rows = queries, columns = keys, white lines = `<sep>`):", ""]
@@ -279,10 +398,11 @@ def render(ctx: Any) -> str:
 
 
 def detect(jobs: list[Any]) -> bool:
-    """Translation jobs (BLEU in their results, or a `translate:` config) that differ in heads."""
+    """Jobs that differ in heads, and in nothing else but the seed."""
+    from posexp.tasks.report import swept_keys
+
     heads = {head_job(j).heads for j in jobs}
-    translation = any("final/bleu" in j.metrics or "translate" in (j.config or {}) for j in jobs)
-    return translation and len(heads) > 1
+    return len(heads) > 1 and not set(swept_keys(jobs)) - {"heads", "seed"}
 
 
 register_report_view("head_ablation", detect, render, order=20)

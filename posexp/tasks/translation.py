@@ -6,7 +6,7 @@ under the causal mask, and less compute). Evaluation, every ``train.eval_interva
 
 * ``val/loss``, ``val/ppl``: mean loss / perplexity on TARGET tokens (target words and eos) of
   the whole val split, whatever ``data.loss_on`` says;
-* ``val/bleu``, ``val/chrf``: sacrebleu scores of greedy translations of a fixed, evenly spaced
+* ``val/bleu``, ``val/chrf``: sacrebleu scores of beam-search translations of a fixed, evenly spaced
   val subset (``translate.bleu_examples``), with the copy baseline on the same subset beside them
   (``val/copy_bleu``, ``val/copy_chrf``);
 * one attention-map image per layer (every head, labelled, colour scale fixed to 0..1) over one
@@ -16,13 +16,15 @@ under the causal mask, and less compute). Evaluation, every ``train.eval_interva
 writes ``translations_test.tsv`` and the final attention maps (``attention/layer<i>.png``) into
 the run dir, and returns the ``final/*`` metrics for results.json and the hparams table.
 
-Decoding is greedy and starts each example at position 0, as in training. The prompt keeps at most
+Decoding is beam search (``translate.beam_size`` 4, ``translate.length_penalty`` 0.6: Vaswani et
+al. 2017, Section 6.1; ``beam_size=1`` is greedy) and starts each example at position 0, as in
+training. The prompt keeps at most
 ``seq_len // 2 - 1`` source tokens (training drops the END of an over-long source first, too) and
 prompt + output never exceed ``train.seq_len`` tokens: no position is used that training never
 saw, and a learned table is never read past its end. Settings (all optional, under ``translate``):
 ``bleu_examples`` (default 100), ``test_examples`` (default null = all), ``max_new_tokens``
 (default null = 2 x source + 10, within seq_len), ``batch_size`` (decoding batch, default 64),
-``samples`` (4); defaults in configs/train.yaml, e.g. ``translate.bleu_examples=50``.
+``samples`` (4), ``beam_size`` (4), ``length_penalty`` (0.6); defaults in configs/train.yaml, e.g. ``translate.bleu_examples=50``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "max_new_tokens": None,
     "batch_size": 64,
     "samples": 4,
+    "beam_size": 4,
+    "length_penalty": 0.6,
 }
 # The attention-map example: the first val pair whose full row has this many tokens (else the
 # shortest), so a grid of heads stays readable.
@@ -64,12 +68,16 @@ def translate_settings(cfg: DictConfig) -> dict[str, Any]:
             f"unknown setting translate.{unknown[0]}; allowed: {', '.join(sorted(DEFAULTS))}"
         )
     out = {**DEFAULTS, **{k: v for k, v in given.items()}}
-    for key in ("bleu_examples", "batch_size", "samples"):
+    for key in ("bleu_examples", "batch_size", "samples", "beam_size"):
         if not isinstance(out[key], int) or out[key] < (0 if key == "samples" else 1):
             raise PosexpError(f"translate.{key} must be a positive integer, got {out[key]!r}")
     for key in ("test_examples", "max_new_tokens"):
         if out[key] is not None and (not isinstance(out[key], int) or out[key] < 1):
             raise PosexpError(f"translate.{key} must be a positive integer or null, got {out[key]!r}")
+    alpha = out["length_penalty"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise PosexpError(f"translate.length_penalty must be a finite number, got {alpha!r}")
+    out["length_penalty"] = float(alpha)
     return out
 
 
@@ -157,7 +165,7 @@ class Translation:
         return [*ids, self.tokenizer.sep_id]
 
     def translate(self, model: torch.nn.Module, sources: list[str]) -> list[str]:
-        """Greedy translations of ``sources``, batched by prompt length, with a KV cache."""
+        """Translations of ``sources`` (beam search unless beam_size is 1), KV cache, batched."""
         prompts = [self.prompt(s) for s in sources]
         cap = self.settings["max_new_tokens"]
         # Default cap: 2 x source + 10 tokens (fewer than 0.5% of KJV verses are longer than
@@ -166,7 +174,8 @@ class Translation:
                   for p in prompts]
         new = generate_ids(model, prompts, limits, eos_id=self.tokenizer.eos_id,
                            batch_size=self.settings["batch_size"], device=self.device,
-                           autocast=self.autocast)
+                           autocast=self.autocast, beam_size=self.settings["beam_size"],
+                           length_penalty=self.settings["length_penalty"])
         return [self.tokenizer.decode(ids) for ids in new]
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:

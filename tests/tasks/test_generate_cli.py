@@ -28,8 +28,14 @@ def test_translation_run_end_to_end(tmp_path, cache, monkeypatch):
     assert (run / "results.json").is_file() and (run / "attention" / "layer0.png").is_file()
     out = posexp(tmp_path, cache, "generate", "--run", str(run), *PROMPTS, "--max-new-tokens",
                  "12", "--device", "cpu").stdout
-    # One translation per source; greedy output is the same in another process.
+    # One translation per source, by the run's beam search (translate.beam_size 4); the same
+    # in another process; --beam 1 is greedy decoding.
     assert out.split("\n")[:-1] == generate_text(run, PROMPTS, 12, device="cpu")
+    assert generate_text(run, PROMPTS, 12, device="cpu") == generate_text(
+        run, PROMPTS, 12, device="cpu", beam_size=4, length_penalty=0.6)
+    greedy = posexp(tmp_path, cache, "generate", "--run", str(run), *PROMPTS, "--max-new-tokens",
+                    "12", "--device", "cpu", "--beam", "1").stdout
+    assert greedy.split("\n")[:-1] == generate_text(run, PROMPTS, 12, device="cpu", beam_size=1)
     sampled = {"temperature": 1.0, "top_k": 5, "seed": 3, "device": "cpu"}
     assert generate_text(run, PROMPTS, 12, **sampled) == generate_text(run, PROMPTS, 12, **sampled)
     # The learned table (max_len = seq_len = 64) ends generation with its one-line error.

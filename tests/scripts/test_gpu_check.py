@@ -1,0 +1,46 @@
+"""scripts/gpu_check.py --smoke: every part runs end to end at toy size on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+
+
+def test_smoke_run_writes_every_part(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    report = json.loads((tmp_path / "report.json").read_text())
+    parts = report["parts"]
+    failed = {k: v.get("error") for k, v in parts.items() if v["status"] != "ok"}
+    assert proc.returncode == 0 and not failed, (failed, proc.stderr[-2000:])
+    assert list(parts) == ["train", "eval", "packing", "torchrun", "ablation"]
+    train = parts["train"]["result"]
+    assert train["tokens_per_s"] > 0 and 0 < train["mfu"] < 1.5
+    assert "flash_attention_for_cpu" in train["sdpa_kernel"] or "math" in train["sdpa_kernel"]
+    assert {(r["pe"], r["length"]) for r in parts["eval"]["result"]["rows"]} == {
+        ("rope", 64), ("rope", 128), ("alibi", 64), ("alibi", 128)}
+    packing = parts["packing"]["result"]["rows"]
+    assert [r["jobs"] for r in packing] == [1, 2] and packing[0]["vs_one_job"] == 1.0
+    ddp = parts["torchrun"]["result"]
+    assert ddp["backend"] == "gloo" and ddp["processes"] == 2
+    assert ddp["max_loss_diff"] == pytest.approx(0, abs=1e-5) and ddp["max_weight_diff"] < 1e-5
+    ablation = parts["ablation"]["result"]
+    assert [r["heads"] for r in ablation["rows"]] == [1, 2]
+    assert all(r["status"] == "completed" and r["bleu"] is not None for r in ablation["rows"])
+    assert ablation["projected_full_preset_hours"] > 0
+    md = (tmp_path / "report.md").read_text()
+    assert "SMOKE RUN" in md and md.count("## ") == 5 and "FAILED" not in md
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_the_full_check_refuses_with_one_line():
+    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: no CUDA GPU here; run with --smoke for the CPU check"
