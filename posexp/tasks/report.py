@@ -380,7 +380,7 @@ def write_report(target: Path | str, evaluate: bool = True, device: str = "auto"
 
 # ---- extrapolation view --------------------------------------------------------------------
 
-# Press et al. 2022 (ALiBi), WikiText-103, trained at L = 512: validation ppl (reference.md §4).
+# Press et al. 2022 (ALiBi), WikiText-103, trained at L = 512: validation ppl (docs/experiments.md).
 ALIBI_PAPER_TRAIN_LENGTH = 512
 ALIBI_PAPER = {
     "L_valid": [512, 1012, 2512, 8512, 15512],
@@ -513,7 +513,7 @@ def ratio_table(columns: list[Column], protocol: str, lengths: list[int], l0: in
 
 
 def published_section() -> str:
-    """reference.md §4: the ALiBi paper's numbers, with ratios to the training length."""
+    """docs/experiments.md: the ALiBi paper's numbers, with ratios to the training length."""
     cols = [k for k in ALIBI_PAPER if k != "L_valid"]
     rows = []
     for i, n in enumerate(ALIBI_PAPER["L_valid"]):

@@ -93,7 +93,7 @@ def test_wyc2kjv_splits_by_chapter_without_overlap() -> None:
 
 
 def test_wyc2kjv_copy_baseline_matches_reference(wyc) -> None:
-    # Source-as-hypothesis over the whole corpus (reference.md section 5): validates alignment
+    # Source-as-hypothesis over the whole corpus (docs/experiments.md, copy baseline): validates alignment
     # and cleaning together; a shifted alignment or leftover markup moves these numbers.
     pairs = [p for split in ("train", "val", "test") for p in wyc.pairs[split]]
     hyp, ref = [s for s, _ in pairs], [[t for _, t in pairs]]

@@ -1,4 +1,4 @@
-"""Parity with Hugging Face transformers' modeling_rope_utils (the reference of reference.md §3).
+"""Parity with Hugging Face transformers' modeling_rope_utils (the reference of docs/maths.md §3).
 
 Skipped unless `transformers` is installed; it is the implementation users compare against.
 """

@@ -1,6 +1,6 @@
 """The model's attention under every RoPE extension equals an explicit reference computation.
 
-The reference shares no code with posexp: inverse frequencies come from reference.md §3's closed
+The reference shares no code with posexp: inverse frequencies come from docs/maths.md §3's closed
 forms written out here with Python floats, each (i, i + d/2) pair is rotated as a complex number
 times the attention factor, and attention is softmax(QKᵀ/√d + causal mask) V.
 """
@@ -23,7 +23,7 @@ def theta(base: float = BASE, d: int = HEAD_DIM) -> list[float]:
 
 
 def reference_frequencies(method: str, s: float, length: int) -> tuple[list[float], float]:
-    """reference.md §3, one method at a time."""
+    """docs/maths.md §3, one method at a time."""
     d = HEAD_DIM
     if method == "none":
         return theta(), 1.0

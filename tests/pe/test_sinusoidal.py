@@ -15,7 +15,7 @@ def test_seed_worked_numbers_d4():
 
 
 def test_low_dimension_is_high_frequency():
-    # reference.md §2: dimension 0 oscillates fastest (seed 000 is right, seed 001 is not).
+    # docs/maths.md §2: dimension 0 oscillates fastest (seed 000 is right, seed 001 is not).
     table = sinusoidal_table(torch.arange(64), 16)
     sign_changes = (table[1:] * table[:-1] < 0).sum(0)
     even = sign_changes[0::2]
