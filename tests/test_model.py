@@ -9,7 +9,7 @@ from posexp.pe import PE_REGISTRY, PEContext, alibi_slopes, build_pe
 
 PES = sorted(PE_REGISTRY)
 
-# reference.md §1, seed 000: d_model 4, h 2, d_k 2.
+# docs/maths.md §1, seed 000: d_model 4, h 2, d_k 2.
 X = torch.tensor([[1.0, 0, 1, 1], [0, 1, 1, 0]])
 W = {
     "1Q": [[1, 0], [0, 1], [1, 0], [0, 0]], "1K": [[0, 1], [1, 0], [0, 1], [1, 0]],
@@ -38,7 +38,7 @@ def test_seed_two_head_worked_example():
     # head_i values from the seed (two decimals; the seed rounds A before multiplying).
     assert torch.allclose(heads[0], torch.tensor([[1.50, 1.00], [1.67, 1.34]]), atol=0.02)
     assert torch.allclose(heads[1], torch.tensor([[1.00, 1.89], [1.00, 1.67]]), atol=0.02)
-    # A2[0] = softmax([6, 3]/√2): closed form sigmoid(3/√2) = 0.89305 (reference.md rounds the
+    # A2[0] = softmax([6, 3]/√2): closed form sigmoid(3/√2) = 0.89305 (the two-decimal worked example rounds the
     # logits first and quotes 0.8928).
     a2 = torch.softmax(q[0, 1] @ k[0, 1].T / math.sqrt(2), -1)
     p = 1 / (1 + math.exp(-3 / math.sqrt(2)))
@@ -65,14 +65,16 @@ def test_seed_parameter_counts_d512():
     assert sum(p.numel() for p in attn.parameters()) == 1_048_576
 
 
-def reference_attention(q, k, v, slopes=None):
-    """softmax(QKᵀ/√d_k + ALiBi) V with a causal mask, written independently of the model."""
+def reference_attention(q, k, v, slopes=None, bias=None):
+    """softmax(QKᵀ/√d_k + ALiBi or a given bias) V with a causal mask, written independently."""
     T = q.shape[2]
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     i = torch.arange(T)[:, None]
     j = torch.arange(T)[None, :]
     if slopes is not None:
         scores = scores - slopes.view(1, -1, 1, 1) * (i - j).clamp(min=0)
+    if bias is not None:
+        scores = scores + bias
     scores = scores.masked_fill(j > i, float("-inf"))
     return torch.softmax(scores, -1) @ v
 
@@ -89,7 +91,10 @@ def test_sdpa_path_equals_explicit_softmax(pe_name, T):
     model.pe.prepare(T, x.device)
     q, k = model.pe.rotate(q, k, pos, pos)
     slopes = alibi_slopes(4) if pe_name == "alibi" else None
-    expected = reference_attention(q, k, v, slopes)
+    # Other bias PEs (their bias itself is tested in tests/pe/): the full (H, T, T) bias at once,
+    # against the chunked SDPA path.
+    bias = model.pe.bias(pos, pos, q.dtype) if model.pe.has_bias and slopes is None else None
+    expected = reference_attention(q, k, v, slopes, bias)
     got = sdpa_attention(q, k, v, pos, pos, model.pe)
     assert torch.allclose(got, expected, atol=1e-5)
 

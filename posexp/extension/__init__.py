@@ -3,12 +3,10 @@
 from posexp.extension import methods as _methods  # noqa: F401  (registers the built-in methods)
 from posexp.extension.config import ExtensionConfig
 from posexp.extension.registry import (
-    ALL_PES,
+    ACTS_ON,
     EXTENSIONS,
-    PE_NAMES,
     ExtensionMethod,
     RopeSpec,
-    check_applicable,
     get_extension,
     position_scale,
     register_extension,
@@ -16,13 +14,11 @@ from posexp.extension.registry import (
 )
 
 __all__ = [
-    "ALL_PES",
+    "ACTS_ON",
     "EXTENSIONS",
-    "PE_NAMES",
     "ExtensionConfig",
     "ExtensionMethod",
     "RopeSpec",
-    "check_applicable",
     "get_extension",
     "position_scale",
     "register_extension",

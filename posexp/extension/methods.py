@@ -1,4 +1,4 @@
-"""The RoPE context-extension methods of reference.md §3, one registered function each.
+"""The RoPE context-extension methods of docs/maths.md §3, one registered function each.
 
 Each function takes a validated RopeSpec plus its own keyword-only params (whose defaults the
 registry reads as the method's allowed params) and returns (float64 inv_freq, attention_factor).
@@ -12,7 +12,7 @@ import math
 import torch
 
 from posexp.errors import PosexpError
-from posexp.extension.registry import ALL_PES, RopeSpec, as_number, register_extension
+from posexp.extension.registry import RopeSpec, as_number, register_extension
 
 
 def _ntk_exponent(spec: RopeSpec, method: str) -> float:
@@ -22,13 +22,13 @@ def _ntk_exponent(spec: RopeSpec, method: str) -> float:
     return spec.head_dim / (spec.head_dim - 2)
 
 
-@register_extension("none", applies_to=ALL_PES)
+@register_extension("none", acts_on="nothing")
 def none(spec: RopeSpec) -> tuple[torch.Tensor, float]:
     """Plain RoPE frequencies θ_i = base^(-2i/d)."""
     return spec.theta(), 1.0
 
 
-@register_extension("pi", applies_to=frozenset({"rope", "sinusoidal", "learned"}), scales_positions=True)
+@register_extension("pi", acts_on="positions")
 def pi(spec: RopeSpec) -> tuple[torch.Tensor, float]:
     """Position interpolation: θ/s, the same as feeding positions m/s."""
     return spec.theta() / spec.factor, 1.0

@@ -14,13 +14,10 @@ import torch
 
 from posexp.errors import PosexpError, choose
 
-# Positional encodings of reference.md §2; kept here so applicability checks need no import of
-# the model code (which imports this package).
-PE_NAMES: tuple[str, ...] = ("none", "sinusoidal", "learned", "rope", "alibi")
-ALL_PES: frozenset[str] = frozenset(PE_NAMES)
-ROPE_ONLY: frozenset[str] = frozenset({"rope"})
-# These PEs have no position table or rotation to stretch; a method chosen for them is a no-op.
-PES_NEEDING_NO_EXTENSION: frozenset[str] = frozenset({"none", "alibi"})
+# What a method changes. A positional encoding declares which of these it has (posexp/pe/base.py),
+# so neither side names the other: "nothing" (method none) suits every encoding, "positions"
+# (position interpolation) suits any encoding that reads positions, "frequencies" only rotations.
+ACTS_ON = ("nothing", "positions", "frequencies")
 
 
 @dataclass(frozen=True)
@@ -51,9 +48,8 @@ class ExtensionMethod:
     frequencies: FrequencyFn
     params: Mapping[str, Any]
     dynamic: bool
-    applies_to: frozenset[str]
+    acts_on: str
     needs_original_length: bool
-    scales_positions: bool
 
     def __call__(self, spec: RopeSpec, **params: Any) -> tuple[torch.Tensor, float]:
         """Run the frequency function with this method's defaults filled in."""
@@ -78,23 +74,23 @@ def register_extension(
     name: str,
     *,
     dynamic: bool = False,
-    applies_to: frozenset[str] = ROPE_ONLY,
+    acts_on: str = "frequencies",
     needs_original_length: bool = False,
-    scales_positions: bool = False,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
     """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`."""
 
     def decorate(fn: FrequencyFn) -> FrequencyFn:
         if name in EXTENSIONS:
             raise ValueError(f"extension {name!r} registered twice")
+        if acts_on not in ACTS_ON:
+            raise ValueError(f"extension {name!r}: acts_on must be one of {ACTS_ON}, got {acts_on!r}")
         EXTENSIONS[name] = ExtensionMethod(
             name=name,
             frequencies=fn,
             params=MappingProxyType(_keyword_defaults(fn)),
             dynamic=dynamic,
-            applies_to=frozenset(applies_to),
+            acts_on=acts_on,
             needs_original_length=needs_original_length,
-            scales_positions=scales_positions,
         )
         return fn
 
@@ -215,16 +211,4 @@ def position_scale(method: str, factor: float) -> float:
     # Not for rope: rope_frequencies already folds pi into inv_freq, so both would scale twice.
     ext = get_extension(method)
     s = check_factor(factor)
-    return 1.0 / s if ext.scales_positions else 1.0
-
-
-def check_applicable(method: str, pe: str) -> str | None:
-    """Raise PosexpError if `method` makes no sense for `pe`; return a note if `pe` ignores it."""
-    ext = get_extension(method)
-    choose("pe", pe, PE_NAMES)
-    if pe in PES_NEEDING_NO_EXTENSION:
-        return None if method == "none" else f"pe {pe!r} needs no extension; {method!r} ignored"
-    if pe in ext.applies_to:
-        return None
-    allowed = ", ".join(name for name, m in EXTENSIONS.items() if pe in m.applies_to)
-    raise PosexpError(f"extension {method!r} does not apply to pe {pe!r}; allowed for {pe}: {allowed}")
+    return 1.0 / s if ext.acts_on == "positions" else 1.0

@@ -28,7 +28,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 class ALiBi(PositionalEncoding):
     """Adds -slope_h * (i - j) to the logit of query i attending to key j."""
 
-    has_bias = True
+    kind = "bias"
 
     def __init__(self, ctx: PEContext) -> None:
         super().__init__(ctx)

@@ -17,6 +17,16 @@ class PositionOutOfRange(PosexpError):
 class LearnedEncoding(PositionalEncoding):
     """Trainable table added to embeddings; PI reads fractional rows by linear interpolation."""
 
+    kind = "embedding"
+
+    @classmethod
+    def check_params(cls, params: dict, seq_len: int) -> None:
+        """The table must have a row for every training position."""
+        max_len = params.get("max_len")
+        if max_len is not None and max_len < seq_len:
+            raise PosexpError(f"pe.max_len={max_len} is shorter than train.seq_len={seq_len}; "
+                              f"allowed: pe.max_len >= {seq_len} (or null for the training length)")
+
     def __init__(self, ctx: PEContext, max_len: int | None = None) -> None:
         super().__init__(ctx)
         self.max_len = int(max_len or ctx.train_length)

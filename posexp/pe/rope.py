@@ -23,6 +23,9 @@ def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 class RotaryEncoding(PositionalEncoding):
     """Rotates q and k per head; frequencies come from the configured extension method."""
 
+    kind = "rotation"
+    needs_even_head_dim = True  # dimensions rotate in pairs
+
     def __init__(self, ctx: PEContext, base: float = 10000.0) -> None:
         super().__init__(ctx)
         ext = dict(ctx.extension)

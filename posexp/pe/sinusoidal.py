@@ -22,6 +22,8 @@ def sinusoidal_table(positions: torch.Tensor, d_model: int, base: float = 10000.
 class SinusoidalEncoding(PositionalEncoding):
     """Fixed sin/cos table added to the embeddings; position interpolation divides positions by s."""
 
+    kind = "embedding"
+
     def __init__(self, ctx: PEContext, base: float = 10000.0) -> None:
         super().__init__(ctx)
         self.base = base

@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from posexp.checkpoint import load_weights, read_meta
 from posexp.data import build_tokenizer, load_corpus, tokenize_splits
 from posexp.errors import PosexpError, choose
-from posexp.extension import ExtensionConfig, check_applicable
+from posexp.extension import ExtensionConfig
 from posexp.model import GPT, ModelConfig
+from posexp.pe import check_extension, get_pe
 
 log = logging.getLogger("posexp")
 
@@ -102,10 +103,8 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
     pe_params = {k: v for k, v in OmegaConf.to_container(cfg.pe, resolve=True).items() if k != "name"}
     train_length = int(cfg.get("train_length") or cfg.train.seq_len)
     ext = extension_dict(cfg, train_length)
-    note = check_applicable(ext["method"], cfg.pe.name)
-    if note:
-        log.info(note)
-        ext = {"method": "none", "factor": 1.0, "original_length": train_length}
+    check_extension(cfg.pe.name, ext["method"])
+    get_pe(cfg.pe.name).check_params(pe_params, int(cfg.train.seq_len))
     mcfg = ModelConfig(
         vocab_size=vocab_size,
         d_model=cfg.model.d_model,
@@ -118,12 +117,6 @@ def model_config(cfg: DictConfig, vocab_size: int) -> ModelConfig:
         extension=ext,
         train_length=train_length,
     )
-    max_len = pe_params.get("max_len")
-    if cfg.pe.name == "learned" and max_len is not None and max_len < cfg.train.seq_len:
-        raise PosexpError(
-            f"pe.max_len={max_len} is shorter than train.seq_len={cfg.train.seq_len}; "
-            f"allowed: pe.max_len >= {cfg.train.seq_len} (or null for the training length)"
-        )
     return mcfg
 
 

@@ -50,10 +50,10 @@ from posexp.checkpoint import (
     write_json_atomic,
 )
 from posexp.errors import PosexpError, choose
-from posexp.extension import EXTENSIONS, ExtensionConfig, check_applicable
+from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.extension.registry import check_factor
 from posexp.model import GPT, ModelConfig
-from posexp.pe import PositionOutOfRange
+from posexp.pe import PositionOutOfRange, accepted_extensions, check_extension
 from posexp.tasks.common import Data, build_data, config_hash, latest_run, resolve_device
 
 PROTOCOLS = ("nonoverlap", "sliding")
@@ -273,18 +273,6 @@ def run_config(meta: dict[str, Any]) -> DictConfig:
     return cfg
 
 
-def default_methods(pe: str) -> list[str]:
-    """Every registered method that changes something for ``pe`` (just none for alibi/NoPE)."""
-    out = []
-    for name in EXTENSIONS:
-        try:
-            if check_applicable(name, pe) is None:
-                out.append(name)
-        except PosexpError:
-            continue
-    return out
-
-
 def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[int]:
     """Explicit --lengths, else doubling from the training length up to --len (inclusive)."""
     if settings.lengths:
@@ -329,7 +317,7 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
     # A preset's token count (or the default) grows to one full window at the longest length.
     n_tokens = max(s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths)), max(lengths))
 
-    methods = ([BAKED] if has_baked else []) + default_methods(pe) if s.methods is None else s.methods
+    methods = ([BAKED] if has_baked else []) + accepted_extensions(pe) if s.methods is None else s.methods
     items: list[Item] = []
     dropped: list[str] = []
     for method in methods:
@@ -346,15 +334,10 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
             label = f"{BAKED}:{baked['method']}"
         else:
             label = method
-            try:
-                note = check_applicable(method, pe) or ""
-            except PosexpError:
+            if method not in accepted_extensions(pe):
                 if n_runs == 1:
-                    raise
-                note = "not applicable"
-            if note and n_runs > 1:
-                # A sweep mixes PEs: a method that does not apply to (or is ignored by) this
-                # job's PE is skipped for it, not evaluated as a duplicate of `none`.
+                    check_extension(pe, method)  # the one-line error naming what pe can take
+                # A sweep mixes PEs: a method this job's PE cannot take is skipped for it.
                 dropped.append(method)
                 continue
         for length in lengths:
@@ -370,7 +353,7 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
                                   note="; ".join(x for x in (note, extra) if x)))
     if not items and n_runs == 1:
         raise PosexpError(f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
-                          f"allowed for {pe}: {', '.join(default_methods(pe))}")
+                          f"allowed for {pe}: {', '.join(accepted_extensions(pe))}")
     return RunPlan(run_dir, meta, cfg, train_length, n_tokens, items, dropped)
 
 
@@ -621,18 +604,20 @@ def write_csv_atomic(path: Path, rows: list[dict[str, Any]], fields: Sequence[st
     write_text_atomic(path, buf.getvalue())
 
 
-def figure_png(fig: Any) -> bytes:
-    """Render a matplotlib figure to PNG bytes once, then close it."""
+def figure_png(fig: Any, fmt: str = "png", close: bool = True) -> bytes:
+    """Render a matplotlib figure (PNG at 160 dpi, or ``fmt``: svg, pdf), then close it."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
+    fig.savefig(buf, format=fmt, dpi=160)
+    if close:
+        plt.close(fig)
     return buf.getvalue()
 
 
 def save_figure_atomic(fig: Any, path: Path) -> bytes:
-    """Save a matplotlib figure as PNG atomically (and close it); returns the PNG bytes."""
+    """Save a figure as PNG plus a vector SVG beside it, atomically (and close it); PNG bytes."""
+    write_bytes_atomic(path.with_suffix(".svg"), figure_png(fig, "svg", close=False))
     png = figure_png(fig)
     write_bytes_atomic(path, png)
     return png

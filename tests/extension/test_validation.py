@@ -3,7 +3,7 @@
 import pytest
 
 from posexp.errors import PosexpError
-from posexp.extension import check_applicable, position_scale, rope_frequencies
+from posexp.extension import position_scale, rope_frequencies
 
 
 def raises_one_line(match: str):
@@ -88,29 +88,3 @@ def test_bad_seq_len():
 def test_position_scale_validates():
     with raises_one_line(r"^factor must be >= 1, got 0$"):
         position_scale("pi", 0)
-
-
-def test_ntk_on_learned_is_an_error():
-    with raises_one_line(
-        r"^extension 'ntk' does not apply to pe 'learned'; allowed for learned: none, pi$"
-    ):
-        check_applicable("ntk", "learned")
-
-
-@pytest.mark.parametrize("pe", ["alibi", "none"])
-def test_pe_needing_no_extension_gets_a_note(pe):
-    assert check_applicable("yarn", pe) == f"pe '{pe}' needs no extension; 'yarn' ignored"
-    assert check_applicable("none", pe) is None
-
-
-@pytest.mark.parametrize(
-    "method,pe",
-    [("yarn", "rope"), ("pi", "sinusoidal"), ("pi", "learned"), ("none", "learned"), ("llama3", "rope")],
-)
-def test_applicable_pairs_pass_silently(method, pe):
-    assert check_applicable(method, pe) is None
-
-
-def test_check_applicable_unknown_pe():
-    with raises_one_line(r"unknown pe 'xpos'; allowed: "):
-        check_applicable("none", "xpos")

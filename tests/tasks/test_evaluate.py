@@ -114,7 +114,7 @@ BAD = {
     "factor below 1": (["--factor", "0.5"], "--factor must be >= 1, got 0.5"),
     "len below training length": (["--len", "16"], "--len 16 is below the training length 32"),
     "not applicable": (["--method", "ntk"],
-                       "extension 'ntk' does not apply to pe 'learned'; allowed for learned: none, pi"),
+                       "extension 'ntk' does not apply to pe 'learned' (embedding); allowed for learned: none, pi"),
     "bad protocol": (["--protocol", "windows"], "unknown protocol 'windows'; allowed: both, nonoverlap, sliding"),
     "baked on a plain run": (["--method", "baked"], "has no baked-in extension"),
     "tokens below length": (["--tokens", "100", "--len", "128"], "--tokens 100 is below the longest length 128"),

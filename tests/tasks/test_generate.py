@@ -7,10 +7,11 @@ import torch
 
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.pe import PE_REGISTRY
 from posexp.pe.learned import PositionOutOfRange
 from posexp.tasks.generate import generate_ids
 
-PES = ["none", "sinusoidal", "learned", "rope", "alibi"]
+PES = sorted(PE_REGISTRY)
 VOCAB = 50
 
 
@@ -83,7 +84,27 @@ def test_bad_arguments():
     model = tiny("none")
     with pytest.raises(PosexpError, match="empty prompt"):
         generate_ids(model, [[]], 3)
-    with pytest.raises(PosexpError, match="temperature must be >= 0"):
-        generate_ids(model, [[1]], 3, temperature=-1)
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(PosexpError, match="temperature must be a finite number >= 0"):
+            generate_ids(model, [[1]], 3, temperature=bad)
+    with pytest.raises(PosexpError, match="beam size must be a positive integer, got 0"):
+        generate_ids(model, [[1]], 3, beam_size=0)
+    with pytest.raises(PosexpError, match="beam search decodes deterministically"):
+        generate_ids(model, [[1]], 3, beam_size=4, temperature=0.5)
+    with pytest.raises(PosexpError, match="length penalty must be a finite number"):
+        generate_ids(model, [[1]], 3, beam_size=4, length_penalty=float("nan"))
     with pytest.raises(PosexpError, match="top_k must be a positive integer"):
         generate_ids(model, [[1]], 3, top_k=0)
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi", "learned"])
+def test_beam_search_through_generate_ids_matches_one_prompt_at_a_time(pe):
+    # Prompts of several lengths, batched and reordered: each equals its own beam search.
+    model = tiny(pe)
+    prompts = prompts_of([4, 6, 4, 5])
+    eos = full_recompute(model, prompts[0], 12)[2]
+    got = generate_ids(model, prompts, 10, eos_id=eos, beam_size=3, batch_size=2)
+    for p, g in zip(prompts, got, strict=True):
+        row, _ = model.beam_search(torch.tensor([p]), 10, beam_size=3, eos_id=eos)
+        ids = row[0].tolist()
+        assert g == (ids[: ids.index(eos)] if eos in ids else ids)

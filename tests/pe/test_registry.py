@@ -1,0 +1,77 @@
+"""The PE registry: discovery, declared constraints, and the one extension rule for every PE."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from posexp.errors import PosexpError
+from posexp.extension import EXTENSIONS
+from posexp.model import ModelConfig
+from posexp.pe import PE_REGISTRY, accepted_extensions, check_extension, get_pe, register_pe
+from posexp.pe.base import KINDS, PositionalEncoding
+
+PES = sorted(PE_REGISTRY)
+
+
+def test_every_module_of_the_package_registered_its_encoding():
+    import pkgutil
+
+    import posexp.pe
+
+    modules = {i.name for i in pkgutil.iter_modules(posexp.pe.__path__)} - {"base"}
+    assert {PE_REGISTRY[n].__module__.rsplit(".", 1)[1] for n in PE_REGISTRY} == modules
+
+
+@pytest.mark.parametrize("pe", PES)
+def test_declared_kind_decides_which_extension_methods_apply(pe):
+    cls = get_pe(pe)
+    assert cls.kind in KINDS
+    allowed = accepted_extensions(pe)
+    assert allowed[0] == "none"
+    for method, m in EXTENSIONS.items():
+        # Independent of accepted_extensions: the rule written out per kind.
+        expected = (m.acts_on == "nothing"
+                    or (m.acts_on == "positions" and cls.kind in ("embedding", "rotation"))
+                    or (m.acts_on == "frequencies" and cls.kind == "rotation"))
+        assert (method in allowed) == expected, (pe, method)
+        if expected:
+            check_extension(pe, method)
+        else:
+            message = (f"extension '{method}' does not apply to pe '{pe}' ({cls.kind}); "
+                       f"allowed for {pe}: {', '.join(allowed)}")
+            with pytest.raises(PosexpError, match=f"^{re.escape(message)}$"):
+                check_extension(pe, method)
+
+
+def test_known_pairs():
+    assert accepted_extensions("learned") == ["none", "pi"]
+    assert accepted_extensions("alibi") == ["none"]
+    assert set(accepted_extensions("rope")) == set(EXTENSIONS)
+
+
+@pytest.mark.parametrize("pe", PES)
+def test_even_head_dim_is_enforced_only_where_declared(pe):
+    make = lambda: ModelConfig(vocab_size=10, d_model=12, n_heads=4, pe=pe)  # noqa: E731  head dim 3
+    if get_pe(pe).needs_even_head_dim:
+        with pytest.raises(PosexpError, match=f"pe={pe} needs an even head dim, got d_model/heads = 12/4 = 3"):
+            make()
+    else:
+        make()
+
+
+def test_unknown_pe_and_bad_registrations():
+    with pytest.raises(PosexpError, match=r"^unknown pe 'xpos'; allowed: "):
+        check_extension("xpos", "none")
+    with pytest.raises(ValueError, match="registered twice"):
+        register_pe("rope")(type("Again", (PositionalEncoding,), {}))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        register_pe("odd")(type("Odd", (PositionalEncoding,), {"kind": "sideways"}))
+    assert "odd" not in PE_REGISTRY
+
+
+def test_learned_declares_its_table_length():
+    get_pe("learned").check_params({"max_len": 64}, seq_len=64)
+    with pytest.raises(PosexpError, match=r"pe.max_len=32 is shorter than train.seq_len=64"):
+        get_pe("learned").check_params({"max_len": 32}, seq_len=64)
