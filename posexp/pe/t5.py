@@ -1,0 +1,55 @@
+"""T5 relative position bias (Raffel et al. 2020): a learned scalar per head and distance bucket.
+
+The logit of query i for key j gets ``table[bucket(i - j), head]``. Distances below
+``num_buckets / 2`` have a bucket each; longer ones share log-spaced buckets up to
+``max_distance``, and every distance beyond that falls in the last bucket, which is what lets
+the bias extend to any length. Causal (unidirectional) bucketing, as in T5's decoder; one table
+shared by all layers, as in T5.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from posexp.errors import PosexpError
+from posexp.pe.base import PEContext, PositionalEncoding, register_pe
+
+
+def relative_buckets(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's causal bucket of each query-key distance i - j (negative distances go to bucket 0)."""
+    n = distance.clamp(min=0)
+    exact = num_buckets // 2
+    # Clamped to 1 only so the log is defined where the exact branch is taken anyway.
+    log_ratio = torch.log(n.float().clamp(min=1) / exact) / math.log(max_distance / exact)
+    large = (exact + (log_ratio * (num_buckets - exact)).long()).clamp(max=num_buckets - 1)
+    return torch.where(n < exact, n, large)
+
+
+@register_pe("t5")
+class T5Bias(PositionalEncoding):
+    """Adds a learned per-head scalar, looked up by the bucket of i - j, to each logit."""
+
+    kind = "bias"
+
+    def __init__(self, ctx: PEContext, num_buckets: int = 32, max_distance: int = 128) -> None:
+        super().__init__(ctx)
+        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 2:
+            raise PosexpError(f"pe.num_buckets must be an integer >= 2, got {num_buckets!r}")
+        exact = num_buckets // 2
+        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
+            raise PosexpError(f"pe.max_distance must be an integer > num_buckets / 2 = {exact}, "
+                              f"got {max_distance!r}")
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        # T5 initialises the table with std d_model^-0.5 (a Parameter, so the model's own
+        # initialisation of Linear/Embedding weights leaves it alone).
+        self.table = nn.Parameter(torch.randn(num_buckets, ctx.n_heads) * ctx.d_model**-0.5)
+
+    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The (H, Tq, Tk) bias, or (B, H, Tq, Tk) for per-row positions."""
+        buckets = relative_buckets(q_pos[..., :, None] - k_pos[..., None, :], self.num_buckets,
+                                   self.max_distance)
+        values = self.table[buckets].to(dtype)  # (..., Tq, Tk, H)
+        return values.movedim(-1, -3)
