@@ -49,7 +49,20 @@ def train(ctx: typer.Context) -> None:
     from posexp.tasks.train import train_task
 
     check_resume_arg(ctx.args)
+    check_experiment_arg(ctx.args)
     run_hydra(train_task, "train", ctx.args)
+
+
+def check_experiment_arg(args: list[str]) -> None:
+    """Refuse an unknown ``experiment=`` (the group is optional, so Hydra would skip it silently)."""
+    allowed = sorted(p.stem for p in (Path(config_dir()) / "experiment").glob("*.yaml"))
+    for arg in args:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key != "experiment" or value in ("", "null"):
+            continue
+        for name in value.split(","):  # a sweep: experiment=a,b
+            if name not in allowed:
+                raise PosexpError(f"unknown experiment {name!r}; allowed: {', '.join(allowed)}")
 
 
 def check_resume_arg(args: list[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from posexp.checkpoint import load_weights, read_meta
 from posexp.data import build_tokenizer, load_corpus, tokenize_splits
@@ -80,15 +81,44 @@ def require_positive(name: str, value: Any) -> None:
         raise PosexpError(f"{name} must be a positive integer, got {value!r}")
 
 
+def require_number(name: str, value: Any, rule: str) -> float:
+    """Raise a one-line error unless ``value`` is a finite number obeying ``rule``: > 0, >= 0, [0, 1)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if ok:
+        ok = {"> 0": value > 0, ">= 0": value >= 0, "in [0, 1)": 0 <= value < 1}[rule]
+    if not ok:
+        raise PosexpError(f"{name} must be a finite number {rule}, got {value!r}")
+    return float(value)
+
+
 def check_train_config(train: DictConfig) -> None:
-    """Reject non-positive lengths, steps and sizes before any work starts."""
+    """Reject non-positive lengths, steps and sizes and out-of-range rates before any work starts."""
     for key in ("max_steps", "batch_size", "seq_len", "eval_interval", "eval_tokens",
                 "log_interval", "checkpoint_interval"):
         require_positive(f"train.{key}", train[key])
-    if isinstance(train.warmup_steps, bool) or train.warmup_steps < 0:
-        raise PosexpError(f"train.warmup_steps must be >= 0, got {train.warmup_steps!r}")
-    if not train.lr > 0:
-        raise PosexpError(f"train.lr must be > 0, got {train.lr!r}")
+    if isinstance(train.warmup_steps, bool) or not isinstance(train.warmup_steps, int) \
+            or train.warmup_steps < 0:
+        raise PosexpError(f"train.warmup_steps must be an integer >= 0, got {train.warmup_steps!r}")
+    require_number("train.lr", train.lr, "> 0")
+    require_number("train.min_lr", train.min_lr, ">= 0")
+    require_number("train.weight_decay", train.weight_decay, ">= 0")
+    require_number("train.grad_clip", train.grad_clip, "> 0")
+    betas = list(train.betas) if isinstance(train.betas, (list, tuple, ListConfig)) else None
+    if betas is None or len(betas) != 2:
+        raise PosexpError(f"train.betas must be two numbers in [0, 1), got {train.betas!r}")
+    for i, beta in enumerate(betas):
+        require_number(f"train.betas[{i}]", beta, "in [0, 1)")
+
+
+def check_run_config(cfg: DictConfig) -> None:
+    """Checks of the composed config that need no data: seed, heads, model sizes, train.*."""
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int):
+        raise PosexpError(f"seed must be an integer, got {cfg.seed!r}")
+    require_positive("heads", cfg.model.n_heads)
+    require_number("model.dropout", cfg.model.get("dropout", 0.0), "in [0, 1)")
+    if cfg.model.get("d_ff") is not None:
+        require_positive("model.d_ff", cfg.model.d_ff)
+    check_train_config(cfg.train)
 
 
 def extension_dict(cfg: DictConfig, train_length: int) -> dict[str, Any]:

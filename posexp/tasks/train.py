@@ -40,7 +40,7 @@ from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objec
 from posexp.tasks.common import (
     MODEL_KEYS,
     build_data,
-    check_train_config,
+    check_run_config,
     model_config,
     resolve_device,
 )
@@ -206,6 +206,9 @@ class Trainer:
                 elapsed = time.perf_counter() - window_start
                 tps = window_steps * tokens_per_step / elapsed
                 loss_value = distributed.global_mean(loss, weight)
+                if not math.isfinite(loss_value):  # checked where the loss is read anyway
+                    raise Diverged(f"loss became {loss_value} at step {self.step}; lower train.lr "
+                                   f"(now {t.lr:g}) or raise train.warmup_steps")
                 self.writer.add_scalar("train/loss", loss_value, self.step)
                 self.writer.add_scalar("train/lr", lr, self.step)
                 self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)
@@ -233,7 +236,7 @@ class Trainer:
 
 def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
-    check_train_config(cfg.train)
+    check_run_config(cfg)
     distributed.check_batch_size(cfg.train.batch_size)
     device = place(cfg)
     torch.manual_seed(cfg.seed)
@@ -340,12 +343,19 @@ def place(cfg: DictConfig) -> torch.device:
     return device
 
 
+class Diverged(PosexpError):
+    """Training produced a non-finite loss: the run stops as failed, its dir kept to inspect."""
+
+
 def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:
     """End a job on a user error: a sweep records it and goes on; a single run stops in one line."""
-    if multirun:
-        # A sweep keeps the failed job's dir so `posexp report` can show why it failed.
-        record_failure(run_dir, e)
-        raise e
+    if multirun or isinstance(e, Diverged):
+        # The job's dir stays, with results.json saying why it failed (`posexp report` shows it).
+        if distributed.is_main():
+            record_failure(run_dir, e)
+        if multirun:
+            raise e
+        raise Abort(f"{e} (run dir: {run_dir})") from None
     if discard and distributed.is_main() and not (run_dir / "checkpoint").exists():
         release_log_files(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind

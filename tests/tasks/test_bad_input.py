@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from tests.helpers import TINY, posexp, run_dirs
 
 CASES = {
-    "unknown pe": (["pe=nope"], "unknown pe 'nope'; allowed: alibi, learned, none, rope, sinusoidal"),
+    "unknown pe": (["pe=nope"], "unknown pe 'nope'; allowed: alibi, learned, none, rope, sinusoidal, t5"),
+    "unknown experiment": (["experiment=bogus"], "unknown experiment 'bogus'; allowed: extrapolation, head_ablation, head_ablation_cpu"),
+    "extension the pe cannot take": (["pe=alibi", "extension=yarn"], "extension 'yarn' does not apply to pe 'alibi' (bias); allowed for alibi: none"),
     "unknown model": (["model=huge"], "unknown model 'huge'; allowed: base, small, tiny"),
     "unknown data": (["data=imdb"], "unknown data 'imdb'; allowed:"),
     "heads not dividing": (["heads=3"], "heads=3 does not divide d_model=64; allowed: 1, 2, 4, 8"),
@@ -54,3 +59,42 @@ def test_resume_errors(tmp_path, cache):
     empty.mkdir()
     no_ckpt = posexp(tmp_path, cache, "train", f"resume={empty}", check=False)
     assert no_ckpt.returncode == 2 and "no checkpoint" in no_ckpt.stderr
+
+
+CONFIG_CASES = {
+    "heads=abc": "heads must be a positive integer, got 'abc'",
+    "heads=2.0": "heads must be a positive integer, got 2.0",
+    "seed=abc": "seed must be an integer, got 'abc'",
+    "train.lr=inf": "train.lr must be a finite number > 0, got inf",
+    "train.grad_clip=-1": "train.grad_clip must be a finite number > 0, got -1",
+    "train.weight_decay=-1": "train.weight_decay must be a finite number >= 0, got -1",
+    "train.min_lr=-1": "train.min_lr must be a finite number >= 0, got -1",
+    "train.betas=[2,3]": "train.betas[0] must be a finite number in [0, 1), got 2",
+    "train.betas=[0.9]": "train.betas must be two numbers in [0, 1), got [0.9]",
+    "model.dropout=-0.5": "model.dropout must be a finite number in [0, 1), got -0.5",
+    "model.d_ff=0": "model.d_ff must be a positive integer, got 0",
+}
+
+
+@pytest.mark.parametrize("override", sorted(CONFIG_CASES))
+def test_config_values_are_checked_before_any_work(override):
+    # In-process: the same check `posexp train` runs first (the CLI path is covered above).
+    from hydra import compose, initialize_config_dir
+
+    from posexp.cli import config_dir
+    from posexp.errors import PosexpError
+    from posexp.tasks.common import check_run_config
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose("train", [override])
+    with pytest.raises(PosexpError, match=f"^{re.escape(CONFIG_CASES[override])}$"):
+        check_run_config(cfg)
+
+
+def test_a_diverging_run_stops_as_failed_and_says_so(tmp_path, cache):
+    proc = posexp(tmp_path, cache, "train", *TINY, "train.lr=1e30", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "error: loss became nan at step" in proc.stderr
+    (run,) = run_dirs(tmp_path)  # kept, to look at
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "failed" and results["error"].startswith("loss became nan at step")
