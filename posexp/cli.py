@@ -18,6 +18,22 @@ app = typer.Typer(
     add_completion=False,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from posexp import __version__
+
+        typer.echo(f"posexp {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print posexp's version and exit."),
+) -> None:
+    """Train tiny decoder-only transformers and compare positional encodings."""
+
+
 # Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
 HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
