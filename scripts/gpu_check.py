@@ -82,13 +82,13 @@ FULL = Sizes(
 )
 SMOKE = Sizes(
     device="cpu", train_model=(64, 2, 2), train_seq=64, train_batch=4, train_steps=2,
-    compile=False, matmul_n=256, eval_model="tiny", eval_lengths=(64, 128), pack_counts=(1, 2),
-    pack_args=(*TINY_RUN, "train.max_steps=20", "train.batch_size=4", "train.seq_len=32",
-               "train.eval_interval=20", "train.checkpoint_interval=20", "train.eval_tokens=256",
+    compile=False, matmul_n=256, eval_model="tiny", eval_lengths=(64,), pack_counts=(1, 2),
+    pack_args=(*TINY_RUN, "train.max_steps=10", "train.batch_size=4", "train.seq_len=32",
+               "train.eval_interval=10", "train.checkpoint_interval=10", "train.eval_tokens=256",
                "train.threads=1"),
     ddp_procs=2,
-    ddp_args=(*TINY_RUN, "train.max_steps=8", "train.batch_size=4", "train.seq_len=32",
-              "train.eval_interval=4", "train.checkpoint_interval=4", "train.eval_tokens=256"),
+    ddp_args=(*TINY_RUN, "train.max_steps=6", "train.batch_size=4", "train.seq_len=32",
+              "train.eval_interval=3", "train.checkpoint_interval=3", "train.eval_tokens=256"),
     ablation_args=("tokenizer.vocab_size=300", "model.d_model=32", "model.n_layers=1", "train.batch_size=4",
                    "train.seq_len=96", "translate.bleu_examples=4", "translate.test_examples=8",
                    "translate.max_new_tokens=8", "train.threads=1"),

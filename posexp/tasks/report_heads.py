@@ -361,9 +361,11 @@ def render(ctx: Any) -> str:
     ctx.files.extend(attention)
     d_models = sorted({j.d_model for j in jobs if j.d_model})
     if BLEU in metrics:
-        beam = ((ctx.jobs[0].config or {}).get("translate") or {}).get("beam_size", 4)
+        translate = (ctx.jobs[0].config or {}).get("translate") or {}
+        beam, n_test = translate.get("beam_size", 4), translate.get("test_examples")
         how = (f"PPL: validation perplexity on target tokens; BLEU / chrF: sacrebleu on "
-               f"{'greedy' if beam == 1 else f'beam-{beam}'} translations of the test split. "
+               f"{'greedy' if beam == 1 else f'beam-{beam}'} translations of "
+               f"{'the whole test split' if n_test is None else f'{n_test} evenly spaced test verses'}. "
                "Copy baseline: each source verse copied as its own translation. Paper: Vaswani "
                "et al. 2017, Table 3 rows (A) (EN-DE dev, d_model 512, 6 layers), for the shape "
                "only.")
