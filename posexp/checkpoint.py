@@ -42,18 +42,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write a file through a temporary file and a rename, so readers never see half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON atomically."""
-    write_bytes_atomic(path, json.dumps(data, indent=2, default=str).encode())
-
-
 def save_checkpoint(
     run_dir: Path, model: torch.nn.Module, meta: dict[str, Any], state: dict[str, Any] | None = None
 ) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from posexp.errors import Abort, PosexpError
+from posexp.paths import config_dir
 
 app = typer.Typer(
     name="posexp",
@@ -36,15 +37,6 @@ def _root(
 
 # Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
 HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-
-
-def config_dir() -> str:
-    """Absolute configs dir: packaged copy in a wheel, the repo's configs/ in an editable install."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "configs", here.parent / "configs"):
-        if (candidate / "train.yaml").is_file():
-            return str(candidate)
-    raise PosexpError(f"posexp configs not found next to {here}; reinstall posexp")
 
 
 def run_hydra(task, config_name: str, args: list[str]) -> None:
@@ -129,7 +121,8 @@ def eval_extrapolate(
     batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."),
 ) -> None:
     """Test-split perplexity at lengths past the training length, per extension method."""
-    from posexp.tasks.evaluate import Settings, evaluate_runs, parse_int_list, parse_methods
+    from posexp.tasks.evaluate import evaluate_runs
+    from posexp.tasks.extrapolate_plan import Settings, parse_int_list, parse_methods
 
     settings = Settings(max_len=length, lengths=parse_int_list(lengths), methods=parse_methods(method),
                         factor=factor, protocol=protocol, stride=stride, tokens=tokens, device=device,

@@ -53,7 +53,8 @@ def child(pe: str, length: int, model_size: str, heads: int, device_name: str, r
 
     from posexp.model import GPT, ModelConfig
     from posexp.tasks.common import resolve_device
-    from posexp.tasks.evaluate import nonoverlap_windows, score_windows
+    from posexp.tasks.extrapolate_plan import nonoverlap_windows
+    from posexp.tasks.extrapolate_score import score_windows
 
     device = resolve_device(device_name)
     d_model, n_layers = SIZES[model_size]

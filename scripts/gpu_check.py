@@ -44,7 +44,7 @@ sys.path[:0] = [str(SCRIPTS), str(ROOT)]
 
 import torch  # noqa: E402
 
-from posexp.checkpoint import write_bytes_atomic, write_json_atomic  # noqa: E402
+from posexp.files import write_json_atomic, write_text_atomic  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class Check:
         """Write report.json and report.md (after every part, so a cut-off run keeps its figures)."""
         self.out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.out / "report.json", self.report)
-        write_bytes_atomic(self.out / "report.md", render_markdown(self.report).encode())
+        write_text_atomic(self.out / "report.md", render_markdown(self.report))
 
 
 def machine() -> dict[str, Any]:

@@ -30,28 +30,6 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 MODEL_KEYS = ("model", "pe", "heads", "extension", "data", "tokenizer")
 
 
-def _run_dir_resolver(resume: Any, fresh: str) -> str:
-    """hydra.run.dir: the run being resumed, else a new timestamped dir."""
-    return str(resume) if resume not in (None, "", "None") else fresh
-
-
-def _job_dir_resolver(override_dirname: str, limit: int = 120) -> str:
-    """hydra.sweep.subdir: the overrides, shortened with a stable hash past ``limit`` characters.
-
-    File names stop at 255 bytes; a sweep with many overrides would otherwise fail to start. The
-    hash keeps the name stable, so rerunning the sweep finds (and skips) finished jobs.
-    """
-    if len(override_dirname) <= limit:
-        return override_dirname or "default"
-    digest = hashlib.sha256(override_dirname.encode()).hexdigest()[:10]
-    return f"{override_dirname[:limit - 11]}_{digest}"
-
-
-for _name, _fn in (("posexp_run_dir", _run_dir_resolver), ("posexp_job_dir", _job_dir_resolver)):
-    if not OmegaConf.has_resolver(_name):
-        OmegaConf.register_new_resolver(_name, _fn)
-
-
 def resolve_device(name: str, gpu: int | None = None) -> torch.device:
     """auto picks cuda, then mps, then cpu; an explicit device must exist.
 

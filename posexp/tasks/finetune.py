@@ -30,6 +30,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from posexp.checkpoint import read_meta
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
+from posexp.files import write_text_atomic
+from posexp.paths import config_dir
 from posexp.tasks.train import fail_run, run_training
 
 log = logging.getLogger("posexp")
@@ -126,8 +128,6 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
 
 
 def _finetune_yaml() -> Path:
-    from posexp.cli import config_dir
-
     return Path(config_dir()) / "finetune.yaml"
 
 
@@ -145,7 +145,7 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
     multirun = hc.mode == RunMode.MULTIRUN
     try:
         merged = finetune_config(cfg, list(hc.overrides.task))
-        (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(merged))
+        write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(merged))
         log.info("fine-tuning %s at seq_len %d with extension %s (factor %s)", merged.parent,
                  merged.train.seq_len, merged.extension.method, merged.extension.get("factor"))
         return run_training(merged, run_dir)

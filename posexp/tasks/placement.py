@@ -158,18 +158,3 @@ def apply_threads(placement: Placement) -> None:
         torch.set_num_threads(int(placement.threads))
     if placement.note:
         log.warning(placement.note)
-
-
-def _n_jobs_resolver(*, _root_: Any) -> int:
-    """``${posexp_n_jobs:}``: default_n_jobs with the config's placement.jobs_per_gpu (1 if absent)."""
-    return default_n_jobs(int(OmegaConf.select(_root_, "placement.jobs_per_gpu", default=1) or 1))
-
-
-def _register_resolvers() -> None:
-    """Resolvers the launcher presets use (registered on import, before Hydra composes)."""
-    for name, fn in (("posexp_n_jobs", _n_jobs_resolver), ("posexp_gpu_count", gpu_count)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-
-
-_register_resolvers()

@@ -30,14 +30,8 @@ from typing import Any
 import yaml
 
 from posexp.errors import PosexpError
-from posexp.tasks.evaluate import (
-    EVAL_DIR,
-    PROTOCOLS,
-    has_checkpoint,
-    save_figure_atomic,
-    write_csv_atomic,
-    write_text_atomic,
-)
+from posexp.files import save_figure_atomic, write_csv_atomic, write_text_atomic
+from posexp.tasks.extrapolate_plan import EVAL_DIR, PROTOCOLS, has_checkpoint
 
 log = logging.getLogger("posexp")
 
@@ -356,7 +350,8 @@ def write_report(target: Path | str, evaluate: bool = True, device: str = "auto"
     jobs = find_jobs(target)
     pending = pending_evaluations(jobs)
     if pending and evaluate:
-        from posexp.tasks.evaluate import Settings, evaluate_runs
+        from posexp.tasks.evaluate import evaluate_runs
+        from posexp.tasks.extrapolate_plan import Settings
 
         console.print(f"evaluating {len(pending)} run(s) at longer lengths first (their config "
                       f"has an `extrapolate:` section; --no-eval skips this)", highlight=False)

@@ -13,8 +13,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.checkpoint import checkpoint_dir, read_meta, write_json_atomic
+from posexp.checkpoint import checkpoint_dir, read_meta
 from posexp.errors import PosexpError
+from posexp.files import write_json_atomic
 from posexp.tasks.common import MODEL_KEYS
 
 log = logging.getLogger("posexp")

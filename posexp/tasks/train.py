@@ -23,6 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from posexp import distributed
 from posexp.checkpoint import (
@@ -32,9 +33,9 @@ from posexp.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
-    write_json_atomic,
 )
 from posexp.errors import Abort, PosexpError
+from posexp.files import write_json_atomic, write_text_atomic
 from posexp.model import GPT, ModelConfig
 from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
 from posexp.tasks.common import (
@@ -187,6 +188,14 @@ class Trainer:
             metrics = self.objective.evaluate(self.raw_model, self.step, distributed.NullWriter())
             self.last_val = metrics["val/loss"]
         self.model.train()
+        with logging_redirect_tqdm():  # log lines print above the bar instead of through it
+            self._loop(bar, window_start, window_steps, tokens_per_step)
+        bar.close()
+        return self.last_val
+
+    def _loop(self, bar: Any, window_start: float, window_steps: int, tokens_per_step: int) -> None:
+        """The training steps, with logging, evaluation and checkpoints at their intervals."""
+        t = self.cfg.train
         while self.step < t.max_steps:
             # Under torchrun: this rank's rows of the global batch, and its loss weight.
             x, y, weight = distributed.shard(*self.objective.batch(self.step))
@@ -215,6 +224,11 @@ class Trainer:
                 self.writer.add_scalar("train/tokens_per_s", tps, self.step)
                 bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
                 bar.update(window_steps)
+                if bar.disable and distributed.is_main():
+                    # No terminal (nohup, Slurm, a sweep job): a plain line instead of the bar.
+                    eta = (t.max_steps - self.step) * tokens_per_step / max(tps, 1e-9)
+                    log.info("step %d/%d  loss %.4f  lr %.2e  %s tok/s  eta %s", self.step,
+                             t.max_steps, loss_value, lr, f"{tps:,.0f}", _duration(eta))
                 window_start, window_steps = time.perf_counter(), 0
             if self.step % t.eval_interval == 0 or self.step == t.max_steps:
                 train_loss = distributed.global_mean(loss, weight)  # all ranks take part
@@ -230,12 +244,11 @@ class Trainer:
                     distributed.is_main():
                 self.save()
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
-        bar.close()
-        return self.last_val
 
 
 def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
+    started = time.perf_counter()
     check_run_config(cfg)
     distributed.check_batch_size(cfg.train.batch_size)
     device = place(cfg)
@@ -278,7 +291,19 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     write_hparams(writer, {**hparam_dict(cfg, mcfg), "params": n_params}, metrics)
     writer.close()
     write_json_atomic(run_dir / "results.json", {"status": "completed", "step": trainer.step, **metrics})
+    shown = "  ".join(f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items()
+                      if k != "final/params")
+    log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
+    log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)
     return metrics
+
+
+def _duration(seconds: float) -> str:
+    """1h02m, 3m05s or 42s."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def hparam_dict(cfg: DictConfig, mcfg: ModelConfig) -> dict[str, Any]:
@@ -319,7 +344,7 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
         if cfg.resume:
             cfg = effective_config(cfg)
             if distributed.is_main():
-                (run_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+                write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
         return run_training(cfg, run_dir)
     except PosexpError as e:
         fail_run(run_dir, e, multirun, discard=fresh)

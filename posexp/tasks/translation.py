@@ -30,6 +30,7 @@ saw, and a learned table is never read past its end. Settings (all optional, und
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,8 @@ class Translation:
         """``folder/layer<i>.png`` for every layer; returns the paths."""
         from matplotlib.image import imsave
 
+        from posexp.files import write_bytes_atomic
+
         # finish() follows the evaluation of the last step: those images are of this very model.
         step, images = getattr(self, "_images", (None, None))
         if images is None or step != self.step:
@@ -283,7 +286,9 @@ class Translation:
         paths = []
         for i, image in enumerate(images):
             paths.append(folder / f"layer{i}.png")
-            imsave(paths[-1], image)
+            buf = io.BytesIO()
+            imsave(buf, image, format="png")
+            write_bytes_atomic(paths[-1], buf.getvalue())
         return paths
 
 
@@ -348,7 +353,10 @@ def samples_markdown(sources: list[str], refs: list[str], hyps: list[str]) -> st
 
 def write_translations(path: Path, sources: list[str], refs: list[str], hyps: list[str]) -> None:
     """source / reference / hypothesis as a TSV with a header."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, delimiter="\t")
-        w.writerow(["source", "reference", "hypothesis"])
-        w.writerows(zip(sources, refs, hyps, strict=True))
+    from posexp.files import write_text_atomic
+
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+    w.writerow(["source", "reference", "hypothesis"])
+    w.writerows(zip(sources, refs, hyps, strict=True))
+    write_text_atomic(path, buf.getvalue())

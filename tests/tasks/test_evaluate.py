@@ -13,7 +13,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from posexp.model import GPT, ModelConfig
-from posexp.tasks.evaluate import nonoverlap_windows, score_windows, sliding_windows
+from posexp.tasks.extrapolate_plan import nonoverlap_windows, sliding_windows
+from posexp.tasks.extrapolate_score import score_windows
 from tests.helpers import TINY, posexp, run_dirs
 
 METHODS = ["none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"]

@@ -38,7 +38,11 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
         events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     ).session_start_info.hparams
     assert hp["pe"].string_value == pe and hp["heads"].number_value == 2
-    assert {"final/val_ppl", "final/params"} <= set(events.Tags()["scalars"])
+    assert not any(t.startswith("final/") for t in events.Tags()["scalars"])
+    metrics = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/experiment"]
+    ).experiment.metric_infos
+    assert {m.name.tag for m in metrics} == {"val/loss", "val/ppl"}  # logged at the last step
     loaded = load_run(run, torch.device("cpu"))
     assert loaded.meta["step"] == 6 and loaded.model.cfg.pe == pe
     x = torch.randint(0, loaded.model.cfg.vocab_size, (1, 16))

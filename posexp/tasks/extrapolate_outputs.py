@@ -1,0 +1,157 @@
+"""What `posexp eval-extrapolate` writes: JSON/CSV records, plots, TensorBoard, a terminal table."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from posexp.files import (
+    save_figure_atomic,
+    write_csv_atomic,
+    write_json_atomic,
+)
+from posexp.tasks.extrapolate_plan import EVAL_DIR, FIELDS, PROTOCOLS, TB_SUFFIX, RunPlan, RunResult
+
+# ---- outputs -------------------------------------------------------------------------------
+
+
+def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: dict[str, Any]) -> list[Path]:
+    """JSON, CSV, two PNGs and TensorBoard scalars for one run."""
+    out = plan.run_dir / EVAL_DIR
+    out.mkdir(exist_ok=True)
+    files = [out / "extrapolate.json", out / "extrapolate.csv", out / "per_position.json",
+             out / "extrapolate.png", out / "per_position.png"]
+    write_json_atomic(files[0], records)
+    write_csv_atomic(files[1], records, FIELDS)
+    write_json_atomic(files[2], per_position)
+    title = f"{plan.run_dir.name}  (pe={plan.pe}, trained at {plan.train_length})"
+    ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), files[3])
+    pos_png = save_figure_atomic(plot_per_position(per_position, title), files[4])
+    write_tensorboard(plan.run_dir, records, {"extrapolate/ppl_plot": ppl_png,
+                                              "extrapolate/per_position_loss": pos_png})
+    return files
+
+
+def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str):
+    """ppl against length, log-x (and log-y), one line per method, one panel per protocol."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in records)]
+    fig, axes = plt.subplots(1, len(protocols), figsize=(6 * len(protocols), 4.2), squeeze=False,
+                             layout="constrained")
+    for ax, protocol in zip(axes[0], protocols, strict=True):
+        methods = list(dict.fromkeys(r["method"] for r in records if r["protocol"] == protocol))
+        for method in methods:
+            pts = sorted((r["length"], r["ppl"]) for r in records
+                         if r["protocol"] == protocol and r["method"] == method and r["ppl"] is not None)
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+        ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel("test perplexity")
+        ax.set_title(f"{protocol}")
+        ax.grid(True, which="both", alpha=0.3)
+        if methods:
+            ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_per_position(per_position: dict[str, Any], title: str):
+    """Mean loss by position bucket at the longest length, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for method, curve in per_position["methods"].items():
+        xs = [(a + b - 1) / 2 for a, b in zip(curve["start"], curve["end"], strict=True)]
+        pts = [(x, y) for x, y in zip(xs, curve["loss"], strict=True) if y is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), label=f"{method} ({curve['protocol']})")
+    ax.axvline(per_position["train_length"], color="grey", linestyle=":", linewidth=1,
+               label="training length")
+    ax.set_xlabel("position in the window (bucketed)")
+    ax.set_ylabel("mean loss (nats/token)")
+    ax.set_title(f"per-position loss at length {per_position['length']}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes]) -> None:
+    """Scalars ``extrapolate/<protocol>/<method>/ppl`` (step = length) in the run's own TB run.
+
+    Written into the run dir, not a subdir, so TensorBoard lists one run per experiment with an
+    ``extrapolate`` section next to ``train``/``val``. The events go in a file of their own
+    (suffix ``.extrapolate``) that a new evaluation replaces, so curves never duplicate.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    for old in run_dir.glob(f"events.out.tfevents.*{TB_SUFFIX}"):
+        old.unlink()
+    writer = SummaryWriter(str(run_dir), filename_suffix=TB_SUFFIX)
+    try:
+        for r in sorted(records, key=lambda r: r["length"]):
+            if r["ppl"] is not None and math.isfinite(r["ppl"]):
+                writer.add_scalar(f"extrapolate/{r['protocol']}/{r['method']}/ppl", r["ppl"], r["length"])
+        protocols = sorted({r["protocol"] for r in records})
+        writer.add_custom_scalars({
+            "extrapolate": {
+                f"ppl vs length ({p})": ["Multiline", [rf"extrapolate/{p}/.*/ppl"]] for p in protocols
+            }
+        })
+        step = max((r["length"] for r in records), default=0)
+        from matplotlib.image import imread
+
+        for tag, png in images.items():  # the PNGs already rendered, not a second rendering
+            writer.add_image(tag, imread(io.BytesIO(png), format="png")[..., :3], step,
+                             dataformats="HWC")
+    finally:
+        writer.close()
+
+
+def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:
+    """Rows method × protocol, columns lengths, cells ppl (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    lengths = sorted({r["length"] for r in result.records})
+    console.print(f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: test ppl, "
+                  f"pe={result.pe}, trained at {result.train_length}", soft_wrap=True)
+    table = Table()
+    table.add_column("method")
+    table.add_column("protocol")
+    for n in lengths:
+        table.add_column(f"{n}\n×{n / result.train_length:g}", justify="right")
+    rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in result.records:
+        rows.setdefault((r["method"], r["protocol"]), {})[r["length"]] = r
+    for (method, protocol), by_len in rows.items():
+        table.add_row(method, protocol, *(fmt_ppl(by_len.get(n)) for n in lengths))
+    console.print(table)
+    notes = sorted({r["note"] for r in result.records if r["ppl"] is None and r["note"]})
+    for note in notes:
+        console.print(f"  —: {note}", soft_wrap=True, highlight=False)
+    console.print(f"  wrote {result.run_dir / EVAL_DIR}/extrapolate.{{json,csv,png}}, "
+                  f"per_position.{{json,png}}", soft_wrap=True, highlight=False)
+
+
+def fmt_ppl(record: dict[str, Any] | None) -> str:
+    """ppl with 4 significant digits, '—' when missing or not applicable."""
+    if record is None or record["ppl"] is None:
+        return "—"
+    ppl = record["ppl"]
+    return f"{ppl:.4g}" if ppl < 1e5 else f"{ppl:.2e}"
+
+
