@@ -26,8 +26,17 @@ CHECKPOINT = "checkpoint"
 
 
 def rng_state() -> dict[str, Any]:
-    """Every random generator training touches."""
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every random generator training touches, as tensors and plain types only.
+
+    So ``state.pt`` loads with ``torch.load(weights_only=True)``, which runs no code from the file.
+    """
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "python": [version, list(internal), gauss_next],
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -36,8 +45,10 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what ``rng_state`` captured."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.int64).astype(np.uint32), pos, has_gauss, gauss))
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -54,7 +65,9 @@ def save_checkpoint(
     if state is not None:
         torch.save(state, tmp / "state.pt")
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    mode = 0o666 & ~_umask()
     for f in tmp.iterdir():
+        os.chmod(f, mode)  # safetensors writes 0600; every file gets the usual mode
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     shutil.rmtree(old, ignore_errors=True)
@@ -63,6 +76,12 @@ def save_checkpoint(
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -102,6 +121,7 @@ def load_state(run_dir: Path) -> dict[str, Any]:
     """The checkpoint's training state (optimizer, scheduler, RNG, step)."""
     path = checkpoint_dir(run_dir) / "state.pt"
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        # weights_only: a checkpoint may come from someone else; unpickling it must run no code.
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001  any unreadable file is a corrupt checkpoint
         raise PosexpError(f"corrupt checkpoint {str(path)!r}: {str(e).splitlines()[0]}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -174,11 +175,16 @@ def main() -> None:
 
     # Hydra then re-raises instead of printing its own multi-line report, so we can print one line.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    # provenance.json records the command as typed (posexp.provenance.COMMAND_ENV).
+    os.environ["POSEXP_COMMAND"] = shlex.join(["posexp", *sys.argv[1:]])
     try:
         app()
     except (PosexpError, Abort) as e:
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)  # the task has said where its checkpoint is
+        raise SystemExit(130) from None
     except (HydraException, OmegaConfBaseException) as e:
         typer.echo(f"error: {_one_line(e)}", err=True)
         raise SystemExit(2) from None

@@ -43,8 +43,22 @@ def gpu_count() -> int:
     return count()
 
 
+def parent_tag(parent: Any) -> str:
+    """``<data>_<pe>_h<heads>`` of a fine-tune's parent run, for the new run dir's name."""
+    from posexp.checkpoint import read_meta
+    from posexp.errors import PosexpError
+
+    try:
+        meta = read_meta(parent)
+        model, data = meta["model"], (meta.get("config") or {}).get("data") or {}
+        prefix = f"{data['source']}_" if data.get("source") else ""
+        return f"{prefix}{model['pe']}_h{model['n_heads']}"
+    except (PosexpError, KeyError, TypeError):
+        return "run"
+
+
 RESOLVERS = {"posexp_run_dir": run_dir, "posexp_job_dir": job_dir, "posexp_n_jobs": n_jobs,
-             "posexp_gpu_count": gpu_count}
+             "posexp_gpu_count": gpu_count, "posexp_parent_tag": parent_tag}
 
 
 def register_resolvers() -> None:

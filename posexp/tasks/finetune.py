@@ -40,19 +40,6 @@ log = logging.getLogger("posexp")
 PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
 
 
-def _parent_tag(parent: Any) -> str:
-    """``<pe>_h<heads>`` of the parent run, for the new run dir's name."""
-    try:
-        model = read_meta(Path(str(parent)))["model"]
-        return f"{model['pe']}_h{model['n_heads']}"
-    except (PosexpError, KeyError):
-        return "run"
-
-
-if not OmegaConf.has_resolver("posexp_parent_tag"):
-    OmegaConf.register_new_resolver("posexp_parent_tag", _parent_tag)
-
-
 def finetune_args(run: Path | None, args: list[str]) -> list[str]:
     """Hydra arguments for the finetune command: ``parent=<run>`` then the user's overrides."""
     if run is None:

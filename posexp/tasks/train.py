@@ -25,7 +25,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from posexp import distributed
+from posexp import distributed, provenance
 from posexp.checkpoint import (
     load_state,
     load_weights,
@@ -275,6 +275,8 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
         log.info("initialised from parent run %s", cfg.parent)
     writer = (SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
               if distributed.is_main() else distributed.NullWriter())
+    if distributed.is_main():
+        provenance.start(run_dir)
     trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
     if state:
         trainer.restore(state)
@@ -284,18 +286,35 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s",
              cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
              f"{n_params:,}", device)
-    trainer.fit()
+    try:
+        trainer.fit()
+    except KeyboardInterrupt:
+        if distributed.is_main():
+            provenance.finish(run_dir, "interrupted")
+            saved = read_meta(run_dir)["step"] if has_checkpoint_files(run_dir) else None
+            if saved is None:
+                log.warning("interrupted at step %d, before the first checkpoint", trainer.step)
+            else:
+                log.warning("interrupted at step %d; the checkpoint of step %d is kept; resume "
+                            "with: posexp train resume=%s", trainer.step, saved, run_dir)
+        raise
     if not distributed.is_main():
         return {}
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
     write_hparams(writer, {**hparam_dict(cfg, mcfg), "params": n_params}, metrics)
     writer.close()
     write_json_atomic(run_dir / "results.json", {"status": "completed", "step": trainer.step, **metrics})
+    provenance.finish(run_dir, "completed")
     shown = "  ".join(f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items()
                       if k != "final/params")
     log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
     log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)
     return metrics
+
+
+def has_checkpoint_files(run_dir: Path) -> bool:
+    """True when the run dir holds a checkpoint (the current one or the previous)."""
+    return any((run_dir / name / "meta.json").exists() for name in ("checkpoint", "checkpoint.old"))
 
 
 def _duration(seconds: float) -> str:
@@ -378,6 +397,7 @@ def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> No
         # The job's dir stays, with results.json saying why it failed (`posexp report` shows it).
         if distributed.is_main():
             record_failure(run_dir, e)
+            provenance.finish(run_dir, "failed")
         if multirun:
             raise e
         raise Abort(f"{e} (run dir: {run_dir})") from None

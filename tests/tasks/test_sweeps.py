@@ -107,7 +107,7 @@ def test_auto_device_is_the_assigned_gpu(monkeypatch):
 
 def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
     sweep = tmp_path / "sweep"
-    # dropout 2.0 is an unexpected error (a ValueError from torch), not a PosexpError.
+    # dropout 2.0 fails its job (a one-line config error); the other two run, in parallel.
     proc = posexp(tmp_path, cache, "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                   f"hydra.sweep.dir={sweep}", "model.dropout=0.0,0.1,2.0", *SHORT, check=False)
     assert proc.returncode != 0
@@ -117,7 +117,16 @@ def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
     assert a0 < b1 and b0 < a1, "the two jobs did not overlap in time"
     assert all("placement: cpu, 1 CPU threads" in (j / "train.log").read_text() for j in ok)
     bad = results(job_with(sweep, "model.dropout=2.0"))
-    assert bad["status"] == "failed" and bad["error"].startswith("ValueError: dropout probability")
+    assert bad == {"status": "failed", "error": "model.dropout must be a finite number in [0, 1), got 2.0"}
+
+
+def test_an_unexpected_error_is_recorded_with_its_type_and_logged(tmp_path, caplog):
+    from posexp.tasks.sweeps import record_failure
+
+    record_failure(tmp_path, ValueError("dropout probability has to be between 0 and 1\nmore"))
+    assert results(tmp_path) == {"status": "failed",
+                                 "error": "ValueError: dropout probability has to be between 0 and 1"}
+    assert "job failed" in caplog.text
 
 
 def test_submitit_local_sweep_end_to_end(tmp_path, cache):

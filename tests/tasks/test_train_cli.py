@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import subprocess
@@ -39,6 +40,12 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     ).session_start_info.hparams
     assert hp["pe"].string_value == pe and hp["heads"].number_value == 2
     assert not any(t.startswith("final/") for t in events.Tags()["scalars"])
+    (prov,) = json.loads((run / "provenance.json").read_text())["sessions"]
+    assert prov["status"] == "completed" and prov["torch"] == torch.__version__
+    assert prov["command"][1:3] == ["train", f"pe={pe}"] and prov["ended"] >= prov["started"]
+    log = (run / "train.log").read_text()
+    assert "done in " in log and f"run dir {run}" in log  # the end-of-run summary
+    assert "step 6/6  loss" in log  # no terminal: a plain progress line per log interval
     metrics = plugin_data_pb2.HParamsPluginData.FromString(
         events.PluginTagToContent("hparams")["_hparams_/experiment"]
     ).experiment.metric_infos
@@ -82,3 +89,22 @@ def test_resume_after_kill_gives_the_same_curve(tmp_path, cache):
     for step in range(1, 13):
         assert math.isclose(full[step], resumed[step], rel_tol=1e-5, abs_tol=1e-6), step
     assert scalars(killed_dir, "val/loss")[12] == pytest.approx(scalars(full_dir, "val/loss")[12], rel=1e-5)
+
+
+def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, cache):
+    args = ["train", "pe=rope", *TINY, "train.max_steps=400", "train.checkpoint_interval=3"]
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posexp", *args, f"hydra.run.dir={run}"], cwd=tmp_path,
+        env=posexp_env(cache), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    for line in proc.stderr:  # blocks on the child's output; no sleeps
+        if "checkpoint saved at step 3" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    proc.wait()
+    assert proc.returncode == 130, rest
+    assert f"resume with: posexp train resume={run}" in rest and "Traceback" not in rest
+    sessions = json.loads((run / "provenance.json").read_text())["sessions"]
+    assert sessions[-1]["status"] == "interrupted"

@@ -1,0 +1,88 @@
+"""Where a run's results came from: code version, libraries, machine, command, times.
+
+``<run>/provenance.json`` holds one entry per session that trained in the run dir (the first
+run and every resume), so a resumed run says what each part of it ran with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from posexp.files import write_json_atomic
+
+FILE = "provenance.json"
+# Set by the CLI; inherited by sweep workers and torchrun's processes, whose own argv differ.
+COMMAND_ENV = "POSEXP_COMMAND"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_commit() -> str | None:
+    """The commit of posexp's source tree (``+dirty`` with local changes), None outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
+                                text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}+dirty" if dirty else commit
+
+
+def command() -> list[str]:
+    """The command line as the user typed it (the CLI records it before Hydra rewrites argv)."""
+    typed = os.environ.get(COMMAND_ENV)
+    if typed:
+        return shlex.split(typed)
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+
+
+def session() -> dict[str, Any]:
+    """This process: versions, machine, command line, start time."""
+    import torch
+
+    from posexp import __version__
+
+    return {
+        "started": _now(), "ended": None, "status": "running",
+        "command": command(),
+        "posexp": __version__, "git_commit": git_commit(), "python": platform.python_version(),
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "host": socket.gethostname(), "platform": platform.platform(),
+    }
+
+
+def _read(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / FILE).read_text())
+        return data if isinstance(data, dict) and isinstance(data.get("sessions"), list) else {"sessions": []}
+    except (OSError, ValueError):
+        return {"sessions": []}
+
+
+def start(run_dir: Path) -> None:
+    """Append this session to ``provenance.json``."""
+    data = _read(run_dir)
+    data["sessions"].append(session())
+    write_json_atomic(run_dir / FILE, data)
+
+
+def finish(run_dir: Path, status: str) -> None:
+    """Stamp the latest session's end time and outcome."""
+    data = _read(run_dir)
+    if data["sessions"]:
+        data["sessions"][-1].update(ended=_now(), status=status)
+        write_json_atomic(run_dir / FILE, data)
