@@ -14,13 +14,15 @@ straggler does not cost the whole batch. With K = 1 this is greedy decoding, tok
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from posexp.errors import PosexpError
 
 # (tokens (N, T), cache) -> next-token logits (N, V) of the last position; extends the cache.
-StepFn = Callable[[torch.Tensor, list], torch.Tensor]
+# The cache is anything with ``layers``: a list of dicts of row-major tensors (posexp.model.KVCache).
+StepFn = Callable[[torch.Tensor, Any], torch.Tensor]
 
 
 def sample(
@@ -44,9 +46,9 @@ def length_penalty(n: int, alpha: float) -> float:
     return ((5.0 + n) / 6.0) ** alpha
 
 
-def reorder_cache(cache: list[dict], index: torch.Tensor) -> None:
+def reorder_cache(cache: Any, index: torch.Tensor) -> None:
     """Keep rows ``index`` (in that order, repeats allowed) of every cached key/value tensor."""
-    for layer in cache:
+    for layer in cache.layers:
         for key in ("k", "v"):
             if key in layer:
                 layer[key] = layer[key].index_select(0, index)
@@ -55,7 +57,7 @@ def reorder_cache(cache: list[dict], index: torch.Tensor) -> None:
 @torch.no_grad()
 def beam_search(
     step: StepFn,
-    cache: list[dict],
+    cache: Any,
     prompts: torch.Tensor,
     max_new_tokens: int,
     beam_size: int = 4,

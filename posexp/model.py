@@ -66,7 +66,12 @@ class ModelConfig:
         return asdict(self)
 
 
-KVCache = list[dict[str, torch.Tensor]]
+@dataclass
+class KVCache:
+    """Per layer, the keys, values and positions seen so far; ``length``: the next position."""
+
+    layers: list[dict[str, torch.Tensor]]
+    length: int = 0
 
 
 class CausalSelfAttention(nn.Module):
@@ -84,10 +89,11 @@ class CausalSelfAttention(nn.Module):
         x: torch.Tensor,
         pe: PositionalEncoding,
         q_pos: torch.Tensor,
+        pe_state: Any = None,
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend over the cached and current tokens; optionally return the attention weights."""
+        """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
         q, k, v = (
             t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
@@ -99,9 +105,9 @@ class CausalSelfAttention(nn.Module):
         if pe.rotates_cached_keys and cache is not None:
             # The rotation depends on the current length: cache raw keys, rotate them all now.
             k = self._append(cache, "k", k)
-            q, k = pe.rotate(q, k, q_pos, k_pos)
+            q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
         else:
-            q, k = pe.rotate(q, k, q_pos, q_pos)
+            q, k = pe.rotate(q, k, q_pos, q_pos, pe_state)
             if cache is not None:
                 k = self._append(cache, "k", k)
         if cache is not None:
@@ -194,9 +200,9 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pe, positions, cache=None, need_weights=False):
+    def forward(self, x, pe, positions, pe_state=None, cache=None, need_weights=False):
         """Apply the block; returns the new residual stream and the attention weights if asked."""
-        a, weights = self.attn(self.ln1(x), pe, positions, cache, need_weights)
+        a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights)
         x = x + self.dropout(a)
         return x + self.mlp(self.ln2(x)), weights
 
@@ -244,18 +250,20 @@ class GPT(nn.Module):
         T = idx.shape[1]
         if positions is None:
             # Python ints, so neither a GPU sync nor a torch.compile graph break is needed.
-            start = cache[0].get("length", 0) if cache else 0
+            start = cache.length if cache is not None else 0
             positions = torch.arange(start, start + T, device=idx.device)
             length = start + T
         else:
             length = int(positions.max()) + 1
-        if cache:
-            cache[0]["length"] = length
-        self.pe.prepare(length, idx.device)
+        if cache is not None:
+            cache.length = length
+        # Computed once per forward (RoPE: cos/sin tables) and handed to every layer.
+        pe_state = self.pe.prepare(length, idx.device)
         x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
         weights = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, self.pe, positions, None if cache is None else cache[i], need_weights)
+            layer_cache = None if cache is None else cache.layers[i]
+            x, w = block(x, self.pe, positions, pe_state, layer_cache, need_weights)
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}
@@ -269,7 +277,7 @@ class GPT(nn.Module):
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache, one dict per layer."""
-        return [{} for _ in self.blocks]
+        return KVCache([{} for _ in self.blocks])
 
     @torch.no_grad()
     def generate(

@@ -9,7 +9,7 @@ import torch
 
 from posexp.decoding import beam_search, length_penalty
 from posexp.errors import PosexpError
-from posexp.model import GPT, ModelConfig
+from posexp.model import GPT, KVCache, ModelConfig
 
 VOCAB = 12
 ALPHA = 0.6
@@ -121,9 +121,9 @@ class Scripted:
     def __init__(self, table: dict[tuple[int, ...], list[float]], vocab: int) -> None:
         self.table, self.vocab = table, vocab
 
-    def step(self, tokens: torch.Tensor, cache: list[dict]) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """The history lives in the 'k' slot of the cache, so beam reordering moves it."""
-        layer = cache[0]
+        layer = cache.layers[0]
         layer["k"] = tokens if "k" not in layer else torch.cat((layer["k"], tokens), 1)
         rows = []
         for hist in layer["k"].tolist():
@@ -139,8 +139,8 @@ def test_finished_hypothesis_kept_while_a_longer_one_can_still_win():
     # eos first is greedy's choice; "a eos" scores better once length-normalised (alpha 0.6).
     fake = Scripted({(): [0.49, 0.47, 0.04], (A,): [0.99, 0.005, 0.005]}, 3)
     x = torch.zeros(1, 1, dtype=torch.long)
-    greedy, g_score = beam_search(fake.step, [{}], x, 5, beam_size=1, alpha=0.6, eos_id=EOS)
-    beam, b_score = beam_search(fake.step, [{}], x, 5, beam_size=2, alpha=0.6, eos_id=EOS)
+    greedy, g_score = beam_search(fake.step, KVCache([{}]), x, 5, beam_size=1, alpha=0.6, eos_id=EOS)
+    beam, b_score = beam_search(fake.step, KVCache([{}]), x, 5, beam_size=2, alpha=0.6, eos_id=EOS)
     assert greedy[0].tolist() == [EOS]
     assert beam[0].tolist() == [A, EOS]
     assert b_score[0] == pytest.approx(math.log(0.47 * 0.99) / length_penalty(2, 0.6), rel=1e-5)
@@ -152,7 +152,7 @@ def test_eos_at_step_one_and_rows_that_finish_at_different_times():
     # different steps (and leave the batch) match each row searched alone.
     fake = Scripted({(): [0.97, 0.02, 0.01]}, 3)
     x = torch.tensor([[7]])
-    out, score = beam_search(fake.step, [{}], x, 6, beam_size=4, alpha=0.6, eos_id=EOS)
+    out, score = beam_search(fake.step, KVCache([{}]), x, 6, beam_size=4, alpha=0.6, eos_id=EOS)
     assert out.tolist() == [[EOS]] and score[0] == pytest.approx(math.log(0.97), rel=1e-5)
 
     model = tiny("rope", seed=4)
@@ -170,15 +170,15 @@ def test_ties_give_a_valid_deterministic_hypothesis():
     # eos at once, is the best; the beam must find one of the optimal hypotheses.
     fake = Scripted({}, 4)
     x = torch.zeros(2, 1, dtype=torch.long)
-    out, score = beam_search(fake.step, [{}], x, 5, beam_size=4, alpha=0.0, eos_id=EOS)
+    out, score = beam_search(fake.step, KVCache([{}]), x, 5, beam_size=4, alpha=0.0, eos_id=EOS)
     assert out.tolist() == [[EOS], [EOS]]
     assert score.tolist() == pytest.approx([math.log(0.25)] * 2)
-    again, _ = beam_search(fake.step, [{}], x, 5, beam_size=4, alpha=0.0, eos_id=EOS)
+    again, _ = beam_search(fake.step, KVCache([{}]), x, 5, beam_size=4, alpha=0.0, eos_id=EOS)
     assert torch.equal(out, again)
     # Two tokens tied for best at every step, no eos: the beam returns a full-length hypothesis
     # with the tied optimum's score.
     tied = Scripted({(): [0.0, 0.5, 0.5], (A,): [0.0, 0.5, 0.5], (B,): [0.0, 0.5, 0.5]}, 3)
-    out, score = beam_search(tied.step, [{}], torch.zeros(1, 1, dtype=torch.long), 2,
+    out, score = beam_search(tied.step, KVCache([{}]), torch.zeros(1, 1, dtype=torch.long), 2,
                              beam_size=2, alpha=0.0)
     assert out.shape == (1, 2) and set(out[0].tolist()) <= {A, B}
     assert score[0] == pytest.approx(2 * math.log(0.5), rel=1e-5)

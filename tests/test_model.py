@@ -88,8 +88,7 @@ def test_sdpa_path_equals_explicit_softmax(pe_name, T):
     x = torch.randn(2, T, 32)
     pos = torch.arange(T)
     q, k, v = (t.view(2, T, 4, 8).transpose(1, 2) for t in attn.qkv(x).split(32, dim=2))
-    model.pe.prepare(T, x.device)
-    q, k = model.pe.rotate(q, k, pos, pos)
+    q, k = model.pe.rotate(q, k, pos, pos, model.pe.prepare(T, x.device))
     slopes = alibi_slopes(4) if pe_name == "alibi" else None
     # Other bias PEs (their bias itself is tested in tests/pe/): the full (H, T, T) bias at once,
     # against the chunked SDPA path.

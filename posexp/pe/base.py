@@ -77,15 +77,21 @@ class PositionalEncoding(nn.Module):
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """Refuse settings that cannot work at training length ``seq_len`` (one-line errors)."""
 
-    def prepare(self, length: int, device: torch.device) -> None:
-        """Called once per forward with 1 + the largest position, before any other hook."""
+    def prepare(self, length: int, device: torch.device) -> Any:
+        """Per-forward state for positions below ``length`` (RoPE: its cos/sin tables), or None.
+
+        Called once per forward; what it returns is handed to ``rotate`` by the attention of
+        every layer, so the encoding keeps no hidden state between calls.
+        """
+        return None
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Return token embeddings ``x`` (B, T, d) with position information added."""
         return x
 
     def rotate(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+        state: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return queries and keys (B, H, T, head_dim) with position information applied."""
         return q, k

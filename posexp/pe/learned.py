@@ -35,7 +35,7 @@ class LearnedEncoding(PositionalEncoding):
         self.table = nn.Embedding(self.max_len, ctx.d_model)
         self.factor = position_divisor(ctx.extension)
 
-    def prepare(self, length: int, device: torch.device) -> None:
+    def prepare(self, length: int, device: torch.device) -> None:  # checks only; no state
         """Refuse positions that have no row (a clear error instead of an index error)."""
         last = length - 1
         if self.factor == 1.0 and last >= self.max_len:

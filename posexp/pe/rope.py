@@ -35,12 +35,12 @@ class RotaryEncoding(PositionalEncoding):
         self.params = {k: v for k, v in ext.items() if v is not None}
         self.base = float(base)
         self.rotates_cached_keys = get_extension(self.method).dynamic
+        # A memo of the largest table built so far (static methods), sliced for each forward.
         self._cache: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
-        self._tables: tuple[torch.Tensor, torch.Tensor] = self.cos_sin(ctx.train_length, torch.device("cpu"))
 
-    def prepare(self, length: int, device: torch.device) -> None:
-        """Build (or slice) the cos/sin tables for positions 0..length-1 once per forward."""
-        self._tables = self.cos_sin(length, device)
+    def prepare(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos/sin tables for positions 0..length-1, built (or sliced) once per forward."""
+        return self.cos_sin(length, device)
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Inverse frequencies and attention factor for a sequence of ``seq_len`` positions."""
@@ -74,10 +74,13 @@ class RotaryEncoding(PositionalEncoding):
         )
 
     def rotate(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate queries at ``q_pos`` and keys at ``k_pos`` (tables from ``prepare``)."""
-        cos, sin = self._tables
+        """Rotate queries at ``q_pos`` and keys at ``k_pos`` by the tables ``prepare`` returned."""
+        if state is None:
+            raise ValueError("rope.rotate needs the cos/sin tables returned by prepare()")
+        cos, sin = state
         return (
             rotate_half(q, *self._at(cos, sin, q_pos, q.dtype)),
             rotate_half(k, *self._at(cos, sin, k_pos, k.dtype)),

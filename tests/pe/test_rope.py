@@ -11,11 +11,11 @@ def test_score_depends_only_on_relative_position():
     pe = rope()
     q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
 
-    pe.prepare(128, torch.device("cpu"))
+    tables = pe.prepare(128, torch.device("cpu"))
 
     def score(m, n):
-        qr, _ = pe.rotate(q, q, torch.tensor([m]), torch.tensor([m]))
-        _, kr = pe.rotate(k, k, torch.tensor([n]), torch.tensor([n]))
+        qr, _ = pe.rotate(q, q, torch.tensor([m]), torch.tensor([m]), tables)
+        _, kr = pe.rotate(k, k, torch.tensor([n]), torch.tensor([n]), tables)
         return (qr * kr).sum().item()
 
     base = score(3, 1)
@@ -28,8 +28,7 @@ def test_rotation_preserves_norm_and_leaves_position_zero():
     pe = rope()
     x = torch.randn(2, 2, 10, 16)
     pos = torch.arange(10)
-    pe.prepare(10, torch.device("cpu"))
-    xr, _ = pe.rotate(x, x, pos, pos)
+    xr, _ = pe.rotate(x, x, pos, pos, pe.prepare(10, torch.device("cpu")))
     assert torch.allclose(xr.norm(dim=-1), x.norm(dim=-1), atol=1e-5)
     assert torch.allclose(xr[:, :, 0], x[:, :, 0])
 
@@ -38,8 +37,7 @@ def test_rotation_angle_closed_form():
     # Pair (i, i + d/2) at position m is rotated by m * base^(-2i/d).
     pe = rope(head_dim=4)
     x = torch.tensor([1.0, 0.0, 0.0, 0.0]).view(1, 1, 1, 4)
-    pe.prepare(6, torch.device("cpu"))
-    xr, _ = pe.rotate(x, x, torch.tensor([5]), torch.tensor([5]))
+    xr, _ = pe.rotate(x, x, torch.tensor([5]), torch.tensor([5]), pe.prepare(6, torch.device("cpu")))
     angle = torch.tensor(5.0)
     assert torch.allclose(xr.flatten(), torch.stack([angle.cos(), torch.tensor(0.0), angle.sin(), torch.tensor(0.0)]), atol=1e-6)
 
@@ -54,7 +52,7 @@ def test_values_untouched_by_model_rope():
     with torch.no_grad():
         attn.qkv.weight[:16] = 0
     x = torch.randn(1, 5, 8)
-    out, _ = attn(x, model.pe, torch.arange(5))
+    out, _ = attn(x, model.pe, torch.arange(5), model.pe.prepare(5, x.device))
     v = x @ attn.qkv.weight[16:].T
     running_mean = v.cumsum(1) / torch.arange(1, 6).view(1, 5, 1)
     assert torch.allclose(out, attn.out(running_mean), atol=1e-5)

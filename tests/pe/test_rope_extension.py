@@ -99,11 +99,10 @@ def test_model_attention_matches_reference(method, length):
                             pe="rope", extension=ext, train_length=L0))
     attn = model.blocks[0].attn
     x = torch.randn(length, HEAD_DIM * HEADS)
-    if hasattr(model.pe, "prepare"):  # GPT.forward builds the tables once per forward
-        model.pe.prepare(length, x.device)
+    tables = model.pe.prepare(length, x.device)  # what GPT.forward hands every layer
     with torch.no_grad():
-        fast, _ = attn(x[None], model.pe, torch.arange(length))  # SDPA path
-        explicit, _ = attn(x[None], model.pe, torch.arange(length), need_weights=True)
+        fast, _ = attn(x[None], model.pe, torch.arange(length), tables)  # SDPA path
+        explicit, _ = attn(x[None], model.pe, torch.arange(length), tables, need_weights=True)
     inv_freq, af = reference_frequencies(method, s, length)
     expected = reference_attention(attn, x, inv_freq, af).float()
     torch.testing.assert_close(fast[0], expected, atol=2e-5, rtol=1e-4)
