@@ -8,6 +8,7 @@ clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import shutil
@@ -103,6 +104,10 @@ def effective_config(cfg: DictConfig) -> DictConfig:
         if key.split(".")[0] in ("train", "device", "seed"):
             OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
     merged.resume = cfg.resume
+    step = int(read_meta(run_dir)["step"])
+    if int(merged.train.max_steps) < step:
+        raise PosexpError(f"train.max_steps={merged.train.max_steps} is below the step {step} of "
+                          f"{str(run_dir)!r}'s checkpoint; allowed: train.max_steps >= {step}")
     return merged
 
 
@@ -362,6 +367,11 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
     try:
         if cfg.resume:
             cfg = effective_config(cfg)
+            done = finished_results(run_dir, int(cfg.train.max_steps))
+            if done is not None:  # nothing to train: do not evaluate and log the end again
+                log.info("%s already completed %d steps; raise train.max_steps to train longer",
+                         run_dir, done["step"])
+                return done
             if distributed.is_main():
                 write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
         return run_training(cfg, run_dir)
@@ -385,6 +395,16 @@ def place(cfg: DictConfig) -> torch.device:
     if where.gpu is not None or where.threads:
         log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
     return device
+
+
+def finished_results(run_dir: Path, max_steps: int) -> dict[str, Any] | None:
+    """The run's results if it already completed exactly ``max_steps`` steps, else None."""
+    try:
+        results = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    done = results.get("status") == "completed" and results.get("step") == max_steps
+    return results if done else None
 
 
 class Diverged(PosexpError):

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers import TINY, posexp, run_dirs
 
@@ -46,6 +47,15 @@ def test_resume_errors(tmp_path, cache):
 
     run = tmp_path / "run"
     posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}")
+    done = posexp(tmp_path, cache, "train", f"resume={run}")  # completed: nothing to redo
+    assert "already completed 6 steps" in done.stderr
+    events = EventAccumulator(str(run)).Reload()
+    assert [e.step for e in events.Scalars("val/loss")] == [3, 6]  # nothing logged twice
+    shorter = posexp(tmp_path, cache, "train", f"resume={run}", "train.max_steps=2", check=False)
+    assert shorter.returncode == 2 and "Traceback" not in shorter.stderr
+    assert "train.max_steps=2 is below the step 6 of" in shorter.stderr
+    assert "allowed: train.max_steps >= 6" in shorter.stderr
+
     other = posexp(tmp_path, cache, "train", f"resume={run}", "pe=alibi", check=False)
     assert other.returncode == 2
     assert "was trained with pe=rope" in other.stderr and "not pe=alibi" in other.stderr
