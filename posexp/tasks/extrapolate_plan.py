@@ -12,6 +12,8 @@ length):
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,8 @@ from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.extension.registry import check_factor
 from posexp.pe import accepted_extensions, check_extension
 from posexp.tasks.common import latest_run, resolve_device
+
+log = logging.getLogger("posexp")
 
 PROTOCOLS = ("nonoverlap", "sliding")
 PROTOCOL_CHOICES = ("nonoverlap", "sliding", "both")
@@ -263,6 +267,17 @@ def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[i
     return lengths
 
 
+def unfinished_note(run_dir: Path, meta: dict[str, Any], cfg: DictConfig) -> str:
+    """'' for a completed run; else what its checkpoint is (a run still training, or killed)."""
+    try:
+        if json.loads((run_dir / "results.json").read_text()).get("status") == "completed":
+            return ""
+    except (OSError, ValueError):
+        pass
+    total = OmegaConf.select(cfg, "train.max_steps")
+    return f"unfinished run: checkpoint at step {meta.get('step')}" + (f" of {total}" if total else "")
+
+
 def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
     """Decide every method × length × protocol for one run, validating the user's choices.
 
@@ -288,6 +303,9 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
     # A preset's token count (or the default) grows to one full window at the longest length.
     n_tokens = max(s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths)), max(lengths))
 
+    unfinished = unfinished_note(run_dir, meta, cfg)
+    if unfinished:
+        log.warning("%s: %s; its records say so", run_dir, unfinished)
     methods = ([BAKED] if has_baked else []) + accepted_extensions(pe) if s.methods is None else s.methods
     items: list[Item] = []
     dropped: list[str] = []
@@ -321,7 +339,7 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
             for p in protocols:
                 items.append(Item(label, length, p, factor, ext,
                                   stride=min(stride, length) if p == "sliding" else None,
-                                  note="; ".join(x for x in (note, extra) if x)))
+                                  note="; ".join(x for x in (note, extra, unfinished) if x)))
     if not items and n_runs == 1:
         raise PosexpError(f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
                           f"allowed for {pe}: {', '.join(accepted_extensions(pe))}")

@@ -173,3 +173,17 @@ def test_sliding_with_stride_equal_to_length_is_nonoverlap():
     assert a.count == b.count == 100 and a.loss == pytest.approx(b.loss, rel=1e-6)
     c = score_windows(model, tokens, sliding_windows(100, 8, 2), torch.device("cpu"))
     assert c.count == 100 and c.loss != pytest.approx(a.loss, rel=1e-6)
+
+
+def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
+    from posexp.checkpoint import save_checkpoint
+    from posexp.tasks.extrapolate_plan import Settings, plan_run
+
+    mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=32)
+    config = {"data": {"source": "kjv"}, "tokenizer": {"name": "byte"}, "train": {"max_steps": 50}}
+    save_checkpoint(tmp_path, GPT(mcfg), {"step": 20, "model": mcfg.to_dict(), "config": config})
+    settings = Settings(lengths=[32, 64], methods=["none"])
+    plan = plan_run(tmp_path, settings, n_runs=1)
+    assert all(i.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
+    (tmp_path / "results.json").write_text('{"status": "completed", "step": 50}')
+    assert all(i.note == "" for i in plan_run(tmp_path, settings, n_runs=1).items)
