@@ -187,3 +187,21 @@ def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
     assert all(i.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
     (tmp_path / "results.json").write_text('{"status": "completed", "step": 50}')
     assert all(i.note == "" for i in plan_run(tmp_path, settings, n_runs=1).items)
+
+
+def test_plot_helpers_smooth_and_plain_ticks():
+    from posexp.tasks.extrapolate_outputs import plot_ppl, smooth
+
+    assert smooth([1.0, 2.0, 3.0, 4.0, 5.0], width=3) == [1.5, 2.0, 3.0, 4.0, 4.5]
+    records = [{"method": m, "protocol": "nonoverlap", "length": n, "ppl": p}
+               for m, pts in (("none", ((64, 8.0), (128, 11.0), (1024, 19.0))),
+                              ("pi", ((64, 8.0), (128, 8.8), (1024, 12.0))))
+               for n, p in pts]
+    fig = plot_ppl(records, 64, "title")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "1,024"]
+    shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert shown and all(t.replace(".", "").isdigit() for t in shown)  # 10, 15, 20: no 10^1
+    styles = {line.get_label(): (line.get_linestyle(), line.get_marker()) for line in ax.get_lines()}
+    assert styles["none"] != styles["pi"]
