@@ -529,30 +529,35 @@ def published_section() -> str:
 
 
 def extrapolation_plot(ctx: ReportContext, columns: list[Column], protocol: str, l0: int | None) -> Path:
-    """ppl against length (log-log), one line per column."""
+    """ppl against length (log-log, plain ticks), one line per column, styles that stay distinct."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+    from posexp.tasks.extrapolate_outputs import MARKERS, plain_log_axes
+
+    fig, ax = plt.subplots(figsize=(9.5, 5.0), layout="constrained")
     palette = plt.get_cmap("tab10" if len(columns) <= 10 else "tab20").colors
+    lengths: set[int] = set()
     for i, c in enumerate(columns):
         pts = sorted((n, r["ppl"]) for (p, n), r in c.records.items()
                      if p == protocol and r.get("ppl") is not None)
         if pts:
+            lengths.update(n for n, _ in pts)
             style = "-" if c.method == "none" else "--"
-            ax.plot(*zip(*pts, strict=True), style, marker="o", markersize=3, label=c.label,
-                    color=palette[i % len(palette)])
+            ax.plot(*zip(*pts, strict=True), style, marker=MARKERS[i % len(MARKERS)],
+                    markersize=8 - 1.5 * (i % 4), label=c.label, color=palette[i % len(palette)])
     if l0:
-        ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+        ax.axvline(l0, color="grey", linestyle=":", linewidth=1, label=f"training length ({l0:,})")
+    if lengths:
+        plain_log_axes(ax, sorted(lengths))
     ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("test perplexity")
-    ax.set_title(f"length extrapolation ({protocol})", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylabel("test perplexity (log scale)")
+    ax.set_title(f"Test perplexity against evaluation length ({protocol} windows); "
+                 "solid: no extension, dashed: with one", fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    fig.legend(loc="outside right upper", fontsize=8)
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")
 
 

@@ -67,21 +67,27 @@ def test_tiny_kjv_run_reaches_measured_val_loss(tmp_path, cache):
     assert final < 2.6, final
 
 
+def signal_after(cwd, cache, args, marker, sig):
+    """Run `posexp ARGS`, send ``sig`` once stderr shows ``marker``; (process, rest of stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "posexp", *args], cwd=cwd, env=posexp_env(cache),
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    for line in proc.stderr:  # blocks on the child's output; no sleeps
+        if marker in line:
+            proc.send_signal(sig)
+            break
+    rest = proc.stderr.read()
+    proc.wait()
+    return proc, rest
+
+
 def test_resume_after_kill_gives_the_same_curve(tmp_path, cache):
     args = ["train", "pe=rope", *TINY, "train.max_steps=12", "train.checkpoint_interval=4",
             "train.eval_interval=4"]
     full_dir = tmp_path / "full"
     posexp(tmp_path, cache, *args, f"hydra.run.dir={full_dir}")
     killed_dir = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "posexp", *args, f"hydra.run.dir={killed_dir}"], cwd=tmp_path,
-        env=posexp_env(cache), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
-    for line in proc.stderr:  # blocks on the child's output; no sleeps
-        if "checkpoint saved at step 8" in line:
-            proc.send_signal(signal.SIGKILL)
-            break
-    proc.wait()
+    proc, _ = signal_after(tmp_path, cache, [*args, f"hydra.run.dir={killed_dir}"],
+                           "checkpoint saved at step 8", signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL
     posexp(tmp_path, cache, "train", f"resume={killed_dir}")
     full, resumed = scalars(full_dir, "train/loss"), scalars(killed_dir, "train/loss")
@@ -94,16 +100,8 @@ def test_resume_after_kill_gives_the_same_curve(tmp_path, cache):
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, cache):
     args = ["train", "pe=rope", *TINY, "train.max_steps=400", "train.checkpoint_interval=3"]
     run = tmp_path / "run"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "posexp", *args, f"hydra.run.dir={run}"], cwd=tmp_path,
-        env=posexp_env(cache), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-    )
-    for line in proc.stderr:  # blocks on the child's output; no sleeps
-        if "checkpoint saved at step 3" in line:
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.stderr.read()
-    proc.wait()
+    proc, rest = signal_after(tmp_path, cache, [*args, f"hydra.run.dir={run}"],
+                              "checkpoint saved at step 3", signal.SIGINT)
     assert proc.returncode == 130, rest
     assert f"resume with: posexp train resume={run}" in rest and "Traceback" not in rest
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
