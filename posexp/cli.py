@@ -157,6 +157,23 @@ def report(
     write_report(target, evaluate=evaluate, device=device)
 
 
+@app.command()
+def runs(
+    root: Path = typer.Argument(Path("outputs"), help="Folder to search (runs and sweeps below it)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
+) -> None:
+    """List every run under a folder: data, pe, heads, extension, steps, status, val ppl, BLEU, time."""
+    import json
+
+    from posexp.tasks.runs import list_runs, print_runs
+
+    rows = list_runs(root)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        print_runs(rows)
+
+
 def _one_line(e: BaseException) -> str:
     """Hydra's config errors are multi-line; users get one line naming the value and the options."""
     from hydra.errors import MissingConfigException
