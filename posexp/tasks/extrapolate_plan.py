@@ -12,7 +12,6 @@ length):
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -22,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.checkpoint import checkpoint_dir, read_meta
+from posexp.checkpoint import read_meta, read_results
 from posexp.errors import PosexpError, choose
 from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.extension.registry import check_factor
@@ -269,11 +268,8 @@ def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[i
 
 def unfinished_note(run_dir: Path, meta: dict[str, Any], cfg: DictConfig) -> str:
     """'' for a completed run; else what its checkpoint is (a run still training, or killed)."""
-    try:
-        if json.loads((run_dir / "results.json").read_text()).get("status") == "completed":
-            return ""
-    except (OSError, ValueError):
-        pass
+    if (read_results(run_dir) or {}).get("status") == "completed":
+        return ""
     total = OmegaConf.select(cfg, "train.max_steps")
     return f"unfinished run: checkpoint at step {meta.get('step')}" + (f" of {total}" if total else "")
 
@@ -391,14 +387,3 @@ def method_extension(method: str, length: int, train_length: int, fixed: float |
     ext = {"method": method, "factor": factor, "original_length": train_length}
     ExtensionConfig.from_dict(ext)  # validates the method's params now, not mid-evaluation
     return factor, ext, note
-
-
-
-def has_checkpoint(path: Path) -> bool:
-    """True when ``path`` holds a readable checkpoint."""
-    try:
-        checkpoint_dir(path)
-    except PosexpError:
-        return False
-    return True
-

@@ -29,9 +29,10 @@ from typing import Any
 
 import yaml
 
+from posexp.checkpoint import has_checkpoint, read_results
 from posexp.errors import PosexpError
 from posexp.files import save_figure_atomic, write_csv_atomic, write_text_atomic
-from posexp.tasks.extrapolate_plan import EVAL_DIR, PROTOCOLS, has_checkpoint
+from posexp.tasks.extrapolate_plan import EVAL_DIR, PROTOCOLS
 
 log = logging.getLogger("posexp")
 
@@ -61,7 +62,7 @@ class Job:
 
     @cached_property
     def results(self) -> dict[str, Any] | None:
-        return _read_json(self.path / "results.json")
+        return read_results(self.path)
 
     @cached_property
     def meta(self) -> dict[str, Any] | None:

@@ -6,14 +6,13 @@ Rerunning a sweep with the same ``hydra.sweep.dir`` finds each job's dir again: 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.checkpoint import checkpoint_dir, read_meta
+from posexp.checkpoint import checkpoint_dir, read_meta, read_results
 from posexp.errors import PosexpError
 from posexp.files import write_json_atomic
 from posexp.tasks.common import MODEL_KEYS
@@ -37,11 +36,8 @@ def record_failure(run_dir: Path, e: BaseException) -> None:
 
 def completed_results(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
     """A rerun sweep job whose dir has ``results.json`` with status completed: its saved results."""
-    try:
-        saved = json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict) or saved.get("status") != "completed":
+    saved = read_results(run_dir)
+    if saved is None or saved.get("status") != "completed":
         return None
     check_same_job(cfg, run_dir)
     log.info("%s already completed (results.json): skipped", run_dir)

@@ -8,7 +8,6 @@ clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import shutil
@@ -28,9 +27,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from posexp import distributed, provenance
 from posexp.checkpoint import (
+    has_checkpoint,
     load_state,
     load_weights,
     read_meta,
+    read_results,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -296,7 +297,7 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except KeyboardInterrupt:
         if distributed.is_main():
             provenance.finish(run_dir, "interrupted")
-            saved = read_meta(run_dir)["step"] if has_checkpoint_files(run_dir) else None
+            saved = read_meta(run_dir)["step"] if has_checkpoint(run_dir) else None
             if saved is None:
                 log.warning("interrupted at step %d, before the first checkpoint", trainer.step)
             else:
@@ -315,11 +316,6 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
     log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)
     return metrics
-
-
-def has_checkpoint_files(run_dir: Path) -> bool:
-    """True when the run dir holds a checkpoint (the current one or the previous)."""
-    return any((run_dir / name / "meta.json").exists() for name in ("checkpoint", "checkpoint.old"))
 
 
 def _duration(seconds: float) -> str:
@@ -399,11 +395,8 @@ def place(cfg: DictConfig) -> torch.device:
 
 def finished_results(run_dir: Path, max_steps: int) -> dict[str, Any] | None:
     """The run's results if it already completed exactly ``max_steps`` steps, else None."""
-    try:
-        results = json.loads((run_dir / "results.json").read_text())
-    except (OSError, ValueError):
-        return None
-    done = results.get("status") == "completed" and results.get("step") == max_steps
+    results = read_results(run_dir)
+    done = results is not None and results.get("status") == "completed" and results.get("step") == max_steps
     return results if done else None
 
 
