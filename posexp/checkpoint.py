@@ -102,15 +102,6 @@ def has_checkpoint(run_dir: Path) -> bool:
     return True
 
 
-def read_results(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``results.json`` (status completed or failed, final metrics); None if absent or unreadable."""
-    try:
-        data = json.loads((Path(run_dir) / "results.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def read_meta(run_dir: Path) -> dict[str, Any]:
     """The checkpoint's metadata (model config, step, ...)."""
     path = checkpoint_dir(run_dir) / "meta.json"

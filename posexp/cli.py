@@ -59,7 +59,25 @@ def train(ctx: typer.Context) -> None:
 
     check_resume_arg(ctx.args)
     check_experiment_arg(ctx.args)
+    check_output_arg(ctx.args)
     run_hydra(train_task, "train", ctx.args)
+
+
+def check_output_arg(args: list[str]) -> None:
+    """Refuse a run or sweep dir that cannot be written (a file in the way, read-only) up front."""
+    from posexp.files import check_writable
+
+    if any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for a in args):
+        return
+    values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if values.get("resume") not in (None, "", "null"):
+        check_writable(values["resume"], "resume=")
+    elif key in values:
+        check_writable(values[key], key)
+    else:
+        check_writable("outputs", "the output folder")
 
 
 def check_experiment_arg(args: list[str]) -> None:
@@ -76,16 +94,14 @@ def check_experiment_arg(args: list[str]) -> None:
 
 def check_resume_arg(args: list[str]) -> None:
     """Reject a bad ``resume=`` before Hydra creates (and so half-writes) its run dir."""
-    from posexp.checkpoint import checkpoint_dir
+    from posexp.rundir import RunDir
 
     for arg in args:
         if arg.startswith("resume="):
             value = arg.split("=", 1)[1]
             if value in ("", "null"):
                 continue
-            if not Path(value).is_dir():
-                raise PosexpError(f"resume={value!r}: no such run dir (give a dir under outputs/)")
-            checkpoint_dir(Path(value))
+            RunDir.open(value, "resume=").meta()  # one-line error unless it holds a checkpoint
 
 
 @app.command()
@@ -103,8 +119,12 @@ def generate(
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
     from posexp.tasks.generate import generate_text
 
+    def announce(run_dir: Path) -> None:
+        # stderr: stdout stays the generated text only, one line per prompt.
+        typer.echo(f"run: {run_dir}", err=True)
+
     for text in generate_text(run, prompts, max_new_tokens, temperature, top_k, seed, device,
-                              beam_size=beam, length_penalty=length_penalty):
+                              beam_size=beam, length_penalty=length_penalty, announce=announce):
         typer.echo(text)
 
 
@@ -142,6 +162,7 @@ def finetune(
     """
     from posexp.tasks.finetune import finetune_args, finetune_task
 
+    check_output_arg(ctx.args)
     run_hydra(finetune_task, "finetune", finetune_args(run, ctx.args))
 
 

@@ -6,20 +6,86 @@ at any moment leaves either the old file or the new one.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write a file through a temporary file and a rename, so readers never see half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def check_writable(path: Path | str, what: str) -> None:
+    """Refuse, in one line, a destination that cannot be written: a file in the way, or read-only.
+
+    ``path`` need not exist yet: its nearest existing ancestor must be a writable folder.
+    """
+    from posexp.errors import PosexpError
+
+    target = Path(path).absolute()
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PosexpError(f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PosexpError(f"{what} {str(path)!r} is not writable: {str(existing)!r} is read-only "
+                          f"(choose another folder)")
+
+
+@contextlib.contextmanager
+def staged_dir(final: Path) -> Iterator[Path]:
+    """Write a set of files into a fresh ``<final>.tmp`` folder, then swap it in as ``final``.
+
+    Readers see the old set or the new one, never a mix: a kill before the swap leaves the old
+    folder (and a stale ``.tmp`` that the next call removes); a kill inside the swap leaves
+    ``<final>.old``, which ``recover_staged`` puts back.
+    """
+    final = Path(final)
+    tmp, old = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
+    recover_staged(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    yield tmp
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_staged(final: Path) -> None:
+    """After a kill inside ``staged_dir``'s swap: the previous folder back in place, no leftovers."""
+    final = Path(final)
+    tmp, old = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
+    if old.exists():
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, final)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

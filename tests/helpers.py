@@ -35,3 +35,14 @@ def run_dirs(cwd: Path) -> list[Path]:
     """Run dirs created under ``cwd/outputs/runs``, oldest first."""
     root = cwd / "outputs" / "runs"
     return sorted(root.iterdir(), key=lambda p: p.stat().st_mtime) if root.exists() else []
+
+
+def run_config(*overrides: str):
+    """The typed RunConfig of ``train.yaml`` composed with ``overrides``, in-process."""
+    from hydra import compose, initialize_config_dir
+
+    from posexp.config import from_composed
+    from posexp.paths import config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        return from_composed(compose("train", list(overrides)))

@@ -89,13 +89,17 @@ def check_params(
             )
 
 
-def load_corpus(source: str, **params: Any) -> Corpus:
-    """Load the dataset registered as `source`, passing `params` to its loader."""
+def check_dataset(source: str, params: dict[str, Any]) -> None:
+    """Refuse an unknown dataset name, or parameters its loader does not take, before loading."""
     if source not in _DATASETS:
         raise PosexpError(f"unknown data {source!r}; allowed: {', '.join(dataset_names())}")
-    fn = _DATASETS[source]
-    check_params("data", source, fn, params)
-    corpus = fn(**params)
+    check_params("data", source, _DATASETS[source], params)
+
+
+def load_corpus(source: str, **params: Any) -> Corpus:
+    """Load the dataset registered as `source`, passing `params` to its loader."""
+    check_dataset(source, params)
+    corpus = _DATASETS[source](**params)
     corpus.source = source
     corpus.params = dict(params)
     return corpus

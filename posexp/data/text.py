@@ -42,7 +42,38 @@ def resolve_files(files: str | Sequence[str] | None, key: str) -> list[str]:
             raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
         else:
             out.append(f)
+    for f in out:
+        check_text_file(f, key)
     return out
+
+
+def check_text_file(path: str, key: str) -> None:
+    """Refuse, naming the file, one that is empty, binary (NUL bytes) or not UTF-8 text."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, size = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            size += len(chunk)
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                raise PosexpError(f"data file {path!r} ({key}) looks binary: it has a NUL byte at "
+                                  f"offset {offset + nul}; data=text reads UTF-8 text")
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as e:
+                raise PosexpError(
+                    f"data file {path!r} ({key}) is not UTF-8: byte 0x{chunk[e.start]:02x} at offset "
+                    f"{offset + e.start}; convert it first, e.g. iconv -f latin1 -t utf-8") from None
+            offset += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise PosexpError(f"data file {path!r} ({key}) is not UTF-8: it ends inside a "
+                              f"multi-byte character") from None
+    if not size:
+        raise PosexpError(f"data file {path!r} ({key}) is empty")
 
 
 def read_documents(files: list[str], sample_by: str) -> list[str]:

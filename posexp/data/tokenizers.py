@@ -187,10 +187,14 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
     return BpeTokenizer(path)
 
 
-def build_tokenizer(name: str, corpus: Corpus, cache_dir: Path, **params: Any) -> Tokenizer:
-    """Build (or load from `cache_dir`) the tokenizer registered as `name` for `corpus`."""
+def check_tokenizer(name: str, params: dict[str, Any]) -> None:
+    """Refuse an unknown tokenizer name, or parameters its builder does not take."""
     if name not in _TOKENIZERS:
         raise PosexpError(f"unknown tokenizer {name!r}; allowed: {', '.join(tokenizer_names())}")
-    fn = _TOKENIZERS[name]
-    check_params("tokenizer", name, fn, params, skip=("corpus", "cache_dir"))
-    return fn(corpus, Path(cache_dir), **params)
+    check_params("tokenizer", name, _TOKENIZERS[name], params, skip=("corpus", "cache_dir"))
+
+
+def build_tokenizer(name: str, corpus: Corpus, cache_dir: Path, **params: Any) -> Tokenizer:
+    """Build (or load from `cache_dir`) the tokenizer registered as `name` for `corpus`."""
+    check_tokenizer(name, params)
+    return _TOKENIZERS[name](corpus, Path(cache_dir), **params)

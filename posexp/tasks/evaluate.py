@@ -34,13 +34,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
-from posexp.checkpoint import load_weights
+from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PositionOutOfRange
-from posexp.tasks.common import Data, build_data, config_hash, resolve_device
+from posexp.tasks.common import Data, build_data, data_key, resolve_device
 from posexp.tasks.extrapolate_outputs import print_table, write_outputs
 from posexp.tasks.extrapolate_plan import (
     PER_POSITION_BUCKETS,
@@ -61,10 +60,9 @@ from posexp.tasks.extrapolate_score import (
 # ---- running -------------------------------------------------------------------------------
 
 
-def load_test_tokens(cfg: DictConfig, cache: dict[str, Data]) -> np.ndarray:
+def load_test_tokens(cfg: RunConfig, cache: dict[str, Data]) -> np.ndarray:
     """The test split of a run's data, loaded once per data/tokenizer config."""
-    key = config_hash(OmegaConf.to_container(cfg.data, resolve=True),
-                      OmegaConf.to_container(cfg.tokenizer, resolve=True), str(cfg.get("cache_dir")))
+    key = data_key(cfg)
     if key not in cache:
         cache[key] = build_data(cfg)
     tokens = cache[key].tokens
@@ -86,7 +84,7 @@ def evaluate_runs(target: Path | str | Sequence[Path | str] | None, settings: Se
     settings.validate()
     device = resolve_device(settings.device)
     runs = find_runs(target)
-    plans = [plan_run(run_dir, settings, len(runs)) for run_dir in runs]  # all checks first
+    plans = [plan_run(run, settings, len(runs)) for run in runs]  # all checks first
     for plan in plans:
         if plan.dropped:
             console.print(f"{plan.run_dir}: skipping {', '.join(plan.dropped)} "
@@ -117,9 +115,7 @@ def evaluate_plan(plan: RunPlan, test: np.ndarray, device: torch.device, batch_t
                   autocast: Callable[[], Any], bar: Any) -> RunResult:
     """Score every item of one run, then write its JSON, CSV, plots and TensorBoard scalars."""
     mdict = dict(plan.meta["model"])
-    base = GPT(ModelConfig(**mdict))
-    load_weights(plan.run_dir, base)
-    state = base.state_dict()
+    state = plan.run.load_model(torch.device("cpu")).state_dict()
     tokens = torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64))
     models: dict[str, GPT] = {}
     records: list[dict[str, Any]] = []

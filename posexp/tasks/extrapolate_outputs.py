@@ -9,28 +9,31 @@ from typing import Any
 
 from posexp.files import (
     save_figure_atomic,
+    staged_dir,
     write_csv_atomic,
     write_json_atomic,
 )
-from posexp.tasks.extrapolate_plan import EVAL_DIR, FIELDS, PROTOCOLS, TB_SUFFIX, RunPlan, RunResult
+from posexp.rundir import RunDir
+from posexp.tasks.extrapolate_plan import FIELDS, PROTOCOLS, TB_SUFFIX, RunPlan, RunResult
 
 # ---- outputs -------------------------------------------------------------------------------
 
 
 def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: dict[str, Any]) -> list[Path]:
     """JSON, CSV, two PNGs and TensorBoard scalars for one run."""
-    out = plan.run_dir / EVAL_DIR
-    out.mkdir(exist_ok=True)
-    files = [out / "extrapolate.json", out / "extrapolate.csv", out / "per_position.json",
-             out / "extrapolate.png", out / "per_position.png"]
-    write_json_atomic(files[0], records)
-    write_csv_atomic(files[1], records, FIELDS)
-    write_json_atomic(files[2], per_position)
+    names = ["extrapolate.json", "extrapolate.csv", "per_position.json", "extrapolate.png",
+             "per_position.png"]
     model = plan.meta["model"]
     title = (f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
              f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens\n{plan.run_dir.name}")
-    ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), files[3])
-    pos_png = save_figure_atomic(plot_per_position(per_position, title), files[4])
+    # One evaluation's files are swapped in together, so JSON, CSV and plots always agree.
+    with staged_dir(plan.run.eval_dir) as out:
+        write_json_atomic(out / names[0], records)
+        write_csv_atomic(out / names[1], records, FIELDS)
+        write_json_atomic(out / names[2], per_position)
+        ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), out / names[3])
+        pos_png = save_figure_atomic(plot_per_position(per_position, title), out / names[4])
+    files = [plan.run.eval_dir / name for name in names]
     write_tensorboard(plan.run_dir, records, {"extrapolate/ppl_plot": ppl_png,
                                               "extrapolate/per_position_loss": pos_png})
     return files
@@ -185,7 +188,7 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     notes = sorted({r["note"] for r in result.records if r["ppl"] is None and r["note"]})
     for note in notes:
         console.print(f"  —: {note}", soft_wrap=True, highlight=False)
-    console.print(f"  wrote {result.run_dir / EVAL_DIR}/extrapolate.{{json,csv,png}}, "
+    console.print(f"  wrote {RunDir(result.run_dir).eval_dir}/extrapolate.{{json,csv,png}}, "
                   f"per_position.{{json,png}}", soft_wrap=True, highlight=False)
 
 

@@ -13,20 +13,20 @@ length):
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from posexp.checkpoint import read_meta, read_results
+from posexp.config import RunConfig
 from posexp.errors import PosexpError, choose
 from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.extension.registry import check_factor
+from posexp.files import check_writable
 from posexp.pe import accepted_extensions, check_extension
-from posexp.tasks.common import latest_run, resolve_device
+from posexp.rundir import RunDir, latest_run
+from posexp.rundir import find_runs as find_run_dirs
+from posexp.tasks.common import resolve_device
 
 log = logging.getLogger("posexp")
 
@@ -37,7 +37,6 @@ DEFAULT_LEN = 4096
 DEFAULT_TOKENS = 16384
 DEFAULT_BATCH_TOKENS = 8192
 PER_POSITION_BUCKETS = 64
-EVAL_DIR = "eval"
 # TensorBoard events go into the run dir itself, in files with this suffix (see write_tensorboard).
 TB_SUFFIX = ".extrapolate"
 FIELDS = ("method", "length", "protocol", "factor", "ppl", "loss", "tokens", "seconds", "note", "stride")
@@ -82,25 +81,18 @@ class Settings:
                 choose("method", m, [*EXTENSIONS, BAKED])
         resolve_device(self.device)
 
-    def with_run_defaults(self, cfg: DictConfig) -> Settings:
+    def with_run_defaults(self, cfg: RunConfig) -> Settings:
         """Fill unset options from the run config's `extrapolate:` section (set by presets)."""
-        section = cfg.get("extrapolate") if cfg is not None else None
-        if not section:
-            return self
-        preset = OmegaConf.to_container(section, resolve=True)
-        unknown = set(preset) - {"len", "lengths", "method", "factor", "protocol", "stride", "tokens"}
-        if unknown:
-            raise PosexpError(f"unknown keys in the run's extrapolate config: {sorted(unknown)}")
+        preset = cfg.extrapolate
         out = Settings(**vars(self))
         if out.max_len is None and out.lengths is None:
-            out.max_len = preset.get("len")
-            out.lengths = parse_int_list(preset.get("lengths"))
-        for key, attr in (("factor", "factor"), ("protocol", "protocol"), ("stride", "stride"),
-                          ("tokens", "tokens")):
-            if getattr(out, attr) is None and preset.get(key) is not None:
-                setattr(out, attr, preset[key])
-        if out.methods is None and preset.get("method") is not None:
-            out.methods = parse_methods(preset["method"])
+            out.max_len = preset.len
+            out.lengths = parse_int_list(preset.lengths)
+        for key in ("factor", "protocol", "stride", "tokens"):
+            if getattr(out, key) is None and getattr(preset, key) is not None:
+                setattr(out, key, getattr(preset, key))
+        if out.methods is None and preset.method is not None:
+            out.methods = parse_methods(preset.method)
         out.validate()
         return out
 
@@ -197,13 +189,17 @@ class Item:
 class RunPlan:
     """Everything needed to evaluate one run."""
 
-    run_dir: Path
+    run: RunDir
     meta: dict[str, Any]
-    cfg: DictConfig
+    cfg: RunConfig
     train_length: int
     n_tokens: int
     items: list[Item]
     dropped: list[str] = field(default_factory=list)  # asked-for methods that do not apply
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
 
     @property
     def pe(self) -> str:
@@ -214,37 +210,13 @@ class RunPlan:
         return max(i.length for i in self.items)
 
 
-def is_run_dir(path: Path) -> bool:
-    """A run dir holds a checkpoint (or the previous one, if a swap was interrupted)."""
-    return any((path / name / "meta.json").is_file() for name in ("checkpoint", "checkpoint.old"))
-
-
-def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[Path]:
+def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
     """The run dir itself, every job with a checkpoint in a sweep dir, or the newest run."""
     if target is None:
-        return [latest_run(Path("outputs"))]
+        return [latest_run()]
     if isinstance(target, (list, tuple)):
         return [run for t in target for run in find_runs(t)]
-    path = Path(target)
-    if not path.is_dir():
-        raise PosexpError(f"run dir not found: {str(path)!r}")
-    if is_run_dir(path):
-        return [path]
-    jobs = sorted({p.parent.parent for p in path.rglob("meta.json")
-                   if p.parent.name in ("checkpoint", "checkpoint.old")})
-    if not jobs:
-        raise PosexpError(
-            f"no checkpoint in {str(path)!r} (expected checkpoint/meta.json, or a sweep dir of runs)"
-        )
-    return jobs
-
-
-def run_config(meta: dict[str, Any]) -> DictConfig:
-    """The run's saved config, with the token cache taken from this shell (POSEXP_CACHE)."""
-    cfg = OmegaConf.create(meta.get("config") or {})
-    if os.environ.get("POSEXP_CACHE"):
-        cfg.cache_dir = os.environ["POSEXP_CACHE"]
-    return cfg
+    return find_run_dirs(target, need_checkpoint=True)
 
 
 def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[int]:
@@ -266,22 +238,23 @@ def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[i
     return lengths
 
 
-def unfinished_note(run_dir: Path, meta: dict[str, Any], cfg: DictConfig) -> str:
+def unfinished_note(run: RunDir, meta: dict[str, Any], cfg: RunConfig) -> str:
     """'' for a completed run; else what its checkpoint is (a run still training, or killed)."""
-    if (read_results(run_dir) or {}).get("status") == "completed":
+    if run.status() == "completed":
         return ""
-    total = OmegaConf.select(cfg, "train.max_steps")
-    return f"unfinished run: checkpoint at step {meta.get('step')}" + (f" of {total}" if total else "")
+    return f"unfinished run: checkpoint at step {meta['step']} of {cfg.train.max_steps}"
 
 
-def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
+def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     """Decide every method × length × protocol for one run, validating the user's choices.
 
     Windows are attached later by ``attach_windows``, once the test split's size is known, so
     bad options fail before any data is loaded.
     """
-    meta = read_meta(run_dir)
-    cfg = run_config(meta)
+    run_dir = run.path
+    check_writable(run_dir, "run dir")  # before any scoring, not after it
+    meta = run.meta()
+    cfg = run.config()
     s = settings.with_run_defaults(cfg)
     mdict = meta["model"]
     pe, train_length = mdict["pe"], int(mdict["train_length"])
@@ -299,7 +272,7 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
     # A preset's token count (or the default) grows to one full window at the longest length.
     n_tokens = max(s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths)), max(lengths))
 
-    unfinished = unfinished_note(run_dir, meta, cfg)
+    unfinished = unfinished_note(run, meta, cfg)
     if unfinished:
         log.warning("%s: %s; its records say so", run_dir, unfinished)
     methods = ([BAKED] if has_baked else []) + accepted_extensions(pe) if s.methods is None else s.methods
@@ -339,7 +312,7 @@ def plan_run(run_dir: Path, settings: Settings, n_runs: int) -> RunPlan:
     if not items and n_runs == 1:
         raise PosexpError(f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
                           f"allowed for {pe}: {', '.join(accepted_extensions(pe))}")
-    return RunPlan(run_dir, meta, cfg, train_length, n_tokens, items, dropped)
+    return RunPlan(run, meta, cfg, train_length, n_tokens, items, dropped)
 
 
 @dataclass

@@ -27,12 +27,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from posexp.checkpoint import read_meta
+from posexp.config import from_composed
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.files import write_text_atomic
 from posexp.paths import config_dir
-from posexp.tasks.train import fail_run, run_training
+from posexp.rundir import RunDir
+from posexp.tasks.train import claim_run_dir, fail_run, run_training
 
 log = logging.getLogger("posexp")
 
@@ -46,10 +47,8 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
         if any(a in ("--help", "-h", "--hydra-help") for a in args):
             return ["parent=DIR", *args]  # Hydra's help: groups and the composed config
         raise PosexpError("finetune needs --run DIR, the run to continue (e.g. outputs/runs/<run>)")
-    run = Path(run)
-    if not run.is_dir():
-        raise PosexpError(f"run dir not found: {str(run)!r}")
-    read_meta(run)  # one-line error now if it has no checkpoint
+    run = RunDir.open(run, "--run").path
+    RunDir(run).meta()  # one-line error now if it has no checkpoint
     if any(a.split("=", 1)[0].lstrip("+~") in ("parent", "resume") for a in args):
         raise PosexpError(
             "finetune sets parent= from --run and starts a new run; to continue an interrupted "
@@ -70,7 +69,7 @@ def _plain(value: Any) -> Any:
 def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The effective config of a fine-tune: the parent's, with the fine-tune's changes."""
     parent = Path(str(cfg.parent))
-    meta = read_meta(parent)
+    meta = RunDir.open(parent, "parent").meta()
     saved = OmegaConf.create(meta["config"])
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     for key in keys:
@@ -130,11 +129,13 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    if not multirun:
+        run_dir = claim_run_dir(run_dir)
     try:
         merged = finetune_config(cfg, list(hc.overrides.task))
         write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(merged))
         log.info("fine-tuning %s at seq_len %d with extension %s (factor %s)", merged.parent,
                  merged.train.seq_len, merged.extension.method, merged.extension.get("factor"))
-        return run_training(merged, run_dir)
+        return run_training(from_composed(merged), run_dir)
     except PosexpError as e:
         fail_run(run_dir, e, multirun, discard=True)

@@ -19,13 +19,13 @@ import functools
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
+from posexp.config import RunConfig
 from posexp.errors import PosexpError
 
 
@@ -102,11 +102,10 @@ def generate_ids(
     return out
 
 
-def run_tokenizer(cfg: DictConfig) -> tuple[Any, str]:
+def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:
     """The tokenizer a run was trained with, and its corpus kind ("lm" or "pairs")."""
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    tok = OmegaConf.to_container(cfg.tokenizer, resolve=True)
-    return _tokenizer(json.dumps([data, tok, str(cfg.cache_dir)], sort_keys=True))
+    return _tokenizer(json.dumps([cfg.data.to_dict("source"), cfg.tokenizer.to_dict(), cfg.cache_dir],
+                                 sort_keys=True))
 
 
 @functools.lru_cache(maxsize=4)
@@ -137,32 +136,35 @@ def generate_text(
     batch_size: int = 64,
     beam_size: int | None = None,
     length_penalty: float | None = None,
+    announce: Callable[[Path], None] | None = None,
 ) -> list[str]:
     """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt.
 
     Beam size and length penalty default to the run's ``translate`` settings for a translation
-    run, and to greedy decoding for a language model.
+    run, and to greedy decoding for a language model. ``announce`` is told which run dir is
+    used (the newest one when ``run`` is None).
     """
-    from posexp.tasks.common import latest_run, load_run, resolve_device
+    from posexp.rundir import RunDir, latest_run
+    from posexp.tasks.common import resolve_device
 
     if not prompts:
         raise PosexpError("no prompt given; pass one or more texts, e.g. \"And God said\"")
     if max_new_tokens <= 0:
         raise PosexpError(f"--max-new-tokens must be a positive integer, got {max_new_tokens}")
     dev = resolve_device(device)
-    run_dir = Path(run) if run is not None else latest_run()
-    loaded = load_run(run_dir, dev)
-    tokenizer, kind = run_tokenizer(loaded.cfg)
+    run_dir = RunDir.open(run, "--run") if run is not None else latest_run()
+    if announce is not None:
+        announce(run_dir.path)
+    cfg = run_dir.config()
+    model = run_dir.load_model(dev)
+    tokenizer, kind = run_tokenizer(cfg)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
-    from posexp.tasks.translation import translate_settings
-
-    translate = translate_settings(loaded.cfg)
     if beam_size is None:
-        beam_size = translate["beam_size"] if kind == "pairs" and temperature == 0 else 1
+        beam_size = cfg.translate.beam_size if kind == "pairs" and temperature == 0 else 1
     if length_penalty is None:
-        length_penalty = translate["length_penalty"]
+        length_penalty = cfg.translate.length_penalty
     generator = torch.Generator(device=dev).manual_seed(seed)
-    new = generate_ids(loaded.model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
+    new = generate_ids(model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
                        eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
                        generator=generator, beam_size=beam_size, length_penalty=length_penalty)
     if kind == "pairs":

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
-from omegaconf import DictConfig
 
+from posexp.config import RunConfig
 from posexp.data import LMBatches, eval_windows
 from posexp.errors import PosexpError
 
@@ -46,7 +46,7 @@ def register_objective(kind: str) -> Callable[[ObjectiveFactory], ObjectiveFacto
     return wrap
 
 
-def build_objective(cfg: DictConfig, data: Any, device: torch.device, autocast: Autocast) -> Objective:
+def build_objective(cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> Objective:
     """The objective for this run's corpus kind."""
     kind = data.corpus.kind
     if kind not in OBJECTIVES:
@@ -76,7 +76,7 @@ def mean_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tenso
 class LanguageModeling:
     """Next-token prediction on random windows; validation on a fixed slice of the val split."""
 
-    def __init__(self, cfg: DictConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
+    def __init__(self, cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
         t = cfg.train
         self.batches = LMBatches(data.tokens["train"], t.batch_size, t.seq_len, cfg.seed)
         self.val = eval_windows(data.tokens["val"], t.seq_len, t.eval_tokens)

@@ -24,6 +24,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from posexp.config import RunConfig
+
 log = logging.getLogger("posexp")
 
 # Our presets in configs/hydra/launcher/ share their names with the plugins' ConfigStore entries
@@ -122,12 +124,12 @@ def plan(
     return Placement(gpu, threads or auto_threads, note)
 
 
-def job_placement(cfg: Any, local_world_size: int = 1) -> Placement:
+def job_placement(cfg: RunConfig, local_world_size: int = 1) -> Placement:
     """This job's placement, from Hydra's runtime config and the machine."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    threads = cfg.train.get("threads")
+    threads = cfg.train.threads
     hc = HydraConfig.get() if HydraConfig.initialized() else None
     launcher = {k: _launcher_setting(hc, k) for k in ("_target_", "n_jobs", "cpus_per_task")} if hc else {}
     return plan(
@@ -136,7 +138,7 @@ def job_placement(cfg: Any, local_world_size: int = 1) -> Placement:
         launcher=launcher,
         n_gpus=gpu_count(),
         cores=usable_cores(),
-        jobs_per_gpu=int(OmegaConf.select(cfg, "placement.jobs_per_gpu", default=1) or 1),
+        jobs_per_gpu=cfg.placement.jobs_per_gpu,
         threads=int(threads) if threads else None,
         local_world_size=local_world_size,
     )

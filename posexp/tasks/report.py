@@ -16,7 +16,6 @@ each job's ``eval/extrapolate.json``, next to the ALiBi paper's published number
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import math
 import pkgutil
@@ -27,12 +26,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from posexp.checkpoint import has_checkpoint, read_results
+from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.files import save_figure_atomic, write_csv_atomic, write_text_atomic
-from posexp.tasks.extrapolate_plan import EVAL_DIR, PROTOCOLS
+from posexp.files import check_writable, save_figure_atomic, write_csv_atomic, write_text_atomic
+from posexp.rundir import EVAL, RunDir, find_runs
+from posexp.tasks.extrapolate_plan import PROTOCOLS
 
 log = logging.getLogger("posexp")
 
@@ -47,9 +45,16 @@ HIDDEN_PARAMS = ("hydra.", "device")
 class Job:
     """One run dir of a sweep (or the run itself), read from its files only."""
 
-    path: Path
+    run: RunDir
     name: str
-    overrides: list[str]
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    @cached_property
+    def overrides(self) -> list[str]:
+        return self.run.overrides()
 
     @cached_property
     def params(self) -> dict[str, str]:
@@ -62,32 +67,26 @@ class Job:
 
     @cached_property
     def results(self) -> dict[str, Any] | None:
-        return read_results(self.path)
+        return self.run.results()
 
     @cached_property
     def meta(self) -> dict[str, Any] | None:
-        for name in ("checkpoint", "checkpoint.old"):
-            meta = _read_json(self.path / name / "meta.json")
-            if meta is not None:
-                return meta
-        return None
+        try:
+            return self.run.meta() if self.run.has_checkpoint() else None
+        except PosexpError:
+            return None
 
     @cached_property
-    def config(self) -> dict[str, Any]:
-        """The job's effective config: the checkpoint's, else Hydra's saved one."""
-        if self.meta and self.meta.get("config"):
-            return self.meta["config"]
-        path = self.path / ".hydra" / "config.yaml"
+    def config(self) -> RunConfig | None:
+        """The job's typed config; None when it has none or it is invalid (a job that failed on it)."""
         try:
-            return yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            return {}
+            return self.run.config()
+        except PosexpError:
+            return None
 
     @property
     def status(self) -> str:
-        if self.results and self.results.get("status"):
-            return str(self.results["status"])
-        return "unfinished"
+        return self.run.status()
 
     @property
     def error(self) -> str:
@@ -95,9 +94,8 @@ class Job:
             return str(self.results["error"])
         if self.status == "unfinished":
             if self.meta:
-                total = (self.config.get("train") or {}).get("max_steps")
-                return f"no results.json; checkpoint at step {self.meta.get('step')}" + (
-                    f" of {total}" if total else "")
+                total = f" of {self.config.train.max_steps}" if self.config else ""
+                return f"no results.json; checkpoint at step {self.meta.get('step')}{total}"
             return "no results.json and no checkpoint (still running, or killed)"
         return ""
 
@@ -109,56 +107,28 @@ class Job:
     def pe(self) -> str:
         if self.meta:
             return str(self.meta["model"]["pe"])
-        return str((self.config.get("pe") or {}).get("name", self.params.get("pe", "?")))
+        return self.config.pe.name if self.config else self.params.get("pe", "?")
 
     @property
     def train_length(self) -> int | None:
         if self.meta:
             return int(self.meta["model"]["train_length"])
-        return (self.config.get("train") or {}).get("seq_len")
+        return self.config.length0 if self.config else None
 
     @cached_property
     def extrapolate(self) -> list[dict[str, Any]] | None:
-        data = _read_json(self.path / EVAL_DIR / "extrapolate.json")
+        data = self.run.read_json(f"{EVAL}/extrapolate.json")
         return data if isinstance(data, list) else None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _read_overrides(path: Path) -> list[str]:
-    try:
-        data = yaml.safe_load((path / ".hydra" / "overrides.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return []
-    return [str(o) for o in data or []]
-
-
-def _is_job(path: Path) -> bool:
-    return (path / ".hydra").is_dir() or (path / "results.json").is_file() or has_checkpoint(path)
 
 
 def find_jobs(target: Path) -> list[Job]:
     """The run dir itself, or every job dir below a sweep dir (outermost job dirs only)."""
-    if not target.is_dir():
-        raise PosexpError(f"report: no such directory {str(target)!r}")
-    if _is_job(target):
-        dirs = [target]
-    else:
-        marks = [p.parent for pattern in (".hydra", "results.json", "checkpoint")
-                 for p in target.rglob(pattern)]
-        dirs = sorted({d for d in marks if d != target and _is_job(d)})
-        dirs = [d for d in dirs if not any(o in d.parents for o in dirs)]
-    if not dirs:
-        raise PosexpError(
-            f"report: no runs in {str(target)!r} (expected a run dir or a sweep dir of runs)"
-        )
-    return [Job(d, str(d.relative_to(target)) if d != target else d.name, _read_overrides(d))
-            for d in dirs]
+    try:
+        runs = find_runs(target)
+    except PosexpError as e:
+        raise PosexpError(f"report: {e}") from None
+    return [Job(r, str(r.path.relative_to(target)) if r.path != Path(target) else r.path.name)
+            for r in runs]
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:
@@ -338,7 +308,7 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
 def pending_evaluations(jobs: list[Job]) -> list[Job]:
     """Completed jobs whose config asks for an extrapolation eval (a preset) and lack one."""
     return [j for j in jobs if j.status == "completed" and j.meta and j.extrapolate is None
-            and j.config.get("extrapolate")]
+            and j.config and j.config.to_dict()["extrapolate"]]
 
 
 def write_report(target: Path | str, evaluate: bool = True, device: str = "auto",
@@ -349,6 +319,7 @@ def write_report(target: Path | str, evaluate: bool = True, device: str = "auto"
     console = console or Console()
     target = Path(target)
     jobs = find_jobs(target)
+    check_writable(target, "report folder")
     pending = pending_evaluations(jobs)
     if pending and evaluate:
         from posexp.tasks.evaluate import evaluate_runs

@@ -94,17 +94,17 @@ def _int(value: Any) -> int | None:
 
 def head_job(job: Any) -> HeadJob:
     """A ``posexp.tasks.report.Job`` seen as heads / seed / d_model / outcome."""
-    cfg = job.config or {}
-    heads = _int(cfg.get("heads", job.params.get("heads")))
-    seed = _int(cfg.get("seed", job.params.get("seed")))
-    d_model = _int((cfg.get("model") or {}).get("d_model"))
+    cfg = job.config
+    heads = cfg.heads if cfg else _int(job.params.get("heads"))
+    seed = cfg.seed if cfg else _int(job.params.get("seed"))
+    d_model = cfg.model.d_model if cfg else None
     metrics = {k: v for k, v in job.metrics.items() if k.startswith("final/")}
     return HeadJob(job.name, heads, seed, d_model, job.status, metrics, job.error, job.path)
 
 
 def is_translation(jobs: list[Any]) -> bool:
     """Translation jobs: BLEU in their results, or a parallel corpus as their data."""
-    return any("final/bleu" in j.metrics or (j.config.get("data") or {}).get("source") == "wyc2kjv"
+    return any("final/bleu" in j.metrics or (j.config and j.config.data.name == "wyc2kjv")
                for j in jobs)
 
 
@@ -112,7 +112,7 @@ def metrics_for(jobs: list[Any]) -> list[Metric]:
     """The metrics to show, the primary one (the verdict's) first."""
     if is_translation(jobs):
         return [PPL, BLEU, CHRF]
-    byte = all((j.config.get("tokenizer") or {}).get("name", "byte") == "byte" for j in jobs)
+    byte = all(j.config is None or j.config.tokenizer.name == "byte" for j in jobs)
     return [BPB if byte else LOSS, PPL]
 
 
@@ -341,12 +341,12 @@ def _cell(text: str) -> str:
 
 def describe(jobs: list[Any]) -> str:
     """What was trained, for titles: task, model size, steps."""
-    cfg = jobs[0].config or {}
-    model, train = cfg.get("model") or {}, cfg.get("train") or {}
-    data = (cfg.get("data") or {}).get("source", "?")
-    return (f"{data}, d_model {model.get('d_model', '?')}, {model.get('n_layers', '?')} layers, "
-            f"{train.get('max_steps', '?')} steps of {train.get('batch_size', '?')}×"
-            f"{train.get('seq_len', '?')}")
+    cfg = next((j.config for j in jobs if j.config), None)
+    if cfg is None:
+        return "runs without a readable config"
+    t = cfg.train
+    return (f"{cfg.data.name}, d_model {cfg.model.d_model}, {cfg.model.n_layers} layers, "
+            f"{t.max_steps} steps of {t.batch_size}×{t.seq_len}")
 
 
 def render(ctx: Any) -> str:
@@ -361,8 +361,8 @@ def render(ctx: Any) -> str:
     ctx.files.extend(attention)
     d_models = sorted({j.d_model for j in jobs if j.d_model})
     if BLEU in metrics:
-        translate = (ctx.jobs[0].config or {}).get("translate") or {}
-        beam, n_test = translate.get("beam_size", 4), translate.get("test_examples")
+        cfg = next((j.config for j in ctx.jobs if j.config), None)
+        beam, n_test = (cfg.translate.beam_size, cfg.translate.test_examples) if cfg else (4, None)
         how = (f"PPL: validation perplexity on target tokens; BLEU / chrF: sacrebleu on "
                f"{'greedy' if beam == 1 else f'beam-{beam}'} translations of "
                f"{'the whole test split' if n_test is None else f'{n_test} evenly spaced test verses'}. "

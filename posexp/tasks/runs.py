@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from posexp.errors import PosexpError
+from posexp.rundir import RunDir
 from posexp.tasks.report import Job, find_jobs
 
 FIELDS = ("run", "data", "pe", "heads", "extension", "steps", "status", "val_ppl", "bleu", "minutes")
@@ -20,7 +21,7 @@ FIELDS = ("run", "data", "pe", "heads", "extension", "steps", "status", "val_ppl
 def _minutes(path: Path) -> float | None:
     """Wall minutes over the run's training sessions (provenance.json), None if unknown."""
     try:
-        sessions = json.loads((path / "provenance.json").read_text())["sessions"]
+        sessions = json.loads(RunDir(path).provenance_file.read_text())["sessions"]
         total = sum((datetime.fromisoformat(s["ended"]) - datetime.fromisoformat(s["started"]))
                     .total_seconds() for s in sessions if s.get("ended"))
     except (OSError, ValueError, KeyError, TypeError):
@@ -30,16 +31,16 @@ def _minutes(path: Path) -> float | None:
 
 def run_row(job: Job, root: Path) -> dict[str, Any]:
     """One run as a flat record."""
-    cfg, meta, metrics = job.config or {}, job.meta or {}, job.metrics
+    cfg, meta, metrics = job.config, job.meta or {}, job.metrics
     model = meta.get("model") or {}
-    ext = model.get("extension") or cfg.get("extension") or {}
-    total = (cfg.get("train") or {}).get("max_steps")
+    ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
+    total = cfg.train.max_steps if cfg else None
     step = meta.get("step")
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
-        "data": (cfg.get("data") or {}).get("source"),
+        "data": cfg.data.name if cfg else None,
         "pe": job.pe,
-        "heads": model.get("n_heads", cfg.get("heads")),
+        "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": ext.get("method", "none"),
         "steps": f"{step if step is not None else '-'}/{total if total is not None else '?'}",
         "status": job.status,

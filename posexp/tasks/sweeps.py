@@ -10,11 +10,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from posexp.checkpoint import checkpoint_dir, read_meta, read_results
+from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.files import write_json_atomic
+from posexp.rundir import RunDir
 from posexp.tasks.common import MODEL_KEYS
 
 log = logging.getLogger("posexp")
@@ -31,42 +29,37 @@ def record_failure(run_dir: Path, e: BaseException) -> None:
         log.error("job failed", exc_info=e)
         lines = str(e).strip().splitlines()
         error = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    write_json_atomic(run_dir / "results.json", {"status": "failed", "error": error})
+    RunDir(run_dir).write_results({"status": "failed", "error": error})
 
 
-def completed_results(cfg: DictConfig, run_dir: Path) -> dict[str, Any] | None:
+def completed_results(run: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     """A rerun sweep job whose dir has ``results.json`` with status completed: its saved results."""
-    saved = read_results(run_dir)
+    saved = RunDir(run_dir).results()
     if saved is None or saved.get("status") != "completed":
         return None
-    check_same_job(cfg, run_dir)
+    check_same_job(run, run_dir)
     log.info("%s already completed (results.json): skipped", run_dir)
     return {k: v for k, v in saved.items() if k != "status"}
 
 
-def continue_unfinished(cfg: DictConfig, run_dir: Path) -> DictConfig:
-    """A rerun sweep job that left a checkpoint (killed, failed, timed out) resumes from it."""
-    (run_dir / "results.json").unlink(missing_ok=True)  # a stale "failed" from the last attempt
-    if cfg.resume:
-        return cfg
-    try:
-        checkpoint_dir(run_dir)
-    except PosexpError:
-        return cfg  # nothing saved: train from scratch
-    check_same_job(cfg, run_dir)
+def continue_unfinished(run: RunConfig, run_dir: Path) -> bool:
+    """True when a rerun sweep job left a checkpoint (killed, failed, timed out): resume it."""
+    job = RunDir(run_dir)
+    job.clear_results()  # a stale "failed" from the last attempt
+    if not job.has_checkpoint():
+        return False  # nothing saved: train from scratch
+    check_same_job(run, run_dir)
     log.info("%s has a checkpoint and no results: resuming it", run_dir)
-    cfg = cfg.copy()
-    cfg.resume = str(run_dir)
-    return cfg
+    return True
 
 
-def check_same_job(cfg: DictConfig, run_dir: Path) -> None:
+def check_same_job(run: RunConfig, run_dir: Path) -> None:
     """Refuse to reuse a job dir trained with different settings (same dir name, other config)."""
     try:
-        saved = flatten(read_meta(run_dir)["config"])
-    except (PosexpError, KeyError):
+        saved = flatten(RunDir(run_dir).config().to_dict())
+    except PosexpError:
         return
-    want = flatten(OmegaConf.to_container(cfg, resolve=True))
+    want = flatten(run.to_dict())
     roots = (*MODEL_KEYS, "seed", "train")
     skip = {f"train.{k}" for k in RUNTIME_TRAIN_KEYS}
     differ = sorted(k for k in want.keys() & saved.keys()

@@ -26,27 +26,14 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from posexp import distributed, provenance
-from posexp.checkpoint import (
-    has_checkpoint,
-    load_state,
-    load_weights,
-    read_meta,
-    read_results,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from posexp.checkpoint import load_state, load_weights, rng_state, save_checkpoint, set_rng_state
+from posexp.config import RunConfig, TrainConfig, from_composed
 from posexp.errors import Abort, PosexpError
-from posexp.files import write_json_atomic, write_text_atomic
+from posexp.files import write_text_atomic
 from posexp.model import GPT, ModelConfig
+from posexp.rundir import RunDir
 from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
-from posexp.tasks.common import (
-    MODEL_KEYS,
-    build_data,
-    check_run_config,
-    model_config,
-    resolve_device,
-)
+from posexp.tasks.common import MODEL_KEYS, build_data, model_config, resolve_device
 from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.placement import apply_threads, job_placement
 from posexp.tasks.sweeps import completed_results, continue_unfinished, record_failure
@@ -68,7 +55,7 @@ def lr_lambda(warmup: int, total: int, min_ratio: float):
     return f
 
 
-def build_optimizer(model: GPT, train: DictConfig, device: torch.device) -> torch.optim.AdamW:
+def build_optimizer(model: GPT, train: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not norms), fused kernels on CUDA."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -82,10 +69,9 @@ def build_optimizer(model: GPT, train: DictConfig, device: torch.device) -> torc
 
 def effective_config(cfg: DictConfig) -> DictConfig:
     """For a resume: the run's saved config, with only train/device overrides applied on top."""
-    run_dir = Path(cfg.resume)
-    if not run_dir.is_dir():
-        raise PosexpError(f"resume={cfg.resume!r}: no such run dir")
-    saved = OmegaConf.create(read_meta(run_dir)["config"])
+    run = RunDir.open(cfg.resume, "resume=")
+    meta = run.meta()
+    saved = OmegaConf.create(meta["config"])
     overrides = HydraConfig.get().overrides.task
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # model.n_heads: ${heads}
@@ -105,10 +91,10 @@ def effective_config(cfg: DictConfig) -> DictConfig:
         if key.split(".")[0] in ("train", "device", "seed"):
             OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
     merged.resume = cfg.resume
-    step = int(read_meta(run_dir)["step"])
+    step = int(meta["step"])
     if int(merged.train.max_steps) < step:
         raise PosexpError(f"train.max_steps={merged.train.max_steps} is below the step {step} of "
-                          f"{str(run_dir)!r}'s checkpoint; allowed: train.max_steps >= {step}")
+                          f"{str(run.path)!r}'s checkpoint; allowed: train.max_steps >= {step}")
     return merged
 
 
@@ -126,7 +112,7 @@ def _short(value: Any) -> str:
 class Trainer:
     """Holds everything the loop touches; ``fit`` runs it from ``step`` to ``max_steps``."""
 
-    cfg: DictConfig
+    cfg: RunConfig
     run_dir: Path
     model: GPT
     mcfg: ModelConfig
@@ -173,7 +159,7 @@ class Trainer:
         meta = {
             "step": self.step,
             "model": self.mcfg.to_dict(),
-            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "config": self.cfg.to_dict(),
             "val_loss": self.last_val,
             "params": self.raw_model.num_params(),
         }
@@ -252,14 +238,13 @@ class Trainer:
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
 
 
-def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
     started = time.perf_counter()
-    check_run_config(cfg)
     distributed.check_batch_size(cfg.train.batch_size)
     device = place(cfg)
     torch.manual_seed(cfg.seed)
-    # Validate everything that needs no data before the (possibly slow) data load.
+    # ModelConfig checks the network's shape (heads divide d_model, ...) before the data load.
     model_config(cfg, vocab_size=1)
     with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
         data = build_data(cfg)
@@ -275,7 +260,7 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if cfg.resume:
         load_weights(run_dir, model)
         state = load_state(run_dir)
-    elif cfg.get("parent"):
+    elif cfg.parent:
         # `posexp finetune` (posexp/tasks/finetune.py): start from the parent run's weights.
         load_weights(Path(cfg.parent), model)
         log.info("initialised from parent run %s", cfg.parent)
@@ -297,7 +282,7 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     except KeyboardInterrupt:
         if distributed.is_main():
             provenance.finish(run_dir, "interrupted")
-            saved = read_meta(run_dir)["step"] if has_checkpoint(run_dir) else None
+            saved = RunDir(run_dir).step()
             if saved is None:
                 log.warning("interrupted at step %d, before the first checkpoint", trainer.step)
             else:
@@ -309,7 +294,7 @@ def run_training(cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
     write_hparams(writer, {**hparam_dict(cfg, mcfg), "params": n_params}, metrics)
     writer.close()
-    write_json_atomic(run_dir / "results.json", {"status": "completed", "step": trainer.step, **metrics})
+    RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})
     provenance.finish(run_dir, "completed")
     shown = "  ".join(f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items()
                       if k != "final/params")
@@ -326,12 +311,12 @@ def _duration(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def hparam_dict(cfg: DictConfig, mcfg: ModelConfig) -> dict[str, Any]:
+def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
     """The knobs people sweep, for TensorBoard's hparams table."""
     ext = mcfg.extension or {}
     return {
         "pe": mcfg.pe, "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
-        "seq_len": cfg.train.seq_len, "seed": cfg.seed, "data": cfg.data.source,
+        "seq_len": cfg.train.seq_len, "seed": cfg.seed, "data": cfg.data.name,
         "tokenizer": cfg.tokenizer.name, "extension": ext.get("method", "none"),
         "factor": float(ext.get("factor", 1.0)),
     }
@@ -345,12 +330,9 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
     if multirun and distributed.env().enabled:
         raise Abort("torchrun runs one training run; drop -m (sweep with hydra/launcher=... instead)")
     with distributed.session(cfg.device):
+        if not multirun and not cfg.resume and distributed.is_main():
+            run_dir = claim_run_dir(run_dir)
         run_dir = distributed.agree_on_run_dir(run_dir)  # torchrun: every rank uses rank 0's
-        if multirun:
-            done = completed_results(cfg, run_dir)
-            if done is not None:
-                return done
-            cfg = continue_unfinished(cfg, run_dir)
         try:
             return _train_task(cfg, run_dir, multirun)
         finally:
@@ -361,6 +343,15 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
 def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any]:
     fresh = not cfg.resume
     try:
+        if multirun and not cfg.resume:
+            # A rerun sweep: a completed job returns its results, an unfinished one resumes.
+            run = from_composed(cfg)
+            done = completed_results(run, run_dir)
+            if done is not None:
+                return done
+            if continue_unfinished(run, run_dir):
+                cfg = cfg.copy()
+                cfg.resume = str(run_dir)
         if cfg.resume:
             cfg = effective_config(cfg)
             done = finished_results(run_dir, int(cfg.train.max_steps))
@@ -370,7 +361,7 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
                 return done
             if distributed.is_main():
                 write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
-        return run_training(cfg, run_dir)
+        return run_training(from_composed(cfg), run_dir)
     except PosexpError as e:
         fail_run(run_dir, e, multirun, discard=fresh)
     except Exception as e:
@@ -382,7 +373,7 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
 # ---- devices -----------------------------------------------------------------------------------
 
 
-def place(cfg: DictConfig) -> torch.device:
+def place(cfg: RunConfig) -> torch.device:
     """The run's device and CPU threads: torchrun's local rank, or a sweep job's placement."""
     env = distributed.env() if distributed.active() else distributed.DistEnv()
     where = job_placement(cfg, env.local_world_size)
@@ -395,7 +386,7 @@ def place(cfg: DictConfig) -> torch.device:
 
 def finished_results(run_dir: Path, max_steps: int) -> dict[str, Any] | None:
     """The run's results if it already completed exactly ``max_steps`` steps, else None."""
-    results = read_results(run_dir)
+    results = RunDir(run_dir).results()
     done = results is not None and results.get("status") == "completed" and results.get("step") == max_steps
     return results if done else None
 
@@ -414,10 +405,33 @@ def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> No
         if multirun:
             raise e
         raise Abort(f"{e} (run dir: {run_dir})") from None
-    if discard and distributed.is_main() and not (run_dir / "checkpoint").exists():
+    if discard and distributed.is_main() and not RunDir(run_dir).has_checkpoint():
         release_log_files(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
     raise Abort(str(e)) from None
+
+
+def claim_run_dir(run_dir: Path) -> Path:
+    """The run dir this process owns: Hydra's, unless a run started in the same second took it.
+
+    Then the run moves to a fresh sibling with its own copy of Hydra's record, and its log file
+    follows it, so the two runs never share a checkpoint, a log or TensorBoard events.
+    """
+    owned = RunDir(run_dir).claim().path
+    if owned == run_dir:
+        return run_dir
+    shutil.copytree(run_dir / ".hydra", owned / ".hydra", dirs_exist_ok=True)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.resolve():
+            moved = logging.FileHandler(owned / Path(handler.baseFilename).name)
+            moved.setFormatter(handler.formatter)
+            moved.setLevel(handler.level)
+            root.removeHandler(handler)
+            handler.close()
+            root.addHandler(moved)
+    log.warning("%s was taken by a run started in the same second; this run uses %s", run_dir, owned)
+    return owned
 
 
 def release_log_files(run_dir: Path) -> None:

@@ -37,49 +37,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 
+from posexp.config import RunConfig
 from posexp.data import PairBatches
 from posexp.errors import PosexpError
 from posexp.metrics import copy_baseline, translation_scores
 from posexp.tasks.generate import generate_ids
 from posexp.tasks.objectives import Autocast, register_objective
 
-DEFAULTS: dict[str, Any] = {
-    "bleu_examples": 100,
-    "test_examples": None,
-    "max_new_tokens": None,
-    "batch_size": 64,
-    "samples": 4,
-    "beam_size": 4,
-    "length_penalty": 0.6,
-}
 # The attention-map example: the first val pair whose full row has this many tokens (else the
 # shortest), so a grid of heads stays readable.
 ATTENTION_TOKENS = (16, 40)
-
-
-def translate_settings(cfg: DictConfig) -> dict[str, Any]:
-    """``translate.*`` settings with defaults; unknown keys are an error."""
-    given = cfg.get("translate") or {}
-    given = OmegaConf.to_container(given, resolve=True) if isinstance(given, DictConfig) else dict(given)
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise PosexpError(
-            f"unknown setting translate.{unknown[0]}; allowed: {', '.join(sorted(DEFAULTS))}"
-        )
-    out = {**DEFAULTS, **{k: v for k, v in given.items()}}
-    for key in ("bleu_examples", "batch_size", "samples", "beam_size"):
-        if not isinstance(out[key], int) or out[key] < (0 if key == "samples" else 1):
-            raise PosexpError(f"translate.{key} must be a positive integer, got {out[key]!r}")
-    for key in ("test_examples", "max_new_tokens"):
-        if out[key] is not None and (not isinstance(out[key], int) or out[key] < 1):
-            raise PosexpError(f"translate.{key} must be a positive integer or null, got {out[key]!r}")
-    alpha = out["length_penalty"]
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise PosexpError(f"translate.length_penalty must be a finite number, got {alpha!r}")
-    out["length_penalty"] = float(alpha)
-    return out
 
 
 def evenly_spaced(n: int, k: int | None) -> list[int]:
@@ -105,26 +73,26 @@ def _md(text: str) -> str:
 class Translation:
     """Source -> target translation; see the module docstring for what it logs."""
 
-    def __init__(self, cfg: DictConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
+    def __init__(self, cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
         t = cfg.train
         pairs = data.corpus.pairs
         for split in ("train", "val", "test"):
             if not pairs.get(split):
-                raise PosexpError(f"data={cfg.data.source} has no {split} pairs; a pairs corpus needs all three")
-        self.settings = translate_settings(cfg)
+                raise PosexpError(f"data={cfg.data.name} has no {split} pairs; a pairs corpus needs all three")
+        self.settings = cfg.translate
         self.tokenizer = data.tokenizer
         self.seq_len, self.batch_size = int(t.seq_len), int(t.batch_size)
         self.device, self.autocast = device, autocast
         cache = Path(cfg.cache_dir)
-        source = cfg.data.source
-        loss_on = cfg.data.get("loss_on", "target")
+        source = cfg.data.name
+        loss_on = cfg.data.params.get("loss_on", "target")
         self.train = PairBatches(pairs["train"], self.tokenizer, t.batch_size, t.seq_len, cfg.seed,
                                  loss_on, cache, key=f"{source}-train")
         # Validation perplexity is always on target tokens, whatever the training loss covers.
         self.val = PairBatches(pairs["val"], self.tokenizer, t.batch_size, t.seq_len, cfg.seed,
                                "target", cache, key=f"{source}-val")
         self.val_pairs, self.test_pairs = pairs["val"], pairs["test"]
-        self.bleu_idx = evenly_spaced(len(self.val_pairs), self.settings["bleu_examples"])
+        self.bleu_idx = evenly_spaced(len(self.val_pairs), self.settings.bleu_examples)
         self.copy_val = copy_baseline([self.val_pairs[i][0] for i in self.bleu_idx],
                                       [self.val_pairs[i][1] for i in self.bleu_idx])
         self.attention_ids = self._attention_example()
@@ -168,15 +136,15 @@ class Translation:
     def translate(self, model: torch.nn.Module, sources: list[str]) -> list[str]:
         """Translations of ``sources`` (beam search unless beam_size is 1), KV cache, batched."""
         prompts = [self.prompt(s) for s in sources]
-        cap = self.settings["max_new_tokens"]
+        cap = self.settings.max_new_tokens
         # Default cap: 2 x source + 10 tokens (fewer than 0.5% of KJV verses are longer than
         # that against their Wycliffe source), so a looping model does not run to seq_len.
         limits = [min(self.seq_len - len(p), 2 * len(p) + 8 if cap is None else cap)
                   for p in prompts]
         new = generate_ids(model, prompts, limits, eos_id=self.tokenizer.eos_id,
-                           batch_size=self.settings["batch_size"], device=self.device,
-                           autocast=self.autocast, beam_size=self.settings["beam_size"],
-                           length_penalty=self.settings["length_penalty"])
+                           batch_size=self.settings.batch_size, device=self.device,
+                           autocast=self.autocast, beam_size=self.settings.beam_size,
+                           length_penalty=self.settings.length_penalty)
         return [self.tokenizer.decode(ids) for ids in new]
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
@@ -196,7 +164,7 @@ class Translation:
             "val/copy_chrf": self.copy_val["chrf"],
         }
         if writer is not None:
-            n = self.settings["samples"]
+            n = self.settings.samples
             if n:
                 writer.add_text("val/samples", samples_markdown(sources[:n], refs[:n], hyps[:n]), step)
             for i, image in enumerate(self.attention_images(model)):
@@ -206,7 +174,7 @@ class Translation:
     def finish(self, model: torch.nn.Module, writer: Any) -> dict[str, float]:
         """Full-test-split BLEU/chrF, final val loss, attention PNGs; the ``final/*`` metrics."""
         loss = self.target_loss(model)
-        idx = evenly_spaced(len(self.test_pairs), self.settings["test_examples"])
+        idx = evenly_spaced(len(self.test_pairs), self.settings.test_examples)
         sources = [self.test_pairs[i][0] for i in idx]
         refs = [self.test_pairs[i][1] for i in idx]
         hyps = self.translate(model, sources)

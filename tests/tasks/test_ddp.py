@@ -13,6 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from posexp import distributed
 from posexp.cli import config_dir
+from posexp.config import from_composed
 from posexp.tasks.train import run_training
 from tests.helpers import TINY, posexp_env, run_dirs
 
@@ -80,7 +81,7 @@ def test_two_gloo_processes_follow_the_one_process_loss_curve(tmp_path, cache):
     one.mkdir()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose("train", [*overrides, f"cache_dir={cache}"])
-    run_training(cfg, one)
+    run_training(from_composed(cfg), one)
     _, stderr = torchrun.communicate(timeout=600)
     assert torchrun.returncode == 0, stderr[-3000:]
     (run,) = run_dirs(ddp)  # both ranks used rank 0's run dir; no stray second dir

@@ -13,9 +13,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from posexp.model import GPT, ModelConfig
+from posexp.rundir import RunDir
 from posexp.tasks.extrapolate_plan import nonoverlap_windows, sliding_windows
 from posexp.tasks.extrapolate_score import score_windows
-from tests.helpers import TINY, posexp, run_dirs
+from tests.helpers import TINY, posexp, run_config, run_dirs
 
 METHODS = ["none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"]
 # Measured (1 thread, seed 0): a tiny rope model trained like this (400 steps of 32 x 32 bytes,
@@ -180,13 +181,13 @@ def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
     from posexp.tasks.extrapolate_plan import Settings, plan_run
 
     mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=32)
-    config = {"data": {"source": "kjv"}, "tokenizer": {"name": "byte"}, "train": {"max_steps": 50}}
+    config = run_config("train.max_steps=50").to_dict()
     save_checkpoint(tmp_path, GPT(mcfg), {"step": 20, "model": mcfg.to_dict(), "config": config})
     settings = Settings(lengths=[32, 64], methods=["none"])
-    plan = plan_run(tmp_path, settings, n_runs=1)
+    plan = plan_run(RunDir(tmp_path), settings, n_runs=1)
     assert all(i.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
     (tmp_path / "results.json").write_text('{"status": "completed", "step": 50}')
-    assert all(i.note == "" for i in plan_run(tmp_path, settings, n_runs=1).items)
+    assert all(i.note == "" for i in plan_run(RunDir(tmp_path), settings, n_runs=1).items)
 
 
 def test_plot_helpers_smooth_and_plain_ticks():

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from posexp.checkpoint import read_meta
-from posexp.tasks.common import load_run
+from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
 FT = ["train.max_steps=2", "train.eval_interval=2", "train.eval_tokens=512",
@@ -47,7 +47,7 @@ def test_finetune_makes_a_new_run_from_the_parent(parent, cache):
     ext = meta["model"]["extension"]
     assert (ext["method"], ext["factor"], ext["original_length"]) == ("yarn", 2.0, 32)
     assert json.loads((ft / "results.json").read_text())["status"] == "completed"
-    a, b = load_run(run, torch.device("cpu")).model, load_run(ft, torch.device("cpu")).model
+    a, b = RunDir(run).load_model(torch.device("cpu")), RunDir(ft).load_model(torch.device("cpu"))
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.allclose(p, q, atol=1e-6), name
 

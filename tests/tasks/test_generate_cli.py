@@ -9,7 +9,7 @@ from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.pe.learned import PositionOutOfRange
 from posexp.tasks.generate import generate_text
-from tests.helpers import posexp
+from tests.helpers import posexp, run_config
 
 # `posexp train data=wyc2kjv pe=... heads=...` with the byte tokenizer, shrunk to seconds.
 PAIRS_RUN = [
@@ -42,14 +42,14 @@ def test_translation_run_end_to_end(tmp_path, cache, monkeypatch):
     with pytest.raises(PositionOutOfRange, match=r"position 70 is past the learned table \(pe.max_len=64\)"):
         generate_text(run, ["x" * 70], 5, device="cpu")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(PosexpError, match="run dir not found"):
+    with pytest.raises(PosexpError, match="no such run dir"):
         generate_text(tmp_path / "nope", ["x"], 5, device="cpu")
 
 
 def test_language_model_run_continues_the_prompt(tmp_path, cache):
     # A checkpoint as `posexp train` writes it (untrained weights: only the wiring is tested).
     mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, pe="rope", train_length=64)
-    config = {"data": {"source": "kjv"}, "tokenizer": {"name": "byte"}, "cache_dir": str(cache)}
+    config = run_config(f"cache_dir={cache}").to_dict()
     save_checkpoint(tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config})
     out = generate_text(tmp_path / "lm", ["And God said", "In the"], 10, device="cpu")
     assert out[0].startswith("And God said") and out[1].startswith("In the")

@@ -9,11 +9,12 @@ from typer.testing import CliRunner
 from posexp.checkpoint import save_checkpoint
 from posexp.cli import app
 from posexp.model import GPT, ModelConfig
+from tests.helpers import run_config
 
 
 def make_run(path, pe, heads, step, total, results=None, minutes=None):
     mcfg = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=heads, pe=pe)
-    config = {"data": {"source": "kjv"}, "heads": heads, "train": {"max_steps": total}}
+    config = run_config(f"heads={heads}", f"train.max_steps={total}").to_dict()
     save_checkpoint(path, GPT(mcfg), {"step": step, "model": mcfg.to_dict(), "config": config})
     if results is not None:
         (path / "results.json").write_text(json.dumps(results))

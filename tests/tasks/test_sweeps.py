@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from posexp.cli import config_dir
+from posexp.config import from_composed
 from posexp.errors import PosexpError
 from posexp.tasks import placement
 from posexp.tasks.common import resolve_device
@@ -193,9 +194,9 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache)
     # A job dir is not reused for other settings (e.g. another experiment=, which the dir name
     # leaves out); runtime settings may change.
     saved = OmegaConf.load(done / ".hydra" / "config.yaml")
-    check_same_job(saved, done)
+    check_same_job(from_composed(saved), done)
     saved.train.threads, saved.device = 1, "cuda"
-    check_same_job(saved, done)
+    check_same_job(from_composed(saved), done)
     saved.train.lr = 1.0
     with pytest.raises(PosexpError, match=r"other settings \(train.lr="):
-        check_same_job(saved, done)
+        check_same_job(from_composed(saved), done)

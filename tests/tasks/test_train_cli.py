@@ -14,7 +14,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from posexp.tasks.common import load_run
+from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, posexp_env, run_dirs
 
 TAGS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss", "val/ppl"}
@@ -50,10 +50,11 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
         events.PluginTagToContent("hparams")["_hparams_/experiment"]
     ).experiment.metric_infos
     assert {m.name.tag for m in metrics} == {"val/loss", "val/ppl"}  # logged at the last step
-    loaded = load_run(run, torch.device("cpu"))
-    assert loaded.meta["step"] == 6 and loaded.model.cfg.pe == pe
-    x = torch.randint(0, loaded.model.cfg.vocab_size, (1, 16))
-    assert torch.isfinite(loaded.model(x)["logits"]).all()
+    assert RunDir(run).meta()["step"] == 6
+    model = RunDir(run).load_model(torch.device("cpu"))
+    assert model.cfg.pe == pe and not model.training
+    x = torch.randint(0, model.cfg.vocab_size, (1, 16))
+    assert torch.isfinite(model(x)["logits"]).all()
 
 
 def test_tiny_kjv_run_reaches_measured_val_loss(tmp_path, cache):
@@ -69,8 +70,11 @@ def test_tiny_kjv_run_reaches_measured_val_loss(tmp_path, cache):
 
 def signal_after(cwd, cache, args, marker, sig):
     """Run `posexp ARGS`, send ``sig`` once stderr shows ``marker``; (process, rest of stderr)."""
+    # A shell's background job ignores SIGINT, and children inherit that: give the child the
+    # default action back, so Python installs its KeyboardInterrupt handler as in a terminal.
     proc = subprocess.Popen([sys.executable, "-m", "posexp", *args], cwd=cwd, env=posexp_env(cache),
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in proc.stderr:  # blocks on the child's output; no sleeps
         if marker in line:
             proc.send_signal(sig)
@@ -98,7 +102,7 @@ def test_resume_after_kill_gives_the_same_curve(tmp_path, cache):
 
 
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, cache):
-    args = ["train", "pe=rope", *TINY, "train.max_steps=400", "train.checkpoint_interval=3"]
+    args = ["train", "pe=rope", *TINY, "train.max_steps=2000", "train.checkpoint_interval=3"]
     run = tmp_path / "run"
     proc, rest = signal_after(tmp_path, cache, [*args, f"hydra.run.dir={run}"],
                               "checkpoint saved at step 3", signal.SIGINT)

@@ -8,15 +8,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torch.utils.tensorboard import SummaryWriter
 
 from posexp.data import ByteTokenizer, Corpus
-from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.tasks.common import Data
 from posexp.tasks.objectives import build_objective
-from posexp.tasks.translation import Translation, evenly_spaced, translate_settings
+from posexp.tasks.translation import Translation, evenly_spaced
+from tests.helpers import run_config
 
 PAIRS = [
     ("Forsothe the Lord seide", "And the LORD said"),
@@ -32,12 +31,9 @@ PAIRS = [
 def make(tmp_path, loss_on="target", heads=4, **translate):
     corpus = Corpus(splits={s: ["x"] for s in ("train", "val", "test")},
                     pairs={"train": PAIRS, "val": PAIRS[:4], "test": PAIRS[2:]}, kind="pairs")
-    cfg = OmegaConf.create({
-        "seed": 0, "cache_dir": str(tmp_path / "cache"),
-        "data": {"source": "fake", "loss_on": loss_on},
-        "train": {"batch_size": 3, "seq_len": 96},
-        "translate": {"bleu_examples": 3, "samples": 2, **translate},
-    })
+    cfg = run_config(f"cache_dir={tmp_path / 'cache'}", "data=wyc2kjv", f"data.loss_on={loss_on}",
+                     "train.batch_size=3", "train.seq_len=96", "translate.bleu_examples=3",
+                     "translate.samples=2", *(f"translate.{k}={v}" for k, v in translate.items()))
     data = Data(corpus, ByteTokenizer(), {})
     objective = build_objective(cfg, data, torch.device("cpu"), contextlib.nullcontext)
     model = GPT(ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=heads, pe="sinusoidal",
@@ -122,15 +118,6 @@ def test_evaluate_and_finish_log_metrics_images_text_and_files(tmp_path):
     assert {"test/bleu", "test/chrf", "test/copy_bleu"} <= set(events.Tags()["scalars"])
     text = events.Tensors("val/samples/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "| source | reference | hypothesis |" in text
-
-
-def test_settings_are_checked():
-    cfg = OmegaConf.create({"translate": {"bleu_exampels": 3}})
-    with pytest.raises(PosexpError, match="unknown setting translate.bleu_exampels; allowed:"):
-        translate_settings(cfg)
-    with pytest.raises(PosexpError, match="translate.batch_size must be a positive integer"):
-        translate_settings(OmegaConf.create({"translate": {"batch_size": 0}}))
-    assert translate_settings(OmegaConf.create({}))["bleu_examples"] == 100
 
 
 def test_evenly_spaced_subset_is_fixed():

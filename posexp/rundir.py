@@ -1,0 +1,216 @@
+"""A run dir's layout, in one type: what it holds, whether it is a run, and its trained model.
+
+``<run>/`` holds ``.hydra/`` (the composed config and the command-line overrides), ``train.log``,
+TensorBoard event files, ``checkpoint/`` (see ``posexp.checkpoint``), ``results.json`` (status
+completed or failed, final metrics), ``provenance.json`` and ``eval/`` (eval-extrapolate's
+outputs). A sweep dir holds job dirs of that layout below it, plus Hydra's ``multirun.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from posexp.checkpoint import CHECKPOINT, checkpoint_dir, has_checkpoint, load_weights, read_meta
+from posexp.config import RunConfig
+from posexp.errors import PosexpError
+from posexp.files import write_json_atomic
+
+RESULTS = "results.json"
+EVAL = "eval"
+HYDRA = ".hydra"
+PROVENANCE = "provenance.json"
+SWEEP_MARK = "multirun.yaml"
+OWNER = ".owner"  # created exclusively by the process that trains in the dir
+
+
+@dataclass(frozen=True, order=True)
+class RunDir:
+    """One run's folder; every reader and writer of a run's files goes through it."""
+
+    path: Path
+
+    @classmethod
+    def open(cls, path: Path | str, what: str = "run dir") -> RunDir:
+        """An existing folder, else a one-line error saying what is there instead."""
+        p = Path(path)
+        label = f"{what}{str(p)!r}" if what.endswith("=") else f"{what} {str(p)!r}"
+        if p.is_file():
+            raise PosexpError(f"{label} is a file; pass the run's folder "
+                              f"(the one holding {CHECKPOINT}/ and {RESULTS})")
+        if not p.is_dir():
+            raise PosexpError(f"{label}: no such {'directory' if what == 'folder' else 'run dir'}")
+        return cls(p)
+
+    # ---- layout -------------------------------------------------------------------------------
+
+    @property
+    def results_file(self) -> Path:
+        """``results.json``: written once, when the run completes or fails."""
+        return self.path / RESULTS
+
+    @property
+    def eval_dir(self) -> Path:
+        """Where ``posexp eval-extrapolate`` writes its JSON, CSV and plots."""
+        return self.path / EVAL
+
+    @property
+    def hydra_dir(self) -> Path:
+        """Hydra's record of the composition: ``config.yaml``, ``overrides.yaml``."""
+        return self.path / HYDRA
+
+    @property
+    def provenance_file(self) -> Path:
+        """Versions, machine and session times (``posexp.provenance``)."""
+        return self.path / PROVENANCE
+
+    def is_run(self) -> bool:
+        """True for a folder a run has started in (Hydra's record, results or a checkpoint)."""
+        return self.hydra_dir.is_dir() or self.results_file.is_file() or self.has_checkpoint()
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def has_checkpoint(self) -> bool:
+        """True when the run saved a checkpoint (or the previous one survives a cut swap)."""
+        return has_checkpoint(self.path)
+
+    def meta(self) -> dict[str, Any]:
+        """The checkpoint's metadata: step, model config, run config; a one-line error if none."""
+        meta = read_meta(self.path)
+        for key in ("model", "config", "step"):
+            if key not in meta:
+                raise PosexpError(f"corrupt checkpoint {str(checkpoint_dir(self.path))!r}: its "
+                                  f"meta.json has no {key!r}")
+        return meta
+
+    def step(self) -> int | None:
+        """The checkpoint's step, None without a checkpoint."""
+        return int(self.meta()["step"]) if self.has_checkpoint() else None
+
+    def results(self) -> dict[str, Any] | None:
+        """``results.json`` as a dict; None if absent or unreadable."""
+        try:
+            data = json.loads(self.results_file.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def status(self) -> str:
+        """completed, failed or unfinished (still running, killed or interrupted)."""
+        return str((self.results() or {}).get("status") or "unfinished")
+
+    def saved_config(self) -> dict[str, Any] | None:
+        """The run's config as saved (checkpoint meta, else Hydra's record), as plain data."""
+        if self.has_checkpoint():
+            try:
+                return dict(self.meta()["config"])
+            except PosexpError:
+                pass
+        import yaml
+
+        try:
+            data = yaml.safe_load((self.hydra_dir / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def config(self) -> RunConfig:
+        """The run's typed config; the token cache is this shell's ``POSEXP_CACHE`` when set."""
+        saved = self.saved_config()
+        if saved is None:
+            raise PosexpError(f"{str(self.path)!r} has no saved config "
+                              f"(expected {CHECKPOINT}/meta.json or {HYDRA}/config.yaml)")
+        run = RunConfig.from_saved(saved)
+        if os.environ.get("POSEXP_CACHE"):
+            run = run.replace(cache_dir=os.environ["POSEXP_CACHE"])
+        return run
+
+    def overrides(self) -> list[str]:
+        """The command-line overrides the run was started with (``.hydra/overrides.yaml``)."""
+        import yaml
+
+        try:
+            data = yaml.safe_load((self.hydra_dir / "overrides.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            return []
+        return [str(o) for o in data or []] if isinstance(data, list) else []
+
+    def read_json(self, relative: str) -> Any:
+        """A JSON file inside the run dir; None if absent or unreadable."""
+        try:
+            return json.loads((self.path / relative).read_text())
+        except (OSError, ValueError):
+            return None
+
+    # ---- writing ------------------------------------------------------------------------------
+
+    def claim(self) -> RunDir:
+        """This dir if no other process has claimed it, else a new ``<name>-2``, ``-3``, ... dir.
+
+        Two runs started in the same second with the same overrides get the same timestamped dir
+        from Hydra. Creating ``.owner`` exclusively decides which one keeps it (atomic on every
+        file system); the other moves to the first free sibling, created just as exclusively.
+        """
+        for n in range(1, 1000):
+            candidate = self.path if n == 1 else self.path.with_name(f"{self.path.name}-{n}")
+            try:
+                candidate.mkdir(parents=True, exist_ok=n == 1)
+                fd = os.open(candidate / OWNER, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{os.getpid()}@{platform.node()}\n")
+            return RunDir(candidate)
+        raise PosexpError(f"could not claim a run dir next to {str(self.path)!r}")
+
+
+    def write_results(self, results: dict[str, Any]) -> None:
+        """Write ``results.json`` atomically."""
+        write_json_atomic(self.results_file, results)
+
+    def clear_results(self) -> None:
+        """Forget a stale ``results.json`` (a failed attempt, before a rerun)."""
+        self.results_file.unlink(missing_ok=True)
+
+    # ---- the trained model --------------------------------------------------------------------
+
+    def load_model(self, device: Any, extension: dict[str, Any] | None = None) -> Any:
+        """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
+        from posexp.model import GPT, ModelConfig
+
+        mdict = dict(self.meta()["model"])
+        if extension is not None:
+            mdict["extension"] = extension
+        model = GPT(ModelConfig(**mdict))
+        load_weights(self.path, model)
+        return model.to(device).eval()
+
+
+def find_runs(target: Path | str, need_checkpoint: bool = False) -> list[RunDir]:
+    """The run dir itself, else every outermost run below a sweep dir (sorted by path)."""
+    root = RunDir.open(target, "folder")
+    if root.is_run() and (root.has_checkpoint() or not need_checkpoint):
+        return [root]
+    marks = {p.parent for pattern in (HYDRA, RESULTS, CHECKPOINT) for p in root.path.rglob(pattern)}
+    runs = sorted(RunDir(d) for d in marks if d != root.path and RunDir(d).is_run())
+    runs = [r for r in runs if not any(o.path in r.path.parents for o in runs)]
+    if need_checkpoint:
+        runs = [r for r in runs if r.has_checkpoint()]
+    if not runs:
+        if need_checkpoint:
+            raise PosexpError(f"no checkpoint in {str(root.path)!r} (expected {CHECKPOINT}/meta.json, "
+                              f"or a sweep dir of runs)")
+        raise PosexpError(f"no runs in {str(root.path)!r} (expected a run dir or a sweep dir of runs)")
+    return runs
+
+
+def latest_run(root: Path | str = "outputs") -> RunDir:
+    """The run under ``root`` whose checkpoint was written last."""
+    metas = list(Path(root).glob(f"**/{CHECKPOINT}/meta.json"))
+    if not metas:
+        raise PosexpError(f"no trained run under {str(root)!r}; train one with `posexp train` or pass --run")
+    return RunDir(max(metas, key=os.path.getmtime).parent.parent)

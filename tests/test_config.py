@@ -1,0 +1,135 @@
+"""The typed run config: built once from the composed YAML, every bad value refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posexp.config import PlacementConfig, RunConfig, TrainConfig, TranslateConfig, saved_defaults
+from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig
+from tests.helpers import run_config
+
+
+def test_defaults_come_from_the_yaml_and_round_trip():
+    cfg = run_config()
+    yaml_train = saved_defaults()["train"]
+    assert cfg.train.lr == yaml_train["lr"] and cfg.train.betas == tuple(yaml_train["betas"])
+    assert cfg.translate.beam_size == saved_defaults()["translate"]["beam_size"]
+    assert cfg.pe.name == "rope" and cfg.heads == cfg.model.n_heads == 4
+    # The extension's original length is the training length unless set.
+    assert cfg.extension == ExtensionConfig("none", 1.0, cfg.train.seq_len)
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+    assert RunConfig.from_saved(cfg.to_dict()) == cfg
+
+
+def test_overrides_reach_the_typed_sections():
+    cfg = run_config("pe=learned", "heads=8", "train.seq_len=128", "extension=pi", "extension.factor=2",
+                     "data=text", "data.files=[a.txt]", "tokenizer=bpe", "tokenizer.vocab_size=300")
+    assert (cfg.pe.name, cfg.heads, cfg.train.seq_len) == ("learned", 8, 128)
+    assert cfg.extension.method == "pi" and cfg.extension.factor == 2.0
+    assert cfg.extension.original_length == 128
+    assert cfg.data.name == "text" and cfg.data.params["files"] == ["a.txt"]
+    assert cfg.tokenizer.to_dict() == {"name": "bpe", "vocab_size": 300}
+
+
+def test_an_old_saved_config_gets_the_newer_sections_from_the_yaml():
+    saved = run_config().to_dict()
+    del saved["translate"]["beam_size"], saved["placement"]
+    cfg = RunConfig.from_saved(saved)
+    assert cfg.translate.beam_size == saved_defaults()["translate"]["beam_size"]
+    assert cfg.placement.jobs_per_gpu == saved_defaults()["placement"]["jobs_per_gpu"]
+
+
+BAD = {
+    ("translate", "bleu_exampels", 3): "unknown setting translate.bleu_exampels; allowed: bleu_examples,",
+    ("translate", "batch_size", 0): "translate.batch_size must be a positive integer, got 0",
+    ("translate", "samples", -1): "translate.samples must be an integer >= 0, got -1",
+    ("translate", "length_penalty", float("nan")): "translate.length_penalty must be a finite number, got nan",
+    ("train", "eval_tokens", 1): "train.eval_tokens=1 is too few for one validation window of "
+                                 "train.seq_len=256; allowed: train.eval_tokens > 256",
+    ("train", "compile", "yes"): "train.compile must be true or false, got 'yes'",
+    ("train", "threads", 0): "train.threads must be a positive integer or null, got 0",
+    ("placement", "jobs_per_gpu", 0): "placement.jobs_per_gpu must be a positive integer, got 0",
+    ("extrapolate", "len", -4): "extrapolate.len must be a positive integer or null, got -4",
+    ("extrapolate", "lenght", 4): "unknown setting extrapolate.lenght; allowed: len,",
+    ("pe", "name", "rotary"): "unknown pe 'rotary'; allowed:",
+    ("data", "source", "wiki"): "unknown data 'wiki'; allowed:",
+    ("tokenizer", "name", "wordpiece"): "unknown tokenizer 'wordpiece'; allowed: bpe, byte",
+    ("tokenizer", "vocab", 10): "unknown parameter 'vocab' for tokenizer 'byte'; allowed: (none)",
+    ("data", "name", "???"): "data.name must be set for data=kjv",
+    (None, "device", "tpu"): "unknown device 'tpu'; allowed: auto, cpu, cuda, mps",
+    (None, "colour", 1): "unknown setting colour; allowed at the top level:",
+}
+
+
+@pytest.mark.parametrize(("where", "message"), list(BAD.items()), ids=[f"{s}.{k}" for s, k, _ in BAD])
+def test_bad_values_are_refused_naming_the_key(where, message):
+    section, key, value = where
+    d = run_config().to_dict()
+    (d[section] if section else d)[key] = value
+    with pytest.raises(PosexpError) as e:
+        RunConfig.from_dict(d)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_an_extension_the_pe_cannot_take_is_refused_where_the_config_is_built():
+    with pytest.raises(PosexpError, match=r"extension .yarn. does not apply to pe .alibi. \(bias\); allowed for alibi: none"):
+        run_config("pe=alibi", "extension=yarn")
+
+
+@pytest.mark.parametrize(("key", "cls"), [("train", TrainConfig), ("translate", TranslateConfig),
+                                          ("placement", PlacementConfig)])
+def test_train_yaml_lists_every_field_of_its_sections(key, cls):
+    # One home for each default: the YAML, which names exactly the dataclass's fields.
+    assert list(saved_defaults()[key]) == [f.name for f in dataclasses.fields(cls)]
+
+
+# ---- properties over numeric overrides ------------------------------------------------------------
+
+RATES = {"lr": "> 0", "min_lr": ">= 0", "weight_decay": ">= 0", "grad_clip": "> 0"}
+COUNTS = ("max_steps", "batch_size", "eval_interval", "log_interval", "checkpoint_interval")
+ANY_VALUE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**9, 10**9),
+                      st.booleans(), st.none(), st.text(max_size=4))
+
+
+@functools.cache
+def default_dict() -> str:
+    return json.dumps(run_config().to_dict())
+
+
+def with_train(key, value) -> dict:
+    d = json.loads(default_dict())
+    d["train"][key] = value
+    return d
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.sampled_from(sorted(RATES)), value=ANY_VALUE)
+def test_a_rate_is_accepted_exactly_when_it_is_a_finite_number_in_range(key, value):
+    number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    valid = number and (value > 0 if RATES[key] == "> 0" else value >= 0)
+    if valid:
+        assert getattr(RunConfig.from_dict(with_train(key, value)).train, key) == float(value)
+    else:
+        with pytest.raises(PosexpError, match=f"^train.{key} must be a finite number "
+                                              f"{re.escape(RATES[key])}, got "):
+            RunConfig.from_dict(with_train(key, value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(key=st.sampled_from(COUNTS), value=ANY_VALUE)
+def test_a_count_is_accepted_exactly_when_it_is_a_positive_integer(key, value):
+    valid = not isinstance(value, bool) and isinstance(value, int) and value > 0
+    if valid:
+        assert getattr(RunConfig.from_dict(with_train(key, value)).train, key) == value
+    else:
+        with pytest.raises(PosexpError, match=f"^train.{key} must be a positive integer, got "):
+            RunConfig.from_dict(with_train(key, value))

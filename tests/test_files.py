@@ -1,0 +1,63 @@
+"""Atomic writes: readers see a whole old file or a whole new one, and one evaluation's set together."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from posexp.errors import PosexpError
+from posexp.files import check_writable, recover_staged, staged_dir, write_bytes_atomic
+
+
+def test_atomic_write_leaves_no_temp_file_even_when_it_fails(tmp_path, monkeypatch):
+    path = tmp_path / "a.json"
+    write_bytes_atomic(path, b"old")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.read_bytes() == b"old" and os.stat(path).st_mode & 0o777 == 0o666 & ~mask
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_bytes_atomic(path, b"new")
+    assert path.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_staged_dir_swaps_a_whole_set_in(tmp_path):
+    final = tmp_path / "eval"
+    with staged_dir(final) as out:
+        (out / "a.json").write_text("1")
+        (out / "a.csv").write_text("1")
+    with staged_dir(final) as out:
+        (out / "a.json").write_text("2")
+        assert (final / "a.json").read_text() == "1"  # readers still see the old set
+    # The new set replaces the old one entirely: no file from the last evaluation survives.
+    assert sorted(p.name for p in final.iterdir()) == ["a.json"] and (final / "a.json").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval"]
+
+
+def test_a_kill_before_or_inside_the_swap_is_recovered(tmp_path):
+    final = tmp_path / "eval"
+    with pytest.raises(KeyboardInterrupt):  # killed while writing the new set
+        with staged_dir(final) as out:
+            (out / "a.json").write_text("half")
+            raise KeyboardInterrupt
+    assert not final.exists() and (tmp_path / "eval.tmp").exists()
+    (tmp_path / "eval.old").mkdir()  # killed between the two renames of a later swap
+    (tmp_path / "eval.old" / "a.json").write_text("previous")
+    recover_staged(final)
+    assert (final / "a.json").read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval"]
+
+
+def test_unwritable_destinations_are_named(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PosexpError, match=r"^hydra.run.dir '.*file/run' cannot be created: '.*file' is a file$"):
+        check_writable(tmp_path / "file" / "run", "hydra.run.dir")
+    check_writable(tmp_path / "new" / "deeper", "run dir")  # the nearest existing folder is writable
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only file system
+    with pytest.raises(PosexpError, match=r"^run dir '.*' is not writable: '.*' is read-only"):
+        check_writable(tmp_path, "run dir")
