@@ -73,6 +73,11 @@ class PositionalEncoding(nn.Module):
         """What extension methods may change for this encoding."""
         return ACCEPTS_BY_KIND[cls.kind] if cls.accepts is None else cls.accepts
 
+    @property
+    def max_positions(self) -> int | None:
+        """How many positions the encoding can represent; None when any number."""
+        return None
+
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """Refuse settings that cannot work at training length ``seq_len`` (one-line errors)."""

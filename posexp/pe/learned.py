@@ -35,6 +35,11 @@ class LearnedEncoding(PositionalEncoding):
         self.table = nn.Embedding(self.max_len, ctx.d_model)
         self.factor = position_divisor(ctx.extension)
 
+    @property
+    def max_positions(self) -> int:
+        """The table's rows, stretched by a PI factor."""
+        return self.max_len if self.factor == 1.0 else int(self.max_len * self.factor)
+
     def prepare(self, length: int, device: torch.device) -> None:  # checks only; no state
         """Refuse positions that have no row (a clear error instead of an index error)."""
         last = length - 1

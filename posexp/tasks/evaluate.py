@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -145,6 +146,11 @@ def evaluate_plan(plan: RunPlan, test: np.ndarray, device: torch.device, batch_t
                                                or item.protocol == "nonoverlap"):
                     curves[item.method] = bucket_positions(score, item.protocol)
             record["seconds"] = round(time.perf_counter() - start, 3)
+            if bar.disable:  # no terminal (nohup, Slurm): a plain line per item instead of the bar
+                shown = f"ppl {record['ppl']:.4g}" if record["ppl"] is not None else record["note"]
+                print(f"{plan.run_dir.name}: {item.method} at {item.length:,} ({item.protocol}): "
+                      f"{shown}  [{record['seconds']:.1f}s, {bar.n:,}/{bar.total:,} tokens]",
+                      file=sys.stderr, flush=True)
         records.append(record)
     per_position = {"length": longest, "train_length": plan.train_length,
                     "buckets": PER_POSITION_BUCKETS, "methods": curves}

@@ -33,7 +33,8 @@ from posexp.extension import ExtensionConfig
 from posexp.files import write_text_atomic
 from posexp.paths import config_dir
 from posexp.rundir import RunDir
-from posexp.tasks.train import claim_run_dir, fail_run, run_training
+from posexp.tasks.lifecycle import claim_run_dir, fail_run
+from posexp.tasks.train import run_training
 
 log = logging.getLogger("posexp")
 

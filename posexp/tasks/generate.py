@@ -159,6 +159,15 @@ def generate_text(
     model = run_dir.load_model(dev)
     tokenizer, kind = run_tokenizer(cfg)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
+    reach, longest = model.pe.max_positions, max(len(i) for i in ids)
+    if reach is not None and longest >= reach:
+        raise PosexpError(f"a prompt of {longest} tokens leaves no room: pe={model.cfg.pe} has "
+                          f"{reach} positions; shorten the prompt")
+    if reach is not None and longest + max_new_tokens > reach:
+        raise PosexpError(
+            f"--max-new-tokens {max_new_tokens} after a prompt of {longest} tokens needs "
+            f"{longest + max_new_tokens} positions, but pe={model.cfg.pe} has {reach}; allowed: "
+            f"--max-new-tokens <= {max(reach - longest, 0)}")
     if beam_size is None:
         beam_size = cfg.translate.beam_size if kind == "pairs" and temperature == 0 else 1
     if length_penalty is None:

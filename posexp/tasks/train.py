@@ -10,12 +10,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -33,9 +32,11 @@ from posexp.files import write_text_atomic
 from posexp.model import GPT, ModelConfig
 from posexp.rundir import RunDir
 from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
-from posexp.tasks.common import MODEL_KEYS, build_data, model_config, resolve_device
+from posexp.tasks.common import build_data, model_config, resolve_device
+from posexp.tasks.lifecycle import Diverged, claim_run_dir, fail_run
 from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.placement import apply_threads, job_placement
+from posexp.tasks.resume import effective_config, finished_results
 from posexp.tasks.sweeps import completed_results, continue_unfinished, record_failure
 from posexp.tasks.tensorboard import write_hparams
 
@@ -65,47 +66,6 @@ def build_optimizer(model: GPT, train: TrainConfig, device: torch.device) -> tor
         betas=tuple(train.betas),
         fused=device.type == "cuda",
     )
-
-
-def effective_config(cfg: DictConfig) -> DictConfig:
-    """For a resume: the run's saved config, with only train/device overrides applied on top."""
-    run = RunDir.open(cfg.resume, "resume=")
-    meta = run.meta()
-    saved = OmegaConf.create(meta["config"])
-    overrides = HydraConfig.get().overrides.task
-    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # model.n_heads: ${heads}
-    for key in keys:
-        root = key.split(".")[0].split("@")[0]
-        if root in MODEL_KEYS:
-            want = OmegaConf.select(resolved, root)
-            have = OmegaConf.select(saved, root)
-            if OmegaConf.to_container(OmegaConf.create({"v": want}), resolve=True) != \
-                    OmegaConf.to_container(OmegaConf.create({"v": have}), resolve=True):
-                raise PosexpError(
-                    f"resume={cfg.resume!r} was trained with {root}={_short(have)}, "
-                    f"not {root}={_short(want)}; drop that override or start a new run"
-                )
-    merged = saved.copy()
-    for key in keys:
-        if key.split(".")[0] in ("train", "device", "seed"):
-            OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
-    merged.resume = cfg.resume
-    step = int(meta["step"])
-    if int(merged.train.max_steps) < step:
-        raise PosexpError(f"train.max_steps={merged.train.max_steps} is below the step {step} of "
-                          f"{str(run.path)!r}'s checkpoint; allowed: train.max_steps >= {step}")
-    return merged
-
-
-def _short(value: Any) -> str:
-    """`rope` for a config group entry named rope, `rope(base=500000.0)` when it has other keys."""
-    if isinstance(value, DictConfig):
-        value = OmegaConf.to_container(value, resolve=True)
-        if isinstance(value, dict) and "name" in value:
-            extra = ", ".join(f"{k}={v}" for k, v in value.items() if k != "name")
-            return f"{value['name']}({extra})" if extra else str(value["name"])
-    return str(value)
 
 
 @dataclass
@@ -382,69 +342,6 @@ def place(cfg: RunConfig) -> torch.device:
     if where.gpu is not None or where.threads:
         log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
     return device
-
-
-def finished_results(run_dir: Path, max_steps: int) -> dict[str, Any] | None:
-    """The run's results if it already completed exactly ``max_steps`` steps, else None."""
-    results = RunDir(run_dir).results()
-    done = results is not None and results.get("status") == "completed" and results.get("step") == max_steps
-    return results if done else None
-
-
-class Diverged(PosexpError):
-    """Training produced a non-finite loss: the run stops as failed, its dir kept to inspect."""
-
-
-def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:
-    """End a job on a user error: a sweep records it and goes on; a single run stops in one line."""
-    if multirun or isinstance(e, Diverged):
-        # The job's dir stays, with results.json saying why it failed (`posexp report` shows it).
-        if distributed.is_main():
-            record_failure(run_dir, e)
-            provenance.finish(run_dir, "failed")
-        if multirun:
-            raise e
-        raise Abort(f"{e} (run dir: {run_dir})") from None
-    if discard and distributed.is_main() and not RunDir(run_dir).has_checkpoint():
-        release_log_files(run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
-    raise Abort(str(e)) from None
-
-
-def claim_run_dir(run_dir: Path) -> Path:
-    """The run dir this process owns: Hydra's, unless a run started in the same second took it.
-
-    Then the run moves to a fresh sibling with its own copy of Hydra's record, and its log file
-    follows it, so the two runs never share a checkpoint, a log or TensorBoard events.
-    """
-    owned = RunDir(run_dir).claim().path
-    if owned == run_dir:
-        return run_dir
-    shutil.copytree(run_dir / ".hydra", owned / ".hydra", dirs_exist_ok=True)
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.resolve():
-            moved = logging.FileHandler(owned / Path(handler.baseFilename).name)
-            moved.setFormatter(handler.formatter)
-            moved.setLevel(handler.level)
-            root.removeHandler(handler)
-            handler.close()
-            root.addHandler(moved)
-    log.warning("%s was taken by a run started in the same second; this run uses %s", run_dir, owned)
-    return owned
-
-
-def release_log_files(run_dir: Path) -> None:
-    """Detach and close the log handlers writing into ``run_dir`` (before it is deleted).
-
-    Only those: a global ``logging.shutdown()`` would leave closed handlers on the root logger
-    that reopen their (deleted) files at the next log call of a longer-lived process.
-    """
-    root, target = logging.getLogger(), run_dir.resolve()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_relative_to(target):
-            root.removeHandler(handler)
-            handler.close()
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

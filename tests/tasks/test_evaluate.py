@@ -50,6 +50,13 @@ def test_rope_every_method_length_protocol(runs, cache):
     keys = {(r["method"], r["length"], r["protocol"]) for r in recs}
     assert keys == set(itertools.product(METHODS, [32, 64, 128], ["nonoverlap", "sliding"]))
     assert len(recs) == len(keys)
+    # No terminal here: one plain progress line per item instead of the bar.
+    yarn = next(r for r in recs if (r["method"], r["length"], r["protocol"]) == ("yarn", 128, "sliding"))
+    assert f"{rope.name}: yarn at 128 (sliding): ppl {yarn['ppl']:.4g}  [" in proc.stderr
+    assert proc.stderr.count(f"{rope.name}: ") == len(recs)
+    # JSON and CSV of one evaluation agree, and no staging folder or temp file is left.
+    assert len((rope / "eval" / "extrapolate.csv").read_text().splitlines()) == len(recs) + 1
+    assert not list(rope.glob("eval.*")) and not list((rope / "eval").glob("*.tmp"))
     for r in recs:
         assert set(r) >= {"method", "length", "protocol", "factor", "ppl", "loss", "tokens",
                           "seconds", "note"}

@@ -7,7 +7,6 @@ import pytest
 from posexp.checkpoint import save_checkpoint
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
-from posexp.pe.learned import PositionOutOfRange
 from posexp.tasks.generate import generate_text
 from tests.helpers import posexp, run_config
 
@@ -38,9 +37,13 @@ def test_translation_run_end_to_end(tmp_path, cache, monkeypatch):
     assert greedy.split("\n")[:-1] == generate_text(run, PROMPTS, 12, device="cpu", beam_size=1)
     sampled = {"temperature": 1.0, "top_k": 5, "seed": 3, "device": "cpu"}
     assert generate_text(run, PROMPTS, 12, **sampled) == generate_text(run, PROMPTS, 12, **sampled)
-    # The learned table (max_len = seq_len = 64) ends generation with its one-line error.
-    with pytest.raises(PositionOutOfRange, match=r"position 70 is past the learned table \(pe.max_len=64\)"):
+    # The learned table (max_len = seq_len = 64) bounds prompt + new tokens, checked up front.
+    with pytest.raises(PosexpError, match=r"^a prompt of 71 tokens leaves no room: pe=learned has 64 positions"):
         generate_text(run, ["x" * 70], 5, device="cpu")
+    with pytest.raises(PosexpError, match=r"^--max-new-tokens 100000 after a prompt of 3 tokens needs "
+                                          r"100003 positions, but pe=learned has 64; allowed: "
+                                          r"--max-new-tokens <= 61$"):
+        generate_text(run, ["ab"], 100000, device="cpu")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PosexpError, match="no such run dir"):
         generate_text(tmp_path / "nope", ["x"], 5, device="cpu")

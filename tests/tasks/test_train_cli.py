@@ -110,3 +110,22 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, cache):
     assert f"resume with: posexp train resume={run}" in rest and "Traceback" not in rest
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
     assert sessions[-1]["status"] == "interrupted"
+
+
+def test_two_runs_started_together_never_share_a_run_dir(tmp_path, cache):
+    # Same overrides, started together: Hydra names both dirs alike (to the second), but each
+    # run gets its own dir, checkpoint, log and events; whichever loses the claim says so.
+    args = [sys.executable, "-m", "posexp", "train", "pe=rope", *TINY]
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=posexp_env(cache), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    runs = run_dirs(tmp_path)
+    assert len(runs) == 2
+    for run in runs:
+        assert json.loads((run / "results.json").read_text())["status"] == "completed"
+        assert len(list(run.glob("events.out.tfevents.*"))) == 1
+        assert (run / "train.log").read_text().count("done in ") == 1
+    if runs[0].name.split("_")[:2] == runs[1].name.split("_")[:2]:  # the same second
+        assert runs[1].name == f"{runs[0].name}-2" or runs[0].name == f"{runs[1].name}-2"
+        assert sum("was taken by a run started in the same second" in e for e in errs) == 1

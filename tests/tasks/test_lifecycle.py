@@ -1,10 +1,10 @@
-"""In-process pieces of the training task (the CLI paths are in test_train_cli.py)."""
+"""A run dir's lifecycle: claimed by one process (the CLI paths are in test_train_cli.py)."""
 
 from __future__ import annotations
 
 import logging
 
-from posexp.tasks.train import claim_run_dir
+from posexp.tasks.lifecycle import claim_run_dir
 
 
 def test_a_run_dir_taken_in_the_same_second_moves_the_run_and_its_log(tmp_path):
