@@ -7,6 +7,7 @@ Reads top to bottom: config, attention, MLP, block, model, generation. The model
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,9 +69,13 @@ class ModelConfig:
 
 @dataclass
 class KVCache:
-    """Per layer, the keys, values and positions seen so far; ``length``: the next position."""
+    """Per layer, the keys, values and positions seen so far; ``length``: the next position.
 
-    layers: list[dict[str, torch.Tensor]]
+    A layer's dict holds buffers ``k``, ``v``, ``pos`` with spare room at the end and the filled
+    part's size under ``k_len``, ``v_len``, ``pos_len`` (see ``CausalSelfAttention._append``).
+    """
+
+    layers: list[dict[str, Any]]
     length: int = 0
 
 
@@ -99,9 +104,7 @@ class CausalSelfAttention(nn.Module):
             t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
             for t in self.qkv(x).split(C, dim=2)
         )
-        k_pos = q_pos
-        if cache is not None and "k" in cache:
-            k_pos = torch.cat((cache["pos"], q_pos), dim=-1)
+        k_pos = q_pos if cache is None else self._append(cache, "pos", q_pos)
         if pe.rotates_cached_keys and cache is not None:
             # The rotation depends on the current length: cache raw keys, rotate them all now.
             k = self._append(cache, "k", k)
@@ -112,7 +115,6 @@ class CausalSelfAttention(nn.Module):
                 k = self._append(cache, "k", k)
         if cache is not None:
             v = self._append(cache, "v", v)
-            cache["pos"] = k_pos
         if need_weights:
             y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
         else:
@@ -120,9 +122,27 @@ class CausalSelfAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
 
     @staticmethod
-    def _append(cache: dict[str, torch.Tensor], key: str, t: torch.Tensor) -> torch.Tensor:
-        cache[key] = t if key not in cache else torch.cat((cache[key], t), dim=2)
-        return cache[key]
+    def _append(cache: dict[str, Any], key: str, t: torch.Tensor) -> torch.Tensor:
+        """Cached entries of ``key`` followed by ``t``, along the sequence dim (keys/values: 2,
+        positions: last).
+
+        The buffer grows by doubling, so a long generation copies each entry O(1) times on
+        average instead of re-concatenating the whole cache at every token.
+        """
+        dim = 2 if t.dim() == 4 else t.dim() - 1
+        n = cache.get(f"{key}_len", 0)
+        need = n + t.shape[dim]
+        buf = cache.get(key)
+        if buf is None or buf.shape[dim] < need:
+            shape = list(t.shape)
+            shape[dim] = max(need, 2 * n)
+            grown = t.new_empty(shape)
+            if n:
+                grown.narrow(dim, 0, n).copy_(buf.narrow(dim, 0, n))
+            buf = cache[key] = grown
+        buf.narrow(dim, n, t.shape[dim]).copy_(t)
+        cache[f"{key}_len"] = need
+        return buf.narrow(dim, 0, need)
 
 
 def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -290,13 +310,18 @@ class GPT(nn.Module):
         generator: torch.Generator | None = None,
         beam_size: int = 1,
         length_penalty: float = 0.6,
+        on_step: Callable[[], None] | None = None,
     ) -> torch.Tensor:
-        """Continue equal-length prompts (B, T) with a KV cache: greedy, sampled or beam search."""
+        """Continue equal-length prompts (B, T) with a KV cache: greedy, sampled or beam search.
+
+        ``on_step`` is called once per decoding step (a progress display's hook).
+        """
         if beam_size > 1:
             if temperature > 0:
                 raise PosexpError(f"beam search decodes deterministically; got beam {beam_size} "
                                   f"with temperature {temperature} (use temperature 0)")
-            return self.beam_search(prompts, max_new_tokens, beam_size, length_penalty, eos_id)[0]
+            return self.beam_search(prompts, max_new_tokens, beam_size, length_penalty, eos_id,
+                                    on_step)[0]
         cache = self.new_cache()
         logits = self(prompts, cache=cache)["logits"][:, -1]
         out = []
@@ -307,6 +332,8 @@ class GPT(nn.Module):
                 token = token.masked_fill(finished, eos_id)
                 finished |= token == eos_id
             out.append(token)
+            if on_step is not None:
+                on_step()
             if len(out) == max_new_tokens or (eos_id is not None and bool(finished.all())):
                 break
             logits = self(token[:, None], cache=cache)["logits"][:, -1]
@@ -320,9 +347,12 @@ class GPT(nn.Module):
         beam_size: int = 4,
         length_penalty: float = 0.6,
         eos_id: int | None = None,
+        on_step: Callable[[], None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Best beam-search hypothesis per row (eos-padded) and its score (posexp/decoding.py)."""
         def step(tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+            if on_step is not None and cache.length:  # the prompt's pass is not a decoding step
+                on_step()
             return self(tokens, cache=cache)["logits"][:, -1]
 
         return beam_search(step, self.new_cache(), prompts, max_new_tokens, beam_size,

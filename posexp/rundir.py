@@ -190,9 +190,9 @@ class RunDir:
         return model.to(device).eval()
 
 
-def find_runs(target: Path | str, need_checkpoint: bool = False) -> list[RunDir]:
+def find_runs(target: Path | str, need_checkpoint: bool = False, what: str = "folder") -> list[RunDir]:
     """The run dir itself, else every outermost run below a sweep dir (sorted by path)."""
-    root = RunDir.open(target, "folder")
+    root = RunDir.open(target, what)
     if root.is_run() and (root.has_checkpoint() or not need_checkpoint):
         return [root]
     marks = {p.parent for pattern in (HYDRA, RESULTS, CHECKPOINT) for p in root.path.rglob(pattern)}

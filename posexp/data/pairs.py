@@ -11,6 +11,7 @@ the end of its target (eos included). Targets are -100 (no loss) at padding alwa
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +21,8 @@ import torch
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.data.tokens import atomic_write, cache_name, check_positive
 from posexp.errors import PosexpError, choose
+
+log = logging.getLogger("posexp")
 
 IGNORE = -100  # F.cross_entropy's default ignore_index
 LOSS_ON = ("target", "all")
@@ -56,6 +59,8 @@ def tokenize_pairs(
         if path.exists():
             with np.load(path) as z:
                 return {k: z[k] for k in z.files}
+    if path is not None:
+        log.info("tokenizing %s pairs (%s; once, cached in %s)", f"{len(pairs):,}", key, path.parent)
     dtype = token_dtype(tokenizer.vocab_size)
     src, src_off = ragged(tokenizer.encode_batch([s for s, _ in pairs]), dtype)
     tgt, tgt_off = ragged(tokenizer.encode_batch([t for _, t in pairs]), dtype)

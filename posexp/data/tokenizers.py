@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +24,8 @@ from posexp.data.registry import Corpus, check_params
 from posexp.errors import PosexpError
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
+
+log = logging.getLogger("posexp")
 
 
 def token_dtype(vocab_size: int) -> type[np.unsignedinteger]:
@@ -183,7 +187,12 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
     if not path.exists():
-        train_bpe(corpus.splits["train"], vocab_size, path)
+        docs = corpus.splits["train"]
+        log.info("training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
+                 vocab_size, f"{len(docs):,}", path.parent)
+        started = time.perf_counter()
+        train_bpe(docs, vocab_size, path)
+        log.info("BPE trained in %.1fs", time.perf_counter() - started)
     return BpeTokenizer(path)
 
 

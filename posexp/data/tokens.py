@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -24,6 +25,8 @@ from posexp.data.tokenizers import Tokenizer
 from posexp.errors import PosexpError
 
 CACHE_VERSION = "tokens-v1"
+
+log = logging.getLogger("posexp")
 
 
 def cache_name(key: str, *parts: str) -> str:
@@ -65,6 +68,8 @@ def tokenize_splits(
     for split, docs in corpus.splits.items():
         path = Path(cache_dir) / f"{name}.{split}.npy"
         if not path.exists():
+            log.info("tokenizing the %s split: %s documents (once; cached in %s)", split,
+                     f"{len(docs):,}", path.parent)
             save_npy(path, tokenizer.encode_stream(docs))
         out[split] = np.load(path, mmap_mode="r")
     return out

@@ -216,7 +216,7 @@ def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
         return [latest_run()]
     if isinstance(target, (list, tuple)):
         return [run for t in target for run in find_runs(t)]
-    return find_run_dirs(target, need_checkpoint=True)
+    return find_run_dirs(target, need_checkpoint=True, what="--run")
 
 
 def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[int]:

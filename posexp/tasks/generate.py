@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import math
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,11 +45,13 @@ def generate_ids(
     autocast: Any = None,
     beam_size: int = 1,
     length_penalty: float = 0.6,
+    on_step: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """Continuations of each prompt (eos and anything after it removed), in the prompts' order.
 
     ``max_new_tokens`` is one limit for all, or one per prompt (prompts of the same length are
-    decoded together up to the largest limit among them and cut to their own).
+    decoded together up to the largest limit among them and cut to their own). ``on_step(n)``
+    hears of every decoding step of a batch of ``n`` rows.
     """
     if not math.isfinite(temperature) or temperature < 0:
         raise PosexpError(f"temperature must be a finite number >= 0, got {temperature}")
@@ -89,9 +92,11 @@ def generate_ids(
                     continue
                 x = torch.tensor([list(prompts[i]) for i in rows], dtype=torch.long, device=device)
                 with autocast() if autocast is not None else contextlib.nullcontext():
+                    hook = None if on_step is None else functools.partial(on_step, len(rows))
                     new = model.generate(x, n_new, temperature=temperature, top_k=top_k,
                                          eos_id=eos_id, generator=generator,
-                                         beam_size=beam_size, length_penalty=length_penalty)
+                                         beam_size=beam_size, length_penalty=length_penalty,
+                                         on_step=hook)
                 for r, i in enumerate(rows):
                     ids = new[r, : limits[i]].tolist()
                     if eos_id is not None and eos_id in ids:
@@ -100,6 +105,36 @@ def generate_ids(
     finally:
         model.train(was_training)
     return out
+
+
+class TokenProgress:
+    """Generated tokens so far: a bar on a terminal; without one (nohup, Slurm), a plain line at
+    every tenth of a long generation (``PLAIN_MIN`` tokens or more), so it is never silent."""
+
+    PLAIN_MIN = 1000
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="generate", unit="tok", disable=None, leave=False,
+                        dynamic_ncols=True, file=sys.stderr)
+        self.total, self.done, self.next_line = total, 0, total / 10
+        self.plain = self.bar.disable and total >= self.PLAIN_MIN
+
+    def update(self, n: int) -> None:
+        """``n`` more tokens (one decoding step of ``n`` rows)."""
+        self.done += n
+        self.bar.update(n)
+        if self.plain and self.done >= self.next_line:
+            print(f"generate: {self.done:,}/{self.total:,} tokens", file=sys.stderr, flush=True)
+            while self.next_line <= self.done:
+                self.next_line += self.total / 10
+
+    def __enter__(self) -> TokenProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
 
 
 def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:
@@ -173,9 +208,12 @@ def generate_text(
     if length_penalty is None:
         length_penalty = cfg.translate.length_penalty
     generator = torch.Generator(device=dev).manual_seed(seed)
-    new = generate_ids(model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
-                       eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
-                       generator=generator, beam_size=beam_size, length_penalty=length_penalty)
+    progress = TokenProgress(len(ids) * max_new_tokens)
+    with progress:
+        new = generate_ids(model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                           eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
+                           generator=generator, beam_size=beam_size, length_penalty=length_penalty,
+                           on_step=progress.update)
     if kind == "pairs":
         return [tokenizer.decode(n) for n in new]
     return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

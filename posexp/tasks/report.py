@@ -26,8 +26,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from posexp.config import RunConfig
-from posexp.errors import PosexpError
+from posexp.config import DEVICES, RunConfig
+from posexp.errors import PosexpError, choose
 from posexp.files import check_writable, save_figure_atomic, write_csv_atomic, write_text_atomic
 from posexp.rundir import EVAL, RunDir, find_runs
 
@@ -271,11 +271,37 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         counts[job.status] = counts.get(job.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     md = [f"{len(jobs)} run{'s' if len(jobs) != 1 else ''}: {summary}.", "",
-          md_table(header, rows, align)]
+          *([settings_line(jobs), ""] if settings_line(jobs) else []), md_table(header, rows, align)]
     plot = runs_plot(ctx, jobs)
     if plot:
         md += ["", f"![final metric per run]({plot.name})"]
     return "\n".join(md), csv_rows
+
+
+# What a reader needs to know of every run, in this order (flattened config keys).
+SETTINGS = (("model.name", "model"), ("model.d_model", "d_model"), ("model.n_layers", "layers"),
+            ("heads", "heads"), ("pe.name", "pe"), ("extension.method", "extension"),
+            ("data.source", "data"), ("tokenizer.name", "tokenizer"), ("train.max_steps", "steps"),
+            ("train.batch_size", "batch"), ("train.seq_len", "seq_len"), ("train.lr", "lr"),
+            ("seed", "seed"))
+
+
+def settings_line(jobs: list[Job]) -> str:
+    """The settings every run shares, and which ones vary, read from the runs' configs."""
+    from posexp.tasks.sweeps import flatten
+
+    configs = [flatten(j.config.to_dict()) for j in jobs if j.config]
+    if not configs:
+        return ""
+    fixed, varying = [], []
+    for key, name in SETTINGS:
+        values = {repr(c.get(key)) for c in configs}
+        if len(values) == 1:
+            fixed.append(f"{name} {configs[0].get(key)}")
+        else:
+            varying.append(name)
+    line = f"Fixed settings: {', '.join(fixed)}."
+    return line + (f" Varying: {', '.join(varying)}." if varying else "")
 
 
 def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
@@ -318,6 +344,7 @@ def write_report(target: Path | str, evaluate: bool = True, device: str = "auto"
 
     console = console or Console()
     target = Path(target)
+    choose("--device", device, DEVICES)
     jobs = find_jobs(target)
     check_writable(target, "report folder")
     pending = pending_evaluations(jobs)

@@ -119,25 +119,72 @@ def render_extrapolation(ctx: ReportContext) -> str:
         md += ["", f"![ppl vs length, {protocol}]({plot.name})"]
     if notes:
         md += ["", *(f"[{i + 1}] {note}" for i, note in enumerate(notes))]
-    methods = {c.method for c in columns}
-    reading = []
-    if {"ntk", "dynamic_ntk"} <= methods:
-        reading.append("dynamic_ntk equals ntk here: every window starts at position 0, so at "
-                       "length L dynamic NTK's base is static NTK's with s = L / L_train; the two "
-                       "differ only while a sequence grows (generation with a KV cache).")
-    if len(protocols) > 1:
-        reading.append("sliding is the harsher protocol past the training length: every scored "
-                       "token sits at least L - stride positions in, while non-overlapping windows "
-                       "also score the in-distribution start of each window.")
-    if "pi" in methods:
-        reading.append("pi (and yarn) are meant to be fine-tuned at the longer length "
-                       "(`posexp finetune`); applied zero-shot, pi hurts.")
+    reading = reading_sentences(columns, protocols, l0)
     if reading:
         md += ["", "Reading the table:", "", *(f"- {r}" for r in reading)]
     path = ctx.write_csv("report_extrapolation.csv", csv_rows)
     md += ["", f"All numbers: [{path.name}]({path.name}); per run: `<run>/eval/extrapolate.json`.",
            "", published_section()]
     return "\n".join(md)
+
+
+def _pairs(columns: list[Column], a: str, b: str, protocol: str, past: int | None
+           ) -> list[tuple[float, float]]:
+    """(ppl of method a, ppl of method b) of the same job at each length past ``past``."""
+    out = []
+    for ca in columns:
+        for cb in columns:
+            if ca.job is cb.job and (ca.method, cb.method) == (a, b):
+                for (p, n), ra in ca.records.items():
+                    rb = cb.records.get((p, n))
+                    if p == protocol and (past is None or n > past) and rb \
+                            and ra.get("ppl") is not None and rb.get("ppl") is not None:
+                        out.append((ra["ppl"], rb["ppl"]))
+    return out
+
+
+def reading_sentences(columns: list[Column], protocols: list[str], l0: int | None) -> list[str]:
+    """What the tables show, each sentence computed from the numbers it describes."""
+    out = []
+    first = "nonoverlap" if "nonoverlap" in protocols else protocols[0]
+    same = _pairs(columns, "dynamic_ntk", "ntk", first, None)
+    if same:
+        gap = max(abs(a / b - 1) for a, b in same)
+        if gap < 0.005:
+            out.append(f"dynamic_ntk equals ntk here (largest difference {gap:.2%} over {len(same)} "
+                       f"cells, {first}): every window starts at position 0, so at length L dynamic "
+                       "NTK's base is static NTK's with s = L / L_train; they differ only while a "
+                       "sequence grows (generation with a KV cache).")
+        else:
+            out.append(f"dynamic_ntk and ntk differ by up to {gap:.1%} ({first}, {len(same)} cells).")
+    if len(protocols) > 1:
+        both = []
+        for c in columns:
+            for (p, n), r in c.records.items():
+                other = c.records.get(("nonoverlap", n))
+                if p == "sliding" and (l0 is None or n > l0) and other and r.get("ppl") is not None \
+                        and other.get("ppl") is not None:
+                    both.append(r["ppl"] / other["ppl"])
+        if both:
+            higher = sum(x > 1 for x in both)
+            median = sorted(both)[len(both) // 2]
+            why = ("every sliding-scored token sits at position L - stride or later, past the "
+                   "trained positions" if higher > len(both) / 2 else
+                   "every sliding-scored token sees at least L - stride tokens of context, which "
+                   "helps a model that extrapolates")
+            out.append(f"past the training length, sliding windows give a higher ppl than "
+                       f"non-overlapping ones in {higher} of {len(both)} cells (median ratio "
+                       f"{median:.2f}): {why}.")
+    for method in ("pi", "yarn"):
+        pairs = _pairs(columns, method, "none", first, l0)
+        if pairs:
+            worse = sum(a > b for a, b in pairs)
+            verdict = "worse" if worse > len(pairs) / 2 else "better"
+            k = worse if verdict == "worse" else len(pairs) - worse
+            out.append(f"applied zero-shot (no fine-tuning), {method} is {verdict} than no "
+                       f"extension in {k} of {len(pairs)} cells past the training length "
+                       f"({first}); `posexp finetune` trains at the longer length first.")
+    return out
 
 
 def ratio_table(columns: list[Column], protocol: str, lengths: list[int], l0: int) -> str:

@@ -57,3 +57,14 @@ def test_language_model_run_continues_the_prompt(tmp_path, cache):
     out = generate_text(tmp_path / "lm", ["And God said", "In the"], 10, device="cpu")
     assert out[0].startswith("And God said") and out[1].startswith("In the")
     assert len(out[0]) > len("And God said")
+
+
+def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, capsys):
+    mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64)
+    config = run_config(f"cache_dir={cache}").to_dict()
+    save_checkpoint(tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config})
+    capsys.readouterr()
+    generate_text(tmp_path / "lm", ["And", "God"], 600, device="cpu")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("generate: ")]
+    # 2 prompts x 600 tokens: a line at every tenth (no eos in a byte-level lm run).
+    assert lines == [f"generate: {n:,}/1,200 tokens" for n in range(120, 1201, 120)]

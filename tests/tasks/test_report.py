@@ -90,6 +90,8 @@ def test_report_errors(tmp_path, monkeypatch, capsys):
         write_report(tmp_path / "nope")
     with pytest.raises(PosexpError, match="no runs in"):
         write_report(tmp_path)
+    with pytest.raises(PosexpError, match=r"^unknown --device 'tpu'; allowed: auto, cpu, cuda, mps$"):
+        write_report(tmp_path, device="tpu")  # refused even when nothing needs evaluating
 
 
 def test_extrapolation_preset_then_report(tmp_path, cache):
