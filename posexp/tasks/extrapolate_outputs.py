@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ from posexp.files import (
     write_json_atomic,
 )
 from posexp.rundir import RunDir
-from posexp.tasks.extrapolate_plan import FIELDS, PROTOCOLS, TB_SUFFIX, RunPlan, RunResult
+from posexp.tasks.extrapolate_plan import (
+    FIELDS,
+    PROTOCOLS,
+    TB_METHODS_DIR,
+    TB_SUFFIX,
+    RunPlan,
+    RunResult,
+)
 
 # ---- outputs -------------------------------------------------------------------------------
 
@@ -134,30 +142,33 @@ def plot_per_position(per_position: dict[str, Any], title: str):
 
 
 def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes]) -> None:
-    """Scalars ``extrapolate/<protocol>/<method>/ppl`` (step = length) in the run's own TB run.
+    """Per method, ``extrapolate/<protocol>/ppl`` against length, as its own TensorBoard run.
 
-    Written into the run dir, not a subdir, so TensorBoard lists one run per experiment with an
-    ``extrapolate`` section next to ``train``/``val``. The events go in a file of their own
-    (suffix ``.extrapolate``) that a new evaluation replaces, so curves never duplicate.
+    Each method writes into ``<run>/extrapolate/<method>/``, so TensorBoard draws the methods of
+    one card in different colours and names them in its run list and tooltips; the plots go into
+    the run itself (an event file with suffix ``.extrapolate``). A new evaluation replaces both,
+    so curves never duplicate.
     """
+    from matplotlib.image import imread
     from torch.utils.tensorboard import SummaryWriter
 
     for old in run_dir.glob(f"events.out.tfevents.*{TB_SUFFIX}"):
         old.unlink()
+    shutil.rmtree(run_dir / TB_METHODS_DIR, ignore_errors=True)
+    for method in dict.fromkeys(r["method"] for r in records):
+        points = sorted((r for r in records if r["method"] == method and r["ppl"] is not None
+                         and math.isfinite(r["ppl"])), key=lambda r: r["length"])
+        if not points:
+            continue  # no card for a method with no number (e.g. past a learned table)
+        writer = SummaryWriter(str(run_dir / TB_METHODS_DIR / method.replace(":", "-")))
+        try:
+            for r in points:
+                writer.add_scalar(f"extrapolate/{r['protocol']}/ppl", r["ppl"], r["length"])
+        finally:
+            writer.close()
     writer = SummaryWriter(str(run_dir), filename_suffix=TB_SUFFIX)
     try:
-        for r in sorted(records, key=lambda r: r["length"]):
-            if r["ppl"] is not None and math.isfinite(r["ppl"]):
-                writer.add_scalar(f"extrapolate/{r['protocol']}/{r['method']}/ppl", r["ppl"], r["length"])
-        protocols = sorted({r["protocol"] for r in records})
-        writer.add_custom_scalars({
-            "extrapolate": {
-                f"ppl vs length ({p})": ["Multiline", [rf"extrapolate/{p}/.*/ppl"]] for p in protocols
-            }
-        })
         step = max((r["length"] for r in records), default=0)
-        from matplotlib.image import imread
-
         for tag, png in images.items():  # the PNGs already rendered, not a second rendering
             writer.add_image(tag, imread(io.BytesIO(png), format="png")[..., :3], step,
                              dataformats="HWC")

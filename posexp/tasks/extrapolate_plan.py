@@ -39,6 +39,7 @@ DEFAULT_BATCH_TOKENS = 8192
 PER_POSITION_BUCKETS = 64
 # TensorBoard events go into the run dir itself, in files with this suffix (see write_tensorboard).
 TB_SUFFIX = ".extrapolate"
+TB_METHODS_DIR = "extrapolate"  # <run>/extrapolate/<method>/: one TensorBoard run per method
 FIELDS = ("method", "length", "protocol", "factor", "ppl", "loss", "tokens", "seconds", "note", "stride")
 
 

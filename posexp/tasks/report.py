@@ -20,6 +20,7 @@ import logging
 import math
 import pkgutil
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -86,6 +87,16 @@ class Job:
     @property
     def status(self) -> str:
         return self.run.status()
+
+    def setting(self, key: str) -> str:
+        """A config value by its override key (``pe``, ``train.lr``) when not overridden; '' if unknown."""
+        from posexp.tasks.sweeps import flatten
+
+        if self.config is None:
+            return ""
+        flat = flatten(self.config.to_dict())
+        value = flat.get(key, flat.get(f"{key}.name", flat.get(f"{key}.source", "")))
+        return "" if value is None else str(value)
 
     @property
     def error(self) -> str:
@@ -259,7 +270,7 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     header = [*keys, "status", *metric_keys, "error"]
     rows, csv_rows = [], []
     for job in jobs:
-        values = [job.params.get(k, "") for k in ctx.swept] if ctx.swept else [job.name]
+        values = [job.params.get(k, job.setting(k)) for k in ctx.swept] if ctx.swept else [job.name]
         metrics = job.metrics
         rows.append([*values, job.status, *(fmt(metrics.get(k)) for k in metric_keys), job.error])
         csv_rows.append({**dict(zip(keys, values, strict=True)), "status": job.status,
@@ -304,8 +315,12 @@ def settings_line(jobs: list[Job]) -> str:
     return line + (f" Varying: {', '.join(varying)}." if varying else "")
 
 
+METRIC_LABELS = {"final/val_ppl": "validation perplexity", "final/val_loss": "validation loss (nats/token)",
+                 "final/bleu": "test BLEU", "final/chrf": "test chrF"}
+
+
 def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
-    """Bar chart of the final validation ppl (or loss) of completed jobs."""
+    """The final validation ppl (or loss) of each completed job, as points on a zoomed axis."""
     names = [k for j in jobs for k in j.metrics if k.startswith("final/")]
     candidates = [k for k in names if k.endswith("ppl")] + [k for k in names if k.endswith("loss")]
     for key in dict.fromkeys(candidates):
@@ -320,14 +335,26 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.7 * len(points) + 2), 3.6), layout="constrained")
-    labels, values = zip(*points, strict=True)
-    ax.bar(range(len(values)), values, color="tab:blue")
-    ax.set_xticks(range(len(values)), labels, rotation=30 if len(points) > 3 else 0, ha="right"
-                  if len(points) > 3 else "center", fontsize=8)
-    ax.set_ylabel(key)
-    ax.set_title(f"{key} per run", fontsize=10)
-    ax.grid(True, axis="y", alpha=0.3)
+    label = METRIC_LABELS.get(key, key.removeprefix("final/").replace("_", " "))
+    names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _ in points]
+    values = [v for _, v in points]
+    lines = sum(n.count("\n") + 1 for n in names)
+    fig, ax = plt.subplots(figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(points)), layout="constrained")
+    # Runs down the y axis (their labels stay readable), points on a zoomed x axis: the
+    # differences between runs are what a reader compares, not the distance from 0.
+    ys = list(range(len(values)))[::-1]
+    ax.plot(values, ys, "o", color="tab:blue", markersize=7)
+    for y, v in zip(ys, values, strict=True):
+        ax.annotate(f"{v:.4g}", (v, y), textcoords="offset points", xytext=(7, 0), va="center",
+                    fontsize=8)
+    low, high = min(values), max(values)
+    pad = (high - low) * 0.1 or abs(high) * 0.05 or 1.0
+    ax.set_xlim(low - pad, high + 2.5 * pad)
+    ax.set_ylim(-0.6, len(values) - 0.4)
+    ax.set_yticks(ys, names, fontsize=8)
+    ax.set_xlabel(label + (" (axis not from 0)" if low - pad > 0 else ""))
+    ax.set_title(f"Final {label} per run", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
     return ctx.save_figure(fig, "report_runs.png")
 
 

@@ -86,12 +86,17 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert per_position["length"] == 128 and set(per_position["methods"]) == set(METHODS)
     assert all(v is not None for v in per_position["methods"]["none"]["loss"])
 
-    events = EventAccumulator(str(rope)).Reload()
-    tags = set(events.Tags()["scalars"])
-    assert {f"extrapolate/{p}/{m}/ppl" for p in ("nonoverlap", "sliding") for m in METHODS} <= tags
-    assert {"train/loss", "val/loss"} <= tags  # the same TensorBoard run as training
-    steps = [e.step for e in events.Scalars("extrapolate/nonoverlap/yarn/ppl")]
-    assert steps == [32, 64, 128]
+    # One TensorBoard run per method (so a card colours and names them), the same tags in each.
+    assert sorted(p.name for p in (rope / "extrapolate").iterdir()) == sorted(METHODS)
+    for method in METHODS:
+        events = EventAccumulator(str(rope / "extrapolate" / method)).Reload()
+        assert set(events.Tags()["scalars"]) == {"extrapolate/nonoverlap/ppl", "extrapolate/sliding/ppl"}
+        got = {(e.step, round(e.value, 3)) for e in events.Scalars("extrapolate/sliding/ppl")}
+        assert got == {(r["length"], round(r["ppl"], 3)) for r in recs
+                       if r["method"] == method and r["protocol"] == "sliding"}
+    events = EventAccumulator(str(rope), size_guidance={"images": 0}).Reload()
+    assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
+    assert {"extrapolate/ppl_plot", "extrapolate/per_position_loss"} <= set(events.Tags()["images"])
     assert "dynamic_ntk" in proc.stdout and "128" in proc.stdout  # the printed table
 
 
