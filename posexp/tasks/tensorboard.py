@@ -16,14 +16,29 @@ def metric_tag(key: str) -> str | None:
     return f"val/{name[4:]}" if name.startswith("val_") else f"test/{name}"
 
 
+# TensorBoard's hparams table shows 5 columns by default: those flagged "differs" first, then
+# by name. These are flagged, so a run shows what PE experiments are compared by.
+SHOWN_BY_DEFAULT = ("data", "extension", "heads", "pe", "seed")
+
+
 def write_hparams(writer: SummaryWriter, params: dict[str, Any], metrics: dict[str, float]) -> None:
     """Record an hparams entry in the writer's own run (add_hparams would create a second run).
 
     Its metrics point at scalars the run logged anyway (val/loss at the last step, test/bleu),
-    so no extra step-0 "final" scalars clutter the run's charts.
+    so no extra step-0 "final" scalars clutter the run's charts. Integers are written as text:
+    TensorBoard has no integer type and would show 64 as "64.000".
     """
-    clean = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in params.items()}
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    clean = {k: (str(v) if isinstance(v, int) and not isinstance(v, bool) else
+                 v if isinstance(v, (float, str, bool)) else str(v)) for k, v in params.items()}
     tags = {metric_tag(k): float(v) for k, v in metrics.items() if metric_tag(k)}
-    for summary in hparams(clean, tags):
+    experiment, start, end = hparams(clean, tags)
+    value = experiment.value[0]
+    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+    for info in data.experiment.hparam_infos:
+        info.differs = info.name in SHOWN_BY_DEFAULT
+    value.metadata.plugin_data.content = data.SerializeToString()
+    for summary in (experiment, start, end):
         writer.file_writer.add_summary(summary)
     writer.flush()

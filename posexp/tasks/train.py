@@ -277,9 +277,15 @@ def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
     return {
         "pe": mcfg.pe, "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
         "seq_len": cfg.train.seq_len, "seed": cfg.seed, "data": cfg.data.name,
-        "tokenizer": cfg.tokenizer.name, "extension": ext.get("method", "none"),
+        "tokenizer": cfg.tokenizer.name, "extension": extension_label(ext),
         "factor": float(ext.get("factor", 1.0)),
     }
+
+
+def extension_label(ext: dict[str, Any]) -> str:
+    """``none``, or the method with its factor (``yarn x4``): one column shows both."""
+    method, factor = ext.get("method", "none"), float(ext.get("factor", 1.0))
+    return method if method == "none" else f"{method} x{factor:g}"
 
 
 def train_task(cfg: DictConfig) -> dict[str, Any] | None:

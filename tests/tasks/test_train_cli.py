@@ -38,7 +38,7 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     hp = plugin_data_pb2.HParamsPluginData.FromString(
         events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     ).session_start_info.hparams
-    assert hp["pe"].string_value == pe and hp["heads"].number_value == 2
+    assert hp["pe"].string_value == pe and hp["heads"].string_value == "2"  # shown as 2, not 2.000
     assert not any(t.startswith("final/") for t in events.Tags()["scalars"])
     (prov,) = json.loads((run / "provenance.json").read_text())["sessions"]
     assert prov["status"] == "completed" and prov["torch"] == torch.__version__
@@ -50,6 +50,10 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
         events.PluginTagToContent("hparams")["_hparams_/experiment"]
     ).experiment.metric_infos
     assert {m.name.tag for m in metrics} == {"val/loss", "val/ppl"}  # logged at the last step
+    infos = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/experiment"]).experiment.hparam_infos
+    # TensorBoard shows the 5 "differs" columns first: the ones PE experiments are compared by.
+    assert sorted(i.name for i in infos if i.differs) == ["data", "extension", "heads", "pe", "seed"]
     assert RunDir(run).meta()["step"] == 6
     model = RunDir(run).load_model(torch.device("cpu"))
     assert model.cfg.pe == pe and not model.training
