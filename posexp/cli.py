@@ -45,7 +45,9 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     import hydra
 
     saved = sys.argv
-    sys.argv = [saved[0], *args]
+    # Hydra names the completion it installs after argv[0]: `posexp`, also under `python -m`.
+    completion = any(a in ("-sc", "--shell-completion") for a in args)
+    sys.argv = ["posexp" if completion else saved[0], *args]
     try:
         hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()
     finally:
@@ -206,6 +208,37 @@ def _one_line(e: BaseException) -> str:
     return " ".join(lines[:3]) or type(e).__name__
 
 
+def complete_command_line(args: list[str]) -> None:
+    """Answer the shell-completion script of ``posexp train|finetune --shell-completion install=``.
+
+    Hydra's script calls ``posexp -sc query=bash`` with the line typed so far in ``COMP_LINE``;
+    the subcommand word is taken out (Hydra expects ``<app> <overrides>``) and Hydra answers
+    for that subcommand's config. Before a subcommand is typed, the subcommands are the answer.
+    """
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split()
+    if len(words) < 2 or (len(words) == 2 and not line.endswith(" ")):
+        typed = words[1] if len(words) == 2 else ""
+        names = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+        print(" ".join(sorted(n for n in names if n.startswith(typed))))
+        return
+    command = words[1]
+    if command not in ("train", "finetune"):
+        return  # Hydra overrides exist only for these two
+    start = line.index(command)
+    rest = line[:start].rstrip() + line[start + len(command):]
+    point = int(os.environ.get("COMP_POINT", len(line)))
+    os.environ["COMP_LINE"] = rest
+    os.environ["COMP_POINT"] = str(max(0, point - (len(line) - len(rest))))
+    from posexp.tasks.finetune import finetune_task
+    from posexp.tasks.train import train_task
+
+    if command == "train":
+        run_hydra(train_task, "train", args)
+    else:
+        run_hydra(finetune_task, "finetune", args)
+
+
 def main() -> None:
     """Console-script entry point: user errors become one line on stderr and exit status 2."""
     from hydra.errors import HydraException
@@ -216,6 +249,9 @@ def main() -> None:
     # provenance.json records the command as typed (posexp.provenance.COMMAND_ENV).
     os.environ["POSEXP_COMMAND"] = shlex.join(["posexp", *sys.argv[1:]])
     try:
+        if len(sys.argv) > 1 and sys.argv[1] in ("-sc", "--shell-completion"):
+            complete_command_line(sys.argv[1:])
+            return
         app()
     except (PosexpError, Abort) as e:
         typer.echo(f"error: {e}", err=True)

@@ -1,5 +1,6 @@
-"""The `posexp` command itself: version, help without torch."""
+"""The `posexp` command itself: version, help without torch, shell completion."""
 
+import os
 import subprocess
 import sys
 
@@ -21,3 +22,21 @@ def test_help_lists_the_commands_without_importing_torch():
             "('train', 'eval-extrapolate', 'finetune', 'report', 'generate')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+def complete(line: str) -> list[str]:
+    """What `posexp`'s shell-completion hook answers for ``line`` (cursor at its end)."""
+    env = {**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line))}
+    out = subprocess.run([sys.executable, "-m", "posexp", "-sc", "query=bash"], env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_shell_completion_answers_for_commands_and_each_commands_config(tmp_path):
+    script = subprocess.run([sys.executable, "-m", "posexp", "train", "--shell-completion",
+                             "install=bash"], capture_output=True, text=True, check=True).stdout
+    assert "-sc query=bash" in script and "hydra_bash_completion posexp" in script
+    assert complete("posexp tr") == ["train"]
+    assert complete("posexp train pe=r") == ["pe=rope"]
+    assert "extension=yarn" in complete("posexp finetune extension=")
+    assert complete("posexp report ") == []  # no Hydra overrides for the other commands

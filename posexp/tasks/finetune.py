@@ -45,7 +45,7 @@ PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
 def finetune_args(run: Path | None, args: list[str]) -> list[str]:
     """Hydra arguments for the finetune command: ``parent=<run>`` then the user's overrides."""
     if run is None:
-        if any(a in ("--help", "-h", "--hydra-help") for a in args):
+        if any(a in ("--help", "-h", "--hydra-help", "-sc", "--shell-completion") for a in args):
             return ["parent=DIR", *args]  # Hydra's help: groups and the composed config
         raise PosexpError("finetune needs --run DIR, the run to continue (e.g. outputs/runs/<run>)")
     run = RunDir.open(run, "--run").path

@@ -111,3 +111,16 @@ def test_finetune_needs_a_checkpoint(tmp_path, cache):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: no checkpoint in 'empty' (expected checkpoint/meta.json)"]
+
+
+def test_finetune_help_says_how_to_call_it_and_what_it_keeps(tmp_path, cache):
+    out = posexp(tmp_path, cache, "finetune", "--help").stdout
+    assert out.startswith("Usage: posexp finetune --run DIR [OVERRIDES]")
+    assert "Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer." in out
+    from pathlib import Path
+
+    from posexp.paths import config_dir
+
+    methods = sorted(p.stem for p in (Path(config_dir()) / "extension").glob("*.yaml"))
+    assert f"extension: {', '.join(methods)}" in out  # the groups, discovered
+    assert not list(tmp_path.glob("outputs/runs/*"))  # help starts no run
