@@ -233,6 +233,22 @@ class ExtrapolateConfig:
 
 
 @dataclass(frozen=True)
+class AttentionConfig:
+    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/flex.py``)."""
+
+    backend: str
+
+    @classmethod
+    def from_dict(cls, value: Any) -> AttentionConfig:
+        """Validate ``attention.*``."""
+        from posexp.flex import BACKENDS
+
+        d = _section("attention", value, cls)
+        choose("attention.backend", d["backend"], BACKENDS)
+        return cls(backend=d["backend"])
+
+
+@dataclass(frozen=True)
 class PlacementConfig:
     """The ``placement`` section: how parallel sweep jobs share GPUs."""
 
@@ -259,6 +275,7 @@ class RunConfig:
     tokenizer: NamedConfig
     train: TrainConfig
     translate: TranslateConfig
+    attention: AttentionConfig
     placement: PlacementConfig
     extrapolate: ExtrapolateConfig
     heads: int
@@ -312,6 +329,7 @@ class RunConfig:
             tokenizer=NamedConfig(tok_name, tok_params),
             train=train,
             translate=TranslateConfig.from_dict(d.get("translate")),
+            attention=AttentionConfig.from_dict(d.get("attention")),
             placement=PlacementConfig.from_dict(d.get("placement")),
             extrapolate=ExtrapolateConfig.from_dict(d.get("extrapolate")),
             heads=model.n_heads,
@@ -344,6 +362,7 @@ class RunConfig:
             "tokenizer": self.tokenizer.to_dict(),
             "train": {**dataclasses.asdict(self.train), "betas": list(self.train.betas)},
             "translate": dataclasses.asdict(self.translate),
+            "attention": dataclasses.asdict(self.attention),
             "placement": dataclasses.asdict(self.placement),
             "extrapolate": {k: v for k, v in dataclasses.asdict(self.extrapolate).items() if v is not None},
             "heads": self.heads,
@@ -374,12 +393,12 @@ def from_composed(cfg: Any) -> RunConfig:
 
 @cache
 def saved_defaults() -> dict[str, Any]:
-    """The sections of ``train.yaml`` with fixed keys (train, translate, placement), as plain data."""
+    """The sections of ``train.yaml`` with fixed keys (train, translate, ...), as plain data."""
     from omegaconf import OmegaConf
 
     from posexp.paths import config_dir
 
     yaml = OmegaConf.load(f"{config_dir()}/train.yaml")
     return {key: OmegaConf.to_container(yaml[key], resolve=False)
-            for key in ("train", "translate", "placement")} | {"device": "auto", "resume": None,
+            for key in ("train", "translate", "attention", "placement")} | {"device": "auto", "resume": None,
                                                                "parent": None}

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posexp import flex
 from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
 from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
@@ -38,6 +39,7 @@ class ModelConfig:
     pe_params: dict[str, Any] = field(default_factory=dict)
     extension: dict[str, Any] = field(default_factory=dict)
     train_length: int = 256
+    attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/flex.py decides)
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "d_model", "n_layers", "train_length"):
@@ -51,6 +53,12 @@ class ModelConfig:
                 f"heads={self.n_heads} does not divide d_model={self.d_model}; "
                 f"allowed: {', '.join(map(str, divisors))}"
             )
+        if self.attention not in flex.BACKENDS:
+            raise PosexpError(f"unknown attention backend {self.attention!r}; allowed: "
+                              f"{', '.join(flex.BACKENDS)}")
+        if self.attention == "flex" and not flex.available():
+            raise PosexpError("attention=flex needs torch.nn.attention.flex_attention (torch >= 2.5); "
+                              "allowed here: auto, sdpa")
         if get_pe(self.pe).needs_even_head_dim and (self.d_model // self.n_heads) % 2:
             raise PosexpError(
                 f"pe={self.pe} needs an even head dim, got d_model/heads = "
@@ -97,6 +105,7 @@ class CausalSelfAttention(nn.Module):
         pe_state: Any = None,
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
+        score_mod: flex.ScoreMod | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
@@ -115,10 +124,13 @@ class CausalSelfAttention(nn.Module):
                 k = self._append(cache, "k", k)
         if cache is not None:
             v = self._append(cache, "v", v)
+        y, weights = None, None
         if need_weights:
             y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
-        else:
-            y, weights = sdpa_attention(q, k, v, q_pos, k_pos, pe, self.dropout * self.training), None
+        elif score_mod is not None:  # the bias inside the kernel (posexp/flex.py)
+            y = flex.flex_causal_attention(q, k, v, score_mod)
+        if y is None:
+            y = sdpa_attention(q, k, v, q_pos, k_pos, pe, self.dropout * self.training)
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
 
     @staticmethod
@@ -220,9 +232,9 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pe, positions, pe_state=None, cache=None, need_weights=False):
+    def forward(self, x, pe, positions, pe_state=None, cache=None, need_weights=False, score_mod=None):
         """Apply the block; returns the new residual stream and the attention weights if asked."""
-        a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights)
+        a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights, score_mod)
         x = x + self.dropout(a)
         return x + self.mlp(self.ln2(x)), weights
 
@@ -268,6 +280,7 @@ class GPT(nn.Module):
     ) -> dict[str, Any]:
         """Logits (and loss if targets are given; -100 targets are ignored) for token ids (B, T)."""
         T = idx.shape[1]
+        from_zero = positions is None and (cache is None or cache.length == 0)
         if positions is None:
             # Python ints, so neither a GPU sync nor a torch.compile graph break is needed.
             start = cache.length if cache is not None else 0
@@ -279,11 +292,18 @@ class GPT(nn.Module):
             cache.length = length
         # Computed once per forward (RoPE: cos/sin tables) and handed to every layer.
         pe_state = self.pe.prepare(length, idx.device)
+        # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
+        # bias inside the kernel. Decoding steps (one query, cached keys) keep SDPA.
+        score_mod = None
+        if self.pe.has_bias and from_zero and T > 1 and not need_weights and flex.use_flex(
+                self.cfg.attention, idx.device, torch.is_grad_enabled(),
+                self.cfg.dropout if self.training else 0.0):
+            score_mod = self.pe.score_mod()
         x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = block(x, self.pe, positions, pe_state, layer_cache, need_weights)
+            x, w = block(x, self.pe, positions, pe_state, layer_cache, need_weights, score_mod)
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}

@@ -1,7 +1,12 @@
-"""Evaluation speed and peak memory by length, for rope and alibi (issue 3, "Memory and speed").
+"""Evaluation speed and memory by length: RoPE's SDPA against the bias PEs (ALiBi, T5) through
+FlexAttention and through the chunked SDPA-with-bias path, side by side in one run.
 
-    python scripts/bench_eval.py                         # small model, 512..4096, CPU
-    python scripts/bench_eval.py --device cuda --lengths 512,1024,2048,4096,8192,16384
+    python scripts/bench_eval.py                         # small model, 1024..4096, CPU
+    python scripts/bench_eval.py --device cuda --lengths 1024,4096,16384
+
+A variant is ``pe`` or ``pe:backend`` (backend ``flex`` or ``sdpa``, the model's ``attention``
+setting). ``compile s``: the first pass minus a later one, i.e. FlexAttention's one-off
+compilation (dynamic shapes: later lengths in the same process reuse it).
 
 What is measured: one sequence (batch 1) of L tokens through the same code as
 `posexp eval-extrapolate` (``score_windows``: forward without grad, logits, per-token loss), with
@@ -47,7 +52,7 @@ def _status_kib(field: str) -> int:
     return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M).group(1))
 
 
-def child(pe: str, length: int, model_size: str, heads: int, device_name: str, reps: int) -> dict:
+def child(variant: str, length: int, model_size: str, heads: int, device_name: str, reps: int) -> dict:
     """One measurement point (runs in its own process)."""
     import torch
 
@@ -59,8 +64,9 @@ def child(pe: str, length: int, model_size: str, heads: int, device_name: str, r
     device = resolve_device(device_name)
     d_model, n_layers = SIZES[model_size]
     torch.manual_seed(0)
+    pe, _, backend = variant.partition(":")
     model = GPT(ModelConfig(vocab_size=260, d_model=d_model, n_layers=n_layers, n_heads=heads,
-                            pe=pe, train_length=length)).to(device).eval()
+                            pe=pe, train_length=length, attention=backend or "auto")).to(device).eval()
     tokens = torch.randint(0, 260, (length + 1,))
     windows = nonoverlap_windows(length, length)
 
@@ -73,6 +79,7 @@ def child(pe: str, length: int, model_size: str, heads: int, device_name: str, r
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
+    first = one_pass()  # warm-up: FlexAttention compiles here, outside the memory measurement
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -87,8 +94,13 @@ def child(pe: str, length: int, model_size: str, heads: int, device_name: str, r
         peak = _status_kib("VmHWM")
         pass_bytes, peak_bytes = (peak - before) * 1024, peak * 1024
     seconds = statistics.median(one_pass() for _ in range(reps))
-    return {"pe": pe, "length": length, "tok_s": length / seconds, "pass_mib": pass_bytes / MiB,
-            "peak_mib": peak_bytes / MiB}
+    return {"pe": variant, "length": length, "tok_s": length / seconds, "pass_mib": pass_bytes / MiB,
+            "peak_mib": peak_bytes / MiB, "compile_s": max(0.0, first - seconds)}
+
+
+def ratio(value: float, base: float) -> str:
+    """value / base, or – when the base is below what RSS can resolve (0.1 MiB)."""
+    return f"{value / base:.2f}" if base >= 0.1 else "–"
 
 
 def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
@@ -104,8 +116,8 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pes", default="rope,alibi")
-    p.add_argument("--lengths", default="512,1024,2048,4096")
+    p.add_argument("--pes", default="rope,alibi:flex,alibi:sdpa,t5:flex,t5:sdpa")
+    p.add_argument("--lengths", default="1024,4096")
     p.add_argument("--baseline", type=int, default=1024, help="length the ratios are against")
     p.add_argument("--model", default="small", choices=sorted(SIZES))
     p.add_argument("--heads", type=int, default=8)
@@ -132,22 +144,24 @@ def main() -> None:
             r = rows[-1]
             print(f"  measured {pe:6s} L={length:6d}: {r['tok_s']:10.0f} tok/s  "
                   f"pass {r['pass_mib']:8.1f} MiB  peak {r['peak_mib']:8.1f} MiB", file=sys.stderr)
-    header = ("| pe | L | tok/s | tok/s ÷ base | pass MiB | pass ÷ base | peak MiB | peak ÷ base "
+    header = ("| pe | L | tok/s | ÷ rope at L | pass MiB | pass ÷ base | peak MiB | compile s "
               "| L×L×H fp32 MiB |")
     print(header)
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         base = next(b for b in rows if b["pe"] == r["pe"] and b["length"] == args.baseline)
+        rope = next((b for b in rows if b["pe"] == "rope" and b["length"] == r["length"]), None)
+        vs_rope = f"{r['tok_s'] / rope['tok_s']:.2f}" if rope else "–"
         quad = r["length"] ** 2 * args.heads * 4 / MiB
-        print(f"| {r['pe']} | {r['length']} | {r['tok_s']:.0f} | {r['tok_s'] / base['tok_s']:.2f} "
-              f"| {r['pass_mib']:.1f} | {r['pass_mib'] / max(base['pass_mib'], 1e-9):.2f} "
-              f"| {r['peak_mib']:.1f} | {r['peak_mib'] / base['peak_mib']:.2f} | {quad:.0f} |")
+        print(f"| {r['pe']} | {r['length']} | {r['tok_s']:.0f} | {vs_rope} "
+              f"| {r['pass_mib']:.1f} | {ratio(r['pass_mib'], base['pass_mib'])} "
+              f"| {r['peak_mib']:.1f} | {r['compile_s']:.1f} | {quad:.0f} |")
     for pe in args.pes.split(","):
         by_len = {r["length"]: r for r in rows if r["pe"] == pe}
         if args.baseline in by_len and 4 * args.baseline in by_len:
             a, b = by_len[args.baseline], by_len[4 * args.baseline]
             print(f"{pe}: {args.baseline}→{4 * args.baseline} (4× longer): pass memory "
-                  f"×{b['pass_mib'] / max(a['pass_mib'], 1e-9):.2f}, process peak "
+                  f"×{ratio(b['pass_mib'], a['pass_mib'])}, process peak "
                   f"×{b['peak_mib'] / a['peak_mib']:.2f} (quadratic would be ×16)")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -222,13 +222,16 @@ def part_train(c: Check) -> dict[str, Any]:
 
 
 def part_eval(c: Check) -> dict[str, Any]:
-    """Forward-pass tokens/s and memory at long lengths, rope and alibi (bench_eval's points)."""
+    """Forward-pass tokens/s and memory at long lengths: rope, and the bias PEs through
+    FlexAttention and through the chunked SDPA path (bench_eval's points)."""
     from bench_eval import measure
 
     s = c.sizes
     args = argparse.Namespace(model=s.eval_model, heads=8 if not c.smoke else 2, device=s.device,
                               reps=3 if not c.smoke else 1)
-    rows = [measure(args, pe, length) for pe in ("rope", "alibi") for length in s.eval_lengths]
+    variants = (("rope", "alibi:flex") if c.smoke else
+                ("rope", "alibi:flex", "alibi:sdpa", "t5:flex", "t5:sdpa"))
+    rows = [measure(args, pe, length) for pe in variants for length in s.eval_lengths]
     for r in rows:
         rope = next(x for x in rows if x["pe"] == "rope" and x["length"] == r["length"])
         r["speed_vs_rope"] = r["tok_s"] / rope["tok_s"]

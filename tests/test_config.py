@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posexp.config import PlacementConfig, RunConfig, TrainConfig, TranslateConfig, saved_defaults
+from posexp.config import (
+    AttentionConfig,
+    PlacementConfig,
+    RunConfig,
+    TrainConfig,
+    TranslateConfig,
+    saved_defaults,
+)
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from tests.helpers import run_config
@@ -86,7 +93,7 @@ def test_an_extension_the_pe_cannot_take_is_refused_where_the_config_is_built():
 
 
 @pytest.mark.parametrize(("key", "cls"), [("train", TrainConfig), ("translate", TranslateConfig),
-                                          ("placement", PlacementConfig)])
+                                          ("attention", AttentionConfig), ("placement", PlacementConfig)])
 def test_train_yaml_lists_every_field_of_its_sections(key, cls):
     # One home for each default: the YAML, which names exactly the dataclass's fields.
     assert list(saved_defaults()[key]) == [f.name for f in dataclasses.fields(cls)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -40,3 +41,12 @@ class ALiBi(PositionalEncoding):
         if distance.dim() == 3:  # per-row positions: (B, Tq, Tk) -> (B, H, Tq, Tk)
             return -self.slopes.to(dtype)[None, :, None, None] * distance[:, None]
         return -self.slopes.to(dtype)[:, None, None] * distance
+
+    def score_mod(self) -> Callable[..., torch.Tensor]:
+        """-slope_h * (q - k), added to each logit inside the attention kernel."""
+        slopes = self.slopes
+
+        def alibi_score(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * (q_idx - kv_idx)
+
+        return alibi_score

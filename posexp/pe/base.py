@@ -19,6 +19,7 @@ plus ``configs/pe/<name>.yaml``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -104,6 +105,11 @@ class PositionalEncoding(nn.Module):
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Return the additive logit bias (H, Tq, Tk) or (B, H, Tq, Tk), causal part excluded."""
         raise NotImplementedError
+
+    def score_mod(self) -> Callable[..., torch.Tensor] | None:
+        """The bias as FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)``, where query and
+        key positions equal their indices; None: attention takes the ``bias`` path."""
+        return None
 
 
 PE_REGISTRY: dict[str, type[PositionalEncoding]] = {}

@@ -10,6 +10,7 @@ shared by all layers, as in T5.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -53,3 +54,17 @@ class T5Bias(PositionalEncoding):
                                    self.max_distance)
         values = self.table[buckets].to(dtype)  # (..., Tq, Tk, H)
         return values.movedim(-1, -3)
+
+    def score_mod(self) -> Callable[..., torch.Tensor]:
+        """The table looked up per distance: every distance >= max_distance shares the last
+        bucket, so max_distance + 1 values per head hold the whole bias."""
+        width = self.max_distance + 1
+        distance = torch.arange(width, device=self.table.device)
+        # (H * width,) flat: head h's value for distance d at h * width + d (a flat lookup also
+        # sidesteps a CPU code-generation bug of torch 2.13 with 2-D lookups).
+        flat = self.table[relative_buckets(distance, self.num_buckets, self.max_distance)].t().reshape(-1)
+
+        def t5_score(score, b, h, q_idx, kv_idx):
+            return score + flat[h * width + (q_idx - kv_idx).clamp(0, width - 1)]
+
+        return t5_score

@@ -59,6 +59,7 @@ def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
         pe_params=dict(run.pe.params),
         extension=run.extension.to_dict(),
         train_length=run.length0,
+        attention=run.attention.backend,
     )
 
 

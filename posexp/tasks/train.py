@@ -24,7 +24,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from posexp import distributed, provenance
+from posexp import distributed, flex, provenance
 from posexp.checkpoint import load_state, load_weights, rng_state, save_checkpoint, set_rng_state
 from posexp.config import RunConfig, TrainConfig, from_composed
 from posexp.errors import Abort, PosexpError
@@ -234,9 +234,9 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         log.info("resumed %s at step %d", run_dir, trainer.step)
     distributed.reseed(cfg.seed, trainer.step)
     n_params = model.num_params()
-    log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s",
+    log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s attention: %s",
              cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
-             f"{n_params:,}", device)
+             f"{n_params:,}", device, flex.describe(mcfg.attention, device, model.pe.has_bias))
     try:
         trainer.fit()
     except KeyboardInterrupt:

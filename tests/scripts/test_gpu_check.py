@@ -25,7 +25,7 @@ def test_smoke_run_writes_every_part(tmp_path):
     assert train["tokens_per_s"] > 0 and 0 < train["mfu"] < 1.5
     assert "flash_attention_for_cpu" in train["sdpa_kernel"] or "math" in train["sdpa_kernel"]
     assert {(r["pe"], r["length"]) for r in parts["eval"]["result"]["rows"]} == {
-        ("rope", 64), ("alibi", 64)}
+        ("rope", 64), ("alibi:flex", 64)}
     packing = parts["packing"]["result"]["rows"]
     assert [r["jobs"] for r in packing] == [1, 2] and packing[0]["vs_one_job"] == 1.0
     ddp = parts["torchrun"]["result"]

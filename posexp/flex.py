@@ -1,0 +1,97 @@
+"""FlexAttention for positional encodings that add a bias to the attention logits (ALiBi, T5).
+
+``torch.nn.attention.flex_attention`` adds the bias inside the attention kernel from a
+``score_mod`` function and skips the blocks a causal ``BlockMask`` rules out, so no (L x L) bias
+or score tensor is ever stored. It is compiled once per process with dynamic shapes, so one
+compilation serves every sequence length (an evaluation over 6 lengths compiles once).
+
+Where it applies: causal attention whose query and key positions both run 0..L-1 (training,
+evaluation windows, the prompt of a generation), on CUDA, and on the CPU when no gradient is
+needed (torch has no CPU backward for it). Everything else, and ``attention=sdpa``, takes the
+SDPA path with an explicit bias in ``posexp.model``. The backend is chosen in ``use_flex``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+log = logging.getLogger("posexp")
+
+BACKENDS = ("auto", "flex", "sdpa")
+ScoreMod = Callable[..., torch.Tensor]  # (score, batch, head, q_idx, kv_idx) -> score
+
+_broken: list[str] = []  # set once when compiling fails, so later calls go straight to SDPA
+
+
+def available() -> bool:
+    """True when this torch has FlexAttention."""
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def use_flex(backend: str, device: torch.device, needs_grad: bool, dropout: float) -> bool:
+    """The one place that decides between FlexAttention and the SDPA-with-bias path."""
+    if backend == "sdpa" or _broken or dropout > 0 or not available():
+        return False
+    if device.type == "cuda":
+        return True
+    return device.type == "cpu" and not needs_grad
+
+
+def describe(backend: str, device: torch.device, has_bias: bool) -> str:
+    """What attention a run uses, for its log."""
+    if not has_bias:
+        return "sdpa (no bias)"
+    if use_flex(backend, device, needs_grad=True, dropout=0.0):
+        return "flex"
+    if use_flex(backend, device, needs_grad=False, dropout=0.0):
+        return "sdpa with the bias while training (no FlexAttention backward on this device), flex to evaluate"
+    return f"sdpa with an explicit bias (attention.backend={backend}, device {device.type})"
+
+
+def _causal(b: Any, h: Any, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+    return q_idx >= kv_idx
+
+
+@functools.lru_cache(maxsize=16)
+def causal_block_mask(length: int, device: str) -> Any:
+    """The causal BlockMask for ``length`` queries and keys (cached: it depends on nothing else)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(_causal, None, None, length, length, device=device)
+
+
+@functools.cache
+def _compiled(kind: str) -> Callable[..., torch.Tensor]:
+    """One compiled FlexAttention per score_mod function (per PE): a PE's recompilation never
+    sees another PE's captured tensors."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def flex_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          score_mod: ScoreMod) -> torch.Tensor | None:
+    """softmax(QKᵀ/√d + bias) V under a causal mask, or None if compiling failed (then: SDPA)."""
+    if _broken:
+        return None
+    kind = score_mod.__qualname__
+    mask = causal_block_mask(q.shape[2], str(q.device))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on CPU support; not the user's concern
+            return _compiled(kind)(q, k, v, score_mod=score_mod, block_mask=mask)
+    except Exception as e:  # noqa: BLE001  e.g. no C++ compiler for the CPU kernel
+        _broken.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        log.warning("FlexAttention unavailable here (%s); using SDPA with an explicit bias",
+                    _broken[0])
+        return None
