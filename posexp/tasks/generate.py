@@ -113,12 +113,12 @@ class TokenProgress:
 
     PLAIN_MIN = 1000
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, desc: str = "generate") -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc="generate", unit="tok", disable=None, leave=False,
+        self.bar = tqdm(total=total, desc=desc, unit="tok", disable=None, leave=False,
                         dynamic_ncols=True, file=sys.stderr)
-        self.total, self.done, self.next_line = total, 0, total / 10
+        self.desc, self.total, self.done, self.next_line = desc, total, 0, total / 10
         self.plain = self.bar.disable and total >= self.PLAIN_MIN
 
     def update(self, n: int) -> None:
@@ -126,7 +126,7 @@ class TokenProgress:
         self.done += n
         self.bar.update(n)
         if self.plain and self.done >= self.next_line:
-            print(f"generate: {self.done:,}/{self.total:,} tokens", file=sys.stderr, flush=True)
+            print(f"{self.desc}: {self.done:,}/{self.total:,} tokens", file=sys.stderr, flush=True)
             while self.next_line <= self.done:
                 self.next_line += self.total / 10
 

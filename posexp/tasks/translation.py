@@ -29,9 +29,12 @@ saw, and a learned table is never read past its end. Settings (all optional, und
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import logging
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +45,10 @@ from posexp.config import RunConfig
 from posexp.data import PairBatches
 from posexp.errors import PosexpError
 from posexp.metrics import copy_baseline, translation_scores
-from posexp.tasks.generate import generate_ids
+from posexp.tasks.generate import TokenProgress, generate_ids
 from posexp.tasks.objectives import Autocast, register_objective
+
+log = logging.getLogger("posexp")
 
 # The attention-map example: the first val pair whose full row has this many tokens (else the
 # shortest), so a grid of heads stays readable.
@@ -133,18 +138,24 @@ class Translation:
         ids = self.tokenizer.encode(source)[: max(1, self.seq_len // 2 - 1)]
         return [*ids, self.tokenizer.sep_id]
 
-    def translate(self, model: torch.nn.Module, sources: list[str]) -> list[str]:
-        """Translations of ``sources`` (beam search unless beam_size is 1), KV cache, batched."""
+    def translate(self, model: torch.nn.Module, sources: list[str], progress: str = "") -> list[str]:
+        """Translations of ``sources`` (beam search unless beam_size is 1), KV cache, batched.
+
+        ``progress``: a label to show a bar (or, without a terminal, plain lines) under.
+        """
         prompts = [self.prompt(s) for s in sources]
         cap = self.settings.max_new_tokens
         # Default cap: 2 x source + 10 tokens (fewer than 0.5% of KJV verses are longer than
         # that against their Wycliffe source), so a looping model does not run to seq_len.
         limits = [min(self.seq_len - len(p), 2 * len(p) + 8 if cap is None else cap)
                   for p in prompts]
-        new = generate_ids(model, prompts, limits, eos_id=self.tokenizer.eos_id,
-                           batch_size=self.settings.batch_size, device=self.device,
-                           autocast=self.autocast, beam_size=self.settings.beam_size,
-                           length_penalty=self.settings.length_penalty)
+        tracker = TokenProgress(sum(limits), progress) if progress else None
+        with tracker or contextlib.nullcontext():
+            new = generate_ids(model, prompts, limits, eos_id=self.tokenizer.eos_id,
+                               batch_size=self.settings.batch_size, device=self.device,
+                               autocast=self.autocast, beam_size=self.settings.beam_size,
+                               length_penalty=self.settings.length_penalty,
+                               on_step=tracker.update if tracker else None)
         return [self.tokenizer.decode(ids) for ids in new]
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
@@ -177,8 +188,14 @@ class Translation:
         idx = evenly_spaced(len(self.test_pairs), self.settings.test_examples)
         sources = [self.test_pairs[i][0] for i in idx]
         refs = [self.test_pairs[i][1] for i in idx]
-        hyps = self.translate(model, sources)
+        beam = self.settings.beam_size
+        log.info("translating %s test verses (%s) for the final BLEU", f"{len(sources):,}",
+                 "greedy" if beam == 1 else f"beam {beam}")
+        started = time.perf_counter()
+        hyps = self.translate(model, sources, progress="translate test")
         test = translation_scores(hyps, refs)
+        log.info("test BLEU %.2f  chrF %.2f  (%s verses in %.0fs)", test["bleu"], test["chrf"],
+                 f"{len(sources):,}", time.perf_counter() - started)
         copy = copy_baseline(sources, refs)
         metrics = {
             "final/val_loss": loss,
@@ -230,33 +247,25 @@ class Translation:
         return [w[0].float().cpu().numpy() for w in out]
 
     def attention_images(self, model: torch.nn.Module) -> list[np.ndarray]:
-        """One RGB (H, W, 3) uint8 image per layer (kept, so ``finish`` can reuse the last ones)."""
+        """One RGB (H, W, 3) uint8 image per layer, for TensorBoard."""
         labels = self.token_labels(self.attention_ids)
-        images = [
+        return [
             figure_to_array(attention_figure(w, labels, f"layer {i}: attention of each head "
                                              "(query row, key column)"))
             for i, w in enumerate(self.attention_weights(model))
         ]
-        self._images = (self.step, images)
-        return images
 
     def save_attention_pngs(self, model: torch.nn.Module, folder: Path) -> list[Path]:
-        """``folder/layer<i>.png`` for every layer; returns the paths."""
-        from matplotlib.image import imsave
+        """``folder/layer<i>.png`` (160 dpi) and ``.svg`` for every layer; returns the PNG paths."""
+        from posexp.files import save_figure_atomic
 
-        from posexp.files import write_bytes_atomic
-
-        # finish() follows the evaluation of the last step: those images are of this very model.
-        step, images = getattr(self, "_images", (None, None))
-        if images is None or step != self.step:
-            images = self.attention_images(model)
+        labels = self.token_labels(self.attention_ids)
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
-        for i, image in enumerate(images):
+        for i, weights in enumerate(self.attention_weights(model)):
             paths.append(folder / f"layer{i}.png")
-            buf = io.BytesIO()
-            imsave(buf, image, format="png")
-            write_bytes_atomic(paths[-1], buf.getvalue())
+            save_figure_atomic(attention_figure(weights, labels, f"layer {i}: attention of each "
+                                                "head (query row, key column)"), paths[-1])
         return paths
 
 

@@ -96,21 +96,26 @@ def test_val_loss_is_mean_cross_entropy_on_target_tokens(tmp_path):
     assert objective.target_loss(model) == pytest.approx(total / count, rel=1e-5)
 
 
-def test_evaluate_and_finish_log_metrics_images_text_and_files(tmp_path):
+def test_evaluate_and_finish_log_metrics_images_text_and_files(tmp_path, caplog):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    objective, model = make(tmp_path, heads=8)  # 8 heads: maps without token labels (faster)
+    objective, model = make(tmp_path, heads=8)
     run = tmp_path / "run"
     writer = SummaryWriter(str(run))
     metrics = objective.evaluate(model, 5, writer)
     assert set(metrics) == {"val/loss", "val/ppl", "val/bleu", "val/chrf", "val/copy_bleu", "val/copy_chrf"}
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/loss"]))
-    final = objective.finish(model, writer)
+    with caplog.at_level("INFO", logger="posexp"):
+        final = objective.finish(model, writer)
     writer.close()
+    # The test split's decoding says what it does, and its result.
+    assert f"translating {len(PAIRS[2:])} test verses (beam 4) for the final BLEU" in caplog.text
+    assert f"test BLEU {final['final/bleu']:.2f}  chrF {final['final/chrf']:.2f}" in caplog.text
     for key in ("final/val_loss", "final/val_ppl", "final/bleu", "final/chrf", "final/copy_bleu",
                 "final/copy_chrf", "final/val_bleu"):
         assert math.isfinite(final[key]), key
-    assert sorted(p.name for p in (run / "attention").iterdir()) == ["layer0.png", "layer1.png"]
+    assert sorted(p.name for p in (run / "attention").iterdir()) == [
+        "layer0.png", "layer0.svg", "layer1.png", "layer1.svg"]  # PNG plus a vector copy
     lines = (run / "translations_test.tsv").read_text().splitlines()
     assert lines[0] == "source\treference\thypothesis" and len(lines) == 1 + len(PAIRS[2:])
     events = EventAccumulator(str(run), size_guidance={"images": 0, "tensors": 0}).Reload()
