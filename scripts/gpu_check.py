@@ -9,12 +9,15 @@ Parts, in order (each one's failure is recorded and the others still run; exit 1
    autocast, fused AdamW and torch.compile, against the bf16 matmul rate measured in the same
    run; the SDPA kernel that ran, read from the profiler (flash expected).
 2. eval: `eval-extrapolate`'s forward pass (scripts/bench_eval.py, one fresh process per point):
-   tokens/s and peak GPU memory at 4096 and 16384 tokens for rope and alibi.
-3. packing: N tiny jobs sharing one GPU through the joblib launcher with
+   tokens/s and peak GPU memory at 4096 and 16384 tokens for rope, alibi and t5.
+   The bias PEs run through FlexAttention and through the chunked SDPA path, side by side.
+3. flex: FlexAttention's logits, gradients and cached generation against SDPA with an explicit
+   bias, for every bias PE (scripts/flex_parity.py).
+4. packing: N tiny jobs sharing one GPU through the joblib launcher with
    placement.jobs_per_gpu=N (N = 1, 4, 8): aggregate tokens/s against one job.
-4. torchrun: `torchrun --nproc_per_node=<GPUs>` training (NCCL with 2+ GPUs), killed after its
+5. torchrun: `torchrun --nproc_per_node=<GPUs>` training (NCCL with 2+ GPUs), killed after its
    middle checkpoint and resumed, against the same run uninterrupted.
-5. head ablation: experiment=head_ablation's model at full size, all head counts packed on one
+6. head ablation: experiment=head_ablation's model at full size, all head counts packed on one
    GPU at once, for the steps that fit the time left; BLEU (beam 4), chrF and PPL per head count
    beside the copy baseline, the time per step, and the projected wall time of the full preset.
 
@@ -366,7 +369,14 @@ def part_ablation(c: Check) -> dict[str, Any]:
             "rows": rows, "report": str(sweep / "report.md")}
 
 
-PARTS = {"train": part_train, "eval": part_eval, "packing": part_packing,
+def part_flex(c: Check) -> dict[str, Any]:
+    """FlexAttention against SDPA with an explicit bias, per bias PE (scripts/flex_parity.py)."""
+    from flex_parity import flex_parity
+
+    return {"rows": flex_parity(c.sizes.device, length=300 if not c.smoke else 150)}
+
+
+PARTS = {"train": part_train, "eval": part_eval, "flex": part_flex, "packing": part_packing,
          "torchrun": part_torchrun, "ablation": part_ablation}
 
 
@@ -403,6 +413,12 @@ def render_markdown(report: dict[str, Any]) -> str:
                       "|---|---:|---:|---:|---:|---:|"]
             lines += [f"| {x['pe']} | {x['length']} | {_f(x['tok_s'])} | {x['speed_vs_rope']:.2f} "
                       f"| {_f(x['pass_mib'], ',.1f')} | {_f(x['peak_mib'], ',.1f')} |" for x in r["rows"]]
+        elif name == "flex":
+            lines += ["| pe | device | length | flex trains | max Δ logits | max Δ grads | generation |",
+                      "|---|---|---:|---|---:|---:|---|"]
+            lines += [f"| {x['pe']} | {x['device']} | {x['length']} | {x['flex_trains']} "
+                      f"| {x['logits_max_abs_diff']:.1e} | {_f(x.get('grad_max_abs_diff'), '.1e')} "
+                      f"| {'equal' if x['generation_equal'] else 'DIFFERS'} |" for x in r["rows"]]
         elif name == "packing":
             lines += ["| jobs on one GPU | aggregate tokens/s | × one job | per job | sweep s |",
                       "|---:|---:|---:|---:|---:|"]

@@ -291,7 +291,8 @@ def plot(rows: list[dict[str, Any]], metrics: list[Metric], title: str):
 
 
 def copy_attention(jobs: list[HeadJob], out: Path) -> list[Path]:
-    """The final attention PNGs of the lowest completed seed per head count, copied into ``out``."""
+    """The final attention maps (PNG, and SVG where saved) of the lowest completed seed per head
+    count, copied into ``out``; returns the PNGs."""
     best: dict[int, HeadJob] = {}
     for j in jobs:
         if j.status == "completed" and j.heads is not None and j.path is not None:
@@ -306,6 +307,8 @@ def copy_attention(jobs: list[HeadJob], out: Path) -> list[Path]:
             dst = out / f"h{h}_seed{j.seed}_{src.name}"
             shutil.copyfile(src, dst)
             paths.append(dst)
+            if src.with_suffix(".svg").is_file():  # the vector copy travels with it
+                shutil.copyfile(src.with_suffix(".svg"), dst.with_suffix(".svg"))
     return paths
 
 

@@ -20,7 +20,9 @@ def test_smoke_run_writes_every_part(tmp_path):
     parts = report["parts"]
     failed = {k: v.get("error") for k, v in parts.items() if v["status"] != "ok"}
     assert proc.returncode == 0 and not failed, (failed, proc.stderr[-2000:])
-    assert list(parts) == ["train", "eval", "packing", "torchrun", "ablation"]
+    assert list(parts) == ["train", "eval", "flex", "packing", "torchrun", "ablation"]
+    for row in parts["flex"]["result"]["rows"]:  # CPU: forward only (no flex backward there)
+        assert row["logits_max_abs_diff"] < 1e-4 and row["generation_equal"], row
     train = parts["train"]["result"]
     assert train["tokens_per_s"] > 0 and 0 < train["mfu"] < 1.5
     assert "flash_attention_for_cpu" in train["sdpa_kernel"] or "math" in train["sdpa_kernel"]
@@ -36,7 +38,7 @@ def test_smoke_run_writes_every_part(tmp_path):
     assert all(r["status"] == "completed" and r["bleu"] is not None for r in ablation["rows"])
     assert ablation["projected_full_preset_hours"] > 0
     md = (tmp_path / "report.md").read_text()
-    assert "SMOKE RUN" in md and md.count("## ") == 5 and "FAILED" not in md
+    assert "SMOKE RUN" in md and md.count("## ") == 6 and "FAILED" not in md
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

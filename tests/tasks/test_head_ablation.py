@@ -54,7 +54,7 @@ def test_sweep_runs_only_the_narrowed_grid_and_isolates_the_bad_job(sweep):
     results = json.loads((jobs[1] / "results.json").read_text())
     for key in ("final/val_ppl", "final/bleu", "final/chrf", "final/copy_bleu", "final/params"):
         assert math.isfinite(results[key]), key
-    assert sorted(p.name for p in (jobs[1] / "attention").iterdir()) == ["layer0.png"]
+    assert sorted(p.name for p in (jobs[1] / "attention").iterdir()) == ["layer0.png", "layer0.svg"]
 
 
 def test_report_has_a_row_per_head_count_with_numbers_and_the_plot(sweep, cache):
@@ -76,6 +76,7 @@ def test_report_has_a_row_per_head_count_with_numbers_and_the_plot(sweep, cache)
     assert "heads=3 does not divide d_model=32" in md
     assert (sweep_dir / "report_heads.png").stat().st_size > 10_000
     assert (sweep_dir / "attention" / "h1_seed0_layer0.png").is_file()
+    assert (sweep_dir / "attention" / "h1_seed0_layer0.svg").is_file()
     assert (sweep_dir / "attention" / "h2_seed0_layer0.png").is_file()
 
 
