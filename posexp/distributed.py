@@ -69,10 +69,12 @@ def active() -> bool:
 
 
 def rank() -> int:
+    """This process's rank (0 outside torchrun)."""
     return dist.get_rank() if active() else 0
 
 
 def world_size() -> int:
+    """Processes in the job (1 outside torchrun)."""
     return dist.get_world_size() if active() else 1
 
 
@@ -117,6 +119,7 @@ def session(device: str = "auto") -> Iterator[DistEnv]:
 
 
 def barrier() -> None:
+    """Wait for every rank (nothing to wait for outside torchrun)."""
     if active():
         dist.barrier()
 

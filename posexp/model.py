@@ -174,8 +174,9 @@ def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     return mask[:, None] if mask.dim() == 3 else mask
 
 
-def sdpa_attention(q, k, v, q_pos, k_pos, pe: PositionalEncoding, dropout: float = 0.0,
-                   causal: bool = True):
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+                   k_pos: torch.Tensor, pe: PositionalEncoding, dropout: float = 0.0,
+                   causal: bool = True) -> torch.Tensor:
     """Scaled dot-product attention through torch's SDPA kernels (causal unless told otherwise)."""
     Tq, Tk = q.shape[2], k.shape[2]
     if not causal:
@@ -206,7 +207,9 @@ def sdpa_attention(q, k, v, q_pos, k_pos, pe: PositionalEncoding, dropout: float
     return torch.cat(outputs, dim=2)
 
 
-def explicit_attention(q, k, v, q_pos, k_pos, pe: PositionalEncoding, causal: bool = True):
+def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
+                       k_pos: torch.Tensor, pe: PositionalEncoding, causal: bool = True
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(QKᵀ/√d_k + bias) V written out, returning the weights too (for attention maps)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if pe.has_bias:
@@ -243,7 +246,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pe, positions, pe_state=None, cache=None, need_weights=False, shared=None):
+    def forward(self, x: torch.Tensor, pe: PositionalEncoding, positions: torch.Tensor,
+                pe_state: Any = None, cache: dict[str, Any] | None = None,
+                need_weights: bool = False, shared: SharedBias | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Apply the block; returns the new residual stream and the attention weights if asked."""
         a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights, shared)
         x = x + self.dropout(a)

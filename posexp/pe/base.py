@@ -115,7 +115,7 @@ class PositionalEncoding(nn.Module):
 PE_REGISTRY: dict[str, type[PositionalEncoding]] = {}
 
 
-def register_pe(name: str):
+def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
     """Class decorator that registers a positional encoding under ``name``."""
 
     def wrap(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:

@@ -73,7 +73,7 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str):
+def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> Any:
     """ppl against length (log-log, plain ticks), one line per method, one panel per protocol."""
     import matplotlib
 
@@ -112,7 +112,7 @@ def smooth(values: list[float], width: int = 5) -> list[float]:
             for i in range(len(values))]
 
 
-def plot_per_position(per_position: dict[str, Any], title: str):
+def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
     """Mean loss by position bucket at the longest length: raw buckets faint, a moving average bold."""
     import matplotlib
 

@@ -254,7 +254,7 @@ def _num(v: Any, digits: int = 1) -> str:
     return f"{int(v):,}"
 
 
-def plot(rows: list[dict[str, Any]], metrics: list[Metric], title: str):
+def plot(rows: list[dict[str, Any]], metrics: list[Metric], title: str) -> Any:
     """Each metric against heads: mean ± std over seeds, every seed as a dot."""
     from matplotlib.figure import Figure
 

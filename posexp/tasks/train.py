@@ -12,6 +12,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ log = logging.getLogger("posexp")
 
 
 
-def lr_lambda(warmup: int, total: int, min_ratio: float):
+def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
     """Linear warmup to 1, then cosine decay to ``min_ratio`` at ``total`` steps."""
 
     def f(step: int) -> float:

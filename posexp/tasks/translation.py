@@ -269,7 +269,7 @@ class Translation:
         return paths
 
 
-def attention_figure(weights: np.ndarray, labels: list[str], title: str):
+def attention_figure(weights: np.ndarray, labels: list[str], title: str) -> Any:
     """A grid of heatmaps, one per head, on a square-root colour scale from 0 to 1.
 
     A row of weights sums to 1 over up to T keys, so most weights are near 1/T: a linear scale
