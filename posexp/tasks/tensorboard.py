@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from torch.utils.tensorboard import SummaryWriter
@@ -21,7 +23,24 @@ def metric_tag(key: str) -> str | None:
 SHOWN_BY_DEFAULT = ("data", "extension", "heads", "pe", "seed")
 
 
-def write_hparams(writer: SummaryWriter, params: dict[str, Any], metrics: dict[str, float]) -> None:
+def trial_name(params: dict[str, Any], run_dir: Path) -> str:
+    """The hparams table's trial id: what the run is first (pe, heads, extension, data, seed),
+    then where it lives, which makes it unique.
+
+    TensorBoard cuts the column to its first characters; run dirs start with their timestamp
+    and sweep jobs with their first override, so those alone would all read alike.
+    """
+    ext = str(params.get("extension", "none"))
+    what = [str(params.get("pe", "?")), f"h{params.get('heads', '?')}",
+            *([ext] if ext != "none" else []), str(params.get("data", "?")),
+            f"seed {params.get('seed', '?')}"]
+    where = run_dir.name if re.match(r"\d{4}-\d{2}-\d{2}_", run_dir.name) else \
+        f"{run_dir.parent.name}/{run_dir.name}"
+    return f"{' '.join(what)} · {where}"
+
+
+def write_hparams(writer: SummaryWriter, params: dict[str, Any], metrics: dict[str, float],
+                  trial: str = "") -> None:
     """Record an hparams entry in the writer's own run (add_hparams would create a second run).
 
     Its metrics point at scalars the run logged anyway (val/loss at the last step, test/bleu),
@@ -34,6 +53,11 @@ def write_hparams(writer: SummaryWriter, params: dict[str, Any], metrics: dict[s
                  v if isinstance(v, (float, str, bool)) else str(v)) for k, v in params.items()}
     tags = {metric_tag(k): float(v) for k, v in metrics.items() if metric_tag(k)}
     experiment, start, end = hparams(clean, tags)
+    if trial:
+        start_value = start.value[0]
+        info = plugin_data_pb2.HParamsPluginData.FromString(start_value.metadata.plugin_data.content)
+        info.session_start_info.group_name = trial
+        start_value.metadata.plugin_data.content = info.SerializeToString()
     value = experiment.value[0]
     data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
     for info in data.experiment.hparam_infos:

@@ -39,7 +39,7 @@ from posexp.tasks.objectives import Objective, build_objective
 from posexp.tasks.placement import apply_threads, job_placement
 from posexp.tasks.resume import effective_config, finished_results
 from posexp.tasks.sweeps import completed_results, continue_unfinished, record_failure
-from posexp.tasks.tensorboard import write_hparams
+from posexp.tasks.tensorboard import trial_name, write_hparams
 
 log = logging.getLogger("posexp")
 
@@ -253,7 +253,8 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     if not distributed.is_main():
         return {}
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
-    write_hparams(writer, {**hparam_dict(cfg, mcfg), "params": n_params}, metrics)
+    params = {**hparam_dict(cfg, mcfg), "params": n_params}
+    write_hparams(writer, params, metrics, trial=trial_name(params, run_dir))
     writer.close()
     RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})
     provenance.finish(run_dir, "completed")

@@ -35,9 +35,11 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     events = EventAccumulator(str(run)).Reload()
     assert TAGS <= set(events.Tags()["scalars"])
     assert sorted(e.step for e in events.Scalars("val/loss")) == [3, 6]
-    hp = plugin_data_pb2.HParamsPluginData.FromString(
-        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
-    ).session_start_info.hparams
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
+    hp = start.hparams
+    # The trial id says what the run is before TensorBoard's narrow column cuts it.
+    assert start.group_name == f"{pe} h2 kjv seed 0 · {run.name}"
     assert hp["pe"].string_value == pe and hp["heads"].string_value == "2"  # shown as 2, not 2.000
     assert not any(t.startswith("final/") for t in events.Tags()["scalars"])
     (prov,) = json.loads((run / "provenance.json").read_text())["sessions"]
