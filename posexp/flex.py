@@ -71,9 +71,8 @@ def causal_block_mask(length: int, device: str) -> Any:
 
 
 @functools.cache
-def _compiled(kind: str) -> Callable[..., torch.Tensor]:
-    """One compiled FlexAttention per score_mod function (per PE): a PE's recompilation never
-    sees another PE's captured tensors."""
+def _compiled() -> Callable[..., torch.Tensor]:
+    """FlexAttention compiled once per process, dynamic shapes: every length and PE reuse it."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=True)
@@ -84,12 +83,11 @@ def flex_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """softmax(QKᵀ/√d + bias) V under a causal mask, or None if compiling failed (then: SDPA)."""
     if _broken:
         return None
-    kind = score_mod.__qualname__
     mask = causal_block_mask(q.shape[2], str(q.device))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on CPU support; not the user's concern
-            return _compiled(kind)(q, k, v, score_mod=score_mod, block_mask=mask)
+            return _compiled()(q, k, v, score_mod=score_mod, block_mask=mask)
     except Exception as e:  # noqa: BLE001  e.g. no C++ compiler for the CPU kernel
         _broken.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         log.warning("FlexAttention unavailable here (%s); using SDPA with an explicit bias",

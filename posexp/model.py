@@ -87,14 +87,6 @@ class KVCache:
     length: int = 0
 
 
-@dataclass
-class SharedBias:
-    """What every layer's attention shares in one forward pass of a bias PE (ALiBi, T5)."""
-
-    score_mod: flex.ScoreMod | None = None  # FlexAttention: the bias inside the kernel
-    causal_bias: torch.Tensor | None = None  # (H, T, T), -inf above the diagonal: SDPA's mask
-
-
 class CausalSelfAttention(nn.Module):
     """Multi-head attention: 3·d² for Q/K/V plus d² for W^O, whatever the head count."""
 
@@ -113,7 +105,7 @@ class CausalSelfAttention(nn.Module):
         pe_state: Any = None,
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
-        shared: SharedBias | None = None,
+        score_mod: flex.ScoreMod | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
@@ -135,11 +127,8 @@ class CausalSelfAttention(nn.Module):
         y, weights = None, None
         if need_weights:
             y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
-        elif shared is not None and shared.score_mod is not None:  # bias inside the kernel
-            y = flex.flex_causal_attention(q, k, v, shared.score_mod)
-        elif shared is not None and shared.causal_bias is not None:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=shared.causal_bias.to(q.dtype),
-                                               dropout_p=self.dropout * self.training)
+        elif score_mod is not None:  # the bias inside the kernel (None back: compiling failed)
+            y = flex.flex_causal_attention(q, k, v, score_mod)
         if y is None:
             y = sdpa_attention(q, k, v, q_pos, k_pos, pe, self.dropout * self.training)
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
@@ -248,10 +237,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, pe: PositionalEncoding, positions: torch.Tensor,
                 pe_state: Any = None, cache: dict[str, Any] | None = None,
-                need_weights: bool = False, shared: SharedBias | None = None
+                need_weights: bool = False, score_mod: flex.ScoreMod | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Apply the block; returns the new residual stream and the attention weights if asked."""
-        a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights, shared)
+        a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights, score_mod)
         x = x + self.dropout(a)
         return x + self.mlp(self.ln2(x)), weights
 
@@ -309,14 +298,18 @@ class GPT(nn.Module):
             cache.length = length
         # Computed once per forward (RoPE: cos/sin tables) and handed to every layer.
         pe_state = self.pe.prepare(length, idx.device)
-        shared = None
-        if self.pe.has_bias and from_zero and T > 1 and not need_weights:
-            shared = self.shared_bias(positions, idx.device)
+        # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
+        # bias inside the kernel where it runs (posexp/flex.py); decoding steps keep SDPA.
+        score_mod = None
+        if self.pe.has_bias and from_zero and T > 1 and not need_weights and flex.use_flex(
+                self.cfg.attention, idx.device, torch.is_grad_enabled(),
+                self.cfg.dropout if self.training else 0.0):
+            score_mod = self.pe.score_mod()
         x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = block(x, self.pe, positions, pe_state, layer_cache, need_weights, shared)
+            x, w = block(x, self.pe, positions, pe_state, layer_cache, need_weights, score_mod)
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}
@@ -327,20 +320,6 @@ class GPT(nn.Module):
         if need_weights:
             out["attention"] = weights
         return out
-
-    def shared_bias(self, positions: torch.Tensor, device: torch.device) -> SharedBias | None:
-        """A bias PE's attention over positions 0..T-1 (training, evaluation, a prompt), built
-        once per forward for every layer: FlexAttention's score_mod where it runs, else, for a
-        sequence short enough, the causal bias itself. Decoding steps keep the per-layer path."""
-        needs_grad = torch.is_grad_enabled()
-        dropout = self.cfg.dropout if self.training else 0.0
-        if flex.use_flex(self.cfg.attention, device, needs_grad, dropout):
-            return SharedBias(score_mod=self.pe.score_mod())
-        if len(positions) <= BIAS_QUERY_CHUNK:
-            bias = self.pe.bias(positions, positions, torch.float32)
-            mask = causal_mask(positions, positions)
-            return SharedBias(causal_bias=bias.masked_fill(~mask, float("-inf")))
-        return None
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache, one dict per layer."""

@@ -88,7 +88,5 @@ def build_data(run: RunConfig) -> Data:
     cache_dir = Path(run.cache_dir)
     corpus = load_corpus(run.data.name, **run.data.params)
     tokenizer = build_tokenizer(run.tokenizer.name, corpus, cache_dir, **run.tokenizer.params)
-    # The token arrays' key predates the typed config; it keeps old caches valid.
-    tokens = tokenize_splits(corpus, tokenizer, cache_dir,
-                             key=config_hash(run.data.to_dict("source"), run.tokenizer.to_dict()))
+    tokens = tokenize_splits(corpus, tokenizer, cache_dir, key=data_key(run))
     return Data(corpus, tokenizer, tokens)

@@ -48,8 +48,9 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
         if any(a in ("--help", "-h", "--hydra-help", "-sc", "--shell-completion") for a in args):
             return ["parent=DIR", *args]  # Hydra's help: groups and the composed config
         raise PosexpError("finetune needs --run DIR, the run to continue (e.g. outputs/runs/<run>)")
-    run = RunDir.open(run, "--run").path
-    RunDir(run).meta()  # one-line error now if it has no checkpoint
+    parent = RunDir.open(run, "--run")
+    parent.meta()  # one-line error now if it has no checkpoint
+    run = parent.path
     if any(a.split("=", 1)[0].lstrip("+~") in ("parent", "resume") for a in args):
         raise PosexpError(
             "finetune sets parent= from --run and starts a new run; to continue an interrupted "

@@ -46,14 +46,13 @@ def claim_run_dir(run_dir: Path) -> Path:
         return run_dir
     shutil.copytree(run_dir / ".hydra", owned / ".hydra", dirs_exist_ok=True)
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.resolve():
-            moved = logging.FileHandler(owned / Path(handler.baseFilename).name)
-            moved.setFormatter(handler.formatter)
-            moved.setLevel(handler.level)
-            root.removeHandler(handler)
-            handler.close()
-            root.addHandler(moved)
+    for handler in file_handlers_in(run_dir):
+        moved = logging.FileHandler(owned / Path(handler.baseFilename).name)
+        moved.setFormatter(handler.formatter)
+        moved.setLevel(handler.level)
+        root.removeHandler(handler)
+        handler.close()
+        root.addHandler(moved)
     log.warning("%s was taken by a run started in the same second; this run uses %s", run_dir, owned)
     return owned
 
@@ -64,8 +63,13 @@ def release_log_files(run_dir: Path) -> None:
     Only those: a global ``logging.shutdown()`` would leave closed handlers on the root logger
     that reopen their (deleted) files at the next log call of a longer-lived process.
     """
-    root, target = logging.getLogger(), run_dir.resolve()
-    for handler in list(root.handlers):
-        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_relative_to(target):
-            root.removeHandler(handler)
-            handler.close()
+    for handler in file_handlers_in(run_dir):
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def file_handlers_in(run_dir: Path) -> list[logging.FileHandler]:
+    """The root logger's file handlers that write into ``run_dir`` (Hydra's ``<job>.log``)."""
+    target = run_dir.resolve()
+    return [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)
+            and Path(h.baseFilename).is_relative_to(target)]

@@ -88,13 +88,16 @@ class Job:
     def status(self) -> str:
         return self.run.status()
 
-    def setting(self, key: str) -> str:
-        """A config value by its override key (``pe``, ``train.lr``) when not overridden; '' if unknown."""
+    @cached_property
+    def flat_config(self) -> dict[str, Any]:
+        """The config as ``{"train.lr": 0.003, ...}``; empty when there is none."""
         from posexp.tasks.sweeps import flatten
 
-        if self.config is None:
-            return ""
-        flat = flatten(self.config.to_dict())
+        return flatten(self.config.to_dict()) if self.config else {}
+
+    def setting(self, key: str) -> str:
+        """A config value by its override key (``pe``, ``train.lr``) when not overridden; '' if unknown."""
+        flat = self.flat_config
         value = flat.get(key, flat.get(f"{key}.name", flat.get(f"{key}.source", "")))
         return "" if value is None else str(value)
 
@@ -282,7 +285,7 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         counts[job.status] = counts.get(job.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     md = [f"{len(jobs)} run{'s' if len(jobs) != 1 else ''}: {summary}.", "",
-          *([settings_line(jobs), ""] if settings_line(jobs) else []), md_table(header, rows, align)]
+          *([settings, ""] if (settings := settings_line(jobs)) else []), md_table(header, rows, align)]
     plot = runs_plot(ctx, jobs)
     if plot:
         md += ["", f"![final metric per run]({plot.name})"]
@@ -299,9 +302,7 @@ SETTINGS = (("model.name", "model"), ("model.d_model", "d_model"), ("model.n_lay
 
 def settings_line(jobs: list[Job]) -> str:
     """The settings every run shares, and which ones vary, read from the runs' configs."""
-    from posexp.tasks.sweeps import flatten
-
-    configs = [flatten(j.config.to_dict()) for j in jobs if j.config]
+    configs = [j.flat_config for j in jobs if j.config]
     if not configs:
         return ""
     fixed, varying = [], []
