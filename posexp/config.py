@@ -18,6 +18,7 @@ from typing import Any
 
 from posexp.errors import PosexpError, choose
 from posexp.extension import ExtensionConfig
+from posexp.positions import PositionSampling
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MISSING = "???"  # Hydra's mark for a value the user must give
@@ -285,6 +286,7 @@ class RunConfig:
     resume: str | None = None
     parent: str | None = None
     train_length: int | None = None  # a fine-tune's parent length L0; None = train.seq_len
+    positions: PositionSampling = PositionSampling()
 
     @property
     def length0(self) -> int:
@@ -314,10 +316,12 @@ class RunConfig:
         pe_cls.check_params(pe_params, train.seq_len)
         ext = ExtensionConfig.from_dict(d.get("extension") or {"method": "none"})
         check_extension(pe_name, ext.method)
-        data_name, data_params = _named("data", d.get("data"), "source")
-        check_dataset(data_name, data_params)
         tok_name, tok_params = _named("tokenizer", d.get("tokenizer"), "name")
         check_tokenizer(tok_name, tok_params)
+        data_name, data_params = _named("data", d.get("data"), "source")
+        rows = check_dataset(data_name, data_params, tok_name, train.seq_len)
+        # Randomized positions cover the rows actually trained on (a task's can be shorter).
+        positions = PositionSampling.from_pe(pe_name, pe_params, train.seq_len, rows or train.seq_len)
         for key in ("resume", "parent", "cache_dir"):
             if d.get(key) is not None and not isinstance(d[key], str):
                 raise PosexpError(f"{key} must be a path, got {d[key]!r}")
@@ -339,6 +343,7 @@ class RunConfig:
             resume=d.get("resume"),
             parent=d.get("parent"),
             train_length=train_length,
+            positions=positions,
         )
 
     @classmethod
@@ -356,7 +361,7 @@ class RunConfig:
         """Plain data in the YAML layout (what a checkpoint's ``meta.json`` stores)."""
         return {
             "model": dataclasses.asdict(self.model),
-            "pe": self.pe.to_dict(),
+            "pe": {**self.pe.to_dict(), **dataclasses.asdict(self.positions)},
             "extension": self.extension.to_dict(),
             "data": self.data.to_dict("source"),
             "tokenizer": self.tokenizer.to_dict(),

@@ -233,7 +233,7 @@ def part_eval(c: Check) -> dict[str, Any]:
     args = argparse.Namespace(model=s.eval_model, heads=8 if not c.smoke else 2, device=s.device,
                               reps=3 if not c.smoke else 1)
     variants = (("rope", "alibi:flex") if c.smoke else
-                ("rope", "alibi:flex", "alibi:sdpa", "t5:flex", "t5:sdpa"))
+                ("rope", "alibi:flex", "alibi:sdpa", "t5:flex", "t5:sdpa", "fire:flex", "fire:sdpa"))
     rows = [measure(args, pe, length) for pe in variants for length in s.eval_lengths]
     for r in rows:
         rope = next(x for x in rows if x["pe"] == "rope" and x["length"] == r["length"])

@@ -142,7 +142,7 @@ def test_generate_greedy_matches_argmax_of_full_recompute():
         ({"n_heads": 3}, "heads=3 does not divide d_model=32"),
         ({"n_heads": 0}, "heads must be a positive integer, got 0"),
         ({"n_heads": -2}, "heads must be a positive integer"),
-        ({"pe": "nope"}, "unknown pe 'nope'; allowed: alibi, learned, none, rope, sinusoidal"),
+        ({"pe": "nope"}, "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, sinusoidal"),
     ],
 )
 def test_bad_model_config_is_one_line(kwargs, message):

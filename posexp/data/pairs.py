@@ -75,6 +75,23 @@ def tokenize_pairs(
     return arrays
 
 
+def collate_rows(examples: Sequence[tuple[list[int], list[int]]], tokenizer: Tokenizer,
+                 seq_len: int, loss_on: str = "target") -> tuple[torch.Tensor, torch.Tensor]:
+    """int64 (inputs, targets) of shape (len(examples), seq_len): one ``source <sep> target
+    <eos>`` row per (source ids, target ids), truncated and masked as the module docstring says."""
+    tok, width = tokenizer, seq_len + 1
+    rows = np.full((len(examples), width), tok.pad_id, dtype=np.int64)
+    labels = np.full((len(examples), width), IGNORE, dtype=np.int64)
+    for r, (src, tgt) in enumerate(examples):
+        keep = max(0, width - 2 - len(tgt))  # room left for the source: drop its end first
+        seq = [*src[:keep], tok.sep_id, *tgt, tok.eos_id][:width]
+        rows[r, : len(seq)] = seq
+        first = 1 if loss_on == "all" else min(len(src), keep) + 1
+        labels[r, first : len(seq)] = seq[first:]
+    # Row position j predicts token j+1, so targets are the labels shifted left by one.
+    return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(labels[:, 1:].copy())
+
+
 class PairBatches:
     """Random batches of one-example-per-row pairs; batch `step` depends only on (seed, step)."""
 
@@ -116,18 +133,8 @@ class PairBatches:
 
     def collate(self, indices: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """int64 (inputs, targets) of shape (len(indices), seq_len) for the given pairs, in order."""
-        tok, width = self.tokenizer, self.seq_len + 1
-        rows = np.full((len(indices), width), tok.pad_id, dtype=np.int64)
-        labels = np.full((len(indices), width), IGNORE, dtype=np.int64)
-        for r, i in enumerate(indices):
-            src, tgt = self.example(int(i))
-            keep = max(0, width - 2 - len(tgt))  # room left for the source: drop its end first
-            seq = [*src[:keep], tok.sep_id, *tgt, tok.eos_id][:width]
-            rows[r, : len(seq)] = seq
-            first = 1 if self.loss_on == "all" else min(len(src), keep) + 1
-            labels[r, first : len(seq)] = seq[first:]
-        # Row position j predicts token j+1, so targets are the labels shifted left by one.
-        return torch.from_numpy(rows[:, :-1].copy()), torch.from_numpy(labels[:, 1:].copy())
+        examples = [self.example(int(i)) for i in indices]
+        return collate_rows(examples, self.tokenizer, self.seq_len, self.loss_on)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Random batch number `step`: a fresh generator seeded by (seed, step), no saved state."""

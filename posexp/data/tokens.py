@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from posexp.data.registry import Corpus
-from posexp.data.tokenizers import Tokenizer
+from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.errors import PosexpError
 
 CACHE_VERSION = "tokens-v1"
@@ -66,6 +66,9 @@ def tokenize_splits(
     name = cache_name(key, tokenizer.fingerprint, corpus.fingerprint())
     out: dict[str, np.ndarray] = {}
     for split, docs in corpus.splits.items():
+        if not docs:  # nothing to tokenize (a synthetic task generates its rows)
+            out[split] = np.zeros(0, dtype=token_dtype(tokenizer.vocab_size))
+            continue
         path = Path(cache_dir) / f"{name}.{split}.npy"
         if not path.exists():
             log.info("tokenizing the %s split: %s documents (once; cached in %s)", split,

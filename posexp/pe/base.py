@@ -56,6 +56,8 @@ class PositionalEncoding(nn.Module):
     # What extension methods may change for this encoding (None: what its kind allows).
     accepts: ClassVar[frozenset[str] | None] = None
     needs_even_head_dim: ClassVar[bool] = False
+    # False when the compiled CPU FlexAttention kernel cannot take this score_mod (FIRE).
+    flex_on_cpu: ClassVar[bool] = True
     # True when cached keys must be stored before rotation and re-rotated each step, because
     # the rotation depends on the current length (dynamic NTK).
     rotates_cached_keys: bool = False
@@ -82,6 +84,11 @@ class PositionalEncoding(nn.Module):
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """Refuse settings that cannot work at training length ``seq_len`` (one-line errors)."""
+
+    @classmethod
+    def position_limit(cls, params: dict[str, Any], seq_len: int) -> int | None:
+        """How many positions these settings can represent (a learned table's rows); None: any."""
+        return None
 
     def prepare(self, length: int, device: torch.device) -> Any:
         """Per-forward state for positions below ``length`` (RoPE: its cos/sin tables), or None.

@@ -27,6 +27,11 @@ class LearnedEncoding(PositionalEncoding):
             raise PosexpError(f"pe.max_len={max_len} is shorter than train.seq_len={seq_len}; "
                               f"allowed: pe.max_len >= {seq_len} (or null for the training length)")
 
+    @classmethod
+    def position_limit(cls, params: dict, seq_len: int) -> int:
+        """The table's rows: pe.max_len, or the training length when it is null."""
+        return int(params.get("max_len") or seq_len)
+
     def __init__(self, ctx: PEContext, max_len: int | None = None) -> None:
         super().__init__(ctx)
         self.max_len = int(max_len or ctx.train_length)

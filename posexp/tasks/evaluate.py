@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from posexp.config import RunConfig
+from posexp.data import build_tokenizer
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PositionOutOfRange
@@ -47,6 +48,7 @@ from posexp.tasks.extrapolate_plan import (
     RunPlan,
     RunResult,
     Settings,
+    attach_examples,
     attach_windows,
     find_runs,
     plan_run,
@@ -57,6 +59,7 @@ from posexp.tasks.extrapolate_score import (
     safe_exp,
     score_windows,
 )
+from posexp.tasks.synthetic import score_examples
 
 # ---- running -------------------------------------------------------------------------------
 
@@ -96,6 +99,10 @@ def evaluate_runs(target: Path | str | Sequence[Path | str] | None, settings: Se
     data_cache: dict[str, Data] = {}
     tests = []
     for plan in plans:
+        if plan.task is not None:  # a task run: fixed test instances instead of token windows
+            attach_examples(plan)
+            tests.append(None)
+            continue
         test = load_test_tokens(plan.cfg, data_cache)
         attach_windows(plan, len(test))
         tests.append(test)
@@ -112,44 +119,64 @@ def evaluate_runs(target: Path | str | Sequence[Path | str] | None, settings: Se
     return results
 
 
-def evaluate_plan(plan: RunPlan, test: np.ndarray, device: torch.device, batch_tokens: int,
+def evaluate_plan(plan: RunPlan, test: np.ndarray | None, device: torch.device, batch_tokens: int,
                   autocast: Callable[[], Any], bar: Any) -> RunResult:
     """Score every item of one run, then write its JSON, CSV, plots and TensorBoard scalars."""
     mdict = dict(plan.meta["model"])
     state = plan.run.load_model(torch.device("cpu")).state_dict()
-    tokens = torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64))
+    tokens = None if test is None else torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64))
+    tokenizer = build_tokenizer(plan.cfg.tokenizer.name, None, Path(plan.cfg.cache_dir),
+                                **plan.cfg.tokenizer.params) if plan.task is not None else None
     models: dict[str, GPT] = {}
     records: list[dict[str, Any]] = []
     longest = plan.longest
     curves: dict[str, dict[str, Any]] = {}
+    scored = [0]  # tokens scored so far (tqdm leaves bar.n at 0 when the bar is disabled)
+
+    def advance(n: int) -> None:
+        scored[0] += n
+        bar.update(n)
+
     for item in plan.items:
         record = {"method": item.method, "length": item.length, "protocol": item.protocol,
                   "factor": item.factor, "ppl": None, "loss": None, "tokens": 0, "seconds": 0.0,
-                  "note": item.note, "stride": item.stride}
+                  "note": item.note, "stride": item.stride, "metric": item.metric,
+                  "accuracy": None, "examples": None, "depth": item.depth}
         if not item.skip:
             key = json.dumps(item.extension, sort_keys=True)
-            start, done = time.perf_counter(), bar.n
+            start, done = time.perf_counter(), scored[0]
             try:
                 if key not in models:
                     models.clear()  # one model alive at a time: they differ only in frequencies
                     model = GPT(ModelConfig(**{**mdict, "extension": item.extension}))
                     model.load_state_dict(state)
                     models[key] = model.to(device).eval()
-                score = score_windows(models[key], tokens, item.windows, device, batch_tokens,
-                                      autocast, bar.update)
+                if item.examples is not None:
+                    task_score = score_examples(models[key], item.examples, tokenizer, device,
+                                                batch_tokens, autocast, advance)
+                else:
+                    score = score_windows(models[key], tokens, item.windows, device, batch_tokens,
+                                          autocast, advance)
             except PositionOutOfRange:
-                bar.update(item.work - (bar.n - done))
+                advance(item.work - (scored[0] - done))
                 record["note"] = "; ".join(x for x in (item.note, out_of_table_note(mdict)) if x)
             else:
-                record.update(loss=score.loss, ppl=safe_exp(score.loss), tokens=score.count)
-                if item.length == longest and (item.method not in curves
+                if item.examples is not None:
+                    record.update(loss=task_score.loss, ppl=safe_exp(task_score.loss),
+                                  tokens=task_score.tokens, accuracy=task_score.accuracy,
+                                  examples=task_score.rows)
+                else:
+                    record.update(loss=score.loss, ppl=safe_exp(score.loss), tokens=score.count)
+                if item.examples is None and item.length == longest and (item.method not in curves
                                                or item.protocol == "nonoverlap"):
                     curves[item.method] = bucket_positions(score, item.protocol)
             record["seconds"] = round(time.perf_counter() - start, 3)
             if bar.disable:  # no terminal (nohup, Slurm): a plain line per item instead of the bar
-                shown = f"ppl {record['ppl']:.4g}" if record["ppl"] is not None else record["note"]
-                print(f"{plan.run_dir.name}: {item.method} at {item.length:,} ({item.protocol}): "
-                      f"{shown}  [{record['seconds']:.1f}s, {bar.n:,}/{bar.total:,} tokens]",
+                shown = (record["note"] if record["ppl"] is None else f"accuracy {record['accuracy']:.3f}"
+                         if item.examples is not None else f"ppl {record['ppl']:.4g}")
+                where = item.protocol if item.depth is None else f"key depth {item.depth:g}"
+                print(f"{plan.run_dir.name}: {item.method} at {item.length:,} ({where}): "
+                      f"{shown}  [{record['seconds']:.1f}s, {scored[0]:,}/{bar.total:,} tokens]",
                       file=sys.stderr, flush=True)
         records.append(record)
     per_position = {"length": longest, "train_length": plan.train_length,

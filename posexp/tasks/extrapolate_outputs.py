@@ -23,6 +23,7 @@ from posexp.tasks.extrapolate_plan import (
     RunPlan,
     RunResult,
 )
+from posexp.tasks.extrapolate_tasks import panel, plot_accuracy
 
 # ---- outputs -------------------------------------------------------------------------------
 
@@ -34,6 +35,18 @@ def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: di
     model = plan.meta["model"]
     title = (f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
              f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens\n{plan.run_dir.name}")
+    if plan.task is not None:  # a task run: accuracy records and their plot, no token positions
+        task = plan.task
+        title = (f"{task.task.name}, pe={plan.pe}, {model['n_layers']} layers, {model['n_heads']} "
+                 f"heads, trained on sizes {task.train_lengths[0]}–{task.train_lengths[1]}\n"
+                 f"{plan.run_dir.name}")
+        with staged_dir(plan.run.eval_dir) as out:
+            write_json_atomic(out / names[0], records)
+            write_csv_atomic(out / names[1], records, FIELDS)
+            png = save_figure_atomic(plot_accuracy(records, task.train_lengths, task.task.unit, title),
+                                     out / names[3])
+        write_tensorboard(plan.run_dir, records, {"extrapolate/accuracy_plot": png})
+        return [plan.run.eval_dir / name for name in (names[0], names[1], names[3])]
     # One evaluation's files are swapped in together, so JSON, CSV and plots always agree.
     with staged_dir(plan.run.eval_dir) as out:
         write_json_atomic(out / names[0], records)
@@ -163,7 +176,9 @@ def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], images: dict
         writer = SummaryWriter(str(run_dir / TB_METHODS_DIR / method.replace(":", "-")))
         try:
             for r in points:
-                writer.add_scalar(f"extrapolate/{r['protocol']}/ppl", r["ppl"], r["length"])
+                metric = r.get("metric") or "ppl"
+                depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
+                writer.add_scalar(f"extrapolate/{r['protocol']}{depth}/{metric}", r[metric], r["length"])
         finally:
             writer.close()
     writer = SummaryWriter(str(run_dir), filename_suffix=TB_SUFFIX)
@@ -183,24 +198,36 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
 
     console = console or Console()
     lengths = sorted({r["length"] for r in result.records})
-    console.print(f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: test ppl, "
-                  f"pe={result.pe}, trained at {result.train_length}", soft_wrap=True)
+    accuracy = any(r.get("metric") == "accuracy" for r in result.records)
+    what = "test exact-match accuracy" if accuracy else "test ppl"
+    console.print(f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {what}, "
+                  f"pe={result.pe}, trained at {result.train_length}"
+                  + (" tokens (longest row)" if accuracy else ""), soft_wrap=True)
     table = Table()
     table.add_column("method")
     table.add_column("protocol")
     for n in lengths:
-        table.add_column(f"{n}\n×{n / result.train_length:g}", justify="right")
+        table.add_column(f"{n}" if accuracy else f"{n}\n×{n / result.train_length:g}", justify="right")
     rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in result.records:
-        rows.setdefault((r["method"], r["protocol"]), {})[r["length"]] = r
+        rows.setdefault((r["method"], panel(r)), {})[r["length"]] = r
     for (method, protocol), by_len in rows.items():
-        table.add_row(method, protocol, *(fmt_ppl(by_len.get(n)) for n in lengths))
+        cells = (fmt_accuracy(by_len.get(n)) if accuracy else fmt_ppl(by_len.get(n)) for n in lengths)
+        table.add_row(method, protocol, *cells)
     console.print(table)
     notes = sorted({r["note"] for r in result.records if r["ppl"] is None and r["note"]})
     for note in notes:
         console.print(f"  —: {note}", soft_wrap=True, highlight=False)
-    console.print(f"  wrote {RunDir(result.run_dir).eval_dir}/extrapolate.{{json,csv,png}}, "
-                  f"per_position.{{json,png}}", soft_wrap=True, highlight=False)
+    extra = "" if accuracy else ", per_position.{json,png}"
+    console.print(f"  wrote {RunDir(result.run_dir).eval_dir}/extrapolate.{{json,csv,png}}{extra}",
+                  soft_wrap=True, highlight=False)
+
+
+def fmt_accuracy(record: dict[str, Any] | None) -> str:
+    """Accuracy with 3 decimals, '—' when missing or not applicable."""
+    if record is None or record.get("accuracy") is None:
+        return "—"
+    return f"{record['accuracy']:.3f}"
 
 
 def fmt_ppl(record: dict[str, Any] | None) -> str:

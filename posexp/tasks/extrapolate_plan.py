@@ -27,6 +27,8 @@ from posexp.pe import accepted_extensions, check_extension
 from posexp.rundir import RunDir, latest_run
 from posexp.rundir import find_runs as find_run_dirs
 from posexp.tasks.common import resolve_device
+from posexp.tasks.extrapolate_tasks import PROTOCOL as TASK_PROTOCOL
+from posexp.tasks.extrapolate_tasks import task_data
 
 log = logging.getLogger("posexp")
 
@@ -40,7 +42,8 @@ PER_POSITION_BUCKETS = 64
 # TensorBoard events go into the run dir itself, in files with this suffix (see write_tensorboard).
 TB_SUFFIX = ".extrapolate"
 TB_METHODS_DIR = "extrapolate"  # <run>/extrapolate/<method>/: one TensorBoard run per method
-FIELDS = ("method", "length", "protocol", "factor", "ppl", "loss", "tokens", "seconds", "note", "stride")
+FIELDS = ("method", "length", "protocol", "factor", "ppl", "loss", "tokens", "seconds", "note", "stride",
+          "metric", "accuracy", "examples", "depth")
 
 
 # ---- settings ------------------------------------------------------------------------------
@@ -180,9 +183,18 @@ class Item:
     windows: list[Window] = field(default_factory=list)
     note: str = ""
     skip: bool = False  # set when the test split is too short for one window
+    depth: float | None = None  # passkey: where the key sits in the filler
+    examples: list[tuple[str, str]] | None = None  # task runs: the test instances scored
+
+    @property
+    def metric(self) -> str:
+        """What the item measures: perplexity of text, or exact-match accuracy of a task."""
+        return "ppl" if self.examples is None else "accuracy"
 
     @property
     def work(self) -> int:
+        if self.examples is not None:
+            return sum(len(p) + len(a) + 1 for p, a in self.examples)
         return sum(w.length for w in self.windows)
 
 
@@ -197,6 +209,7 @@ class RunPlan:
     n_tokens: int
     items: list[Item]
     dropped: list[str] = field(default_factory=list)  # asked-for methods that do not apply
+    task: Any = None  # a synthetic-task run's SyntheticData (then items score instances)
 
     @property
     def run_dir(self) -> Path:
@@ -261,9 +274,23 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     pe, train_length = mdict["pe"], int(mdict["train_length"])
     baked = dict(mdict.get("extension") or {"method": "none"})
     has_baked = baked.get("method", "none") != "none"
-    lengths = plan_lengths(s, train_length, run_dir)
-    protocol = s.protocol or "nonoverlap"
-    protocols = PROTOCOLS if protocol == "both" else (protocol,)
+    task = task_data(cfg)
+    if task is not None:
+        if settings.max_len is not None or settings.protocol is not None or settings.tokens is not None:
+            raise PosexpError(f"{str(run_dir)!r} is a {task.task.name} task run: it is scored by "
+                              f"test sizes; allowed: --lengths (in {task.task.unit}), --method, --factor")
+        lengths = sorted(set(settings.lengths or task.test_lengths))
+        for n in lengths:
+            if n < task.task.min_length:
+                raise PosexpError(f"--lengths {n} is below the smallest {task.task.name} size "
+                                  f"{task.task.min_length}; allowed: sizes >= {task.task.min_length}")
+        train_length = task.longest_train_row()  # positions trained: the longest training row
+        protocols: tuple[str, ...] = (TASK_PROTOCOL,)
+    else:
+        lengths = plan_lengths(s, train_length, run_dir)
+        protocol = s.protocol or "nonoverlap"
+        protocols = PROTOCOLS if protocol == "both" else (protocol,)
+    variants = (task.task.variants or (None,)) if task is not None else (None,)
     stride = s.stride or max(1, train_length // 2)
     if settings.tokens is not None and settings.tokens < max(lengths):
         raise PosexpError(
@@ -305,15 +332,18 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                 extra = (f"baked in by finetune: factor {factor:g}, "
                          f"original_length {baked.get('original_length')}")
             else:
-                factor, ext, extra = method_extension(method, length, train_length, s.factor)
+                tokens = task.task.row_tokens(length) if task is not None else length
+                factor, ext, extra = method_extension(method, tokens, train_length, s.factor)
             for p in protocols:
-                items.append(Item(label, length, p, factor, ext,
-                                  stride=min(stride, length) if p == "sliding" else None,
-                                  note="; ".join(x for x in (note, extra, unfinished) if x)))
+                for depth in variants:
+                    items.append(Item(label, length, p, factor, ext,
+                                      stride=min(stride, length) if p == "sliding" else None,
+                                      note="; ".join(x for x in (note, extra, unfinished) if x),
+                                      depth=depth))
     if not items and n_runs == 1:
         raise PosexpError(f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
                           f"allowed for {pe}: {', '.join(accepted_extensions(pe))}")
-    return RunPlan(run, meta, cfg, train_length, n_tokens, items, dropped)
+    return RunPlan(run, meta, cfg, train_length, n_tokens, items, dropped, task)
 
 
 @dataclass
@@ -327,6 +357,12 @@ class RunResult:
     per_position: dict[str, Any]
     files: list[Path]
 
+
+
+def attach_examples(plan: RunPlan) -> None:
+    """Give every item of a task run its fixed test instances (a pure function of data.seed)."""
+    for item in plan.items:
+        item.examples = plan.task.examples("test", item.length, plan.task.test_examples, item.depth)
 
 
 def attach_windows(plan: RunPlan, test_size: int) -> None:

@@ -3,7 +3,9 @@
 Hydra composes ``configs/finetune.yaml`` (train.yaml plus fine-tune defaults) with the user's
 overrides; the task then builds the effective config from the PARENT's saved config:
 
-* kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer;
+* kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer, except
+  a synthetic task's sizes (``data.train_lengths``, ``data.test_lengths``), which a longer
+  context is for;
 * from this composition (finetune.yaml + command line): everything else, e.g. extension
   (method, factor, params), device, seed, cache_dir; sections only the parent's config has
   (e.g. a preset's ``extrapolate:``) are kept;
@@ -40,6 +42,8 @@ log = logging.getLogger("posexp")
 
 # Config roots that define the network and its data: a fine-tune keeps the parent's.
 PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
+# ...except the sizes a synthetic task trains and tests at, which a longer context changes.
+DATA_SIZES = ("data.train_lengths", "data.test_lengths")
 
 
 def finetune_args(run: Path | None, args: list[str]) -> list[str]:
@@ -58,7 +62,11 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
         )
     # Quoted: sweep job dirs are named like `pe=rope,heads=4`, which Hydra would parse.
     quoted = str(run).replace("\\", "\\\\").replace("'", "\\'")
-    return [f"parent='{quoted}'", *args]
+    # Compose with the parent's data source, so its keys (a task's sizes) can be overridden.
+    source = parent.config().data.name
+    given = any(a.split("=", 1)[0].lstrip("+~") == "data" for a in args)
+    same_data = [f"data={source}"] if not given and (Path(config_dir()) / "data" / f"{source}.yaml").exists() else []
+    return [f"parent='{quoted}'", *same_data, *args]
 
 
 def _plain(value: Any) -> Any:
@@ -76,6 +84,9 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     for key in keys:
         root = key.split(".")[0].split("@")[0]
+        if key in DATA_SIZES or (key == "data" and OmegaConf.select(cfg, "data.source")
+                                 == OmegaConf.select(saved, "data.source")):
+            continue  # the parent's own data source (finetune_args composes with it)
         if root in PARENT_KEYS:
             want, have = OmegaConf.select(cfg, root), OmegaConf.select(saved, root)
             if _plain(want) != _plain(have):
@@ -89,6 +100,9 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     for key, value in saved.items():
         if key in PARENT_KEYS or key not in merged:
             merged[key] = value
+    for key in DATA_SIZES:
+        if key in keys:
+            OmegaConf.update(merged, key, _plain(OmegaConf.select(cfg, key)), force_add=True)
     # train: the parent's settings, except finetune.yaml's defaults and the user's overrides.
     train = _plain(cfg.train)
     own = set(OmegaConf.load(_finetune_yaml()).train)

@@ -49,7 +49,7 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
     """Columns ordered like the paper: sinusoidal, learned, NoPE, rope (+methods), alibi."""
     from posexp.extension import EXTENSIONS
 
-    jobs = [j for j in ctx.jobs if j.extrapolate]
+    jobs = perplexity_jobs(ctx.jobs)
     pes = [j.pe for j in jobs]
     method_order = ["none", *EXTENSIONS]
     columns = []
@@ -255,5 +255,10 @@ def extrapolation_plot(ctx: ReportContext, columns: list[Column], protocol: str,
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")
 
 
-register_report_view("extrapolation", lambda jobs: any(j.extrapolate for j in jobs),
+def perplexity_jobs(jobs: list[Job]) -> list[Job]:
+    """Jobs with perplexity records (task runs' accuracy records have their own views)."""
+    return [j for j in jobs if j.extrapolate and any(r.get("metric", "ppl") == "ppl" for r in j.extrapolate)]
+
+
+register_report_view("extrapolation", lambda jobs: bool(perplexity_jobs(jobs)),
                      render_extrapolation, order=10)

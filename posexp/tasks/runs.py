@@ -15,7 +15,8 @@ from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 from posexp.tasks.report import Job, find_jobs
 
-FIELDS = ("run", "data", "pe", "heads", "extension", "steps", "status", "val_ppl", "bleu", "minutes")
+FIELDS = ("run", "data", "pe", "heads", "extension", "steps", "status", "val_ppl", "val_acc", "bleu",
+          "minutes")
 
 
 def _minutes(path: Path) -> float | None:
@@ -38,13 +39,16 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     step = meta.get("step")
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
-        "data": cfg.data.name if cfg else None,
+        # A synthetic run is named by its task (synthetic:copy).
+        "data": (f"{cfg.data.name}:{cfg.data.params['task']}" if "task" in cfg.data.params
+                 else cfg.data.name) if cfg else None,
         "pe": job.pe,
         "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": ext.get("method", "none"),
         "steps": f"{step if step is not None else '-'}/{total if total is not None else '?'}",
         "status": job.status,
         "val_ppl": metrics.get("final/val_ppl"),
+        "val_acc": metrics.get("final/val_accuracy"),
         "bleu": metrics.get("final/bleu"),
         "minutes": _minutes(job.path),
     }
@@ -67,7 +71,7 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None) -> None:
     table = Table(show_lines=False)
     for name in FIELDS:
         table.add_column(name, no_wrap=True, justify="right" if name in (
-            "heads", "steps", "val_ppl", "bleu", "minutes") else "left")
+            "heads", "steps", "val_ppl", "val_acc", "bleu", "minutes") else "left")
     for r in rows:
         cells = [r[k] for k in FIELDS]
         table.add_row(*("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -31,8 +31,9 @@ from posexp.config import RunConfig, TrainConfig, from_composed
 from posexp.errors import Abort, PosexpError
 from posexp.files import write_text_atomic
 from posexp.model import GPT, ModelConfig
+from posexp.positions import random_positions
 from posexp.rundir import RunDir
-from posexp.tasks import translation  # noqa: F401  (registers the "pairs" objective)
+from posexp.tasks import synthetic, translation  # noqa: F401  (register the "synthetic", "pairs" objectives)
 from posexp.tasks.common import build_data, model_config, resolve_device
 from posexp.tasks.lifecycle import Diverged, claim_run_dir, fail_run
 from posexp.tasks.objectives import Objective, build_objective
@@ -130,7 +131,8 @@ class Trainer:
     def fit(self) -> float:
         """Train to ``train.max_steps``; returns the final validation loss."""
         t = self.cfg.train
-        tokens_per_step = t.batch_size * t.seq_len
+        # A task's rows can be shorter than seq_len: count the tokens actually read.
+        tokens_per_step = t.batch_size * getattr(self.objective, "row_tokens", t.seq_len)
         bar = tqdm(total=t.max_steps, initial=self.step, desc="train", unit="step",
                    disable=None if distributed.is_main() else True, dynamic_ncols=True,
                    file=sys.stderr)
@@ -146,15 +148,26 @@ class Trainer:
         bar.close()
         return self.last_val
 
+    def positions(self, shape: torch.Size, rows: int) -> torch.Tensor | None:
+        """This rank's rows of the step's randomized positions (pe.randomized), else None."""
+        sampling = self.cfg.positions
+        if not sampling.randomized:
+            return None
+        drawn = random_positions(shape[0], shape[1], sampling.max_position, self.cfg.seed, self.step)
+        first = distributed.rank() * rows if distributed.active() else 0
+        return to_device(drawn[first : first + rows], self.device)
+
     def _loop(self, bar: Any, window_start: float, window_steps: int, tokens_per_step: int) -> None:
         """The training steps, with logging, evaluation and checkpoints at their intervals."""
         t = self.cfg.train
         while self.step < t.max_steps:
             # Under torchrun: this rank's rows of the global batch, and its loss weight.
-            x, y, weight = distributed.shard(*self.objective.batch(self.step))
+            x_all, y_all = self.objective.batch(self.step)
+            x, y, weight = distributed.shard(x_all, y_all)
             x, y = to_device(x, self.device), to_device(y, self.device)
+            positions = self.positions(x_all.shape, x.shape[0])
             with self.autocast():
-                loss = self.model(x, y)["loss"]
+                loss = self.model(x, y, positions)["loss"]
             (loss if weight is None else loss * weight).backward()
             loss = loss.detach()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
@@ -199,6 +212,19 @@ class Trainer:
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
 
 
+NETWORK_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "pe", "pe_params")
+
+
+def check_same_network(parent: dict[str, Any], mcfg: ModelConfig) -> None:
+    """Refuse to load a parent's weights into a network of another shape (one line, the first key)."""
+    mine = mcfg.to_dict()
+    for key in NETWORK_KEYS:
+        if parent.get(key) != mine[key]:
+            raise PosexpError(f"parent run has {key}={parent.get(key)!r}, this run {key}={mine[key]!r}; "
+                              f"a run started from another's weights keeps its network (model, pe, "
+                              f"heads, tokenizer)")
+
+
 def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
     started = time.perf_counter()
@@ -222,7 +248,9 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         load_weights(run_dir, model)
         state = load_state(run_dir)
     elif cfg.parent:
-        # `posexp finetune` (posexp/tasks/finetune.py): start from the parent run's weights.
+        # `posexp finetune`, or `posexp train parent=<run>` (e.g. on other data): start from the
+        # parent run's weights; the network must be the same.
+        check_same_network(RunDir.open(cfg.parent, "parent").meta()["model"], mcfg)
         load_weights(Path(cfg.parent), model)
         log.info("initialised from parent run %s", cfg.parent)
     writer = (SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
@@ -277,8 +305,11 @@ def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
     """The knobs people sweep, for TensorBoard's hparams table."""
     ext = mcfg.extension or {}
     return {
-        "pe": mcfg.pe, "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
-        "seq_len": cfg.train.seq_len, "seed": cfg.seed, "data": cfg.data.name,
+        # rope_randomized shows as "rope randomized"; a synthetic run's data as its task.
+        "pe": mcfg.pe + (" randomized" if cfg.positions.randomized else ""),
+        "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
+        "seq_len": cfg.train.seq_len, "seed": cfg.seed,
+        "data": str(cfg.data.params.get("task", cfg.data.name)),
         "tokenizer": cfg.tokenizer.name, "extension": extension_label(ext),
         "factor": float(ext.get("factor", 1.0)),
     }

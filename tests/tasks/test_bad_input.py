@@ -11,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
 CASES = {
-    "unknown pe": (["pe=nope"], "unknown pe 'nope'; allowed: alibi, learned, none, rope, sinusoidal, t5"),
-    "unknown experiment": (["experiment=bogus"], "unknown experiment 'bogus'; allowed: extrapolation, head_ablation, head_ablation_cpu"),
+    "unknown pe": (["pe=nope"], "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, rope_randomized, sinusoidal, t5"),
+    "unknown experiment": (["experiment=bogus"], "unknown experiment 'bogus'; allowed: extrapolation, head_ablation, head_ablation_cpu, length_generalization, passkey"),
     "extension the pe cannot take": (["pe=alibi", "extension=yarn"], "extension 'yarn' does not apply to pe 'alibi' (bias); allowed for alibi: none"),
     "unknown model": (["model=huge"], "unknown model 'huge'; allowed: base, small, tiny"),
     "unknown data": (["data=imdb"], "unknown data 'imdb'; allowed:"),

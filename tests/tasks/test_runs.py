@@ -33,7 +33,7 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
     rows = {r["run"]: r for r in json.loads(result.output)}
     assert rows["runs/a"] == {"run": "runs/a", "data": "kjv", "pe": "rope", "heads": 2,
                               "extension": "none", "steps": "10/10", "status": "completed",
-                              "val_ppl": 3.5, "bleu": None, "minutes": 7.0}
+                              "val_ppl": 3.5, "val_acc": None, "bleu": None, "minutes": 7.0}
     assert rows["sweeps/s/heads=4"]["status"] == "failed" and rows["sweeps/s/heads=4"]["pe"] == "alibi"
     assert rows["runs/b"]["status"] == "unfinished" and rows["runs/b"]["steps"] == "3/10"
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])

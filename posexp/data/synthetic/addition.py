@@ -1,0 +1,49 @@
+"""addition: the sum of two n-digit numbers (``47+85`` -> ``132``).
+
+Both operands have exactly n digits (no leading zero unless n = 1). The sum is written most
+significant digit first, as ordinary numbers are and as Kazemnejad et al. (2023) write it;
+``answer_order: lsb`` writes it least significant digit first instead (the order in which a
+carry is computed, which makes each answer digit depend only on digits already written).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from posexp.data.synthetic.base import Task, register_task
+from posexp.errors import choose
+
+ORDERS = ("msb", "lsb")
+
+
+@register_task("addition")
+class Addition(Task):
+    """``a+b`` with n-digit a and b; the answer is a + b (n or n + 1 digits)."""
+
+    unit = "digits"
+
+    def __init__(self, answer_order: str = "msb") -> None:
+        choose("data.answer_order", answer_order, ORDERS)
+        self.answer_order = answer_order
+
+    def number(self, rng: np.random.Generator, n: int) -> int:
+        """A uniform n-digit number (digit by digit, so any n works)."""
+        digits = rng.integers(0, 10, size=n)
+        if n > 1 and digits[0] == 0:
+            digits[0] = rng.integers(1, 10)
+        return int("".join(map(str, digits)))
+
+    def instance(self, rng: np.random.Generator, n: int, split: str,
+                 variant: float | None = None) -> tuple[str, str]:
+        """Two n-digit numbers and their sum."""
+        a, b = self.number(rng, n), self.number(rng, n)
+        total = str(a + b)
+        return f"{a}+{b}", total if self.answer_order == "msb" else total[::-1]
+
+    def prompt_length(self, n: int) -> int:
+        """Two n-digit numbers and a plus sign."""
+        return 2 * n + 1
+
+    def answer_length(self, n: int) -> int:
+        """Up to n + 1 digits."""
+        return n + 1

@@ -1,0 +1,112 @@
+"""Synthetic tasks: the ``Task`` interface, the task registry, and held-out splits.
+
+A task turns a size ``n`` (digits, symbols, bits, or tokens for passkey) and a random generator
+into one instance ``(prompt, answer)``; a row is ``prompt <sep> answer <eos>`` with loss on the
+answer. Every instance belongs to exactly one split by a hash of its prompt (``split_of``), so
+a test instance is never generated for training, whatever the seeds, even at the lengths both
+use. A task declares its options as keyword arguments with defaults and checks them itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from posexp.errors import PosexpError
+
+# Per 100 hash buckets: 0-79 train, 80-89 val, 90-99 test (only where train lengths reach).
+SPLIT_BUCKETS = {"train": range(0, 80), "val": range(80, 90), "test": range(90, 100)}
+MAX_TRIES = 10_000
+
+
+class Task:
+    """One synthetic task; subclasses set ``name``/``unit`` and implement ``instance``."""
+
+    name: ClassVar[str] = ""
+    unit: ClassVar[str] = "symbols"  # what a length counts, for tables and axes
+    min_length: ClassVar[int] = 1
+    # Values of the task's one evaluation variable besides length (passkey: key depth).
+    variants: tuple[float, ...] = ()
+
+    def instance(self, rng: np.random.Generator, n: int, split: str,
+                 variant: float | None = None) -> tuple[str, str]:
+        """One (prompt, answer) of size ``n`` for ``split`` (passkey reads its filler from it)."""
+        raise NotImplementedError
+
+    def prompt_length(self, n: int) -> int:
+        """Characters (byte tokens) of every prompt of size ``n``."""
+        raise NotImplementedError
+
+    def answer_length(self, n: int) -> int:
+        """Most characters an answer of size ``n`` can have."""
+        raise NotImplementedError
+
+    def row_tokens(self, n: int) -> int:
+        """Tokens a model reads for a full row of size ``n``: prompt, sep, answer (eos is only a target)."""
+        return self.prompt_length(n) + 1 + self.answer_length(n)
+
+
+TASKS: dict[str, type[Task]] = {}
+
+
+def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: register a task under ``name``."""
+
+    def wrap(cls: type[Task]) -> type[Task]:
+        if name in TASKS:
+            raise ValueError(f"task {name!r} registered twice")
+        cls.name = name
+        TASKS[name] = cls
+        return cls
+
+    return wrap
+
+
+def build_task(name: str, options: dict[str, Any]) -> Task:
+    """The task registered as ``name`` with ``options`` (one-line errors for bad names/options)."""
+    import inspect
+
+    if name not in TASKS:
+        raise PosexpError(f"unknown data.task {name!r}; allowed: {', '.join(sorted(TASKS))}")
+    cls = TASKS[name]
+    allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    for key in options:
+        if key not in allowed:
+            raise PosexpError(f"unknown option data.{key} for task {name!r}; "
+                              f"allowed: {', '.join(allowed) or '(none)'}")
+    return cls(**options)
+
+
+def split_of(prompt: str) -> str:
+    """The split an instance belongs to, from a hash of its prompt (stable across runs)."""
+    bucket = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "little") % 100
+    return next(s for s, r in SPLIT_BUCKETS.items() if bucket in r)
+
+
+def draw(task: Task, rng: np.random.Generator, n: int, split: str, held_out: bool,
+         variant: float | None = None) -> tuple[str, str]:
+    """An instance of ``split``; with ``held_out`` (lengths training also uses) only one whose
+    prompt hashes to ``split``, so train, val and test never share an instance."""
+    for _ in range(MAX_TRIES):
+        prompt, answer = task.instance(rng, n, split, variant)
+        if not held_out or split_of(prompt) == split:
+            return prompt, answer
+    raise PosexpError(f"task {task.name!r} at length {n} has too few distinct instances to hold "
+                      f"some out for {split}; allowed: lengths with more instances")
+
+
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+    """``value`` as an int in [low, high], else a one-line error naming ``data.<name>``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        rule = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise PosexpError(f"data.{name} must be an integer {rule}, got {value!r}")
+    return value
+
+
+def choice_string(rng: np.random.Generator, alphabet: str, n: int) -> str:
+    """``n`` symbols drawn uniformly from ``alphabet``."""
+    return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=n))
