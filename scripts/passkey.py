@@ -3,7 +3,7 @@
     python scripts/passkey.py                      # outputs/passkey/<time>/, then its report.md
     python scripts/passkey.py --methods pi,yarn --finetune-steps 100
 
-1. ``lm``: a RoPE language model on the KJV Bible at L0 = 128 tokens;
+1. ``lm``: a RoPE language model on the KJV Bible at L0 = 256 tokens;
 2. ``passkey``: that model trained further on passkey rows of at most L0 tokens
    (``posexp train experiment=passkey parent=<lm>``);
 3. zero-shot: ``posexp eval-extrapolate`` of the passkey run at 1x, 2x, 4x and 8x L0 with
@@ -36,7 +36,7 @@ def main() -> None:
     """Parse options and run the five steps."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=None, help="folder for the runs (default outputs/passkey/<time>)")
-    p.add_argument("--lm-steps", type=int, default=800, help="steps of the KJV language model")
+    p.add_argument("--lm-steps", type=int, default=600, help="steps of the KJV language model")
     p.add_argument("--passkey-steps", type=int, default=600, help="steps on passkey rows at L0")
     p.add_argument("--finetune-steps", type=int, default=60, help="steps of each long fine-tune")
     p.add_argument("--methods", default="pi,ntk,yarn", help="extension methods to fine-tune with")
@@ -46,7 +46,7 @@ def main() -> None:
     a = p.parse_args()
     out = a.out or Path("outputs/passkey") / time.strftime("%Y-%m-%d_%H-%M-%S")
     common = [f"device={a.device}", f"model={a.model}"]
-    posexp("train", "data=kjv", "pe=rope", "train.seq_len=128", "train.batch_size=32",
+    posexp("train", "data=kjv", "pe=rope", "train.seq_len=256", "train.batch_size=16",
            f"train.max_steps={a.lm_steps}", "train.eval_interval=200", "train.checkpoint_interval=200",
            *common, f"hydra.run.dir={out / 'lm'}")
     posexp("train", "experiment=passkey", f"parent={out / 'lm'}", f"train.max_steps={a.passkey_steps}",
@@ -56,7 +56,7 @@ def main() -> None:
     for method in [m for m in a.methods.split(",") if m]:
         run = out / f"ft_{method}"
         posexp("finetune", "--run", str(out / "passkey"), f"extension={method}", "extension.factor=8",
-               "data.train_lengths=[250,1018]", "train.batch_size=8", f"train.max_steps={a.finetune_steps}",
+               "data.train_lengths=[506,2042]", "train.batch_size=4", f"train.max_steps={a.finetune_steps}",
                "train.eval_interval=30", "train.checkpoint_interval=30", *common, f"hydra.run.dir={run}")
         posexp("eval-extrapolate", "--run", str(run), "--method", "baked", "--device", a.device)
     posexp("report", str(out), "--no-eval", "--device", a.device)

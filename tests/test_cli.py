@@ -37,6 +37,6 @@ def test_shell_completion_answers_for_commands_and_each_commands_config(tmp_path
                              "install=bash"], capture_output=True, text=True, check=True).stdout
     assert "-sc query=bash" in script and "hydra_bash_completion posexp" in script
     assert complete("posexp tr") == ["train"]
-    assert complete("posexp train pe=r") == ["pe=rope"]
+    assert complete("posexp train pe=r") == ["pe=rope", "pe=rope_randomized"]
     assert "extension=yarn" in complete("posexp finetune extension=")
     assert complete("posexp report ") == []  # no Hydra overrides for the other commands

@@ -30,7 +30,7 @@ def is_finetune(job: Job) -> bool:
 def rows_of(jobs: list[Job]) -> dict[str, Cell]:
     """Row label -> accuracies: zero-shot methods of un-fine-tuned runs, baked methods of fine-tunes."""
     out: dict[str, Cell] = {}
-    for job in sorted(jobs, key=lambda j: j.name):
+    for job in sorted(jobs, key=lambda j: (is_finetune(j), j.name)):  # zero-shot rows first
         tuned = is_finetune(job)
         for r in job.extrapolate:
             if r.get("accuracy") is None or r.get("depth") is None:

@@ -106,7 +106,7 @@ def reading(summary: dict[str, dict[str, float]]) -> list[str]:
     pairs = [(t, s["rope_randomized"] - s["rope"]) for t, s in summary.items()
              if "rope" in s and "rope_randomized" in s]
     if pairs:
-        gains = ", ".join(f"{t} {d:+.2f}" for t, d in pairs)
+        gains = ", ".join(f"{t} {d:+.3f}" for t, d in pairs)
         up = sum(d > 0 for _, d in pairs)
         lines.append(f"- Ruoss et al. find randomized positions raising long-length accuracy: RoPE on "
                      f"randomized positions minus plain RoPE, past the training sizes: {gains} "

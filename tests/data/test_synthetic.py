@@ -55,7 +55,8 @@ def test_passkey_prompt_length_depth_and_key():
     for depth in (0.0, 0.5, 1.0):
         for prompt, key in data.examples("test", 400, 5, depth):
             assert len(prompt) == 400 and prompt.endswith(QUESTION)
-            assert len(key) == 5 and key.isdigit() and prompt.count(key) >= 2
+            assert len(key) == 5 and key.isdigit() and prompt.count(key) == 1
+            assert sum(c.isdigit() for c in prompt) == 5  # the only number in the prompt
             where = prompt.index(needle(key))
             room = 400 - len(needle(key)) - len(QUESTION)
             assert where == round(depth * room)

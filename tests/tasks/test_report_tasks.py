@@ -17,11 +17,11 @@ def test_reading_follows_the_numbers():
     assert lines[0] == "- **copy**: best past the training sizes NoPE (0.60), worst sinusoidal (APE) (0.00)."
     assert "every PE scores 0.10" in lines[1]
     assert "NoPE or T5 is the best on 1, and sinusoidal among the worst on 1, of the 1 task(s)" in lines[2]
-    assert "copy +0.20" in lines[3] and "higher on 1 of 1 tasks" in lines[3]
+    assert "copy +0.200" in lines[3] and "higher on 1 of 1 tasks" in lines[3]
     summary["copy"]["rope"] = 0.9  # now RoPE leads: the sentences change with it
     lines = reading(summary)
     assert "best past the training sizes rope (0.90)" in lines[0]
-    assert "NoPE or T5 is the best on 0" in lines[2] and "copy -0.60" in lines[3]
+    assert "NoPE or T5 is the best on 0" in lines[2] and "copy -0.600" in lines[3]
 
 
 def test_summaries_use_only_sizes_past_training():

@@ -4,8 +4,11 @@ The prompt is n characters (n byte tokens) of King James Bible text, taken from 
 instance belongs to, with the key sentence inserted at a depth in [0, 1] of the filler (0: at
 the start, 1: just before the question) and the question at the end::
 
-    <filler> The pass key is 48213. Remember it. 48213 is the pass key. <filler> What is the
-    pass key? The pass key is  <sep> 48213 <eos>
+    <filler> The pass key is 48213. Remember it. <filler> What is the pass key? The pass key is
+    <sep> 48213 <eos>
+
+The key is stated once; KJV text (verse numbers stripped) has no digits, so the key is the
+only number in the prompt.
 
 Training draws the depth uniformly; evaluation reports each of ``depths``.
 """
@@ -24,7 +27,7 @@ QUESTION = " What is the pass key? The pass key is"
 
 def needle(key: str) -> str:
     """The sentence that states the key."""
-    return f" The pass key is {key}. Remember it. {key} is the pass key. "
+    return f" The pass key is {key}. Remember it. "
 
 
 @register_task("passkey")
