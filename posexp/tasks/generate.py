@@ -138,7 +138,7 @@ class TokenProgress:
 
 
 def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:
-    """The tokenizer a run was trained with, and its corpus kind ("lm" or "pairs")."""
+    """The tokenizer a run was trained with, and its corpus kind ("lm", "pairs" or "synthetic")."""
     return _tokenizer(json.dumps([cfg.data.to_dict("source"), cfg.tokenizer.to_dict(), cfg.cache_dir],
                                  sort_keys=True))
 
@@ -154,10 +154,14 @@ def _tokenizer(key: str) -> tuple[Any, str]:
     return tokenizer, corpus.kind
 
 
+# Corpus kinds whose rows are ``prompt <sep> answer``: generation answers the prompt.
+ANSWERING = ("pairs", "synthetic")
+
+
 def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
-    """Token ids of a prompt: ``source <sep>`` for translation, the text itself for an lm."""
+    """Token ids of a prompt: ``source <sep>`` for translation and tasks, the text for an lm."""
     ids = tokenizer.encode(text)
-    return [*ids, tokenizer.sep_id] if kind == "pairs" else ids
+    return [*ids, tokenizer.sep_id] if kind in ANSWERING else ids
 
 
 def generate_text(
@@ -214,6 +218,6 @@ def generate_text(
                            eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
                            generator=generator, beam_size=beam_size, length_penalty=length_penalty,
                            on_step=progress.update)
-    if kind == "pairs":
+    if kind in ANSWERING:
         return [tokenizer.decode(n) for n in new]
     return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

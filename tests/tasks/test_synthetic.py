@@ -86,3 +86,10 @@ def test_teacher_forced_exact_match_equals_greedy_decoding():
         y[:, prompts.shape[1] - 1 :] = answer
         got = exact_match(model(x)["logits"], y)
         assert got.tolist() == [flip is None or r % 2 == 1 for r in range(6)]
+
+
+def test_generate_answers_a_task_prompt():
+    from posexp.tasks.generate import prompt_ids
+
+    assert prompt_ids(TOK, "ab", "synthetic") == [97, 98, TOK.sep_id]  # the model answers after sep
+    assert prompt_ids(TOK, "ab", "lm") == [97, 98]
