@@ -65,7 +65,7 @@ def heat_maps(ctx: ReportContext, rows: dict[str, Cell], row_tokens: dict[int, i
             for j, v in enumerate(row):
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
                         color="white" if v < 0.6 else "black")
-        ax.set_xticks(range(len(sizes)), [f"{row_tokens[s] / l0:g}×" for s in sizes])
+        ax.set_xticks(range(len(sizes)), [f"{row_tokens[s] / l0:.3g}×" for s in sizes])
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
         ax.set_xlabel(f"context (× L0 = {l0})")
         ax.set_ylabel("key depth")
@@ -99,7 +99,7 @@ def render(ctx: ReportContext) -> str:
             csv += [{"row": label, "length": row_tokens[s], "depth": d, "accuracy": v}
                     for (d, n), v in sorted(cell.items()) if n == s]
         table.append([label, *(fmt(m) for m in means)])
-    header = ["method", *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:g}×)" for s in sizes)]
+    header = ["method", *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes)]
     path = ctx.write_csv("report_passkey.csv", csv, ["row", "length", "depth", "accuracy"])
     png = heat_maps(ctx, rows, row_tokens, l0)
     return "\n".join(["## Passkey retrieval", "",
