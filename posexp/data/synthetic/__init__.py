@@ -68,51 +68,49 @@ class SyntheticData:
         return self.task.row_tokens(self.train_lengths[1])
 
 
-def _lengths(value: Any) -> tuple[tuple[int, int], None]:
+def _lengths(value: Any) -> tuple[int, int]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise PosexpError(f"data.train_lengths must be [min, max], got {value!r}")
     lo, hi = (check_int("train_lengths", v, 1) for v in value)
     if lo > hi:
         raise PosexpError(f"data.train_lengths must be [min, max] with min <= max, got {list(value)}")
-    return (lo, hi), None
+    return lo, hi
 
 
 def check_synthetic(params: dict[str, Any], seq_len: int | None) -> int:
     """Validate a synthetic data config (and that its longest training row fits seq_len);
     returns that row's tokens."""
-    return make_data(**params, _seq_len=seq_len).longest_train_row()
+    data = make_data(**params)
+    need = data.longest_train_row()
+    if seq_len is not None and need > seq_len:
+        raise PosexpError(f"train.seq_len={seq_len} is too short for {data.task.name} rows of size "
+                          f"{data.train_lengths[1]} ({need} tokens); allowed: train.seq_len >= {need}")
+    return need
 
 
 def make_data(task: str = "copy", train_lengths: Any = (1, 20), test_lengths: Any = (20, 30, 40),
               val_examples: int = 64, test_examples: int = 100, seed: int = 0,
-              _seq_len: int | None = None, **options: Any) -> SyntheticData:
+              **options: Any) -> SyntheticData:
     """Build and check the task and its settings (one-line errors naming data.<key>)."""
     if not isinstance(task, str):
         raise PosexpError(f"data.task must be a task name, got {task!r}")
     t = build_task(task, options)
-    (lo, hi), _ = _lengths(train_lengths)
+    lo, hi = _lengths(train_lengths)
     if not isinstance(test_lengths, (list, tuple)) or not test_lengths:
         raise PosexpError(f"data.test_lengths must be a list of sizes, got {test_lengths!r}")
     tests = sorted({check_int("test_lengths", n, 1) for n in test_lengths})
     for n in (lo, *tests):
         if n < t.min_length:
             raise PosexpError(f"task {task!r} needs sizes >= {t.min_length} {t.unit}, got {n}")
-    data = SyntheticData(t, (lo, hi), tests, check_int("val_examples", val_examples, 1),
+    return SyntheticData(t, (lo, hi), tests, check_int("val_examples", val_examples, 1),
                          check_int("test_examples", test_examples, 1), check_int("seed", seed, 0))
-    if _seq_len is not None and data.longest_train_row() > _seq_len:
-        need = data.longest_train_row()
-        raise PosexpError(f"train.seq_len={_seq_len} is too short for {task} rows of size {hi} "
-                          f"({need} tokens); allowed: train.seq_len >= {need}")
-    return data
 
 
 @register_dataset("synthetic", check=check_synthetic, tokenizers=("byte",))
-def load_synthetic(task: str = "copy", train_lengths: Any = (1, 20), test_lengths: Any = (20, 30, 40),
-                   val_examples: int = 64, test_examples: int = 100, seed: int = 0,
-                   **options: Any) -> Corpus:
-    """A synthetic task as a corpus of kind "synthetic" (no documents; instances on demand)."""
-    data = make_data(task, train_lengths, test_lengths, val_examples, test_examples, seed, **options)
-    return Corpus(splits={s: [] for s in SPLITS}, kind="synthetic", task=data)
+def load_synthetic(**params: Any) -> Corpus:
+    """A synthetic task as a corpus of kind "synthetic" (no documents; instances on demand);
+    ``make_data`` names and checks the parameters."""
+    return Corpus(splits={s: [] for s in SPLITS}, kind="synthetic", task=make_data(**params))
 
 
 __all__ = ["TASKS", "SyntheticData", "Task", "build_task", "make_data", "register_task"]
