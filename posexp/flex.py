@@ -1,9 +1,13 @@
-"""FlexAttention for positional encodings that add a bias to the attention logits (ALiBi, T5).
+"""FlexAttention for positional encodings that add a bias to the attention logits (ALiBi, T5,
+FIRE).
 
 ``torch.nn.attention.flex_attention`` adds the bias inside the attention kernel from a
 ``score_mod`` function and skips the blocks a causal ``BlockMask`` rules out, so no (L x L) bias
 or score tensor is ever stored. It is compiled once per process with dynamic shapes, so one
-compilation serves every sequence length (an evaluation over 6 lengths compiles once).
+compilation serves every sequence length (an evaluation over 6 lengths compiles once). A
+``score_mod`` should capture only tensors (their shapes are fixed here), not Python ints used in
+arithmetic: under dynamic shapes those become symbols of the kernel, and torch 2.13's CPU
+template misnames some of them in the C++ it emits.
 
 Where it applies: causal attention whose query and key positions both run 0..L-1 (training,
 evaluation windows, the prompt of a generation), on CUDA, and on the CPU when no gradient is
@@ -78,12 +82,26 @@ def _compiled() -> Callable[..., torch.Tensor]:
     return torch.compile(flex_attention, dynamic=True)
 
 
+def _static_captures(score_mod: ScoreMod) -> None:
+    """Fix the shapes of the tensors a score_mod reads (slopes, tables, FIRE's weights).
+
+    Under dynamic=True their sizes would be symbols too, and torch 2.13's CPU template emits C++
+    that does not compile once a kernel has ten or more: it renames its block-size symbol (say
+    ``ks1``) by plain text replacement, so ``ks10`` becomes an undeclared ``cur_kvSplitSize0``.
+    Only the sequence length needs to be dynamic."""
+    for cell in score_mod.__closure__ or ():
+        value = cell.cell_contents
+        if isinstance(value, torch.Tensor):
+            torch._dynamo.mark_static(value)
+
+
 def flex_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           score_mod: ScoreMod) -> torch.Tensor | None:
     """softmax(QKᵀ/√d + bias) V under a causal mask, or None if compiling failed (then: SDPA)."""
     if _broken:
         return None
     mask = causal_block_mask(q.shape[2], str(q.device))
+    _static_captures(score_mod)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on CPU support; not the user's concern

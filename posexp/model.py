@@ -301,8 +301,7 @@ class GPT(nn.Module):
         # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
         # bias inside the kernel where it runs (posexp/flex.py); decoding steps keep SDPA.
         score_mod = None
-        if self.pe.has_bias and from_zero and T > 1 and not need_weights and (
-                self.pe.flex_on_cpu or idx.device.type != "cpu") and flex.use_flex(
+        if self.pe.has_bias and from_zero and T > 1 and not need_weights and flex.use_flex(
                 self.cfg.attention, idx.device, torch.is_grad_enabled(),
                 self.cfg.dropout if self.training else 0.0):
             score_mod = self.pe.score_mod()

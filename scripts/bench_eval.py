@@ -116,7 +116,7 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pes", default="rope,alibi:flex,alibi:sdpa,t5:flex,t5:sdpa,fire:sdpa")
+    p.add_argument("--pes", default="rope,alibi:flex,alibi:sdpa,t5:flex,t5:sdpa,fire:flex,fire:sdpa")
     p.add_argument("--lengths", default="1024,4096")
     p.add_argument("--baseline", type=int, default=1024, help="length the ratios are against")
     p.add_argument("--model", default="small", choices=sorted(SIZES))

@@ -1,15 +1,16 @@
 """Passkey retrieval end to end (experiment=passkey), through the real `posexp` commands.
 
     python scripts/passkey.py                      # outputs/passkey/<time>/, then its report.md
-    python scripts/passkey.py --methods pi,yarn --finetune-steps 100
+    python scripts/passkey.py --methods pi,yarn --factor 4 --finetune-steps 300
 
-1. ``lm``: a RoPE language model on the KJV Bible at L0 = 256 tokens;
+1. ``lm``: a RoPE language model on the KJV Bible at L0 = 128 tokens;
 2. ``passkey``: that model trained further on passkey rows of at most L0 tokens
    (``posexp train experiment=passkey parent=<lm>``);
 3. zero-shot: ``posexp eval-extrapolate`` of the passkey run at 1x, 2x, 4x and 8x L0 with
    none / pi / ntk / yarn, at key depths 0, 0.5 and 1;
-4. ``ft_<method>``: a short ``posexp finetune`` of the passkey run with each method at factor 8 on
-   passkey rows up to 8x L0, then its evaluation with the baked-in method;
+4. ``ft_<method>``: a short ``posexp finetune`` of the passkey run with each method at
+   ``--factor`` on passkey rows from the shortest up to factor x L0 (``none``: the same
+   fine-tune without a method, the baseline), then its evaluation with the baked-in method;
 5. ``posexp report``: the length x method table and the depth x length heat maps.
 
 Every step is a plain command (printed before it runs), so any of them can be rerun by hand.
@@ -24,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+L0 = 128  # training length of the language model and the passkey rows (configs/experiment/passkey.yaml)
+
 
 def posexp(*args: str) -> None:
     """Run one posexp command, echoing it; stop the script if it fails."""
@@ -36,29 +39,36 @@ def main() -> None:
     """Parse options and run the five steps."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=None, help="folder for the runs (default outputs/passkey/<time>)")
-    p.add_argument("--lm-steps", type=int, default=600, help="steps of the KJV language model")
-    p.add_argument("--passkey-steps", type=int, default=600, help="steps on passkey rows at L0")
-    p.add_argument("--finetune-steps", type=int, default=60, help="steps of each long fine-tune")
-    p.add_argument("--methods", default="pi,ntk,yarn", help="extension methods to fine-tune with")
+    p.add_argument("--lm-steps", type=int, default=1000, help="steps of the KJV language model")
+    p.add_argument("--passkey-steps", type=int, default=2500, help="steps on passkey rows at L0")
+    p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
+    p.add_argument("--factor", type=int, default=2, help="fine-tune length as a multiple of L0")
+    p.add_argument("--methods", default="none,pi,ntk,yarn", help="methods to fine-tune with")
     p.add_argument("--model", default="small", help="model size (configs/model)")
     p.add_argument("--examples", type=int, default=50, help="test instances per length and depth")
     p.add_argument("--device", default="auto")
     a = p.parse_args()
     out = a.out or Path("outputs/passkey") / time.strftime("%Y-%m-%d_%H-%M-%S")
     common = [f"device={a.device}", f"model={a.model}"]
-    posexp("train", "data=kjv", "pe=rope", "train.seq_len=256", "train.batch_size=16",
-           f"train.max_steps={a.lm_steps}", "train.eval_interval=200", "train.checkpoint_interval=200",
+    posexp("train", "data=kjv", "pe=rope", f"train.seq_len={L0}", "train.batch_size=32",
+           f"train.max_steps={a.lm_steps}", "train.eval_interval=250", "train.checkpoint_interval=500",
            *common, f"hydra.run.dir={out / 'lm'}")
     posexp("train", "experiment=passkey", f"parent={out / 'lm'}", f"train.max_steps={a.passkey_steps}",
            f"data.test_examples={a.examples}",
            *common, f"hydra.run.dir={out / 'passkey'}")
     posexp("eval-extrapolate", "--run", str(out / "passkey"), "--device", a.device)
+    # A gentle fine-tune (lr 1e-4, batch 8): at lr 1e-3 on 4 long rows 100 steps erased retrieval.
+    # Rows from the shortest passkey size (76 prompt tokens) up to factor x L0 keep the skill in view.
+    longest = a.factor * L0
     for method in [m for m in a.methods.split(",") if m]:
         run = out / f"ft_{method}"
-        posexp("finetune", "--run", str(out / "passkey"), f"extension={method}", "extension.factor=8",
-               "data.train_lengths=[506,2042]", "train.batch_size=4", f"train.max_steps={a.finetune_steps}",
-               "train.eval_interval=30", "train.checkpoint_interval=30", *common, f"hydra.run.dir={run}")
-        posexp("eval-extrapolate", "--run", str(run), "--method", "baked", "--device", a.device)
+        extension = ["extension=none"] if method == "none" else [f"extension={method}", f"extension.factor={a.factor}"]
+        posexp("finetune", "--run", str(out / "passkey"), *extension, f"data.train_lengths=[76,{longest - 6}]",
+               f"train.seq_len={longest}", "train.batch_size=8", "train.lr=1e-4", "train.min_lr=1e-5",
+               "train.warmup_steps=50", f"train.max_steps={a.finetune_steps}", "train.eval_interval=100",
+               f"train.checkpoint_interval={a.finetune_steps}", *common, f"hydra.run.dir={run}")
+        posexp("eval-extrapolate", "--run", str(run), "--method", "none" if method == "none" else "baked",
+               "--device", a.device)
     posexp("report", str(out), "--no-eval", "--device", a.device)
 
 

@@ -56,8 +56,6 @@ class PositionalEncoding(nn.Module):
     # What extension methods may change for this encoding (None: what its kind allows).
     accepts: ClassVar[frozenset[str] | None] = None
     needs_even_head_dim: ClassVar[bool] = False
-    # False when the compiled CPU FlexAttention kernel cannot take this score_mod (FIRE).
-    flex_on_cpu: ClassVar[bool] = True
     # True when cached keys must be stored before rotation and re-rotated each step, because
     # the rotation depends on the current length (dynamic NTK).
     rotates_cached_keys: bool = False

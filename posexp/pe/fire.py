@@ -34,9 +34,6 @@ class FIRE(PositionalEncoding):
     """Adds MLP(ψ(i - j) / ψ(max(L, i))) per head to each logit."""
 
     kind = "bias"
-    # torch 2.13's CPU FlexAttention template emits C++ that does not compile for a score_mod
-    # this large (an undeclared `cur_kvSplitSize` at some shapes); CPU keeps the SDPA bias path.
-    flex_on_cpu = False
 
     def __init__(self, ctx: PEContext, hidden: int = 32, init_c: float = 0.1) -> None:
         super().__init__(ctx)
@@ -60,24 +57,36 @@ class FIRE(PositionalEncoding):
         return values.movedim(-1, -3).to(dtype)
 
     def score_mod(self) -> Callable[..., torch.Tensor]:
-        """The same bias per score inside the attention kernel: the MLP written out unit by unit
-        (``hidden`` multiply-adds per score), so no (Tq, Tk, hidden) tensor is ever stored."""
-        first, last = self.mlp[0], self.mlp[2]
-        hidden, heads = first.out_features, last.out_features
-        # Every parameter in one flat tensor: torch 2.13's CPU code generation fails with many
-        # separate (or 0-d) captured tensors. Layout: w1 | b1 | w2 (head-major) | b2 | c | L.
-        packed = torch.cat([first.weight[:, 0], first.bias, last.weight.reshape(-1), last.bias,
-                            self.log_c.exp().reshape(1), self.threshold.abs().reshape(1)])
-        w2, b2 = 2 * hidden, 2 * hidden + heads * hidden
-        c_at, l_at = b2 + heads, b2 + heads + 1
+        """The same bias per score inside the attention kernel: the MLP written out unit by unit,
+        so no (Tq, Tk, hidden) tensor is ever stored.
+
+        Inputs lie in [0, 1], where a ReLU unit whose kink -b/w falls outside (0, 1) is either
+        always off or always linear. Without gradients (evaluation) those units are folded into
+        one affine term per head, leaving only the units that bend inside [0, 1] (about a
+        quarter at initialisation) to evaluate per score; the sum is the same function.
+        """
+        w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias
+        w2, b2 = self.mlp[2].weight, self.mlp[2].bias  # (heads, hidden), (heads,)
+        bends = torch.ones_like(b1, dtype=torch.bool)
+        intercept, slope = b2, torch.zeros_like(b2)
+        if not torch.is_grad_enabled():
+            kink = -b1 / w1  # inf or nan where w1 == 0: never inside
+            bends = (kink > 0) & (kink < 1)
+            linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
+            intercept, slope = b2 + w2[:, linear] @ b1[linear], w2[:, linear] @ w1[linear]
+        # Only tensors are captured (posexp/flex.py fixes their shapes); the unit count is a loop
+        # bound, so the kernel is compiled for it.
+        w_in, b_in, w_out = w1[bends], b1[bends], w2[:, bends].t().contiguous()
+        c_and_threshold = torch.stack([self.log_c.exp(), self.threshold.abs()])
+        units = int(w_in.numel())
 
         def fire_score(score, b, h, q_idx, kv_idx):
-            c = packed[c_at]
+            c, threshold = c_and_threshold[0], c_and_threshold[1]
             distance = (q_idx - kv_idx).clamp(min=0).float()
-            u = torch.log(c * distance + 1) / torch.log(c * torch.maximum(packed[l_at], q_idx.float()) + 1)
-            out = packed[b2 + h]
-            for k in range(hidden):
-                out = out + packed[w2 + h * hidden + k] * torch.relu(packed[k] * u + packed[hidden + k])
+            u = torch.log(c * distance + 1) / torch.log(c * torch.maximum(threshold, q_idx.float()) + 1)
+            out = intercept[h] + slope[h] * u
+            for k in range(units):
+                out = out + w_out[k, h] * torch.relu(w_in[k] * u + b_in[k])
             return score + out
 
         return fire_score

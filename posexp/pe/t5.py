@@ -58,13 +58,13 @@ class T5Bias(PositionalEncoding):
     def score_mod(self) -> Callable[..., torch.Tensor]:
         """The table looked up per distance: every distance >= max_distance shares the last
         bucket, so max_distance + 1 values per head hold the whole bias."""
-        width = self.max_distance + 1
-        distance = torch.arange(width, device=self.table.device)
-        # (H * width,) flat: head h's value for distance d at h * width + d (a flat lookup also
-        # sidesteps a CPU code-generation bug of torch 2.13 with 2-D lookups).
-        flat = self.table[relative_buckets(distance, self.num_buckets, self.max_distance)].t().reshape(-1)
+        distance = torch.arange(self.max_distance + 1, device=self.table.device)
+        by_distance = self.table[relative_buckets(distance, self.num_buckets, self.max_distance)].t()
+        # The largest distance as a tensor, not a Python int: posexp/flex.py fixes the shapes of
+        # captured tensors, while captured ints would become symbols of the compiled kernel.
+        last = distance[-1]
 
         def t5_score(score, b, h, q_idx, kv_idx):
-            return score + flat[h * width + (q_idx - kv_idx).clamp(0, width - 1)]
+            return score + by_distance[h, torch.minimum((q_idx - kv_idx).clamp(min=0), last)]
 
         return t5_score

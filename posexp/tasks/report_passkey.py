@@ -28,17 +28,22 @@ def is_finetune(job: Job) -> bool:
 
 
 def rows_of(jobs: list[Job]) -> dict[str, Cell]:
-    """Row label -> accuracies: zero-shot methods of un-fine-tuned runs, baked methods of fine-tunes."""
+    """Row label -> accuracies: zero-shot methods of un-fine-tuned runs, baked methods of
+    fine-tunes, and ``none`` for a fine-tune without a method (the baseline)."""
     out: dict[str, Cell] = {}
     for job in sorted(jobs, key=lambda j: (is_finetune(j), j.name)):  # zero-shot rows first
         tuned = is_finetune(job)
+        # A fine-tune is reported with the method it was trained with: its baked-in one, or
+        # none when it has none.
+        trained_with = next((r["method"] for r in job.extrapolate if r["method"].startswith("baked:")),
+                            "none")
         for r in job.extrapolate:
             if r.get("accuracy") is None or r.get("depth") is None:
                 continue
             method = r["method"]
-            if tuned and not method.startswith("baked:"):
-                continue  # a fine-tune is reported with the method it was trained with
-            label = f"{method.split(':', 1)[1]} + fine-tune" if tuned else f"{method} (zero-shot)"
+            if tuned and method != trained_with:
+                continue
+            label = f"{method.split(':')[-1]} + fine-tune" if tuned else f"{method} (zero-shot)"
             out.setdefault(label, {})[(float(r["depth"]), int(r["length"]))] = float(r["accuracy"])
     return out
 
@@ -105,7 +110,8 @@ def render(ctx: ReportContext) -> str:
     return "\n".join(["## Passkey retrieval", "",
                       f"Accuracy of the 5-digit key, averaged over key depths; rows of L0 = {l0} "
                       f"tokens during training; zero-shot rows apply the method at evaluation only, "
-                      f"fine-tune rows continued training at the longest length with it.", "",
+                      f"fine-tune rows continued training on longer rows with it baked in "
+                      f"(none + fine-tune: the same fine-tune without a method).", "",
                       md_table(header, table, ["l", *"r" * len(sizes)]), "",
                       f"![passkey heat maps]({png.name})", "", f"Data: `{path.name}`."])
 

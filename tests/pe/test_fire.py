@@ -1,7 +1,8 @@
-"""FIRE: the bias against its closed form with a hand-set MLP."""
+"""FIRE: the bias against its closed form with a hand-set MLP; its score_mod against the bias."""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -45,3 +46,42 @@ def test_fire_learns_c_and_the_threshold():
 def test_bad_fire_settings(params, message):
     with pytest.raises(PosexpError, match=message):
         build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), **params)
+
+
+def _score_grid(pe, length: int) -> torch.Tensor:
+    """FIRE's score_mod evaluated eagerly over every (head, query, key) at once."""
+    score_mod = pe.score_mod()
+    h = torch.arange(pe.ctx.n_heads)[:, None, None]
+    i, j = torch.arange(length)[None, :, None], torch.arange(length)[None, None, :]
+    return score_mod(torch.zeros(()), 0, h, i, j)
+
+
+def test_score_mod_folds_units_that_do_not_bend_in_the_unit_interval():
+    # Kinks -b/w: 0.5 (bends inside [0, 1]), -0.5 (always on there), -0.2 (always off), and a
+    # unit with w = 0 (the constant relu(0.3)). Only the first needs evaluating per score.
+    pe = build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), hidden=4)
+    with torch.no_grad():
+        pe.mlp[0].weight.copy_(torch.tensor([[1.0], [1.0], [-1.0], [0.0]]))
+        pe.mlp[0].bias.copy_(torch.tensor([-0.5, 0.5, -0.2, 0.3]))
+        pe.mlp[2].weight.normal_()
+        pe.mlp[2].bias.normal_()
+    pos = torch.arange(9)
+    with torch.no_grad():
+        want = pe.bias(pos, pos, torch.float32)
+        assert inspect.getclosurevars(pe.score_mod()).nonlocals["units"] == 1
+        assert torch.allclose(_score_grid(pe, 9), want, atol=1e-6)
+    # With gradients every unit stays, so the gradient reaches every weight.
+    assert inspect.getclosurevars(pe.score_mod()).nonlocals["units"] == 4
+    grid = _score_grid(pe, 9)
+    assert torch.allclose(grid.detach(), want, atol=1e-6)
+    grid.sum().backward()
+    assert (pe.mlp[0].weight.grad != 0).sum() >= 3 and pe.log_c.grad != 0
+
+
+def test_folded_score_mod_equals_the_bias_at_initialisation():
+    torch.manual_seed(1)
+    pe = build_pe("fire", PEContext(d_model=32, n_heads=4, head_dim=8, train_length=16))
+    pos = torch.arange(40)  # past the threshold too
+    with torch.no_grad():
+        assert 0 < inspect.getclosurevars(pe.score_mod()).nonlocals["units"] < 32
+        assert torch.allclose(_score_grid(pe, 40), pe.bias(pos, pos, torch.float32), atol=1e-5)

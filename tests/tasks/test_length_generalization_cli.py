@@ -35,13 +35,14 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
 def test_passkey_script_into_the_report(tmp_path, cache):
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).parents[2] / "scripts" / "passkey.py"), "--out", str(tmp_path / "pk"), "--model", "tiny",
-         "--lm-steps", "2", "--passkey-steps", "2", "--finetune-steps", "1", "--methods", "yarn",
+         "--lm-steps", "2", "--passkey-steps", "2", "--finetune-steps", "1", "--methods", "none,yarn",
          "--examples", "2", "--device", "cpu"],
         env=posexp_env(cache), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (tmp_path / "pk" / "report.md").read_text()
     assert "## Passkey retrieval" in report
-    for row in ("none (zero-shot)", "pi (zero-shot)", "yarn (zero-shot)", "yarn + fine-tune"):
+    for row in ("none (zero-shot)", "pi (zero-shot)", "yarn (zero-shot)", "none + fine-tune",
+                "yarn + fine-tune"):
         assert f"| {row} |" in report
-    assert "2,048 (8×)" in report
+    assert "1,024 (8×)" in report
     assert (tmp_path / "pk" / "report_passkey.png").exists()
