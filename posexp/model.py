@@ -20,9 +20,12 @@ from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
 from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
 
-# Queries are processed in blocks of this many when an additive bias is needed (ALiBi), so a
-# long evaluation never holds a full (H, L, L) bias or score tensor.
-BIAS_QUERY_CHUNK = 512
+# Queries are processed in blocks of this many when an additive bias goes through SDPA, so a long
+# evaluation never holds a full (H, L, L) bias or score tensor, and each block attends only to
+# the keys up to its end: SDPA cannot combine is_causal with a bias, and a full masked square
+# costs about 2x the causal kernel. At 128 the masked work left is small (CPU training at seq
+# 256: bias PEs at 0.93-1.0x RoPE's step rate, against 0.83x with blocks of 512).
+BIAS_QUERY_CHUNK = 128
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Training throughput: bare step vs the full `posexp train` loop, and model-FLOPs utilisation.
 
     python scripts/bench_train.py                         # d128, 4 layers, 4 heads, 256 x 32, byte
+    python scripts/bench_train.py --pe rope,alibi,t5,fire --no-loop   # bare steps side by side
     python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --compile
     python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --sdpa flash
 
@@ -9,7 +10,9 @@ mask tensor, so the flash kernel applies), pinned host batches copied without bl
 torch.compile with --compile. --sdpa flash|efficient|cudnn|math forces one SDPA kernel in (a)
 (an error if it cannot run this shape), to check that flash attention is what runs.
 
-(a) bare step: forward, backward, clip, AdamW on random tokens, nothing else;
+(a) bare step: forward, backward, clip, AdamW on random tokens, nothing else; with several PEs
+    (--pe a,b,c), each one's bare step in the same run, the first measured again at the end,
+    and ratios against the mean of its two measurements;
 (b) full loop: `posexp train` in a subprocess (data, logging, eval, checkpoints included), its
     steady-state tokens/s read from its TensorBoard log.
 MFU = achieved model FLOP/s / the matmul rate measured here in the same run (fp32 on CPU,
@@ -155,7 +158,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="small", choices=sorted(SIZES))
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--pe", default="rope")
+    p.add_argument("--pe", default="rope", help="a PE, or several (comma-separated) side by side")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=6, help="timed bare steps per block (median of 5 blocks)")
@@ -169,12 +172,19 @@ def main() -> None:
 
     device = resolve_device(args.device)
     d_model, n_layers = SIZES[args.model]
-    cfg = ModelConfig(vocab_size=260, d_model=d_model, n_layers=n_layers, n_heads=args.heads,
-                      pe=args.pe, train_length=args.seq_len)
+    pes = [pe for pe in args.pe.split(",") if pe]
+    args.pe = pes[0]
+    configs = {pe: ModelConfig(vocab_size=260, d_model=d_model, n_layers=n_layers, n_heads=args.heads,
+                               pe=pe, train_length=args.seq_len) for pe in pes}
+    cfg = configs[pes[0]]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     peak = matmul_rate(device, dtype, n=8192 if device.type == "cuda" else 1024)
     bare, model = bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile,
                                  args.sdpa)
+    others = {pe: bare_step_rate(configs[pe], args.batch, args.seq_len, device, args.steps,
+                                 args.compile, args.sdpa)[0] for pe in pes[1:]}
+    bare_again = bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile,
+                                args.sdpa)[0] if others else None
     loop = None if args.no_loop else full_loop_rate(args, args.loop_steps)
     fpt = flops_per_token(model, cfg, args.seq_len)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -192,6 +202,13 @@ def main() -> None:
     if loop is not None:
         print(f"{'(b) posexp train':18}{loop:>12,.0f}{loop * fpt / peak:>8.1%}")
         print(f"ratio (b)/(a): {loop / bare:.3f}")
+    if others:
+        baseline = (bare + bare_again) / 2
+        print(f"\nbare step side by side (÷ {pes[0]}: the mean of its two measurements, "
+              f"{bare:,.0f} before and {bare_again:,.0f} after the others)")
+        print(f"{'pe':18}{'tokens/s':>12}{'÷ ' + pes[0]:>10}")
+        for pe, rate in [(pes[0], baseline), *others.items()]:
+            print(f"{pe:18}{rate:>12,.0f}{rate / baseline:>10.2f}")
 
 
 if __name__ == "__main__":
