@@ -1,4 +1,4 @@
-"""Evaluation speed and memory by length: RoPE's SDPA against the bias PEs (ALiBi, T5) through
+"""Evaluation speed and memory by length: RoPE's SDPA against the bias PEs (ALiBi, T5, FIRE) through
 FlexAttention and through the chunked SDPA-with-bias path, side by side in one run.
 
     python scripts/bench_eval.py                         # small model, 1024..4096, CPU
