@@ -40,16 +40,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=None, help="folder for the runs (default outputs/passkey/<time>)")
     p.add_argument("--lm-steps", type=int, default=1000, help="steps of the KJV language model")
-    p.add_argument("--passkey-steps", type=int, default=2500, help="steps on passkey rows at L0")
+    p.add_argument("--passkey-steps", type=int, default=4000, help="steps on passkey rows at L0")
     p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
     p.add_argument("--factor", type=int, default=2, help="fine-tune length as a multiple of L0")
     p.add_argument("--methods", default="none,pi,ntk,yarn", help="methods to fine-tune with")
     p.add_argument("--model", default="small", help="model size (configs/model)")
     p.add_argument("--examples", type=int, default=50, help="test instances per length and depth")
+    p.add_argument("--seed", type=int, default=0, help="seed of every run (test instances stay the same)")
     p.add_argument("--device", default="auto")
     a = p.parse_args()
     out = a.out or Path("outputs/passkey") / time.strftime("%Y-%m-%d_%H-%M-%S")
-    common = [f"device={a.device}", f"model={a.model}"]
+    common = [f"device={a.device}", f"model={a.model}", f"seed={a.seed}"]
     posexp("train", "data=kjv", "pe=rope", f"train.seq_len={L0}", "train.batch_size=32",
            f"train.max_steps={a.lm_steps}", "train.eval_interval=250", "train.checkpoint_interval=500",
            *common, f"hydra.run.dir={out / 'lm'}")
