@@ -57,7 +57,7 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
 @app.command(context_settings=HYDRA_COMMAND)
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
-    from posexp.tasks.train import train_task
+    from posexp.commands.train import train_task
 
     check_resume_arg(ctx.args)
     check_experiment_arg(ctx.args)
@@ -119,7 +119,7 @@ def generate(
     length_penalty: float | None = typer.Option(None, "--length-penalty", help="Beam search's GNMT length penalty alpha; default: the run's translate.length_penalty (0.6)."),
 ) -> None:
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
-    from posexp.tasks.generate import generate_text
+    from posexp.commands.generate import generate_text
 
     def announce(run_dir: Path) -> None:
         # stderr: stdout stays the generated text only, one line per prompt.
@@ -144,8 +144,8 @@ def eval_extrapolate(
     batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."),
 ) -> None:
     """Test-split perplexity at lengths past the training length, per extension method."""
-    from posexp.tasks.evaluate import evaluate_runs
-    from posexp.tasks.extrapolate_plan import Settings, parse_int_list, parse_methods
+    from posexp.commands.extrapolate.evaluate import evaluate_runs
+    from posexp.commands.extrapolate.plan import Settings, parse_int_list, parse_methods
 
     settings = Settings(max_len=length, lengths=parse_int_list(lengths), methods=parse_methods(method),
                         factor=factor, protocol=protocol, stride=stride, tokens=tokens, device=device,
@@ -162,7 +162,7 @@ def finetune(
 
     Other arguments are Hydra overrides, e.g. `extension=yarn extension.factor=4 train.max_steps=200`.
     """
-    from posexp.tasks.finetune import finetune_args, finetune_task
+    from posexp.commands.finetune import finetune_args, finetune_task
 
     check_output_arg(ctx.args)
     run_hydra(finetune_task, "finetune", finetune_args(run, ctx.args))
@@ -175,7 +175,7 @@ def report(
     device: str = typer.Option("auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"),
 ) -> None:
     """Write report.md, report.csv and PNG plots for a sweep or run dir."""
-    from posexp.tasks.report import write_report
+    from posexp.commands.report.write import write_report
 
     write_report(target, evaluate=evaluate, device=device)
 
@@ -188,7 +188,7 @@ def runs(
     """List every run under a folder: data, pe, heads, extension, steps, status, val ppl, BLEU, time."""
     import json
 
-    from posexp.tasks.runs import list_runs, print_runs
+    from posexp.commands.runs import list_runs, print_runs
 
     rows = list_runs(root)
     if as_json:
@@ -230,8 +230,8 @@ def complete_command_line(args: list[str]) -> None:
     point = int(os.environ.get("COMP_POINT", len(line)))
     os.environ["COMP_LINE"] = rest
     os.environ["COMP_POINT"] = str(max(0, point - (len(line) - len(rest))))
-    from posexp.tasks.finetune import finetune_task
-    from posexp.tasks.train import train_task
+    from posexp.commands.finetune import finetune_task
+    from posexp.commands.train import train_task
 
     if command == "train":
         run_hydra(train_task, "train", args)
@@ -246,7 +246,7 @@ def main() -> None:
 
     # Hydra then re-raises instead of printing its own multi-line report, so we can print one line.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-    # provenance.json records the command as typed (posexp.provenance.COMMAND_ENV).
+    # provenance.json records the command as typed (posexp.runtime.provenance.COMMAND_ENV).
     os.environ["POSEXP_COMMAND"] = shlex.join(["posexp", *sys.argv[1:]])
     try:
         if len(sys.argv) > 1 and sys.argv[1] in ("-sc", "--shell-completion"):

@@ -21,6 +21,8 @@ from posexp.extension import ExtensionConfig
 from posexp.positions import PositionSampling
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# Config roots that define the network or its data; a resumed run must not change them.
+MODEL_KEYS = ("model", "pe", "heads", "extension", "data", "tokenizer")
 MISSING = "???"  # Hydra's mark for a value the user must give
 
 

@@ -31,14 +31,14 @@ def job_dir(override_dirname: str, limit: int = 120) -> str:
 
 def n_jobs(*, _root_: Any) -> int:
     """``${posexp_n_jobs:}``: joblib's default n_jobs for the config's placement.jobs_per_gpu."""
-    from posexp.tasks.placement import default_n_jobs
+    from posexp.hardware import default_n_jobs
 
     return default_n_jobs(int(OmegaConf.select(_root_, "placement.jobs_per_gpu", default=1) or 1))
 
 
 def gpu_count() -> int:
     """``${posexp_gpu_count:}``: visible CUDA devices (0 without CUDA)."""
-    from posexp.tasks.placement import gpu_count as count
+    from posexp.hardware import gpu_count as count
 
     return count()
 

@@ -65,7 +65,7 @@ class RunDir:
 
     @property
     def provenance_file(self) -> Path:
-        """Versions, machine and session times (``posexp.provenance``)."""
+        """Versions, machine and session times (``posexp.runtime.provenance``)."""
         return self.path / PROVENANCE
 
     def is_run(self) -> bool:

@@ -56,10 +56,10 @@ def child(variant: str, length: int, model_size: str, heads: int, device_name: s
     """One measurement point (runs in its own process)."""
     import torch
 
+    from posexp.commands.extrapolate.plan import nonoverlap_windows
+    from posexp.commands.extrapolate.score import score_windows
     from posexp.model import GPT, ModelConfig
-    from posexp.tasks.common import resolve_device
-    from posexp.tasks.extrapolate_plan import nonoverlap_windows
-    from posexp.tasks.extrapolate_score import score_windows
+    from posexp.runtime.device import resolve_device
 
     device = resolve_device(device_name)
     d_model, n_layers = SIZES[model_size]

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import torch
 
+from posexp.commands.train import build_optimizer
 from posexp.model import GPT, ModelConfig
-from posexp.tasks.common import resolve_device
-from posexp.tasks.train import build_optimizer
+from posexp.runtime.device import resolve_device
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "base": (768, 12)}
 

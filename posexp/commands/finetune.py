@@ -1,0 +1,157 @@
+"""`posexp finetune --run DIR <overrides>`: continue a run at a longer length, as a new run.
+
+Hydra composes ``configs/finetune.yaml`` (train.yaml plus fine-tune defaults) with the user's
+overrides; the task then builds the effective config from the PARENT's saved config:
+
+* kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer, except
+  a synthetic task's sizes (``data.train_lengths``, ``data.test_lengths``), which a longer
+  context is for;
+* from this composition (finetune.yaml + command line): everything else, e.g. extension
+  (method, factor, params), device, seed, cache_dir; sections only the parent's config has
+  (e.g. a preset's ``extrapolate:``) are kept;
+* train: the parent's settings, with finetune.yaml's defaults (max_steps, lr, ...) and then the
+  user's ``train.*`` overrides on top; ``train.seq_len`` defaults to L0 x extension.factor;
+* ``parent`` = the parent run dir, ``train_length`` = the parent's training length L0, which is
+  also the extension's ``original_length`` unless given.
+
+The model starts from the parent's weights (``run_training``'s ``parent`` hook) with the
+extension in its config, so the checkpoint's ``meta.json`` records the baked-in method and
+``posexp eval-extrapolate`` evaluates it by default (as ``baked:<method>``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from posexp.commands.train import run_training
+from posexp.config import from_composed
+from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig
+from posexp.files import write_text_atomic
+from posexp.paths import config_dir
+from posexp.rundir import RunDir
+from posexp.runtime.lifecycle import claim_run_dir, fail_run
+
+log = logging.getLogger("posexp")
+
+# Config roots that define the network and its data: a fine-tune keeps the parent's.
+PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
+# ...except the sizes a synthetic task trains and tests at, which a longer context changes.
+DATA_SIZES = ("data.train_lengths", "data.test_lengths")
+
+
+def finetune_args(run: Path | None, args: list[str]) -> list[str]:
+    """Hydra arguments for the finetune command: ``parent=<run>`` then the user's overrides."""
+    if run is None:
+        if any(a in ("--help", "-h", "--hydra-help", "-sc", "--shell-completion") for a in args):
+            return ["parent=DIR", *args]  # Hydra's help: groups and the composed config
+        raise PosexpError("finetune needs --run DIR, the run to continue (e.g. outputs/runs/<run>)")
+    parent = RunDir.open(run, "--run")
+    parent.meta()  # one-line error now if it has no checkpoint
+    run = parent.path
+    if any(a.split("=", 1)[0].lstrip("+~") in ("parent", "resume") for a in args):
+        raise PosexpError(
+            "finetune sets parent= from --run and starts a new run; to continue an interrupted "
+            "fine-tune use `posexp train resume=<its run dir>`"
+        )
+    # Quoted: sweep job dirs are named like `pe=rope,heads=4`, which Hydra would parse.
+    quoted = str(run).replace("\\", "\\\\").replace("'", "\\'")
+    # Compose with the parent's data source, so its keys (a task's sizes) can be overridden.
+    source = parent.config().data.name
+    given = any(a.split("=", 1)[0].lstrip("+~") == "data" for a in args)
+    same_data = [f"data={source}"] if not given and (Path(config_dir()) / "data" / f"{source}.yaml").exists() else []
+    return [f"parent='{quoted}'", *same_data, *args]
+
+
+def _plain(value: Any) -> Any:
+    """Plain Python data; config nodes resolve their interpolations against their own root."""
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The effective config of a fine-tune: the parent's, with the fine-tune's changes."""
+    parent = Path(str(cfg.parent))
+    meta = RunDir.open(parent, "parent").meta()
+    saved = OmegaConf.create(meta["config"])
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    for key in keys:
+        root = key.split(".")[0].split("@")[0]
+        if key in DATA_SIZES or (key == "data" and OmegaConf.select(cfg, "data.source")
+                                 == OmegaConf.select(saved, "data.source")):
+            continue  # the parent's own data source (finetune_args composes with it)
+        if root in PARENT_KEYS:
+            want, have = OmegaConf.select(cfg, root), OmegaConf.select(saved, root)
+            if _plain(want) != _plain(have):
+                raise PosexpError(
+                    f"finetune keeps the parent's {root} ({_short(have)}); drop {key}= "
+                    f"(train a new run to change it)"
+                )
+    # Start from this composition (so keys added to train.yaml since the parent ran exist), take
+    # the network and data from the parent, and keep the parent's extra sections (extrapolate).
+    merged = OmegaConf.create(_plain(cfg))
+    for key, value in saved.items():
+        if key in PARENT_KEYS or key not in merged:
+            merged[key] = value
+    for key in DATA_SIZES:
+        if key in keys:
+            OmegaConf.update(merged, key, _plain(OmegaConf.select(cfg, key)), force_add=True)
+    # train: the parent's settings, except finetune.yaml's defaults and the user's overrides.
+    train = _plain(cfg.train)
+    own = set(OmegaConf.load(_finetune_yaml()).train)
+    own |= {k.split(".")[1] for k in keys if k.startswith("train.")}
+    for key, value in _plain(saved.train).items():
+        if key not in own:
+            train[key] = value
+    merged.train = train
+    l0 = int(meta["model"]["train_length"])
+    merged.train_length = l0
+    if merged.extension.get("original_length") is None:
+        merged.extension.original_length = l0
+    merged.parent = str(parent)
+    merged.resume = None
+    factor = ExtensionConfig.from_dict(_plain(merged.extension)).factor  # validates it
+    if merged.train.seq_len is None:
+        merged.train.seq_len = int(round(l0 * factor))
+    if merged.train.seq_len <= l0:
+        raise PosexpError(
+            f"finetune needs train.seq_len longer than the parent's training length {l0}, got "
+            f"{merged.train.seq_len}; set train.seq_len or extension.factor > 1 "
+            f"(e.g. extension=yarn extension.factor=4)"
+        )
+    return merged
+
+
+def _finetune_yaml() -> Path:
+    return Path(config_dir()) / "finetune.yaml"
+
+
+def _short(value: Any) -> str:
+    plain = _plain(value)
+    if isinstance(plain, dict) and "name" in plain:
+        return f"{plain['name']}"
+    return str(plain)
+
+
+def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
+    """Hydra task function (module level so joblib/submitit can pickle it by reference)."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    if not multirun:
+        run_dir = claim_run_dir(run_dir)
+    try:
+        merged = finetune_config(cfg, list(hc.overrides.task))
+        write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(merged))
+        log.info("fine-tuning %s at seq_len %d with extension %s (factor %s)", merged.parent,
+                 merged.train.seq_len, merged.extension.method, merged.extension.get("factor"))
+        return run_training(from_composed(merged), run_dir)
+    except PosexpError as e:
+        fail_run(run_dir, e, multirun, discard=True)

@@ -1,0 +1,107 @@
+"""`posexp generate`: text from a trained run, through ``posexp.generation``.
+
+A pairs run (translation) takes each prompt as a SOURCE: ``source <sep>`` is the prompt and the
+output is the text generated up to ``<eos>``. An lm run continues the prompt text. A learned
+positional table stops generation with its own one-line error at the table end. ``beam_size`` > 1
+decodes each prompt by beam search (posexp/decoding.py) with GNMT's length penalty.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posexp.config import RunConfig
+from posexp.errors import PosexpError
+from posexp.generation import TokenProgress, generate_ids
+
+
+def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:
+    """The tokenizer a run was trained with, and its corpus kind ("lm", "pairs" or "synthetic")."""
+    return _tokenizer(json.dumps([cfg.data.to_dict("source"), cfg.tokenizer.to_dict(), cfg.cache_dir],
+                                 sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(key: str) -> tuple[Any, str]:
+    """Cached per (data, tokenizer, cache dir): loading a corpus takes seconds."""
+    from posexp.data import build_tokenizer, load_corpus
+
+    data, tok, cache_dir = json.loads(key)
+    corpus = load_corpus(**data)
+    tokenizer = build_tokenizer(tok.pop("name"), corpus, Path(cache_dir), **tok)
+    return tokenizer, corpus.kind
+
+
+# Corpus kinds whose rows are ``prompt <sep> answer``: generation answers the prompt.
+ANSWERING = ("pairs", "synthetic")
+
+
+def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
+    """Token ids of a prompt: ``source <sep>`` for translation and tasks, the text for an lm."""
+    ids = tokenizer.encode(text)
+    return [*ids, tokenizer.sep_id] if kind in ANSWERING else ids
+
+
+def generate_text(
+    run: Path | str | None,
+    prompts: Sequence[str],
+    max_new_tokens: int = 200,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    batch_size: int = 64,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    announce: Callable[[Path], None] | None = None,
+) -> list[str]:
+    """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt.
+
+    Beam size and length penalty default to the run's ``translate`` settings for a translation
+    run, and to greedy decoding for a language model. ``announce`` is told which run dir is
+    used (the newest one when ``run`` is None).
+    """
+    from posexp.rundir import RunDir, latest_run
+    from posexp.runtime.device import resolve_device
+
+    if not prompts:
+        raise PosexpError("no prompt given; pass one or more texts, e.g. \"And God said\"")
+    if max_new_tokens <= 0:
+        raise PosexpError(f"--max-new-tokens must be a positive integer, got {max_new_tokens}")
+    dev = resolve_device(device)
+    run_dir = RunDir.open(run, "--run") if run is not None else latest_run()
+    if announce is not None:
+        announce(run_dir.path)
+    cfg = run_dir.config()
+    model = run_dir.load_model(dev)
+    tokenizer, kind = run_tokenizer(cfg)
+    ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
+    reach, longest = model.pe.max_positions, max(len(i) for i in ids)
+    if reach is not None and longest >= reach:
+        raise PosexpError(f"a prompt of {longest} tokens leaves no room: pe={model.cfg.pe} has "
+                          f"{reach} positions; shorten the prompt")
+    if reach is not None and longest + max_new_tokens > reach:
+        raise PosexpError(
+            f"--max-new-tokens {max_new_tokens} after a prompt of {longest} tokens needs "
+            f"{longest + max_new_tokens} positions, but pe={model.cfg.pe} has {reach}; allowed: "
+            f"--max-new-tokens <= {max(reach - longest, 0)}")
+    if beam_size is None:
+        beam_size = cfg.translate.beam_size if kind == "pairs" and temperature == 0 else 1
+    if length_penalty is None:
+        length_penalty = cfg.translate.length_penalty
+    generator = torch.Generator(device=dev).manual_seed(seed)
+    progress = TokenProgress(len(ids) * max_new_tokens)
+    with progress:
+        new = generate_ids(model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                           eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
+                           generator=generator, beam_size=beam_size, length_penalty=length_penalty,
+                           on_step=progress.update)
+    if kind in ANSWERING:
+        return [tokenizer.decode(n) for n in new]
+    return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

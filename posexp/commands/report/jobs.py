@@ -1,0 +1,140 @@
+"""The jobs a report reads: one run dir each, from its files only."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from posexp.config import RunConfig
+from posexp.errors import PosexpError
+from posexp.rundir import EVAL, RunDir, find_runs
+
+# Keys that never distinguish jobs in a table (seeds are shown when they vary).
+HIDDEN_PARAMS = ("hydra.", "device")
+
+
+@dataclass
+class Job:
+    """One run dir of a sweep (or the run itself), read from its files only."""
+
+    run: RunDir
+    name: str
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
+
+    @cached_property
+    def overrides(self) -> list[str]:
+        return self.run.overrides()
+
+    @cached_property
+    def params(self) -> dict[str, str]:
+        """The job's overrides as key -> value (last one wins)."""
+        out = {}
+        for o in self.overrides:
+            key, _, value = o.partition("=")
+            out[key.lstrip("+~")] = value
+        return out
+
+    @cached_property
+    def results(self) -> dict[str, Any] | None:
+        return self.run.results()
+
+    @cached_property
+    def meta(self) -> dict[str, Any] | None:
+        try:
+            return self.run.meta() if self.run.has_checkpoint() else None
+        except PosexpError:
+            return None
+
+    @cached_property
+    def config(self) -> RunConfig | None:
+        """The job's typed config; None when it has none or it is invalid (a job that failed on it)."""
+        try:
+            return self.run.config()
+        except PosexpError:
+            return None
+
+    @property
+    def status(self) -> str:
+        return self.run.status()
+
+    @cached_property
+    def flat_config(self) -> dict[str, Any]:
+        """The config as ``{"train.lr": 0.003, ...}``; empty when there is none."""
+        from posexp.runtime.sweeps import flatten
+
+        return flatten(self.config.to_dict()) if self.config else {}
+
+    def setting(self, key: str) -> str:
+        """A config value by its override key (``pe``, ``train.lr``) when not overridden; '' if unknown."""
+        flat = self.flat_config
+        value = flat.get(key, flat.get(f"{key}.name", flat.get(f"{key}.source", "")))
+        return "" if value is None else str(value)
+
+    @property
+    def error(self) -> str:
+        if self.results and self.results.get("error"):
+            return str(self.results["error"])
+        if self.status == "unfinished":
+            if self.meta:
+                total = f" of {self.config.train.max_steps}" if self.config else ""
+                return f"no results.json; checkpoint at step {self.meta.get('step')}{total}"
+            return "no results.json and no checkpoint (still running, or killed)"
+        return ""
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return {k: v for k, v in (self.results or {}).items() if k not in ("status", "error")}
+
+    @property
+    def pe(self) -> str:
+        if self.meta:
+            return str(self.meta["model"]["pe"])
+        return self.config.pe.name if self.config else self.params.get("pe", "?")
+
+    @property
+    def train_length(self) -> int | None:
+        if self.meta:
+            return int(self.meta["model"]["train_length"])
+        return self.config.length0 if self.config else None
+
+    @cached_property
+    def extrapolate(self) -> list[dict[str, Any]] | None:
+        data = self.run.read_json(f"{EVAL}/extrapolate.json")
+        return data if isinstance(data, list) else None
+
+
+def find_jobs(target: Path) -> list[Job]:
+    """The run dir itself, or every job dir below a sweep dir (outermost job dirs only)."""
+    try:
+        runs = find_runs(target)
+    except PosexpError as e:
+        raise PosexpError(f"report: {e}") from None
+    return [Job(r, str(r.path.relative_to(target)) if r.path != Path(target) else r.path.name)
+            for r in runs]
+
+
+def swept_keys(jobs: list[Job]) -> list[str]:
+    """Override keys whose values differ between jobs (all of them for a single job)."""
+    keys: list[str] = []
+    for job in jobs:
+        for key in job.params:
+            if key not in keys and not key.startswith(HIDDEN_PARAMS):
+                keys.append(key)
+    if len(jobs) == 1:
+        return keys
+    return [k for k in keys if len({job.params.get(k) for job in jobs}) > 1]
+
+
+def natural_order(value: Any) -> tuple:
+    """Sort key that orders the numbers inside a value by size: h2 < h10, 0.5 < 1.5."""
+    text = "" if value is None else str(value)
+    return tuple((0, float(p), "") if re.fullmatch(r"-?\d+(\.\d+)?", p) else (1, 0.0, p)
+                 for p in re.split(r"(-?\d+(?:\.\d+)?)", text) if p)
+
+

@@ -1,0 +1,391 @@
+"""The training task: Hydra composes a config, this turns it into a trained run dir.
+
+A run dir holds ``.hydra/`` (the composed config), ``train.log``, TensorBoard event files and
+``checkpoint/``. The loop is plain PyTorch: AdamW, linear warmup then cosine decay, gradient
+clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from posexp import flex
+from posexp.checkpoint import load_state, load_weights, rng_state, save_checkpoint, set_rng_state
+from posexp.config import RunConfig, TrainConfig, from_composed
+from posexp.errors import Abort, PosexpError
+from posexp.files import write_text_atomic
+from posexp.model import GPT, ModelConfig
+from posexp.objectives import Objective, build_objective
+from posexp.positions import random_positions
+from posexp.rundir import RunDir
+from posexp.runtime import distributed, provenance
+from posexp.runtime.build import build_data, model_config
+from posexp.runtime.device import resolve_device
+from posexp.runtime.lifecycle import Diverged, claim_run_dir, fail_run
+from posexp.runtime.placement import apply_threads, job_placement
+from posexp.runtime.resume import effective_config, finished_results
+from posexp.runtime.sweeps import completed_results, continue_unfinished, record_failure
+from posexp.runtime.tensorboard import trial_name, write_hparams
+
+log = logging.getLogger("posexp")
+
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warmup to 1, then cosine decay to ``min_ratio`` at ``total`` steps."""
+
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return f
+
+
+def build_optimizer(model: GPT, train: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not norms), fused kernels on CUDA."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=train.lr,
+        betas=tuple(train.betas),
+        fused=device.type == "cuda",
+    )
+
+
+@dataclass
+class Trainer:
+    """Holds everything the loop touches; ``fit`` runs it from ``step`` to ``max_steps``."""
+
+    cfg: RunConfig
+    run_dir: Path
+    model: GPT
+    mcfg: ModelConfig
+    device: torch.device
+    objective: Objective
+    writer: SummaryWriter
+    autocast: Any
+    step: int = 0
+    best_val: float = float("inf")
+    last_val: float = float("nan")
+
+    def __post_init__(self) -> None:
+        t = self.cfg.train
+        self.raw_model = self.model
+        self.model.to(self.device)
+        self.optimizer = build_optimizer(self.model, t, self.device)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(t.warmup_steps, t.max_steps, t.min_lr / t.lr)
+        )
+        self.model = distributed.wrap(self.model, self.device)  # DDP under torchrun
+        if t.compile:
+            self.model = torch.compile(self.model)
+
+    def state(self) -> dict[str, Any]:
+        """Optimizer, scheduler, RNG and data position (the step) for an exact resume."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state(),
+            "step": self.step,
+            "best_val": self.best_val,
+            "last_val": self.last_val,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Inverse of ``state``."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        self.step, self.best_val, self.last_val = state["step"], state["best_val"], state["last_val"]
+
+    def save(self) -> None:
+        """Atomic checkpoint of weights and state."""
+        meta = {
+            "step": self.step,
+            "model": self.mcfg.to_dict(),
+            "config": self.cfg.to_dict(),
+            "val_loss": self.last_val,
+            "params": self.raw_model.num_params(),
+        }
+        save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
+        log.info("checkpoint saved at step %d", self.step)
+
+    def fit(self) -> float:
+        """Train to ``train.max_steps``; returns the final validation loss."""
+        t = self.cfg.train
+        # A task's rows can be shorter than seq_len: count the tokens actually read.
+        tokens_per_step = t.batch_size * getattr(self.objective, "row_tokens", t.seq_len)
+        bar = tqdm(total=t.max_steps, initial=self.step, desc="train", unit="step",
+                   disable=None if distributed.is_main() else True, dynamic_ncols=True,
+                   file=sys.stderr)
+        window_start, window_steps = time.perf_counter(), 0
+        if self.step >= t.max_steps and distributed.is_main():
+            # Resumed at the end (killed before writing results.json): the final metrics come
+            # from the last evaluation, so evaluate once more (TensorBoard has it already).
+            metrics = self.objective.evaluate(self.raw_model, self.step, distributed.NullWriter())
+            self.last_val = metrics["val/loss"]
+        self.model.train()
+        with logging_redirect_tqdm():  # log lines print above the bar instead of through it
+            self._loop(bar, window_start, window_steps, tokens_per_step)
+        bar.close()
+        return self.last_val
+
+    def positions(self, shape: torch.Size, rows: int) -> torch.Tensor | None:
+        """This rank's rows of the step's randomized positions (pe.randomized), else None."""
+        sampling = self.cfg.positions
+        if not sampling.randomized:
+            return None
+        drawn = random_positions(shape[0], shape[1], sampling.max_position, self.cfg.seed, self.step)
+        first = distributed.rank() * rows if distributed.active() else 0
+        return to_device(drawn[first : first + rows], self.device)
+
+    def _loop(self, bar: Any, window_start: float, window_steps: int, tokens_per_step: int) -> None:
+        """The training steps, with logging, evaluation and checkpoints at their intervals."""
+        t = self.cfg.train
+        while self.step < t.max_steps:
+            # Under torchrun: this rank's rows of the global batch, and its loss weight.
+            x_all, y_all = self.objective.batch(self.step)
+            x, y, weight = distributed.shard(x_all, y_all)
+            x, y = to_device(x, self.device), to_device(y, self.device)
+            positions = self.positions(x_all.shape, x.shape[0])
+            with self.autocast():
+                loss = self.model(x, y, positions)["loss"]
+            (loss if weight is None else loss * weight).backward()
+            loss = loss.detach()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            lr = self.scheduler.get_last_lr()[0]
+            self.scheduler.step()
+            self.step += 1
+            window_steps += 1
+            if self.step % t.log_interval == 0 or self.step == t.max_steps:
+                elapsed = time.perf_counter() - window_start
+                tps = window_steps * tokens_per_step / elapsed
+                loss_value = distributed.global_mean(loss, weight)
+                if not math.isfinite(loss_value):  # checked where the loss is read anyway
+                    raise Diverged(f"loss became {loss_value} at step {self.step}; lower train.lr "
+                                   f"(now {t.lr:g}) or raise train.warmup_steps")
+                self.writer.add_scalar("train/loss", loss_value, self.step)
+                self.writer.add_scalar("train/lr", lr, self.step)
+                self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)
+                self.writer.add_scalar("train/tokens_per_s", tps, self.step)
+                bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tps:,.0f}", refresh=False)
+                bar.update(window_steps)
+                if bar.disable and distributed.is_main():
+                    # No terminal (nohup, Slurm, a sweep job): a plain line instead of the bar.
+                    eta = (t.max_steps - self.step) * tokens_per_step / max(tps, 1e-9)
+                    log.info("step %d/%d  loss %.4f  lr %.2e  %s tok/s  eta %s", self.step,
+                             t.max_steps, loss_value, lr, f"{tps:,.0f}", _duration(eta))
+                window_start, window_steps = time.perf_counter(), 0
+            if self.step % t.eval_interval == 0 or self.step == t.max_steps:
+                train_loss = distributed.global_mean(loss, weight)  # all ranks take part
+                if distributed.is_main():  # rank 0 evaluates; the others wait at the next step
+                    metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
+                    self.last_val = metrics["val/loss"]
+                    self.best_val = min(self.best_val, self.last_val)
+                    for tag, value in metrics.items():
+                        self.writer.add_scalar(tag, value, self.step)
+                    shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                    log.info("step %d  train/loss %.4f  %s", self.step, train_loss, shown)
+            if (self.step % t.checkpoint_interval == 0 or self.step == t.max_steps) and \
+                    distributed.is_main():
+                self.save()
+                window_start = time.perf_counter()  # checkpoint time is not training throughput
+
+
+NETWORK_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "pe", "pe_params")
+
+
+def check_same_network(parent: dict[str, Any], mcfg: ModelConfig) -> None:
+    """Refuse to load a parent's weights into a network of another shape (one line, the first key)."""
+    mine = mcfg.to_dict()
+    for key in NETWORK_KEYS:
+        if parent.get(key) != mine[key]:
+            raise PosexpError(f"parent run has {key}={parent.get(key)!r}, this run {key}={mine[key]!r}; "
+                              f"a run started from another's weights keeps its network (model, pe, "
+                              f"heads, tokenizer)")
+
+
+def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
+    started = time.perf_counter()
+    distributed.check_batch_size(cfg.train.batch_size)
+    device = place(cfg)
+    torch.manual_seed(cfg.seed)
+    # ModelConfig checks the network's shape (heads divide d_model, ...) before the data load.
+    model_config(cfg, vocab_size=1)
+    with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
+        data = build_data(cfg)
+    mcfg = model_config(cfg, data.tokenizer.vocab_size)
+    model = GPT(mcfg)
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+        if device.type == "cuda"
+        else contextlib.nullcontext
+    )
+    objective = build_objective(cfg, data, device, autocast)
+    state = None
+    if cfg.resume:
+        load_weights(run_dir, model)
+        state = load_state(run_dir)
+    elif cfg.parent:
+        # `posexp finetune`, or `posexp train parent=<run>` (e.g. on other data): start from the
+        # parent run's weights; the network must be the same.
+        check_same_network(RunDir.open(cfg.parent, "parent").meta()["model"], mcfg)
+        load_weights(Path(cfg.parent), model)
+        log.info("initialised from parent run %s", cfg.parent)
+    writer = (SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
+              if distributed.is_main() else distributed.NullWriter())
+    if distributed.is_main():
+        provenance.start(run_dir)
+    trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
+    if state:
+        trainer.restore(state)
+        log.info("resumed %s at step %d", run_dir, trainer.step)
+    distributed.reseed(cfg.seed, trainer.step)
+    n_params = model.num_params()
+    log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s attention: %s",
+             cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
+             f"{n_params:,}", device, flex.describe(mcfg.attention, device, model.pe.has_bias))
+    try:
+        trainer.fit()
+    except KeyboardInterrupt:
+        if distributed.is_main():
+            provenance.finish(run_dir, "interrupted")
+            saved = RunDir(run_dir).step()
+            if saved is None:
+                log.warning("interrupted at step %d, before the first checkpoint", trainer.step)
+            else:
+                log.warning("interrupted at step %d; the checkpoint of step %d is kept; resume "
+                            "with: posexp train resume=%s", trainer.step, saved, run_dir)
+        raise
+    if not distributed.is_main():
+        return {}
+    metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
+    params = {**hparam_dict(cfg, mcfg), "params": n_params}
+    write_hparams(writer, params, metrics, trial=trial_name(params, run_dir))
+    writer.close()
+    RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})
+    provenance.finish(run_dir, "completed")
+    shown = "  ".join(f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items()
+                      if k != "final/params")
+    log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
+    log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)
+    return metrics
+
+
+def _duration(seconds: float) -> str:
+    """1h02m, 3m05s or 42s."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
+    """The knobs people sweep, for TensorBoard's hparams table."""
+    ext = mcfg.extension or {}
+    return {
+        # rope_randomized shows as "rope randomized"; a synthetic run's data as its task.
+        "pe": mcfg.pe + (" randomized" if cfg.positions.randomized else ""),
+        "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
+        "seq_len": cfg.train.seq_len, "seed": cfg.seed,
+        "data": str(cfg.data.params.get("task", cfg.data.name)),
+        "tokenizer": cfg.tokenizer.name, "extension": extension_label(ext),
+        "factor": float(ext.get("factor", 1.0)),
+    }
+
+
+def extension_label(ext: dict[str, Any]) -> str:
+    """``none``, or the method with its factor (``yarn x4``): one column shows both."""
+    method, factor = ext.get("method", "none"), float(ext.get("factor", 1.0))
+    return method if method == "none" else f"{method} x{factor:g}"
+
+
+def train_task(cfg: DictConfig) -> dict[str, Any] | None:
+    """Hydra task function (module level so joblib/submitit can pickle it by reference)."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    if multirun and distributed.env().enabled:
+        raise Abort("torchrun runs one training run; drop -m (sweep with hydra/launcher=... instead)")
+    with distributed.session(cfg.device):
+        if not multirun and not cfg.resume and distributed.is_main():
+            run_dir = claim_run_dir(run_dir)
+        run_dir = distributed.agree_on_run_dir(run_dir)  # torchrun: every rank uses rank 0's
+        try:
+            return _train_task(cfg, run_dir, multirun)
+        finally:
+            if multirun and torch.cuda.is_available():
+                torch.cuda.empty_cache()  # a joblib worker may run its next job on another GPU
+
+
+def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any]:
+    fresh = not cfg.resume
+    try:
+        if multirun and not cfg.resume:
+            # A rerun sweep: a completed job returns its results, an unfinished one resumes.
+            run = from_composed(cfg)
+            done = completed_results(run, run_dir)
+            if done is not None:
+                return done
+            if continue_unfinished(run, run_dir):
+                cfg = cfg.copy()
+                cfg.resume = str(run_dir)
+        if cfg.resume:
+            cfg = effective_config(cfg)
+            done = finished_results(run_dir, int(cfg.train.max_steps))
+            if done is not None:  # nothing to train: do not evaluate and log the end again
+                log.info("%s already completed %d steps; raise train.max_steps to train longer",
+                         run_dir, done["step"])
+                return done
+            if distributed.is_main():
+                write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+        return run_training(from_composed(cfg), run_dir)
+    except PosexpError as e:
+        fail_run(run_dir, e, multirun, discard=fresh)
+    except Exception as e:
+        if multirun:  # an unexpected error fails this job only; Hydra runs the others
+            record_failure(run_dir, e)
+        raise
+
+
+# ---- devices -----------------------------------------------------------------------------------
+
+
+def place(cfg: RunConfig) -> torch.device:
+    """The run's device and CPU threads: torchrun's local rank, or a sweep job's placement."""
+    env = distributed.env() if distributed.active() else distributed.DistEnv()
+    where = job_placement(cfg, env.local_world_size)
+    apply_threads(where)
+    device = resolve_device(cfg.device, gpu=env.local_rank if env.enabled else where.gpu)
+    if where.gpu is not None or where.threads:
+        log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
+    return device
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host-to-device copy: from pinned memory and asynchronous on CUDA."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)

@@ -1,0 +1,130 @@
+"""Batched generation over prompts of any lengths, with a KV cache and no padding.
+
+``model.generate`` continues a batch of EQUAL-length prompts. Here prompts are grouped by exact
+length (sorted, then cut into chunks of ``batch_size``), so no row ever holds padding: every
+row's positions start at 0 exactly as in training, and nothing needs a key-padding mask. Results
+come back in the caller's order. Greedy (temperature 0) output is a pure function of the model
+and the prompts; sampling is reproducible from ``generator``. ``beam_size`` > 1 decodes each
+prompt by beam search (posexp/decoding.py) with GNMT's length penalty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from posexp.errors import PosexpError
+
+
+@torch.no_grad()
+def generate_ids(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int | Sequence[int],
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    eos_id: int | None = None,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+    autocast: Any = None,
+    beam_size: int = 1,
+    length_penalty: float = 0.6,
+    on_step: Callable[[int], None] | None = None,
+) -> list[list[int]]:
+    """Continuations of each prompt (eos and anything after it removed), in the prompts' order.
+
+    ``max_new_tokens`` is one limit for all, or one per prompt (prompts of the same length are
+    decoded together up to the largest limit among them and cut to their own). ``on_step(n)``
+    hears of every decoding step of a batch of ``n`` rows.
+    """
+    if not math.isfinite(temperature) or temperature < 0:
+        raise PosexpError(f"temperature must be a finite number >= 0, got {temperature}")
+    if not math.isfinite(length_penalty):
+        raise PosexpError(f"length penalty must be a finite number, got {length_penalty}")
+    if top_k is not None and top_k <= 0:
+        raise PosexpError(f"top_k must be a positive integer, got {top_k}")
+    if batch_size <= 0:
+        raise PosexpError(f"batch_size must be a positive integer, got {batch_size}")
+    if beam_size < 1:
+        raise PosexpError(f"beam size must be a positive integer, got {beam_size}")
+    if beam_size > 1 and temperature > 0:
+        raise PosexpError(f"beam search decodes deterministically; got beam {beam_size} with "
+                          f"temperature {temperature} (use temperature 0 or beam 1)")
+    limits = (
+        [int(max_new_tokens)] * len(prompts)
+        if isinstance(max_new_tokens, int)
+        else [int(m) for m in max_new_tokens]
+    )
+    if len(limits) != len(prompts):
+        raise ValueError(f"{len(limits)} max_new_tokens for {len(prompts)} prompts")
+    for p in prompts:
+        if len(p) == 0:
+            raise PosexpError("empty prompt; give at least one token of text")
+    was_training = model.training
+    model.eval()
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, p in enumerate(prompts):
+        by_length[len(p)].append(i)
+    out: list[list[int]] = [[] for _ in prompts]
+    try:
+        for length in sorted(by_length):
+            group = by_length[length]
+            for start in range(0, len(group), batch_size):
+                rows = group[start : start + batch_size]
+                n_new = max(limits[i] for i in rows)
+                if n_new <= 0:
+                    continue
+                x = torch.tensor([list(prompts[i]) for i in rows], dtype=torch.long, device=device)
+                with autocast() if autocast is not None else contextlib.nullcontext():
+                    hook = None if on_step is None else functools.partial(on_step, len(rows))
+                    new = model.generate(x, n_new, temperature=temperature, top_k=top_k,
+                                         eos_id=eos_id, generator=generator,
+                                         beam_size=beam_size, length_penalty=length_penalty,
+                                         on_step=hook)
+                for r, i in enumerate(rows):
+                    ids = new[r, : limits[i]].tolist()
+                    if eos_id is not None and eos_id in ids:
+                        ids = ids[: ids.index(eos_id)]
+                    out[i] = ids
+    finally:
+        model.train(was_training)
+    return out
+
+
+class TokenProgress:
+    """Generated tokens so far: a bar on a terminal; without one (nohup, Slurm), a plain line at
+    every tenth of a long generation (``PLAIN_MIN`` tokens or more), so it is never silent."""
+
+    PLAIN_MIN = 1000
+
+    def __init__(self, total: int, desc: str = "generate") -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc=desc, unit="tok", disable=None, leave=False,
+                        dynamic_ncols=True, file=sys.stderr)
+        self.desc, self.total, self.done, self.next_line = desc, total, 0, total / 10
+        self.plain = self.bar.disable and total >= self.PLAIN_MIN
+
+    def update(self, n: int) -> None:
+        """``n`` more tokens (one decoding step of ``n`` rows)."""
+        self.done += n
+        self.bar.update(n)
+        if self.plain and self.done >= self.next_line:
+            print(f"{self.desc}: {self.done:,}/{self.total:,} tokens", file=sys.stderr, flush=True)
+            while self.next_line <= self.done:
+                self.next_line += self.total / 10
+
+    def __enter__(self) -> TokenProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()

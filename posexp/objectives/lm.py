@@ -1,0 +1,38 @@
+"""The ``lm`` objective: next-token prediction on plain text, validated by perplexity."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from posexp.config import RunConfig
+from posexp.data import LMBatches, eval_windows
+from posexp.objectives.base import Autocast, mean_loss, register_objective
+
+
+@register_objective("lm")
+class LanguageModeling:
+    """Next-token prediction on random windows; validation on a fixed slice of the val split."""
+
+    def __init__(self, cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
+        t = cfg.train
+        self.batches = LMBatches(data.tokens["train"], t.batch_size, t.seq_len, cfg.seed)
+        self.val = eval_windows(data.tokens["val"], t.seq_len, t.eval_tokens)
+        self.batch_size, self.device, self.autocast = t.batch_size, device, autocast
+        self.last: dict[str, float] = {}
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random windows for ``step`` (a pure function of seed and step)."""
+        return self.batches.batch(step)
+
+    def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
+        """Validation loss and perplexity."""
+        loss = mean_loss(model, *self.val, self.batch_size, self.device, self.autocast)
+        self.last = {"val/loss": loss, "val/ppl": math.exp(loss)}
+        return self.last
+
+    def finish(self, model: torch.nn.Module, writer: Any) -> dict[str, float]:
+        """The last validation metrics."""
+        return {f"final/val_{k.split('/')[1]}": v for k, v in self.last.items()}

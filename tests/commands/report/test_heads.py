@@ -1,0 +1,81 @@
+"""The head-count view of `posexp report` on a language-model sweep: bits per byte and verdict."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+
+import pytest
+import yaml
+
+from posexp.commands.report.views.heads import BPB, PPL, HeadJob, summarize, verdict
+from posexp.commands.report.write import write_report
+
+# final val loss (nats per byte) by (heads, seed): h = 1 clearly worse than h = 4.
+LOSSES = {(1, 0): 1.40, (1, 1): 1.42, (1, 2): 1.41, (4, 0): 1.30, (4, 1): 1.31, (4, 2): 1.32,
+          (16, 0): 1.33, (16, 1): 1.35, (16, 2): 1.31}
+
+
+def fake_sweep(root, losses, tokenizer="byte"):
+    """Job dirs as `posexp train -m heads=... seed=...` leaves them (config, overrides, results)."""
+    for (h, s), loss in losses.items():
+        job = root / f"heads={h},seed={s}"
+        (job / ".hydra").mkdir(parents=True)
+        cfg = {"heads": h, "seed": s, "model": {"d_model": 128, "n_layers": 4},
+               "train": {"max_steps": 600, "batch_size": 16, "seq_len": 256},
+               "data": {"source": "kjv"}, "tokenizer": {"name": tokenizer}}
+        (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+        (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"heads={h}", f"seed={s}"]))
+        (job / "results.json").write_text(json.dumps(
+            {"status": "completed", "final/val_loss": loss, "final/val_ppl": math.exp(loss),
+             "final/params": 820864}))
+    return root
+
+
+def test_lm_sweep_report_in_bits_per_byte_with_a_computed_verdict(tmp_path):
+    sweep = fake_sweep(tmp_path / "sweep", LOSSES)
+    write_report(sweep, evaluate=False)
+    with open(sweep / "report_heads.csv") as f:
+        rows = {r["h"]: r for r in csv.DictReader(f)}
+    for h in (1, 4, 16):
+        bits = [LOSSES[(h, s)] / math.log(2) for s in range(3)]
+        assert float(rows[str(h)]["bpb_mean"]) == pytest.approx(statistics.mean(bits))
+        assert float(rows[str(h)]["bpb_std"]) == pytest.approx(statistics.stdev(bits))
+    md = (sweep / "report.md").read_text()
+    gap = (1.41 - 1.31) / math.log(2)
+    noise = 0.01 / math.log(2)  # both groups' sample std: 0.01 nats
+    assert f"worse by {gap:.4f}, {gap / noise:.1f}× the larger seed std" in md
+    assert "beyond seed noise: this sweep shows Table 3's effect" in md
+    assert "| bits per byte |" in md and "copy BLEU" not in md
+    assert (sweep / "report_heads.png").read_bytes()[:4] == b"\x89PNG"
+    assert (sweep / "report_heads.svg").read_text().lstrip().startswith("<?xml")
+
+
+def jobs_of(values: dict[tuple[int, int], float]) -> list[HeadJob]:
+    return [HeadJob(f"h{h}s{s}", h, s, 128, "completed",
+                    {"final/val_loss": v, "final/val_ppl": math.exp(v)})
+            for (h, s), v in values.items()]
+
+
+def test_verdict_within_noise_not_worse_and_too_few_seeds():
+    noisy = {(1, 0): 1.30, (1, 1): 1.40, (1, 2): 1.35, (4, 0): 1.28, (4, 1): 1.38, (4, 2): 1.33}
+    text = verdict(summarize(jobs_of(noisy), [BPB, PPL]), BPB)
+    assert "0.4× the larger seed std" in text and "within seed noise" in text
+    better = {(1, s): 1.2 for s in range(3)} | {(4, s): 1.3 + s / 100 for s in range(3)}
+    assert "h = 1 is not worse" in verdict(summarize(jobs_of(better), [BPB, PPL]), BPB)
+    two = {k: v for k, v in LOSSES.items() if k[1] < 2}
+    assert "no verdict on seed noise: 2 completed seed(s)" in verdict(
+        summarize(jobs_of(two), [BPB, PPL]), BPB)
+    assert verdict(summarize(jobs_of({(4, 0): 1.3}), [BPB]), BPB).startswith("No verdict")
+
+
+def test_a_sweep_over_more_than_heads_gets_no_head_view(tmp_path):
+    sweep = fake_sweep(tmp_path / "sweep", {(1, 0): 1.4, (4, 0): 1.3})
+    for job in sweep.iterdir():  # the jobs also differ in pe: not a head-count ablation
+        pe = "rope" if "heads=1" in job.name else "alibi"
+        (job / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump([f"heads={1 if pe == 'rope' else 4}", "seed=0", f"pe={pe}"]))
+    write_report(sweep, evaluate=False)
+    assert "Head-count ablation" not in (sweep / "report.md").read_text()

@@ -1,0 +1,126 @@
+"""`posexp report`: the generic sweep table, the view registry and the extrapolation view."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from posexp.commands.report import view as view_mod
+from posexp.commands.report import write as report_mod
+from posexp.commands.report.jobs import find_jobs, swept_keys
+from posexp.commands.report.view import register_report_view
+from posexp.commands.report.write import write_report
+from posexp.registry import Registry
+from tests.helpers import TINY, posexp
+
+NO_HEADS = [a for a in TINY if not a.startswith("heads=")]
+
+
+def sweep_dir(cwd):
+    (sweep,) = (cwd / "outputs" / "sweeps").iterdir()
+    return sweep
+
+
+@pytest.fixture(scope="module")
+def free_sweep(tmp_path_factory, cache):
+    """`-m pe=rope,alibi heads=2,3`: heads=3 fails (64 is not divisible by 3), plus an unfinished job."""
+    cwd = tmp_path_factory.mktemp("free")
+    proc = posexp(cwd, cache, "train", "-m", "pe=rope,alibi", "heads=2,3", *NO_HEADS, check=False)
+    assert proc.returncode == 2  # the failed jobs make the sweep fail, after every job ran
+    sweep = sweep_dir(cwd)
+    # A job that never finished (killed before its first checkpoint): only Hydra's files.
+    done = job_dir(sweep, "pe=rope", "heads=2")
+    overrides = (done / ".hydra" / "overrides.yaml").read_text().replace("pe=rope", "pe=none")
+    unfinished = sweep / done.name.replace("pe=rope", "pe=none")
+    (unfinished / ".hydra").mkdir(parents=True)
+    (unfinished / ".hydra" / "overrides.yaml").write_text(overrides)
+    return cwd, sweep
+
+
+def job_dir(sweep, *parts):
+    (job,) = [d for d in sweep.iterdir() if all(p in d.name.split(",") for p in parts)]
+    return job
+
+
+def test_free_form_sweep_report(free_sweep, cache):
+    cwd, sweep = free_sweep
+    proc = posexp(cwd, cache, "report", str(sweep))
+    assert "report.md" in proc.stdout
+    md = (sweep / "report.md").read_text()
+    assert "5 runs: 2 completed, 2 failed, 1 unfinished." in md
+    assert "| pe | heads | status |" in md  # keyed by the swept parameters only
+    assert "Length extrapolation" not in md  # no view applies
+    rows = list(csv.DictReader((sweep / "report.csv").open()))
+    assert [(r["pe"], r["heads"], r["status"]) for r in rows] == [
+        ("alibi", "2", "completed"), ("alibi", "3", "failed"), ("none", "2", "unfinished"),
+        ("rope", "2", "completed"), ("rope", "3", "failed")]
+    assert all("heads=3 does not divide d_model=64" in r["error"] for r in rows if r["status"] == "failed")
+    assert "no results.json and no checkpoint" in rows[2]["error"]
+    done = [r for r in rows if r["status"] == "completed"]
+    assert all(float(r["final/val_loss"]) > 0 and r["final/params"] for r in done)
+    assert (sweep / "report_runs.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_of_a_single_run_and_a_custom_view(free_sweep, monkeypatch, capsys):
+    cwd, sweep = free_sweep
+    job = job_dir(sweep, "pe=rope", "heads=2")
+    jobs = find_jobs(job)
+    assert [j.path for j in jobs] == [job] and jobs[0].status == "completed"
+    assert swept_keys(jobs)[:3] == ["pe", "heads", "model"]  # a single run shows all its overrides
+
+    monkeypatch.setattr(view_mod, "REPORT_VIEWS", Registry("report view"))
+    seen = []
+
+    def render(ctx):
+        seen.append([ctx.label(j) for j in ctx.jobs])
+        path = ctx.write_csv("report_custom.csv", [{"a": 1}])
+        return f"## Custom\n\nwrote {path.name}"
+
+    register_report_view("custom", lambda js: all(j.pe in ("rope", "alibi", "none") for j in js), render)
+    with pytest.raises(ValueError, match="registered twice"):
+        register_report_view("custom", lambda js: True, render)
+    files = write_report(sweep, evaluate=False)
+    assert sweep / "report_custom.csv" in files
+    assert "## Custom\n\nwrote report_custom.csv" in (sweep / "report.md").read_text()
+    assert sorted(seen[0]) == ["pe=alibi heads=2", "pe=alibi heads=3", "pe=none heads=2",
+                               "pe=rope heads=2", "pe=rope heads=3"]
+
+
+def test_report_errors(tmp_path, monkeypatch, capsys):
+    from posexp.errors import PosexpError
+
+    with pytest.raises(PosexpError, match="no such directory"):
+        write_report(tmp_path / "nope")
+    with pytest.raises(PosexpError, match="no runs in"):
+        write_report(tmp_path)
+    with pytest.raises(PosexpError, match=r"^unknown --device 'tpu'; allowed: auto, cpu, cuda, mps$"):
+        write_report(tmp_path, device="tpu")  # refused even when nothing needs evaluating
+
+
+def test_extrapolation_preset_then_report(tmp_path, cache):
+    # The preset's sweep, shrunk to three PEs and tiny runs; `report` runs the evaluation the
+    # preset asks for (its `extrapolate:` section), then writes the ALiBi-style table.
+    posexp(tmp_path, cache, "train", "-m", "experiment=extrapolation", "pe=learned,rope,alibi",
+           *TINY, "train.max_steps=4", "extrapolate.len=64", "extrapolate.tokens=256",
+           "extrapolate.stride=16")
+    sweep = sweep_dir(tmp_path)
+    proc = posexp(tmp_path, cache, "report", str(sweep))
+    assert "evaluating 3 run(s)" in proc.stdout
+    md = (sweep / "report.md").read_text()
+    assert "## Length extrapolation" in md
+    header = ("| length | × L_train | learned | learned+pi | rope | rope+pi | rope+ntk | "
+              "rope+dynamic_ntk | rope+yarn | rope+llama3 | alibi |")
+    assert md.count(header) == 4  # ppl and ratio tables, for nonoverlap and sliding
+    assert "### nonoverlap: non-overlapping windows; 256 scored tokens per length" in md
+    assert "### sliding: sliding window, stride 16" in md
+    assert "| 64 | 2 | n/a [1] |" in md and "[1] not applicable: the learned position table" in md
+    assert "Press et al. 2022" in md and "| 15512 | 30.3 | 406.01 (20.25×)" in md
+    rows = list(csv.DictReader((sweep / "report_extrapolation.csv").open()))
+    assert [(r["protocol"], r["length"]) for r in rows] == [
+        ("nonoverlap", "32"), ("nonoverlap", "64"), ("sliding", "32"), ("sliding", "64")]
+    assert rows[1]["learned"] == "" and float(rows[1]["alibi"]) > 1
+    for p in ("nonoverlap", "sliding"):
+        assert (sweep / f"report_extrapolation_{p}.png").read_bytes()[:4] == b"\x89PNG"
+    # A second report finds the evaluations and would not redo them.
+    assert report_mod.pending_evaluations(find_jobs(sweep)) == []
