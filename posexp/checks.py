@@ -24,8 +24,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def integer(name: str, value: Any, low: int | None = None, high: int | None = None,
-            allow_none: bool = False) -> int | None:
+def integer(
+    name: str, value: Any, low: int | None = None, high: int | None = None, allow_none: bool = False
+) -> int | None:
     """``value`` as an int in [low, high] (either end open when None), else a one-line error."""
     if value is None and allow_none:
         return None
@@ -56,6 +57,7 @@ RULES: dict[str, Callable[[float], bool]] = {
     ">= 1": lambda v: v >= 1,
     "> 1": lambda v: v > 1,
     "in [0, 1)": lambda v: 0 <= v < 1,
+    "in [0, 1]": lambda v: 0 <= v <= 1,
     "in (0, 1]": lambda v: 0 < v <= 1,
 }
 
@@ -101,19 +103,29 @@ def known_keys(name: str, keys: Iterable[str], allowed: Iterable[str]) -> None:
     allowed = list(allowed)
     for key in keys:
         if key not in allowed:
-            raise PosexpError(f"unknown setting {name}.{key}; allowed: {', '.join(allowed) or '(none)'}")
+            raise PosexpError(
+                f"unknown setting {name}.{key}; allowed: {', '.join(allowed) or '(none)'}"
+            )
 
 
 def keyword_params(fn: Callable[..., Any], skip: Iterable[str] = ()) -> dict[str, Any]:
     """The keyword parameters ``fn`` declares, with their defaults (``inspect.Parameter.empty``
     for required ones): what a registered loader, task or method takes as its options."""
     skip = set(skip)
-    return {p.name: p.default for p in inspect.signature(fn).parameters.values()
-            if p.name not in skip and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {
+        p.name: p.default
+        for p in inspect.signature(fn).parameters.values()
+        if p.name not in skip and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
 
 
-def takes_params(kind: str, name: str, fn: Callable[..., Any], params: Mapping[str, Any],
-                 skip: Iterable[str] = ()) -> None:
+def takes_params(
+    kind: str,
+    name: str,
+    fn: Callable[..., Any],
+    params: Mapping[str, Any],
+    skip: Iterable[str] = (),
+) -> None:
     """Refuse a key ``fn`` does not take and a required one that is absent (``kind.key`` named).
 
     A ``fn`` with ``**options`` takes any key; it checks them itself.
@@ -126,5 +138,7 @@ def takes_params(kind: str, name: str, fn: Callable[..., Any], params: Mapping[s
             raise PosexpError(f"missing parameter {key!r} for {kind} {name!r}; set {kind}.{key}")
     for key in params:
         if key not in allowed and not open_ended:
-            raise PosexpError(f"unknown parameter {key!r} for {kind} {name!r}; "
-                              f"allowed: {', '.join(allowed) or '(none)'}")
+            raise PosexpError(
+                f"unknown parameter {key!r} for {kind} {name!r}; "
+                f"allowed: {', '.join(allowed) or '(none)'}"
+            )

@@ -6,9 +6,12 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import typer
 
+from posexp import cli_overrides
+from posexp.cli_overrides import check_output_arg, check_overrides
 from posexp.errors import Abort, PosexpError
 from posexp.paths import config_dir
 
@@ -20,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
 def _print_version(value: bool) -> None:
     if value:
         from posexp import __version__
@@ -30,8 +34,13 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print posexp's version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print posexp's version and exit.",
+    ),
 ) -> None:
     """Train tiny decoder-only transformers and compare positional encodings."""
 
@@ -50,6 +59,10 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     sys.argv = ["posexp" if completion else saved[0], *args]
     try:
         hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()
+    except KeyboardInterrupt:
+        # Typer would turn it into a silent exit 130: say so (the task said what it kept).
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(130) from None
     finally:
         sys.argv = saved
 
@@ -59,64 +72,35 @@ def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
     from posexp.commands.train import train_task
 
-    check_resume_arg(ctx.args)
-    check_experiment_arg(ctx.args)
-    check_output_arg(ctx.args)
+    check_overrides(ctx.args)
     run_hydra(train_task, "train", ctx.args)
-
-
-def check_output_arg(args: list[str]) -> None:
-    """Refuse a run or sweep dir that cannot be written (a file in the way, read-only) up front."""
-    from posexp.files import check_writable
-
-    if any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for a in args):
-        return
-    values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if values.get("resume") not in (None, "", "null"):
-        check_writable(values["resume"], "resume=")
-    elif key in values:
-        check_writable(values[key], key)
-    else:
-        check_writable("outputs", "the output folder")
-
-
-def check_experiment_arg(args: list[str]) -> None:
-    """Refuse an unknown ``experiment=`` (the group is optional, so Hydra would skip it silently)."""
-    allowed = sorted(p.stem for p in (Path(config_dir()) / "experiment").glob("*.yaml"))
-    for arg in args:
-        key, _, value = arg.lstrip("+").partition("=")
-        if key != "experiment" or value in ("", "null"):
-            continue
-        for name in value.split(","):  # a sweep: experiment=a,b
-            if name not in allowed:
-                raise PosexpError(f"unknown experiment {name!r}; allowed: {', '.join(allowed)}")
-
-
-def check_resume_arg(args: list[str]) -> None:
-    """Reject a bad ``resume=`` before Hydra creates (and so half-writes) its run dir."""
-    from posexp.rundir import RunDir
-
-    for arg in args:
-        if arg.startswith("resume="):
-            value = arg.split("=", 1)[1]
-            if value in ("", "null"):
-                continue
-            RunDir.open(value, "resume=").meta()  # one-line error unless it holds a checkpoint
 
 
 @app.command()
 def generate(
-    prompts: list[str] = typer.Argument(..., help="Texts: sources to translate (pairs run) or to continue (lm run)."),
-    run: Path | None = typer.Option(None, "--run", help="Run dir (default: the latest under outputs/)."),
-    max_new_tokens: int = typer.Option(200, "--max-new-tokens", help="Most tokens to generate per prompt."),
+    prompts: list[str] = typer.Argument(
+        ..., help="Texts: sources to translate (pairs run) or to continue (lm run)."
+    ),
+    run: Path | None = typer.Option(
+        None, "--run", help="Run dir (default: the latest under outputs/)."
+    ),
+    max_new_tokens: int = typer.Option(
+        200, "--max-new-tokens", help="Most tokens to generate per prompt (at most 65,536)."
+    ),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (deterministic)."),
     top_k: int | None = typer.Option(None, "--top-k", help="Sample from the k most likely tokens."),
-    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed, 0 to 2**63 - 1."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
-    beam: int | None = typer.Option(None, "--beam", help="Beam size (1 = greedy); default: the run's translate.beam_size for a translation run, else 1."),
-    length_penalty: float | None = typer.Option(None, "--length-penalty", help="Beam search's GNMT length penalty alpha; default: the run's translate.length_penalty (0.6)."),
+    beam: int | None = typer.Option(
+        None,
+        "--beam",
+        help="Beam size (1 = greedy); default: the run's translate.beam_size for a translation run, else 1.",
+    ),
+    length_penalty: float | None = typer.Option(
+        None,
+        "--length-penalty",
+        help="Beam search's GNMT length penalty alpha; default: the run's translate.length_penalty (0.6).",
+    ),
 ) -> None:
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
     from posexp.commands.generate import generate_text
@@ -125,38 +109,87 @@ def generate(
         # stderr: stdout stays the generated text only, one line per prompt.
         typer.echo(f"run: {run_dir}", err=True)
 
-    for text in generate_text(run, prompts, max_new_tokens, temperature, top_k, seed, device,
-                              beam_size=beam, length_penalty=length_penalty, announce=announce):
+    for text in generate_text(
+        run,
+        prompts,
+        max_new_tokens,
+        temperature,
+        top_k,
+        seed,
+        device,
+        beam_size=beam,
+        length_penalty=length_penalty,
+        announce=announce,
+    ):
         typer.echo(text)
 
 
 @app.command("eval-extrapolate")
 def eval_extrapolate(
-    run: Path | None = typer.Option(None, "--run", help="Run dir, or a sweep dir (every job); default: the newest run under outputs/."),
-    length: int | None = typer.Option(None, "--len", help="Longest length; lengths double from the training length up to it. Default 4096."),
-    lengths: str | None = typer.Option(None, "--lengths", help="Explicit lengths, e.g. 64,128,512 (instead of --len)."),
-    method: list[str] | None = typer.Option(None, "--method", help="Extension methods, e.g. none,pi,yarn (repeatable); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run."),
-    factor: float | None = typer.Option(None, "--factor", help="Fixed factor s for every length; default length / training length (1 for dynamic_ntk, which scales itself)."),
-    protocol: str | None = typer.Option(None, "--protocol", help="nonoverlap | sliding | both (default nonoverlap)."),
-    stride: int | None = typer.Option(None, "--stride", help="Sliding-window stride; default training length / 2."),
-    tokens: int | None = typer.Option(None, "--tokens", help="Scored test tokens per length, the same at every length; default max(16384, 4 x longest)."),
+    run: Path | None = typer.Option(
+        None,
+        "--run",
+        help="Run dir, or a sweep dir (every job); default: the newest run under outputs/.",
+    ),
+    length: int | None = typer.Option(
+        None,
+        "--len",
+        help="Longest length; lengths double from the training length up to it. Default 4096.",
+    ),
+    lengths: str | None = typer.Option(
+        None, "--lengths", help="Explicit lengths, e.g. 64,128,512 (instead of --len)."
+    ),
+    method: list[str] | None = typer.Option(
+        None,
+        "--method",
+        help="Extension methods, e.g. none,pi,yarn (repeatable); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run.",
+    ),
+    factor: float | None = typer.Option(
+        None,
+        "--factor",
+        help="Fixed factor s for every length; default length / training length (1 for dynamic_ntk, which scales itself).",
+    ),
+    protocol: str | None = typer.Option(
+        None, "--protocol", help="nonoverlap | sliding | both (default nonoverlap)."
+    ),
+    stride: int | None = typer.Option(
+        None, "--stride", help="Sliding-window stride; default training length / 2."
+    ),
+    tokens: int | None = typer.Option(
+        None,
+        "--tokens",
+        help="Scored test tokens per length, the same at every length; default max(16384, 4 x longest).",
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
-    batch_tokens: int = typer.Option(8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."),
+    batch_tokens: int = typer.Option(
+        8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."
+    ),
 ) -> None:
     """Test-split perplexity at lengths past the training length, per extension method."""
     from posexp.commands.extrapolate.evaluate import evaluate_runs
-    from posexp.commands.extrapolate.plan import Settings, parse_int_list, parse_methods
+    from posexp.commands.extrapolate.plan import Settings
+    from posexp.config import ExtrapolateConfig
 
-    settings = Settings(max_len=length, lengths=parse_int_list(lengths), methods=parse_methods(method),
-                        factor=factor, protocol=protocol, stride=stride, tokens=tokens, device=device,
-                        batch_tokens=batch_tokens)
+    # The option names are the preset's keys (extrapolate.len is --len): one checker for both.
+    options = {
+        "len": length,
+        "lengths": lengths,
+        "method": method,
+        "factor": factor,
+        "protocol": protocol,
+        "stride": stride,
+        "tokens": tokens,
+    }
+    settings = Settings(ExtrapolateConfig.from_dict(options, prefix="--"), device, batch_tokens)
     evaluate_runs(run, settings)
 
 
 @app.command(context_settings=HYDRA_COMMAND)
 def finetune(
     ctx: typer.Context,
-    run: Path | None = typer.Option(None, "--run", help="The run to continue (its checkpoint is loaded)."),
+    run: Path | None = typer.Option(
+        None, "--run", help="The run to continue (its checkpoint is loaded)."
+    ),
 ) -> None:
     """Continue a run at a longer train.seq_len with an extension baked in, as a new run.
 
@@ -165,14 +198,21 @@ def finetune(
     from posexp.commands.finetune import finetune_args, finetune_task
 
     check_output_arg(ctx.args)
+    cli_overrides.check_run_dir_arg(ctx.args)
     run_hydra(finetune_task, "finetune", finetune_args(run, ctx.args))
 
 
 @app.command()
 def report(
     target: Path = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
-    evaluate: bool = typer.Option(True, "--eval/--no-eval", help="Run eval-extrapolate first for jobs whose config asks for it (experiment=extrapolation) and that lack results."),
-    device: str = typer.Option("auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"),
+    evaluate: bool = typer.Option(
+        True,
+        "--eval/--no-eval",
+        help="Run eval-extrapolate first for jobs whose config asks for it (experiment=extrapolation) and that lack results.",
+    ),
+    device: str = typer.Option(
+        "auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"
+    ),
 ) -> None:
     """Write report.md, report.csv and PNG plots for a sweep or run dir."""
     from posexp.commands.report.write import write_report
@@ -182,7 +222,9 @@ def report(
 
 @app.command()
 def runs(
-    root: Path = typer.Argument(Path("outputs"), help="Folder to search (runs and sweeps below it)."),
+    root: Path = typer.Argument(
+        Path("outputs"), help="Folder to search (runs and sweeps below it)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
 ) -> None:
     """List every run under a folder: data, pe, heads, extension, steps, status, val ppl, BLEU, time."""
@@ -226,7 +268,7 @@ def complete_command_line(args: list[str]) -> None:
     if command not in ("train", "finetune"):
         return  # Hydra overrides exist only for these two
     start = line.index(command)
-    rest = line[:start].rstrip() + line[start + len(command):]
+    rest = line[:start].rstrip() + line[start + len(command) :]
     point = int(os.environ.get("COMP_POINT", len(line)))
     os.environ["COMP_LINE"] = rest
     os.environ["COMP_POINT"] = str(max(0, point - (len(line) - len(rest))))
@@ -252,7 +294,21 @@ def main() -> None:
         if len(sys.argv) > 1 and sys.argv[1] in ("-sc", "--shell-completion"):
             complete_command_line(sys.argv[1:])
             return
-        app()
+        code = app(standalone_mode=False)  # Click's usage errors come here, to print one line
+        if isinstance(code, int) and code:  # typer.Exit(code), e.g. 130 after Ctrl-C
+            raise SystemExit(code)
+    except click_exceptions().NoArgsIsHelpError as e:
+        e.show()  # bare `posexp`: the command list
+        raise SystemExit(e.exit_code) from None
+    except click_exceptions().UsageError as e:
+        typer.echo(f"error: {usage_line(e)}", err=True)
+        raise SystemExit(2) from None
+    except click_exceptions().ClickException as e:  # e.g. a file option that cannot be opened
+        typer.echo(f"error: {' '.join(e.format_message().split())}", err=True)
+        raise SystemExit(e.exit_code) from None
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        raise SystemExit(1) from None
     except (PosexpError, Abort) as e:
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(2) from None
@@ -262,14 +318,57 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as e:
         typer.echo(f"error: {_one_line(e)}", err=True)
         raise SystemExit(2) from None
+    except OSError as e:
+        if not e.filename or is_sweep(sys.argv):
+            raise
+        # A path given on the command line that the OS refuses (e.g. a run dir under /proc).
+        typer.echo(
+            f"error: {str(e.filename)!r}: {e.strerror} (the operating system refused this path)",
+            err=True,
+        )
+        raise SystemExit(2) from None
     except Exception as e:
+        from posexp.hardware import out_of_memory
+
+        if out_of_memory(e) and not is_sweep(sys.argv):  # sizes the machine cannot hold
+            typer.echo(f"error: {out_of_memory(e)}; lower the sizes asked for", err=True)
+            raise SystemExit(2) from None
         if not is_sweep(sys.argv):
             raise  # a bug, not bad input: keep the traceback
         # The sweep ran every job; each failed one holds results.json and a log with the details.
-        typer.echo(f"error: a sweep job failed ({type(e).__name__}: {_one_line(e)}); the other "
-                   "jobs ran; see results.json in each job dir or run `posexp report <sweep dir>`",
-                   err=True)
+        typer.echo(
+            f"error: a sweep job failed ({type(e).__name__}: {_one_line(e)}); the other "
+            "jobs ran; see results.json in each job dir or run `posexp report <sweep dir>`",
+            err=True,
+        )
         raise SystemExit(1) from None
+
+
+def click_exceptions() -> ModuleType:
+    """The module of the Click exceptions Typer raises (newer Typer releases bundle Click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def usage_line(e: Exception) -> str:
+    """A Click usage error as one line: the command, what is wrong, the value, where help is."""
+    # Instead of Click's framed block (usage, a hint, a box): every other posexp error is one line.
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path if ctx is not None else "posexp"
+    message = " ".join(e.format_message().split()).rstrip(".")
+    # Typer checks values with pydantic, whose message does not repeat the value.
+    errors = getattr(e.__cause__, "errors", None)
+    if callable(errors):
+        try:
+            message += f", got {errors()[0]['input']!r}"
+        except (LookupError, TypeError):
+            pass
+    if ctx is not None and hasattr(ctx.command, "list_commands") and "No such command" in message:
+        message += f"; commands: {', '.join(ctx.command.list_commands(ctx))}"
+    return f"{command}: {message} (see `{command} --help`)"
 
 
 def is_sweep(argv: list[str]) -> bool:

@@ -95,7 +95,8 @@ def beam_search(
             for r in (row_best > best_score[rows]).nonzero().flatten().tolist():
                 best_score[rows[r]] = row_best[r]
                 best_tokens[int(rows[r])] = torch.cat(
-                    (tokens[r * K + int(origin[r, at[r]])], token[r, at[r]].view(1)))
+                    (tokens[r * K + int(origin[r, at[r]])], token[r, at[r]].view(1))
+                )
             top = top.masked_fill(is_eos, float("-inf"))
         src = torch.arange(n, device=device)[:, None] * K + origin  # the beam each one extends
         tokens = torch.cat((tokens.index_select(0, src.flatten()), token.reshape(-1, 1)), dim=1)
@@ -109,8 +110,9 @@ def beam_search(
             break
         # The best an open beam can still reach: its log-prob sum can only fall, so divide by
         # the largest penalty among the lengths it could stop at (t + 1 .. max_new_tokens).
-        bound = scores.max(1).values / max(length_penalty(t + 1, alpha),
-                                   length_penalty(max_new_tokens, alpha))
+        bound = scores.max(1).values / max(
+            length_penalty(t + 1, alpha), length_penalty(max_new_tokens, alpha)
+        )
         done = best_score[rows] >= bound  # also true once every slot of the row has finished
         if bool(done.all()):
             break

@@ -8,7 +8,9 @@ class PosexpError(Exception):
 def choose(kind: str, value: object, allowed: "list[str] | tuple[str, ...] | dict") -> None:
     """Raise PosexpError unless `value` is one of `allowed`, naming both."""
     if value not in allowed:
-        raise PosexpError(f"unknown {kind} {value!r}; allowed: {', '.join(sorted(map(str, allowed)))}")
+        raise PosexpError(
+            f"unknown {kind} {value!r}; allowed: {', '.join(sorted(map(str, allowed)))}"
+        )
 
 
 class Abort(BaseException):  # noqa: N818  (not an Exception on purpose)

@@ -52,8 +52,10 @@ def check_writable(path: Path | str, what: str) -> None:
     if not existing.is_dir():
         raise PosexpError(f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise PosexpError(f"{what} {str(path)!r} is not writable: {str(existing)!r} is read-only "
-                          f"(choose another folder)")
+        raise PosexpError(
+            f"{what} {str(path)!r} is not writable: {str(existing)!r} is read-only "
+            f"(choose another folder)"
+        )
 
 
 @contextlib.contextmanager
@@ -62,14 +64,23 @@ def staged_dir(final: Path) -> Iterator[Path]:
 
     Readers see the old set or the new one, never a mix: a kill before the swap leaves the old
     folder (and a stale ``.tmp`` that the next call removes); a kill inside the swap leaves
-    ``<final>.old``, which ``recover_staged`` puts back.
+    ``<final>.old``, which ``recover_staged`` puts back before anything else is touched, so a
+    whole set stays on disk at every instant (in ``final`` or, mid-swap, in ``<final>.old``).
     """
     final = Path(final)
     tmp, old = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
     recover_staged(final)
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    yield tmp
+    try:
+        yield tmp
+        # On disk before the swap: after a power cut the new folder is whole or not there.
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed write (a full disk) leaves no debris
+        raise
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
@@ -88,6 +99,14 @@ def recover_staged(final: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def staged_current(final: Path) -> Path:
+    """Where a reader finds a staged folder's files: ``final``, or ``<final>.old`` while a swap
+    is cut between its two renames (read-only: the next writer's ``recover_staged`` mends it)."""
+    final = Path(final)
+    old = final.with_name(final.name + ".old")
+    return old if not final.exists() and old.is_dir() else final
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write UTF-8 text atomically."""
     write_bytes_atomic(path, text.encode())
@@ -98,7 +117,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_bytes_atomic(path, json.dumps(data, indent=2, default=str).encode())
 
 
-def write_csv_atomic(path: Path, rows: list[dict[str, Any]], fields: Sequence[str] | None = None) -> None:
+def write_csv_atomic(
+    path: Path, rows: list[dict[str, Any]], fields: Sequence[str] | None = None
+) -> None:
     """CSV with a header, written atomically; None becomes an empty cell."""
     fields = list(fields or (list(rows[0]) if rows else []))
     buf = io.StringIO()

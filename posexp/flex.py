@@ -66,12 +66,42 @@ def _causal(b: Any, h: Any, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.
     return q_idx >= kv_idx
 
 
+CAUSAL_BLOCK = 128  # FlexAttention's default sparse block size
+
+
 @functools.lru_cache(maxsize=16)
 def causal_block_mask(length: int, device: str) -> Any:
-    """The causal BlockMask for ``length`` queries and keys (cached: it depends on nothing else)."""
-    from torch.nn.attention.flex_attention import create_block_mask
+    """The causal BlockMask for ``length`` queries and keys, built from its block structure.
 
-    return create_block_mask(_causal, None, None, length, length, device=device)
+    ``create_block_mask`` evaluates the mask at every (query, key) pair, an L x L tensor (32 GiB
+    at 65,536 tokens). Causality needs no such search: query block i sees key blocks 0..i-1 in
+    full and block i through the mask, so the tables are (L/128)^2 integers (1 MiB at 65,536).
+    Cached: it depends on nothing else.
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    n = -(-length // CAUSAL_BLOCK)
+    blocks = torch.arange(n, dtype=torch.int32, device=device)
+    partial_count = torch.ones(1, 1, n, dtype=torch.int32, device=device)
+    full_count = blocks.view(1, 1, n).clone()  # row i: key blocks 0..i-1 in full
+    every = blocks.view(1, 1, 1, n).expand(1, 1, n, n)
+    partial = every.clone()
+    partial[0, 0, :, 0] = blocks  # row i's one partial block is block i (the diagonal)
+    partial[0, 0, :, 1:] = 0
+    if length % CAUSAL_BLOCK:
+        # The last block row and column hold padding past ``length``: the mask must see all of
+        # that row's blocks, as create_block_mask would have it.
+        partial[0, 0, -1] = blocks.flip(0)
+        partial_count[0, 0, -1], full_count[0, 0, -1] = n, 0
+    return BlockMask.from_kv_blocks(
+        kv_num_blocks=partial_count,
+        kv_indices=partial,
+        full_kv_num_blocks=full_count,
+        full_kv_indices=every.contiguous(),
+        BLOCK_SIZE=CAUSAL_BLOCK,
+        mask_mod=_causal,
+        seq_lengths=(length, length),
+    )
 
 
 @functools.cache
@@ -95,8 +125,9 @@ def _static_captures(score_mod: ScoreMod) -> None:
             torch._dynamo.mark_static(value)
 
 
-def flex_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          score_mod: ScoreMod) -> torch.Tensor | None:
+def flex_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod: ScoreMod
+) -> torch.Tensor | None:
     """softmax(QKᵀ/√d + bias) V under a causal mask, or None if compiling failed (then: SDPA)."""
     if _broken:
         return None
@@ -108,6 +139,7 @@ def flex_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             return _compiled()(q, k, v, score_mod=score_mod, block_mask=mask)
     except Exception as e:  # noqa: BLE001  e.g. no C++ compiler for the CPU kernel
         _broken.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        log.warning("FlexAttention unavailable here (%s); using SDPA with an explicit bias",
-                    _broken[0])
+        log.warning(
+            "FlexAttention unavailable here (%s); using SDPA with an explicit bias", _broken[0]
+        )
         return None

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import math
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,8 +58,10 @@ def generate_ids(
     if beam_size < 1:
         raise PosexpError(f"beam size must be a positive integer, got {beam_size}")
     if beam_size > 1 and temperature > 0:
-        raise PosexpError(f"beam search decodes deterministically; got beam {beam_size} with "
-                          f"temperature {temperature} (use temperature 0 or beam 1)")
+        raise PosexpError(
+            f"beam search decodes deterministically; got beam {beam_size} with "
+            f"temperature {temperature} (use temperature 0 or beam 1)"
+        )
     limits = (
         [int(max_new_tokens)] * len(prompts)
         if isinstance(max_new_tokens, int)
@@ -86,10 +89,17 @@ def generate_ids(
                 x = torch.tensor([list(prompts[i]) for i in rows], dtype=torch.long, device=device)
                 with autocast() if autocast is not None else contextlib.nullcontext():
                     hook = None if on_step is None else functools.partial(on_step, len(rows))
-                    new = model.generate(x, n_new, temperature=temperature, top_k=top_k,
-                                         eos_id=eos_id, generator=generator,
-                                         beam_size=beam_size, length_penalty=length_penalty,
-                                         on_step=hook)
+                    new = model.generate(
+                        x,
+                        n_new,
+                        temperature=temperature,
+                        top_k=top_k,
+                        eos_id=eos_id,
+                        generator=generator,
+                        beam_size=beam_size,
+                        length_penalty=length_penalty,
+                        on_step=hook,
+                    )
                 for r, i in enumerate(rows):
                     ids = new[r, : limits[i]].tolist()
                     if eos_id is not None and eos_id in ids:
@@ -102,23 +112,37 @@ def generate_ids(
 
 class TokenProgress:
     """Generated tokens so far: a bar on a terminal; without one (nohup, Slurm), a plain line at
-    every tenth of a long generation (``PLAIN_MIN`` tokens or more), so it is never silent."""
+    every tenth of a long generation (``PLAIN_MIN`` tokens or more) and at least every
+    ``PLAIN_EVERY_S`` seconds, so a slow one is not silent until its first tenth."""
 
     PLAIN_MIN = 1000
+    PLAIN_EVERY_S = 10.0
 
     def __init__(self, total: int, desc: str = "generate") -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="tok", disable=None, leave=False,
-                        dynamic_ncols=True, file=sys.stderr)
+        self.bar = tqdm(
+            total=total,
+            desc=desc,
+            unit="tok",
+            disable=None,
+            leave=False,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
         self.desc, self.total, self.done, self.next_line = desc, total, 0, total / 10
         self.plain = self.bar.disable and total >= self.PLAIN_MIN
+        self.last_line = time.monotonic()
 
     def update(self, n: int) -> None:
         """``n`` more tokens (one decoding step of ``n`` rows)."""
         self.done += n
         self.bar.update(n)
-        if self.plain and self.done >= self.next_line:
+        now = time.monotonic()
+        if self.plain and (
+            self.done >= self.next_line or now - self.last_line >= self.PLAIN_EVERY_S
+        ):
+            self.last_line = now
             print(f"{self.desc}: {self.done:,}/{self.total:,} tokens", file=sys.stderr, flush=True)
             while self.next_line <= self.done:
                 self.next_line += self.total / 10

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import warnings
+
+# A CUDA build of torch on a machine without a usable driver warns at its first CUDA query: two
+# lines on stderr before whatever the command says. Where a command needs a GPU it says "no CUDA
+# GPU is visible" in one line (posexp/runtime/device.py); elsewhere CPU is the answer.
+warnings.filterwarnings("ignore", message=r"CUDA initialization", category=UserWarning)
 
 
 def usable_cores() -> int:
@@ -26,3 +33,31 @@ def default_n_jobs(jobs_per_gpu: int, n_gpus: int | None = None, cores: int | No
     if n_gpus:
         return n_gpus * max(1, int(jobs_per_gpu))
     return usable_cores() if cores is None else cores
+
+
+# Compiled up front: after a failed allocation there may be no memory left to compile it.
+ALLOCATION = re.compile(r"allocate (\d+ bytes|[\d.]+ [KMGTP]i?B)")
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """``out of memory (tried to allocate 24.6 GiB)`` if ``e`` is a failed allocation, else None."""
+    # numpy's MemoryError, torch's CPU allocator, CUDA: a size the machine cannot hold is the
+    # user's input, so a command says so in one line instead of a traceback.
+    text = str(e)
+    oom = (
+        isinstance(e, MemoryError)
+        or type(e).__name__ == "OutOfMemoryError"
+        or "can't allocate memory" in text
+        or "out of memory" in text.lower()
+    )
+    if not oom:
+        return None
+    size = ALLOCATION.search(text)
+    shown = size.group(1) if size else None
+    if shown and shown.endswith(" bytes"):
+        n = int(shown.split()[0])
+        # A small last allocation is not the cause (memory ran out before it): leave it out.
+        shown = (
+            None if n < 2**20 else f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+        )
+    return f"out of memory (tried to allocate {shown})" if shown else "out of memory"

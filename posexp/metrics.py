@@ -37,7 +37,10 @@ def corpus_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 
 def translation_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """{"bleu": ..., "chrf": ...} of the hypotheses against the references."""
-    return {"bleu": corpus_bleu(hypotheses, references), "chrf": corpus_chrf(hypotheses, references)}
+    return {
+        "bleu": corpus_bleu(hypotheses, references),
+        "chrf": corpus_chrf(hypotheses, references),
+    }
 
 
 def copy_baseline(sources: Sequence[str], references: Sequence[str]) -> dict[str, float]:

@@ -7,7 +7,7 @@ Reads top to bottom: config, attention, MLP, block, model, generation. The model
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,16 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from posexp import flex
+from posexp.attention import explicit_attention, sdpa_attention
 from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig
 from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
-
-# Queries are processed in blocks of this many when an additive bias goes through SDPA, so a long
-# evaluation never holds a full (H, L, L) bias or score tensor, and each block attends only to
-# the keys up to its end: SDPA cannot combine is_causal with a bias, and a full masked square
-# costs about 2x the causal kernel. At 128 the masked work left is small (CPU training at seq
-# 256: bias PEs at 0.93-1.0x RoPE's step rate, against 0.83x with blocks of 512).
-BIAS_QUERY_CHUNK = 128
 
 
 @dataclass
@@ -40,14 +35,21 @@ class ModelConfig:
     dropout: float = 0.0
     pe: str = "rope"
     pe_params: dict[str, Any] = field(default_factory=dict)
-    extension: dict[str, Any] = field(default_factory=dict)
+    extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
     attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/flex.py decides)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.extension, ExtensionConfig):
+            raise TypeError(
+                f"ModelConfig.extension must be an ExtensionConfig (ModelConfig.from_dict "
+                f"reads the flat dict of a checkpoint), got {self.extension!r}"
+            )
         for key in ("vocab_size", "d_model", "n_layers", "train_length"):
             if int(getattr(self, key)) <= 0:
-                raise PosexpError(f"model {key} must be a positive integer, got {getattr(self, key)}")
+                raise PosexpError(
+                    f"model {key} must be a positive integer, got {getattr(self, key)}"
+                )
         if self.n_heads <= 0:
             raise PosexpError(f"heads must be a positive integer, got {self.n_heads}")
         if self.d_model % self.n_heads:
@@ -57,11 +59,14 @@ class ModelConfig:
                 f"allowed: {', '.join(map(str, divisors))}"
             )
         if self.attention not in flex.BACKENDS:
-            raise PosexpError(f"unknown attention backend {self.attention!r}; allowed: "
-                              f"{', '.join(flex.BACKENDS)}")
+            raise PosexpError(
+                f"unknown attention backend {self.attention!r}; allowed: {', '.join(flex.BACKENDS)}"
+            )
         if self.attention == "flex" and not flex.available():
-            raise PosexpError("attention=flex needs torch.nn.attention.flex_attention (torch >= 2.5); "
-                              "allowed here: auto, sdpa")
+            raise PosexpError(
+                "attention=flex needs torch.nn.attention.flex_attention (torch >= 2.5); "
+                "allowed here: auto, sdpa"
+            )
         if get_pe(self.pe).needs_even_head_dim and (self.d_model // self.n_heads) % 2:
             raise PosexpError(
                 f"pe={self.pe} needs an even head dim, got d_model/heads = "
@@ -74,8 +79,17 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form for checkpoints."""
-        return asdict(self)
+        """Plain-dict form for checkpoints: the extension as its flat YAML layout."""
+        return {**asdict(self), "extension": self.extension.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
+        """The config ``to_dict`` wrote (a checkpoint's ``meta.json``), the extension typed again."""
+        fields = dict(data)
+        fields["extension"] = ExtensionConfig.from_dict(
+            fields.get("extension") or {"method": "none"}
+        )
+        return cls(**fields)
 
 
 @dataclass
@@ -160,58 +174,6 @@ class CausalSelfAttention(nn.Module):
         return buf.narrow(dim, 0, need)
 
 
-def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """True where query i may see key j (j's position <= i's); broadcastable to (B, H, Tq, Tk)."""
-    mask = k_pos[..., None, :] <= q_pos[..., :, None]
-    return mask[:, None] if mask.dim() == 3 else mask
-
-
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
-                   k_pos: torch.Tensor, pe: PositionalEncoding, dropout: float = 0.0,
-                   causal: bool = True) -> torch.Tensor:
-    """Scaled dot-product attention through torch's SDPA kernels (causal unless told otherwise)."""
-    Tq, Tk = q.shape[2], k.shape[2]
-    if not causal:
-        bias = pe.bias(q_pos, k_pos, q.dtype) if pe.has_bias else None
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout)
-    if not pe.has_bias:
-        if Tq == Tk and q_pos.dim() == 1:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=causal_mask(q_pos, k_pos), dropout_p=dropout
-        )
-    # With a bias: one query block at a time, each seeing only the keys it may attend to.
-    outputs = []
-    for start in range(0, Tq, BIAS_QUERY_CHUNK):
-        qp = q_pos[..., start : start + BIAS_QUERY_CHUNK]
-        k_end = Tk if q_pos.dim() > 1 or Tq != Tk else min(Tk, start + BIAS_QUERY_CHUNK)
-        kp = k_pos[..., :k_end]
-        bias = pe.bias(qp, kp, q.dtype).masked_fill(~causal_mask(qp, kp), float("-inf"))
-        outputs.append(
-            F.scaled_dot_product_attention(
-                q[:, :, start : start + BIAS_QUERY_CHUNK],
-                k[:, :, :k_end],
-                v[:, :, :k_end],
-                attn_mask=bias,
-                dropout_p=dropout,
-            )
-        )
-    return torch.cat(outputs, dim=2)
-
-
-def explicit_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_pos: torch.Tensor,
-                       k_pos: torch.Tensor, pe: PositionalEncoding, causal: bool = True
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(QKᵀ/√d_k + bias) V written out, returning the weights too (for attention maps)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if pe.has_bias:
-        scores = scores + pe.bias(q_pos, k_pos, scores.dtype)
-    if causal:
-        scores = scores.masked_fill(~causal_mask(q_pos, k_pos), float("-inf"))
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
-
-
 class MLP(nn.Module):
     """Position-wise feed-forward network with GELU."""
 
@@ -238,10 +200,16 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, pe: PositionalEncoding, positions: torch.Tensor,
-                pe_state: Any = None, cache: dict[str, Any] | None = None,
-                need_weights: bool = False, score_mod: flex.ScoreMod | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        pe: PositionalEncoding,
+        positions: torch.Tensor,
+        pe_state: Any = None,
+        cache: dict[str, Any] | None = None,
+        need_weights: bool = False,
+        score_mod: flex.ScoreMod | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Apply the block; returns the new residual stream and the attention weights if asked."""
         a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights, score_mod)
         x = x + self.dropout(a)
@@ -304,9 +272,18 @@ class GPT(nn.Module):
         # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
         # bias inside the kernel where it runs (posexp/flex.py); decoding steps keep SDPA.
         score_mod = None
-        if self.pe.has_bias and from_zero and T > 1 and not need_weights and flex.use_flex(
-                self.cfg.attention, idx.device, torch.is_grad_enabled(),
-                self.cfg.dropout if self.training else 0.0):
+        if (
+            self.pe.has_bias
+            and from_zero
+            and T > 1
+            and not need_weights
+            and flex.use_flex(
+                self.cfg.attention,
+                idx.device,
+                torch.is_grad_enabled(),
+                self.cfg.dropout if self.training else 0.0,
+            )
+        ):
             score_mod = self.pe.score_mod()
         x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
         weights = []
@@ -347,10 +324,13 @@ class GPT(nn.Module):
         """
         if beam_size > 1:
             if temperature > 0:
-                raise PosexpError(f"beam search decodes deterministically; got beam {beam_size} "
-                                  f"with temperature {temperature} (use temperature 0)")
-            return self.beam_search(prompts, max_new_tokens, beam_size, length_penalty, eos_id,
-                                    on_step)[0]
+                raise PosexpError(
+                    f"beam search decodes deterministically; got beam {beam_size} "
+                    f"with temperature {temperature} (use temperature 0)"
+                )
+            return self.beam_search(
+                prompts, max_new_tokens, beam_size, length_penalty, eos_id, on_step
+            )[0]
         cache = self.new_cache()
         logits = self(prompts, cache=cache)["logits"][:, -1]
         out = []
@@ -379,10 +359,12 @@ class GPT(nn.Module):
         on_step: Callable[[], None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Best beam-search hypothesis per row (eos-padded) and its score (posexp/decoding.py)."""
+
         def step(tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
             if on_step is not None and cache.length:  # the prompt's pass is not a decoding step
                 on_step()
             return self(tokens, cache=cache)["logits"][:, -1]
 
-        return beam_search(step, self.new_cache(), prompts, max_new_tokens, beam_size,
-                           length_penalty, eos_id)
+        return beam_search(
+            step, self.new_cache(), prompts, max_new_tokens, beam_size, length_penalty, eos_id
+        )

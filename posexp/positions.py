@@ -13,10 +13,13 @@ from typing import Any
 
 import torch
 
+from posexp import checks
 from posexp.errors import PosexpError
 
 
-def random_positions(rows: int, length: int, max_position: int, seed: int, step: int) -> torch.Tensor:
+def random_positions(
+    rows: int, length: int, max_position: int, seed: int, step: int
+) -> torch.Tensor:
     """(rows, length) int64: per row, ``length`` distinct sorted values from [0, max_position)."""
     if length > max_position:
         raise ValueError(f"cannot draw {length} distinct positions below {max_position}")
@@ -40,25 +43,29 @@ class PositionSampling:
         from posexp.pe import get_pe
 
         randomized, max_position = params.pop("randomized", False), params.pop("max_position", None)
-        if not isinstance(randomized, bool):
-            raise PosexpError(f"pe.randomized must be true or false, got {randomized!r}")
-        if not randomized:
+        if not checks.boolean("pe.randomized", randomized):
             if max_position is not None:
                 raise PosexpError("pe.max_position only applies with pe.randomized=true")
             return cls()
         if get_pe(pe).kind == "none":
-            raise PosexpError(f"pe.randomized=true needs a PE that takes positions; pe={pe} has none")
+            raise PosexpError(
+                f"pe.randomized=true needs a PE that takes positions; pe={pe} has none"
+            )
         if max_position is None:
-            raise PosexpError(f"pe.randomized=true needs pe.max_position (an integer above the "
-                              f"longest test length, >= the {row}-token training rows)")
-        if isinstance(max_position, bool) or not isinstance(max_position, int) or max_position <= 0:
-            raise PosexpError(f"pe.max_position must be a positive integer, got {max_position!r}")
-        m = max_position
+            raise PosexpError(
+                f"pe.randomized=true needs pe.max_position (an integer above the "
+                f"longest test length, >= the {row}-token training rows)"
+            )
+        m = checks.positive_int("pe.max_position", max_position)
         if m < row:
-            raise PosexpError(f"pe.max_position={m} is below the {row}-token training rows; allowed: "
-                              f"pe.max_position >= {row}")
+            raise PosexpError(
+                f"pe.max_position={m} is below the {row}-token training rows; allowed: "
+                f"pe.max_position >= {row}"
+            )
         rows = get_pe(pe).position_limit(params, seq_len)
         if rows is not None and rows < m:
-            raise PosexpError(f"pe.max_position={m} is past what pe={pe} can represent ({rows} "
-                              f"positions); allowed: pe.max_position <= {rows}")
+            raise PosexpError(
+                f"pe.max_position={m} is past what pe={pe} can represent ({rows} "
+                f"positions); allowed: pe.max_position <= {rows}"
+            )
         return cls(True, m)

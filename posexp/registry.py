@@ -45,7 +45,9 @@ class Registry(Generic[T]):
     def get(self, name: object) -> T:
         """The part registered as ``name``, else a one-line error naming every registered one."""
         if not isinstance(name, str) or name not in self._items:
-            raise PosexpError(f"unknown {self.kind} {name!r}; allowed: {', '.join(sorted(self._items))}")
+            raise PosexpError(
+                f"unknown {self.kind} {name!r}; allowed: {', '.join(sorted(self._items))}"
+            )
         return self._items[name]
 
     def names(self) -> list[str]:

@@ -26,7 +26,7 @@ def job_dir(override_dirname: str, limit: int = 120) -> str:
     if len(override_dirname) <= limit:
         return override_dirname or "default"
     digest = hashlib.sha256(override_dirname.encode()).hexdigest()[:10]
-    return f"{override_dirname[:limit - 11]}_{digest}"
+    return f"{override_dirname[: limit - 11]}_{digest}"
 
 
 def n_jobs(*, _root_: Any) -> int:
@@ -57,8 +57,13 @@ def parent_tag(parent: Any) -> str:
         return "run"
 
 
-RESOLVERS = {"posexp_run_dir": run_dir, "posexp_job_dir": job_dir, "posexp_n_jobs": n_jobs,
-             "posexp_gpu_count": gpu_count, "posexp_parent_tag": parent_tag}
+RESOLVERS = {
+    "posexp_run_dir": run_dir,
+    "posexp_job_dir": job_dir,
+    "posexp_n_jobs": n_jobs,
+    "posexp_gpu_count": gpu_count,
+    "posexp_parent_tag": parent_tag,
+}
 
 
 def register_resolvers() -> None:

@@ -1,6 +1,7 @@
 """A run dir's layout, in one type: what it holds, whether it is a run, and its trained model.
 
-``<run>/`` holds ``.hydra/`` (the composed config and the command-line overrides), ``train.log``,
+``<run>/`` holds ``.owner`` (the lock of the one process writing it, ``posexp.runlock``),
+``.hydra/`` (the composed config and the command-line overrides), ``train.log``,
 TensorBoard event files, ``checkpoint/`` (see ``posexp.checkpoint``), ``results.json`` (status
 completed or failed, final metrics), ``provenance.json`` and ``eval/`` (eval-extrapolate's
 outputs). A sweep dir holds job dirs of that layout below it, plus Hydra's ``multirun.yaml``.
@@ -8,24 +9,31 @@ outputs). A sweep dir holds job dirs of that layout below it, plus Hydra's ``mul
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
-import platform
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from posexp import runlock
 from posexp.checkpoint import CHECKPOINT, checkpoint_dir, has_checkpoint, load_weights, read_meta
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.files import write_json_atomic
+from posexp.files import staged_current, write_json_atomic
+
+if TYPE_CHECKING:  # annotations only: the model is imported where it is loaded
+    from posexp.extension import ExtensionConfig
+    from posexp.model import GPT, ModelConfig
 
 RESULTS = "results.json"
 EVAL = "eval"
 HYDRA = ".hydra"
 PROVENANCE = "provenance.json"
 SWEEP_MARK = "multirun.yaml"
-OWNER = ".owner"  # created exclusively by the process that trains in the dir
+OWNER = runlock.OWNER  # created by the run's first process; locked by whoever writes the dir
 
 
 @dataclass(frozen=True, order=True)
@@ -40,8 +48,10 @@ class RunDir:
         p = Path(path)
         label = f"{what}{str(p)!r}" if what.endswith("=") else f"{what} {str(p)!r}"
         if p.is_file():
-            raise PosexpError(f"{label} is a file; pass the run's folder "
-                              f"(the one holding {CHECKPOINT}/ and {RESULTS})")
+            raise PosexpError(
+                f"{label} is a file; pass the run's folder "
+                f"(the one holding {CHECKPOINT}/ and {RESULTS})"
+            )
         if not p.is_dir():
             raise PosexpError(f"{label}: no such {'directory' if what == 'folder' else 'run dir'}")
         return cls(p)
@@ -83,8 +93,10 @@ class RunDir:
         meta = read_meta(self.path)
         for key in ("model", "config", "step"):
             if key not in meta:
-                raise PosexpError(f"corrupt checkpoint {str(checkpoint_dir(self.path))!r}: its "
-                                  f"meta.json has no {key!r}")
+                raise PosexpError(
+                    f"corrupt checkpoint {str(checkpoint_dir(self.path))!r}: its "
+                    f"meta.json has no {key!r}"
+                )
         return meta
 
     def step(self) -> int | None:
@@ -99,9 +111,25 @@ class RunDir:
             return None
         return data if isinstance(data, dict) else None
 
+    def results_problem(self) -> str | None:
+        """Why ``results.json`` exists but cannot be read (cut short, not JSON); None otherwise."""
+        try:
+            data = json.loads(self.results_file.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            reason = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"{str(self.results_file)!r} is unreadable ({reason})"
+        return (
+            None if isinstance(data, dict) else f"{str(self.results_file)!r} is not a JSON mapping"
+        )
+
     def status(self) -> str:
-        """completed, failed or unfinished (still running, killed or interrupted)."""
-        return str((self.results() or {}).get("status") or "unfinished")
+        """completed, failed, unfinished (running, killed, interrupted) or unreadable (results.json)."""
+        results = self.results()
+        if results is None and self.results_problem():
+            return "unreadable"
+        return str((results or {}).get("status") or "unfinished")
 
     def saved_config(self) -> dict[str, Any] | None:
         """The run's config as saved (checkpoint meta, else Hydra's record), as plain data."""
@@ -116,14 +144,16 @@ class RunDir:
             data = yaml.safe_load((self.hydra_dir / "config.yaml").read_text())
         except (OSError, yaml.YAMLError):
             return None
-        return data if isinstance(data, dict) else None
+        return _resolved(data) if isinstance(data, dict) else None
 
     def config(self) -> RunConfig:
         """The run's typed config; the token cache is this shell's ``POSEXP_CACHE`` when set."""
         saved = self.saved_config()
         if saved is None:
-            raise PosexpError(f"{str(self.path)!r} has no saved config "
-                              f"(expected {CHECKPOINT}/meta.json or {HYDRA}/config.yaml)")
+            raise PosexpError(
+                f"{str(self.path)!r} has no saved config "
+                f"(expected {CHECKPOINT}/meta.json or {HYDRA}/config.yaml)"
+            )
         run = RunConfig.from_saved(saved)
         if os.environ.get("POSEXP_CACHE"):
             run = run.replace(cache_dir=os.environ["POSEXP_CACHE"])
@@ -140,33 +170,62 @@ class RunDir:
         return [str(o) for o in data or []] if isinstance(data, list) else []
 
     def read_json(self, relative: str) -> Any:
-        """A JSON file inside the run dir; None if absent or unreadable."""
+        """A JSON file inside the run dir; None if absent or unreadable. A file in a staged folder
+        (``eval/``) is read from ``eval.old`` while a swap is cut halfway."""
+        folder, _, rest = relative.partition("/")
+        path = staged_current(self.path / folder) / rest if rest else self.path / relative
         try:
-            return json.loads((self.path / relative).read_text())
+            return json.loads(path.read_text())
         except (OSError, ValueError):
             return None
 
     # ---- writing ------------------------------------------------------------------------------
 
     def claim(self) -> RunDir:
-        """This dir if no other process has claimed it, else a new ``<name>-2``, ``-3``, ... dir.
+        """This dir, locked, if no process ever claimed it, else a new ``<name>-2``, ``-3``, ... dir.
 
         Two runs started in the same second with the same overrides get the same timestamped dir
         from Hydra. Creating ``.owner`` exclusively decides which one keeps it (atomic on every
         file system); the other moves to the first free sibling, created just as exclusively.
+        The claimant holds the dir's lock (``posexp.runlock``) until ``unlock``.
         """
         for n in range(1, 1000):
             candidate = self.path if n == 1 else self.path.with_name(f"{self.path.name}-{n}")
             try:
                 candidate.mkdir(parents=True, exist_ok=n == 1)
-                fd = os.open(candidate / OWNER, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 continue
-            with os.fdopen(fd, "w") as f:
-                f.write(f"{os.getpid()}@{platform.node()}\n")
-            return RunDir(candidate)
+            if runlock.claim(candidate):
+                return RunDir(candidate)
         raise PosexpError(f"could not claim a run dir next to {str(self.path)!r}")
 
+    def lock(self, what: str = "run dir") -> RunDir:
+        """Hold this dir's writer lock; a one-line error while another process writes it."""
+        runlock.lock(self.path, what)
+        return self
+
+    def unlock(self) -> None:
+        """Give back ``lock`` or ``claim`` (the last one releases the dir)."""
+        runlock.unlock(self.path)
+
+    def holder(self) -> str | None:
+        """``pid@host`` of another process writing this dir now, else None."""
+        return runlock.holder(self.path)
+
+    def check_free(self, what: str = "run dir") -> None:
+        """A one-line error if another process writes this dir now (takes no lock)."""
+        who = self.holder()
+        if who is not None:
+            raise PosexpError(runlock.busy_message(self.path, who, what))
+
+    @contextlib.contextmanager
+    def writing(self, what: str = "run dir") -> Iterator[RunDir]:
+        """This dir, locked for the ``with`` body: the one process writing it meanwhile."""
+        self.lock(what)
+        try:
+            yield self
+        finally:
+            self.unlock()
 
     def write_results(self, results: dict[str, Any]) -> None:
         """Write ``results.json`` atomically."""
@@ -178,19 +237,40 @@ class RunDir:
 
     # ---- the trained model --------------------------------------------------------------------
 
-    def load_model(self, device: Any, extension: dict[str, Any] | None = None) -> Any:
-        """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
-        from posexp.model import GPT, ModelConfig
+    def model_config(self) -> ModelConfig:
+        """The network the checkpoint was saved from, its extension typed."""
+        from posexp.model import ModelConfig
 
-        mdict = dict(self.meta()["model"])
+        return ModelConfig.from_dict(self.meta()["model"])
+
+    def load_model(self, device: Any, extension: ExtensionConfig | None = None) -> GPT:
+        """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
+        from posexp.model import GPT
+
+        cfg = self.model_config()
         if extension is not None:
-            mdict["extension"] = extension
-        model = GPT(ModelConfig(**mdict))
+            cfg = dataclasses.replace(cfg, extension=extension)
+        model = GPT(cfg)
         load_weights(self.path, model)
         return model.to(device).eval()
 
 
-def find_runs(target: Path | str, need_checkpoint: bool = False, what: str = "folder") -> list[RunDir]:
+def _resolved(data: dict[str, Any]) -> dict[str, Any]:
+    """Hydra's record with its interpolations (``n_heads: ${heads}``) resolved, as they were when
+    the run was composed; as written when one cannot be (its resolver is not registered here)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    except (OmegaConfBaseException, ValueError):
+        return data
+    return resolved if isinstance(resolved, dict) else data
+
+
+def find_runs(
+    target: Path | str, need_checkpoint: bool = False, what: str = "folder"
+) -> list[RunDir]:
     """The run dir itself, else every outermost run below a sweep dir (sorted by path)."""
     root = RunDir.open(target, what)
     if root.is_run() and (root.has_checkpoint() or not need_checkpoint):
@@ -202,9 +282,13 @@ def find_runs(target: Path | str, need_checkpoint: bool = False, what: str = "fo
         runs = [r for r in runs if r.has_checkpoint()]
     if not runs:
         if need_checkpoint:
-            raise PosexpError(f"no checkpoint in {str(root.path)!r} (expected {CHECKPOINT}/meta.json, "
-                              f"or a sweep dir of runs)")
-        raise PosexpError(f"no runs in {str(root.path)!r} (expected a run dir or a sweep dir of runs)")
+            raise PosexpError(
+                f"no checkpoint in {str(root.path)!r} (expected {CHECKPOINT}/meta.json, "
+                f"or a sweep dir of runs)"
+            )
+        raise PosexpError(
+            f"no runs in {str(root.path)!r} (expected a run dir or a sweep dir of runs)"
+        )
     return runs
 
 
@@ -212,5 +296,7 @@ def latest_run(root: Path | str = "outputs") -> RunDir:
     """The run under ``root`` whose checkpoint was written last."""
     metas = list(Path(root).glob(f"**/{CHECKPOINT}/meta.json"))
     if not metas:
-        raise PosexpError(f"no trained run under {str(root)!r}; train one with `posexp train` or pass --run")
+        raise PosexpError(
+            f"no trained run under {str(root)!r}; train one with `posexp train` or pass --run"
+        )
     return RunDir(max(metas, key=os.path.getmtime).parent.parent)

@@ -52,7 +52,9 @@ def _status_kib(field: str) -> int:
     return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M).group(1))
 
 
-def child(variant: str, length: int, model_size: str, heads: int, device_name: str, reps: int) -> dict:
+def child(
+    variant: str, length: int, model_size: str, heads: int, device_name: str, reps: int
+) -> dict:
     """One measurement point (runs in its own process)."""
     import torch
 
@@ -65,8 +67,21 @@ def child(variant: str, length: int, model_size: str, heads: int, device_name: s
     d_model, n_layers = SIZES[model_size]
     torch.manual_seed(0)
     pe, _, backend = variant.partition(":")
-    model = GPT(ModelConfig(vocab_size=260, d_model=d_model, n_layers=n_layers, n_heads=heads,
-                            pe=pe, train_length=length, attention=backend or "auto")).to(device).eval()
+    model = (
+        GPT(
+            ModelConfig(
+                vocab_size=260,
+                d_model=d_model,
+                n_layers=n_layers,
+                n_heads=heads,
+                pe=pe,
+                train_length=length,
+                attention=backend or "auto",
+            )
+        )
+        .to(device)
+        .eval()
+    )
     tokens = torch.randint(0, 260, (length + 1,))
     windows = nonoverlap_windows(length, length)
 
@@ -94,8 +109,14 @@ def child(variant: str, length: int, model_size: str, heads: int, device_name: s
         peak = _status_kib("VmHWM")
         pass_bytes, peak_bytes = (peak - before) * 1024, peak * 1024
     seconds = statistics.median(one_pass() for _ in range(reps))
-    return {"pe": variant, "length": length, "tok_s": length / seconds, "pass_mib": pass_bytes / MiB,
-            "peak_mib": peak_bytes / MiB, "compile_s": max(0.0, first - seconds)}
+    return {
+        "pe": variant,
+        "length": length,
+        "tok_s": length / seconds,
+        "pass_mib": pass_bytes / MiB,
+        "peak_mib": peak_bytes / MiB,
+        "compile_s": max(0.0, first - seconds),
+    }
 
 
 def ratio(value: float, base: float) -> str:
@@ -105,8 +126,21 @@ def ratio(value: float, base: float) -> str:
 
 def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
     """Run ``child`` in a fresh interpreter and read its JSON line."""
-    cmd = [sys.executable, __file__, "--child", pe, str(length), "--model", args.model,
-           "--heads", str(args.heads), "--device", args.device, "--reps", str(args.reps)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        pe,
+        str(length),
+        "--model",
+        args.model,
+        "--heads",
+        str(args.heads),
+        "--device",
+        args.device,
+        "--reps",
+        str(args.reps),
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -116,7 +150,9 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pes", default="rope,alibi:flex,alibi:sdpa,t5:flex,t5:sdpa,fire:flex,fire:sdpa")
+    p.add_argument(
+        "--pes", default="rope,alibi:flex,alibi:sdpa,t5:flex,t5:sdpa,fire:flex,fire:sdpa"
+    )
     p.add_argument("--lengths", default="1024,4096")
     p.add_argument("--baseline", type=int, default=1024, help="length the ratios are against")
     p.add_argument("--model", default="small", choices=sorted(SIZES))
@@ -135,17 +171,24 @@ def main() -> None:
     if args.baseline not in lengths:
         lengths = sorted({*lengths, args.baseline})
     d_model, n_layers = SIZES[args.model]
-    print(f"model={args.model} (d_model {d_model}, {n_layers} layers, {args.heads} heads), "
-          f"batch 1, device={args.device}, threads={os.environ.get('OMP_NUM_THREADS', 'torch default')}")
+    print(
+        f"model={args.model} (d_model {d_model}, {n_layers} layers, {args.heads} heads), "
+        f"batch 1, device={args.device}, threads={os.environ.get('OMP_NUM_THREADS', 'torch default')}"
+    )
     rows = []
     for pe in args.pes.split(","):
         for length in lengths:
             rows.append(measure(args, pe, length))
             r = rows[-1]
-            print(f"  measured {pe:6s} L={length:6d}: {r['tok_s']:10.0f} tok/s  "
-                  f"pass {r['pass_mib']:8.1f} MiB  peak {r['peak_mib']:8.1f} MiB", file=sys.stderr)
-    header = ("| pe | L | tok/s | ÷ rope at L | pass MiB | pass ÷ base | peak MiB | compile s "
-              "| L×L×H fp32 MiB |")
+            print(
+                f"  measured {pe:6s} L={length:6d}: {r['tok_s']:10.0f} tok/s  "
+                f"pass {r['pass_mib']:8.1f} MiB  peak {r['peak_mib']:8.1f} MiB",
+                file=sys.stderr,
+            )
+    header = (
+        "| pe | L | tok/s | ÷ rope at L | pass MiB | pass ÷ base | peak MiB | compile s "
+        "| L×L×H fp32 MiB |"
+    )
     print(header)
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
@@ -153,16 +196,20 @@ def main() -> None:
         rope = next((b for b in rows if b["pe"] == "rope" and b["length"] == r["length"]), None)
         vs_rope = f"{r['tok_s'] / rope['tok_s']:.2f}" if rope else "–"
         quad = r["length"] ** 2 * args.heads * 4 / MiB
-        print(f"| {r['pe']} | {r['length']} | {r['tok_s']:.0f} | {vs_rope} "
-              f"| {r['pass_mib']:.1f} | {ratio(r['pass_mib'], base['pass_mib'])} "
-              f"| {r['peak_mib']:.1f} | {r['compile_s']:.1f} | {quad:.0f} |")
+        print(
+            f"| {r['pe']} | {r['length']} | {r['tok_s']:.0f} | {vs_rope} "
+            f"| {r['pass_mib']:.1f} | {ratio(r['pass_mib'], base['pass_mib'])} "
+            f"| {r['peak_mib']:.1f} | {r['compile_s']:.1f} | {quad:.0f} |"
+        )
     for pe in args.pes.split(","):
         by_len = {r["length"]: r for r in rows if r["pe"] == pe}
         if args.baseline in by_len and 4 * args.baseline in by_len:
             a, b = by_len[args.baseline], by_len[4 * args.baseline]
-            print(f"{pe}: {args.baseline}→{4 * args.baseline} (4× longer): pass memory "
-                  f"×{ratio(b['pass_mib'], a['pass_mib'])}, process peak "
-                  f"×{b['peak_mib'] / a['peak_mib']:.2f} (quadratic would be ×16)")
+            print(
+                f"{pe}: {args.baseline}→{4 * args.baseline} (4× longer): pass memory "
+                f"×{ratio(b['pass_mib'], a['pass_mib'])}, process peak "
+                f"×{b['peak_mib'] / a['peak_mib']:.2f} (quadratic would be ×16)"
+            )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -34,16 +34,21 @@ from pathlib import Path
 
 import torch
 
-from posexp.commands.train import build_optimizer
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
+from posexp.runtime.optim import build_optimizer
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "base": (768, 12)}
 
 
-def matmul_rate(device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 2.0) -> float:
+def matmul_rate(
+    device: torch.device, dtype: torch.dtype, n: int = 1024, seconds: float = 2.0
+) -> float:
     """Measured dense matmul FLOP/s for n x n operands."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    a, b = (
+        torch.randn(n, n, device=device, dtype=dtype),
+        torch.randn(n, n, device=device, dtype=dtype),
+    )
     for _ in range(3):
         a @ b
     sync(device)
@@ -66,7 +71,9 @@ def sync(device: torch.device) -> None:
 
 def flops_per_token(model: GPT, cfg: ModelConfig, seq_len: int) -> float:
     """6 FLOPs per matmul weight per token (fwd+bwd) plus causal-attention score/value FLOPs."""
-    matmul_weights = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "pe." not in n)
+    matmul_weights = sum(
+        p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "pe." not in n
+    )
     return 6 * matmul_weights + 12 * cfg.n_layers * seq_len * cfg.d_model
 
 
@@ -76,8 +83,12 @@ def sdpa_context(name: str):
         return contextlib.nullcontext
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    backend = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-               "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]
+    backend = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[name]
     return functools.partial(sdpa_kernel, backend)
 
 
@@ -96,8 +107,15 @@ def flash_usable(cfg: ModelConfig, batch: int, seq_len: int, device: torch.devic
         return f"no ({str(e).splitlines()[0][:80]})"
 
 
-def bare_step_rate(cfg: ModelConfig, batch: int, seq_len: int, device: torch.device, steps: int,
-                   compile_model: bool, sdpa: str = "auto") -> tuple[float, GPT]:
+def bare_step_rate(
+    cfg: ModelConfig,
+    batch: int,
+    seq_len: int,
+    device: torch.device,
+    steps: int,
+    compile_model: bool,
+    sdpa: str = "auto",
+) -> tuple[float, GPT]:
     """Tokens/s of forward + backward + clip + AdamW on random data."""
     from omegaconf import OmegaConf
 
@@ -105,7 +123,11 @@ def bare_step_rate(cfg: ModelConfig, batch: int, seq_len: int, device: torch.dev
     train = OmegaConf.create({"weight_decay": 0.1, "lr": 1e-3, "betas": [0.9, 0.95]})
     opt = build_optimizer(model, train, device)
     step_model = torch.compile(model) if compile_model else model
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+        if device.type == "cuda"
+        else contextlib.nullcontext
+    )
     x = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
     kernel = sdpa_context(sdpa)
 
@@ -138,11 +160,22 @@ def full_loop_rate(args: argparse.Namespace, steps: int) -> float:
 
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
-            sys.executable, "-m", "posexp", "train", f"model={args.model}", f"heads={args.heads}",
-            f"pe={args.pe}", f"train.batch_size={args.batch}", f"train.seq_len={args.seq_len}",
-            f"train.max_steps={steps}", "train.log_interval=5", f"train.eval_interval={steps}",
-            f"train.checkpoint_interval={steps}", f"device={args.device}",
-            f"train.compile={str(args.compile).lower()}", f"hydra.run.dir={tmp}/run",
+            sys.executable,
+            "-m",
+            "posexp",
+            "train",
+            f"model={args.model}",
+            f"heads={args.heads}",
+            f"pe={args.pe}",
+            f"train.batch_size={args.batch}",
+            f"train.seq_len={args.seq_len}",
+            f"train.max_steps={steps}",
+            "train.log_interval=5",
+            f"train.eval_interval={steps}",
+            f"train.checkpoint_interval={steps}",
+            f"device={args.device}",
+            f"train.compile={str(args.compile).lower()}",
+            f"hydra.run.dir={tmp}/run",
         ]
         env = {**os.environ, "POSEXP_CACHE": str(Path("outputs/.cache").resolve())}
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
@@ -155,18 +188,26 @@ def full_loop_rate(args: argparse.Namespace, steps: int) -> float:
 
 def main() -> None:
     """Parse options, measure, print the table."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", default="small", choices=sorted(SIZES))
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--pe", default="rope", help="a PE, or several (comma-separated) side by side")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--steps", type=int, default=6, help="timed bare steps per block (median of 5 blocks)")
+    p.add_argument(
+        "--steps", type=int, default=6, help="timed bare steps per block (median of 5 blocks)"
+    )
     p.add_argument("--loop-steps", type=int, default=60, help="steps of the full training loop")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile (train.compile=true)")
-    p.add_argument("--sdpa", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"],
-                   help="force one SDPA kernel in the bare step")
+    p.add_argument(
+        "--sdpa",
+        default="auto",
+        choices=["auto", "flash", "efficient", "cudnn", "math"],
+        help="force one SDPA kernel in the bare step",
+    )
     p.add_argument("--no-loop", action="store_true", help="skip (b), the full `posexp train` loop")
     args = p.parse_args()
 
@@ -174,27 +215,50 @@ def main() -> None:
     d_model, n_layers = SIZES[args.model]
     pes = [pe for pe in args.pe.split(",") if pe]
     args.pe = pes[0]
-    configs = {pe: ModelConfig(vocab_size=260, d_model=d_model, n_layers=n_layers, n_heads=args.heads,
-                               pe=pe, train_length=args.seq_len) for pe in pes}
+    configs = {
+        pe: ModelConfig(
+            vocab_size=260,
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=args.heads,
+            pe=pe,
+            train_length=args.seq_len,
+        )
+        for pe in pes
+    }
     cfg = configs[pes[0]]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     peak = matmul_rate(device, dtype, n=8192 if device.type == "cuda" else 1024)
-    bare, model = bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile,
-                                 args.sdpa)
-    others = {pe: bare_step_rate(configs[pe], args.batch, args.seq_len, device, args.steps,
-                                 args.compile, args.sdpa)[0] for pe in pes[1:]}
-    bare_again = bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile,
-                                args.sdpa)[0] if others else None
+    bare, model = bare_step_rate(
+        cfg, args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa
+    )
+    others = {
+        pe: bare_step_rate(
+            configs[pe], args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa
+        )[0]
+        for pe in pes[1:]
+    }
+    bare_again = (
+        bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa)[
+            0
+        ]
+        if others
+        else None
+    )
     loop = None if args.no_loop else full_loop_rate(args, args.loop_steps)
     fpt = flops_per_token(model, cfg, args.seq_len)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device {device} ({name}), threads {torch.get_num_threads()}, torch {torch.__version__}")
     if device.type == "cuda":
-        print(f"bf16 autocast, fused AdamW, SDPA {args.sdpa} (flash usable: "
-              f"{flash_usable(cfg, args.batch, args.seq_len, device)}), peak memory "
-              f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
-    print(f"config: model={args.model} (d_model {d_model}, {n_layers} layers), heads {args.heads}, "
-          f"pe {args.pe}, seq_len {args.seq_len}, batch {args.batch}, byte vocab, compile {args.compile}")
+        print(
+            f"bf16 autocast, fused AdamW, SDPA {args.sdpa} (flash usable: "
+            f"{flash_usable(cfg, args.batch, args.seq_len, device)}), peak memory "
+            f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
+        )
+    print(
+        f"config: model={args.model} (d_model {d_model}, {n_layers} layers), heads {args.heads}, "
+        f"pe {args.pe}, seq_len {args.seq_len}, batch {args.batch}, byte vocab, compile {args.compile}"
+    )
     print(f"measured matmul rate ({str(dtype).removeprefix('torch.')}): {peak / 1e9:,.1f} GFLOP/s")
     print(f"model FLOPs per token: {fpt / 1e6:,.2f} MFLOP")
     print(f"{'':18}{'tokens/s':>12}{'MFU':>8}")
@@ -204,8 +268,10 @@ def main() -> None:
         print(f"ratio (b)/(a): {loop / bare:.3f}")
     if others:
         baseline = (bare + bare_again) / 2
-        print(f"\nbare step side by side (÷ {pes[0]}: the mean of its two measurements, "
-              f"{bare:,.0f} before and {bare_again:,.0f} after the others)")
+        print(
+            f"\nbare step side by side (÷ {pes[0]}: the mean of its two measurements, "
+            f"{bare:,.0f} before and {bare_again:,.0f} after the others)"
+        )
         print(f"{'pe':18}{'tokens/s':>12}{'÷ ' + pes[0]:>10}")
         for pe, rate in [(pes[0], baseline), *others.items()]:
             print(f"{pe:18}{rate:>12,.0f}{rate / baseline:>10.2f}")

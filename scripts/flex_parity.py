@@ -33,16 +33,22 @@ def flex_parity(device_name: str = "cpu", length: int = 300) -> list[dict[str, A
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, 260, (2, length), device=device)
         trains = flex.use_flex("auto", device, needs_grad=True, dropout=0.0)
-        row: dict[str, Any] = {"pe": name, "device": device.type, "length": length,
-                               "flex_trains": trains}
+        row: dict[str, Any] = {
+            "pe": name,
+            "device": device.type,
+            "length": length,
+            "flex_trains": trains,
+        }
         with torch.set_grad_enabled(trains):
             la, lb = a(x, x)["logits"], b(x, x)["logits"]
         row["logits_max_abs_diff"] = float((la - lb).abs().max())
         if trains:
             a(x, x)["loss"].backward()
             b(x, x)["loss"].backward()
-            row["grad_max_abs_diff"] = max(float((pa.grad - pb.grad).abs().max())
-                                           for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
+            row["grad_max_abs_diff"] = max(
+                float((pa.grad - pb.grad).abs().max())
+                for pa, pb in zip(a.parameters(), b.parameters(), strict=True)
+            )
         with torch.no_grad():
             ga, gb = a.eval().generate(x[:, :64], 16), b.eval().generate(x[:, :64], 16)
         row["generation_equal"] = bool(torch.equal(ga, gb))

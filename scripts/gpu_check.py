@@ -73,28 +73,78 @@ class Sizes:
 
 TINY_RUN = ("model=tiny", "heads=2", "train.log_interval=5", "data=kjv", "tokenizer=byte")
 FULL = Sizes(
-    device="cuda", train_model=(768, 12, 12), train_seq=1024, train_batch=16, train_steps=10,
-    compile=True, matmul_n=8192, eval_model="small", eval_lengths=(4096, 16384),
+    device="cuda",
+    train_model=(768, 12, 12),
+    train_seq=1024,
+    train_batch=16,
+    train_steps=10,
+    compile=True,
+    matmul_n=8192,
+    eval_model="small",
+    eval_lengths=(4096, 16384),
     pack_counts=(1, 4, 8),
-    pack_args=(*TINY_RUN, "train.max_steps=1500", "train.batch_size=32", "train.seq_len=256",
-               "train.eval_interval=1500", "train.checkpoint_interval=1500"),
+    pack_args=(
+        *TINY_RUN,
+        "train.max_steps=1500",
+        "train.batch_size=32",
+        "train.seq_len=256",
+        "train.eval_interval=1500",
+        "train.checkpoint_interval=1500",
+    ),
     ddp_procs=0,  # = the number of GPUs
-    ddp_args=(*TINY_RUN, "train.max_steps=200", "train.batch_size=32", "train.seq_len=256",
-              "train.eval_interval=100", "train.checkpoint_interval=100"),
-    ablation_args=(), ablation_heads=(1, 2, 4, 8, 16, 32),
+    ddp_args=(
+        *TINY_RUN,
+        "train.max_steps=200",
+        "train.batch_size=32",
+        "train.seq_len=256",
+        "train.eval_interval=100",
+        "train.checkpoint_interval=100",
+    ),
+    ablation_args=(),
+    ablation_heads=(1, 2, 4, 8, 16, 32),
 )
 SMOKE = Sizes(
-    device="cpu", train_model=(64, 2, 2), train_seq=64, train_batch=4, train_steps=2,
-    compile=False, matmul_n=256, eval_model="tiny", eval_lengths=(64,), pack_counts=(1, 2),
-    pack_args=(*TINY_RUN, "train.max_steps=10", "train.batch_size=4", "train.seq_len=32",
-               "train.eval_interval=10", "train.checkpoint_interval=10", "train.eval_tokens=256",
-               "train.threads=1"),
+    device="cpu",
+    train_model=(64, 2, 2),
+    train_seq=64,
+    train_batch=4,
+    train_steps=2,
+    compile=False,
+    matmul_n=256,
+    eval_model="tiny",
+    eval_lengths=(64,),
+    pack_counts=(1, 2),
+    pack_args=(
+        *TINY_RUN,
+        "train.max_steps=10",
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.eval_interval=10",
+        "train.checkpoint_interval=10",
+        "train.eval_tokens=256",
+        "train.threads=1",
+    ),
     ddp_procs=2,
-    ddp_args=(*TINY_RUN, "train.max_steps=6", "train.batch_size=4", "train.seq_len=32",
-              "train.eval_interval=3", "train.checkpoint_interval=3", "train.eval_tokens=256"),
-    ablation_args=("tokenizer.vocab_size=300", "model.d_model=32", "model.n_layers=1", "train.batch_size=4",
-                   "train.seq_len=96", "translate.bleu_examples=4", "translate.test_examples=8",
-                   "translate.max_new_tokens=8", "train.threads=1"),
+    ddp_args=(
+        *TINY_RUN,
+        "train.max_steps=6",
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.eval_interval=3",
+        "train.checkpoint_interval=3",
+        "train.eval_tokens=256",
+    ),
+    ablation_args=(
+        "tokenizer.vocab_size=300",
+        "model.d_model=32",
+        "model.n_layers=1",
+        "train.batch_size=4",
+        "train.seq_len=96",
+        "translate.bleu_examples=4",
+        "translate.test_examples=8",
+        "translate.max_new_tokens=8",
+        "train.threads=1",
+    ),
     ablation_heads=(1, 2),
 )
 
@@ -122,21 +172,34 @@ class Check:
 
     def env(self, **extra: str) -> dict[str, str]:
         """Environment for posexp subprocesses."""
-        env = {**os.environ, "POSEXP_CACHE": str(self.cache), "HF_HUB_OFFLINE": "1",
-               "PYTHONPATH": str(ROOT), **extra}
+        env = {
+            **os.environ,
+            "POSEXP_CACHE": str(self.cache),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT),
+            **extra,
+        }
         if self.smoke:
             env["OMP_NUM_THREADS"] = "1"
         return env
 
-    def posexp(self, *args: str, env: dict[str, str] | None = None, timeout: float | None = None
-               ) -> subprocess.CompletedProcess:
+    def posexp(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
         """Run `python -m posexp ARGS`; raise with its stderr tail if it fails."""
-        proc = subprocess.run([sys.executable, "-m", "posexp", *args], cwd=ROOT, text=True,
-                              env=env or self.env(), capture_output=True,
-                              timeout=timeout or max(self.left(), 30))
+        proc = subprocess.run(
+            [sys.executable, "-m", "posexp", *args],
+            cwd=ROOT,
+            text=True,
+            env=env or self.env(),
+            capture_output=True,
+            timeout=timeout or max(self.left(), 30),
+        )
         if proc.returncode != 0:
-            raise RuntimeError(f"posexp {' '.join(args[:3])} … exited {proc.returncode}: "
-                               f"{proc.stderr.strip()[-800:]}")
+            raise RuntimeError(
+                f"posexp {' '.join(args[:3])} … exited {proc.returncode}: "
+                f"{proc.stderr.strip()[-800:]}"
+            )
         return proc
 
     def save(self) -> None:
@@ -148,8 +211,11 @@ class Check:
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
-    info: dict[str, Any] = {"torch": torch.__version__, "cpu_cores": os.cpu_count(),
-                            "gpus": torch.cuda.device_count()}
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cpu_cores": os.cpu_count(),
+        "gpus": torch.cuda.device_count(),
+    }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
         info["cuda"] = torch.version.cuda
@@ -182,8 +248,11 @@ def sdpa_kernel_used(model: torch.nn.Module, x: torch.Tensor, autocast: Any) -> 
             loss = model(x, x)["loss"]
         loss.backward()
     names = {e.key for e in prof.key_averages()}
-    found = sorted(n.removeprefix("aten::_scaled_dot_product_") for n in names
-                   if n.startswith("aten::_scaled_dot_product_") and "backward" not in n)
+    found = sorted(
+        n.removeprefix("aten::_scaled_dot_product_")
+        for n in names
+        if n.startswith("aten::_scaled_dot_product_") and "backward" not in n
+    )
     model.zero_grad(set_to_none=True)
     return ", ".join(found) or "none found"
 
@@ -199,8 +268,14 @@ def part_train(c: Check) -> dict[str, Any]:
     s = c.sizes
     device = torch.device(s.device)
     d_model, layers, heads = s.train_model
-    cfg = ModelConfig(vocab_size=260, d_model=d_model, n_layers=layers, n_heads=heads, pe="rope",
-                      train_length=s.train_seq)
+    cfg = ModelConfig(
+        vocab_size=260,
+        d_model=d_model,
+        n_layers=layers,
+        n_heads=heads,
+        pe="rope",
+        train_length=s.train_seq,
+    )
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     peak = matmul_rate(device, dtype, n=s.matmul_n, seconds=2.0 if not c.smoke else 0.2)
     if device.type == "cuda":
@@ -208,19 +283,29 @@ def part_train(c: Check) -> dict[str, Any]:
     start = time.perf_counter()
     rate, model = bare_step_rate(cfg, s.train_batch, s.train_seq, device, s.train_steps, s.compile)
     wall = time.perf_counter() - start
-    autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
-                else contextlib.nullcontext)
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+        if device.type == "cuda"
+        else contextlib.nullcontext
+    )
     probe = GPT(cfg).to(device)
-    kernel = sdpa_kernel_used(probe, torch.randint(0, 260, (2, s.train_seq), device=device), autocast)
+    kernel = sdpa_kernel_used(
+        probe, torch.randint(0, 260, (2, s.train_seq), device=device), autocast
+    )
     fpt = flops_per_token(model, cfg, s.train_seq)
     return {
         "config": f"d_model {d_model}, {layers} layers, {heads} heads, seq {s.train_seq}, batch "
-                  f"{s.train_batch}, rope, {'bf16 autocast' if device.type == 'cuda' else 'fp32'}, "
-                  f"{'fused AdamW' if device.type == 'cuda' else 'AdamW'}, compile {s.compile}",
-        "tokens_per_s": rate, "matmul_flops": peak, "model_flops_per_token": fpt,
-        "mfu": rate * fpt / peak, "sdpa_kernel": kernel, "seconds_incl_compile": wall,
-        "peak_memory_gib": (torch.cuda.max_memory_allocated() / 2**30
-                            if device.type == "cuda" else None),
+        f"{s.train_batch}, rope, {'bf16 autocast' if device.type == 'cuda' else 'fp32'}, "
+        f"{'fused AdamW' if device.type == 'cuda' else 'AdamW'}, compile {s.compile}",
+        "tokens_per_s": rate,
+        "matmul_flops": peak,
+        "model_flops_per_token": fpt,
+        "mfu": rate * fpt / peak,
+        "sdpa_kernel": kernel,
+        "seconds_incl_compile": wall,
+        "peak_memory_gib": (
+            torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+        ),
     }
 
 
@@ -230,10 +315,17 @@ def part_eval(c: Check) -> dict[str, Any]:
     from bench_eval import measure
 
     s = c.sizes
-    args = argparse.Namespace(model=s.eval_model, heads=8 if not c.smoke else 2, device=s.device,
-                              reps=3 if not c.smoke else 1)
-    variants = (("rope", "alibi:flex") if c.smoke else
-                ("rope", "alibi:flex", "alibi:sdpa", "t5:flex", "t5:sdpa", "fire:flex", "fire:sdpa"))
+    args = argparse.Namespace(
+        model=s.eval_model,
+        heads=8 if not c.smoke else 2,
+        device=s.device,
+        reps=3 if not c.smoke else 1,
+    )
+    variants = (
+        ("rope", "alibi:flex")
+        if c.smoke
+        else ("rope", "alibi:flex", "alibi:sdpa", "t5:flex", "t5:sdpa", "fire:flex", "fire:sdpa")
+    )
     rows = [measure(args, pe, length) for pe in variants for length in s.eval_lengths]
     for r in rows:
         rope = next(x for x in rows if x["pe"] == "rope" and x["length"] == r["length"])
@@ -249,16 +341,30 @@ def part_packing(c: Check) -> dict[str, Any]:
         sweep = c.fresh(f"packing_{n}")
         seeds = ",".join(str(i) for i in range(n))
         start = time.perf_counter()
-        c.posexp("train", "-m", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={n}",
-                 f"placement.jobs_per_gpu={n}", f"seed={seeds}", *s.pack_args,
-                 f"device={s.device}", f"hydra.sweep.dir={sweep}",
-                 env=c.env(CUDA_VISIBLE_DEVICES="0") if s.device == "cuda" else None)
+        c.posexp(
+            "train",
+            "-m",
+            "hydra/launcher=joblib",
+            f"hydra.launcher.n_jobs={n}",
+            f"placement.jobs_per_gpu={n}",
+            f"seed={seeds}",
+            *s.pack_args,
+            f"device={s.device}",
+            f"hydra.sweep.dir={sweep}",
+            env=c.env(CUDA_VISIBLE_DEVICES="0") if s.device == "cuda" else None,
+        )
         wall = time.perf_counter() - start
         per_job = [steady_rate(d) for d in sorted(sweep.iterdir()) if (d / "results.json").exists()]
         if len(per_job) != n:
             raise RuntimeError(f"packing N={n}: {len(per_job)} of {n} jobs finished")
-        rows.append({"jobs": n, "aggregate_tokens_per_s": sum(per_job),
-                     "per_job_tokens_per_s": statistics.median(per_job), "sweep_seconds": wall})
+        rows.append(
+            {
+                "jobs": n,
+                "aggregate_tokens_per_s": sum(per_job),
+                "per_job_tokens_per_s": statistics.median(per_job),
+                "sweep_seconds": wall,
+            }
+        )
     base = rows[0]["aggregate_tokens_per_s"]
     for r in rows:
         r["vs_one_job"] = r["aggregate_tokens_per_s"] / base
@@ -267,10 +373,26 @@ def part_packing(c: Check) -> dict[str, Any]:
 
 def torchrun(c: Check, procs: int, *args: str) -> subprocess.Popen:
     """Start `torchrun --standalone --nproc_per_node=procs -m posexp train ARGS` in its own group."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={procs}", "-m", "posexp", "train", *args]
-    return subprocess.Popen(cmd, cwd=ROOT, env=c.env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={procs}",
+        "-m",
+        "posexp",
+        "train",
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=c.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def part_torchrun(c: Check) -> dict[str, Any]:
@@ -303,11 +425,15 @@ def part_torchrun(c: Check) -> dict[str, Any]:
     wb = load_file(str(killed / "checkpoint" / "model.safetensors"))
     weight_diff = max(float((wa[k].float() - wb[k].float()).abs().max()) for k in wa)
     return {
-        "processes": procs, "backend": "nccl" if s.device == "cuda" and procs > 1 else
-        ("gloo" if procs > 1 else "none (one process: no process group)"),
-        "steps": steps, "killed_after_step": steps // 2,
+        "processes": procs,
+        "backend": "nccl"
+        if s.device == "cuda" and procs > 1
+        else ("gloo" if procs > 1 else "none (one process: no process group)"),
+        "steps": steps,
+        "killed_after_step": steps // 2,
         "max_loss_diff": max(abs(a[k] - b[k]) for k in a),
-        "max_weight_diff": weight_diff, "bitwise_equal_weights": weight_diff == 0.0,
+        "max_weight_diff": weight_diff,
+        "bitwise_equal_weights": weight_diff == 0.0,
     }
 
 
@@ -319,8 +445,9 @@ def ablation_steps(c: Check, heads: tuple[int, ...]) -> tuple[int, float]:
 
     from posexp.model import ModelConfig
 
-    cfg = ModelConfig(vocab_size=4096, d_model=512, n_layers=6, n_heads=8, pe="sinusoidal",
-                      train_length=256)
+    cfg = ModelConfig(
+        vocab_size=4096, d_model=512, n_layers=6, n_heads=8, pe="sinusoidal", train_length=256
+    )
     rate, _ = bare_step_rate(cfg, 64, 256, torch.device("cuda"), 5, False)
     step_s = 64 * 256 / rate
     # Jobs share the GPU, so together they step about len(heads) times slower; a third of the
@@ -336,13 +463,24 @@ def part_ablation(c: Check) -> dict[str, Any]:
     steps, alone_step_s = ablation_steps(c, heads)
     sweep = c.fresh("head_ablation")
     start = time.perf_counter()
-    c.posexp("train", "-m", "experiment=head_ablation", "hydra/launcher=joblib",
-             f"hydra.launcher.n_jobs={len(heads)}", f"placement.jobs_per_gpu={len(heads)}",
-             f"heads={','.join(map(str, heads))}", "seed=0", f"train.max_steps={steps}",
-             f"train.eval_interval={steps}", f"train.checkpoint_interval={steps}",
-             f"train.warmup_steps={max(1, min(400, steps // 10))}", *s.ablation_args,
-             f"device={s.device}", f"hydra.sweep.dir={sweep}",
-             env=c.env(CUDA_VISIBLE_DEVICES="0") if s.device == "cuda" else None)
+    c.posexp(
+        "train",
+        "-m",
+        "experiment=head_ablation",
+        "hydra/launcher=joblib",
+        f"hydra.launcher.n_jobs={len(heads)}",
+        f"placement.jobs_per_gpu={len(heads)}",
+        f"heads={','.join(map(str, heads))}",
+        "seed=0",
+        f"train.max_steps={steps}",
+        f"train.eval_interval={steps}",
+        f"train.checkpoint_interval={steps}",
+        f"train.warmup_steps={max(1, min(400, steps // 10))}",
+        *s.ablation_args,
+        f"device={s.device}",
+        f"hydra.sweep.dir={sweep}",
+        env=c.env(CUDA_VISIBLE_DEVICES="0") if s.device == "cuda" else None,
+    )
     wall = time.perf_counter() - start
     c.posexp("report", str(sweep), "--no-eval", f"--device={s.device}")
     rows = []
@@ -353,10 +491,17 @@ def part_ablation(c: Check) -> dict[str, Any]:
         r = json.loads(results.read_text())
         cfg = json.loads((job / "checkpoint" / "meta.json").read_text())["config"]
         tps = steady_rate(job)
-        rows.append({"heads": cfg["heads"], "status": r.get("status"),
-                     "bleu": r.get("final/bleu"), "chrf": r.get("final/chrf"),
-                     "ppl": r.get("final/val_ppl"), "copy_bleu": r.get("final/copy_bleu"),
-                     "step_seconds_packed": cfg["train"]["batch_size"] * cfg["train"]["seq_len"] / tps})
+        rows.append(
+            {
+                "heads": cfg["heads"],
+                "status": r.get("status"),
+                "bleu": r.get("final/bleu"),
+                "chrf": r.get("final/chrf"),
+                "ppl": r.get("final/val_ppl"),
+                "copy_bleu": r.get("final/copy_bleu"),
+                "step_seconds_packed": cfg["train"]["batch_size"] * cfg["train"]["seq_len"] / tps,
+            }
+        )
     rows.sort(key=lambda r: r["heads"])
     packed = statistics.median(r["step_seconds_packed"] for r in rows)
     # The full preset: 18 jobs of 6000 steps, run len(heads) at a time as here; each wave also
@@ -364,9 +509,16 @@ def part_ablation(c: Check) -> dict[str, Any]:
     waves = math.ceil(18 / len(heads))
     overhead = max(wall - steps * packed, 0.0)
     projected = waves * (6000 * packed + overhead)
-    return {"steps": steps, "seed": 0, "sweep_seconds": wall, "step_seconds_alone": alone_step_s,
-            "step_seconds_packed": packed, "projected_full_preset_hours": projected / 3600,
-            "rows": rows, "report": str(sweep / "report.md")}
+    return {
+        "steps": steps,
+        "seed": 0,
+        "sweep_seconds": wall,
+        "step_seconds_alone": alone_step_s,
+        "step_seconds_packed": packed,
+        "projected_full_preset_hours": projected / 3600,
+        "rows": rows,
+        "report": str(sweep / "report.md"),
+    }
 
 
 def part_flex(c: Check) -> dict[str, Any]:
@@ -376,8 +528,14 @@ def part_flex(c: Check) -> dict[str, Any]:
     return {"rows": flex_parity(c.sizes.device, length=300 if not c.smoke else 150)}
 
 
-PARTS = {"train": part_train, "eval": part_eval, "flex": part_flex, "packing": part_packing,
-         "torchrun": part_torchrun, "ablation": part_ablation}
+PARTS = {
+    "train": part_train,
+    "eval": part_eval,
+    "flex": part_flex,
+    "packing": part_packing,
+    "torchrun": part_torchrun,
+    "ablation": part_ablation,
+}
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -390,11 +548,14 @@ def _f(v: Any, fmt: str = ",.0f") -> str:
 def render_markdown(report: dict[str, Any]) -> str:
     """report.md: one section per part, numbers straight from report.json."""
     m = report["machine"]
-    lines = ["# posexp GPU check", "",
-             f"Machine: {m.get('gpu', 'no GPU')} × {m['gpus']}, {m['cpu_cores']} CPU cores, torch "
-             f"{m['torch']}{', CUDA ' + str(m['cuda']) if m.get('cuda') else ''}"
-             f"{'. SMOKE RUN: toy sizes on the CPU, not GPU figures.' if report['smoke'] else '.'}",
-             ""]
+    lines = [
+        "# posexp GPU check",
+        "",
+        f"Machine: {m.get('gpu', 'no GPU')} × {m['gpus']}, {m['cpu_cores']} CPU cores, torch "
+        f"{m['torch']}{', CUDA ' + str(m['cuda']) if m.get('cuda') else ''}"
+        f"{'. SMOKE RUN: toy sizes on the CPU, not GPU figures.' if report['smoke'] else '.'}",
+        "",
+    ]
     parts = report["parts"]
     for name, part in parts.items():
         lines += [f"## {name}", ""]
@@ -403,51 +564,79 @@ def render_markdown(report: dict[str, Any]) -> str:
             continue
         r = part["result"]
         if name == "train":
-            lines += [f"{r['config']}: **{_f(r['tokens_per_s'])} tokens/s**, MFU "
-                      f"**{r['mfu']:.1%}** against a measured matmul rate of "
-                      f"{r['matmul_flops'] / 1e12:,.1f} TFLOP/s ({_f(r['model_flops_per_token'] / 1e6, ',.1f')} "
-                      f"MFLOP per token). SDPA kernel that ran: `{r['sdpa_kernel']}`. Peak memory "
-                      f"{_f(r['peak_memory_gib'], '.1f')} GiB."]
+            lines += [
+                f"{r['config']}: **{_f(r['tokens_per_s'])} tokens/s**, MFU "
+                f"**{r['mfu']:.1%}** against a measured matmul rate of "
+                f"{r['matmul_flops'] / 1e12:,.1f} TFLOP/s ({_f(r['model_flops_per_token'] / 1e6, ',.1f')} "
+                f"MFLOP per token). SDPA kernel that ran: `{r['sdpa_kernel']}`. Peak memory "
+                f"{_f(r['peak_memory_gib'], '.1f')} GiB."
+            ]
         elif name == "eval":
-            lines += [f"{r['config']}.", "", "| pe | length | tokens/s | × rope | pass MiB | peak MiB |",
-                      "|---|---:|---:|---:|---:|---:|"]
-            lines += [f"| {x['pe']} | {x['length']} | {_f(x['tok_s'])} | {x['speed_vs_rope']:.2f} "
-                      f"| {_f(x['pass_mib'], ',.1f')} | {_f(x['peak_mib'], ',.1f')} |" for x in r["rows"]]
+            lines += [
+                f"{r['config']}.",
+                "",
+                "| pe | length | tokens/s | × rope | pass MiB | peak MiB |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {x['pe']} | {x['length']} | {_f(x['tok_s'])} | {x['speed_vs_rope']:.2f} "
+                f"| {_f(x['pass_mib'], ',.1f')} | {_f(x['peak_mib'], ',.1f')} |"
+                for x in r["rows"]
+            ]
         elif name == "flex":
-            lines += ["| pe | device | length | flex trains | max Δ logits | max Δ grads | generation |",
-                      "|---|---|---:|---|---:|---:|---|"]
-            lines += [f"| {x['pe']} | {x['device']} | {x['length']} | {x['flex_trains']} "
-                      f"| {x['logits_max_abs_diff']:.1e} | {_f(x.get('grad_max_abs_diff'), '.1e')} "
-                      f"| {'equal' if x['generation_equal'] else 'DIFFERS'} |" for x in r["rows"]]
+            lines += [
+                "| pe | device | length | flex trains | max Δ logits | max Δ grads | generation |",
+                "|---|---|---:|---|---:|---:|---|",
+            ]
+            lines += [
+                f"| {x['pe']} | {x['device']} | {x['length']} | {x['flex_trains']} "
+                f"| {x['logits_max_abs_diff']:.1e} | {_f(x.get('grad_max_abs_diff'), '.1e')} "
+                f"| {'equal' if x['generation_equal'] else 'DIFFERS'} |"
+                for x in r["rows"]
+            ]
         elif name == "packing":
-            lines += ["| jobs on one GPU | aggregate tokens/s | × one job | per job | sweep s |",
-                      "|---:|---:|---:|---:|---:|"]
-            lines += [f"| {x['jobs']} | {_f(x['aggregate_tokens_per_s'])} | {x['vs_one_job']:.2f} "
-                      f"| {_f(x['per_job_tokens_per_s'])} | {x['sweep_seconds']:.0f} |" for x in r["rows"]]
+            lines += [
+                "| jobs on one GPU | aggregate tokens/s | × one job | per job | sweep s |",
+                "|---:|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {x['jobs']} | {_f(x['aggregate_tokens_per_s'])} | {x['vs_one_job']:.2f} "
+                f"| {_f(x['per_job_tokens_per_s'])} | {x['sweep_seconds']:.0f} |"
+                for x in r["rows"]
+            ]
         elif name == "torchrun":
-            lines += [f"{r['processes']} process(es), backend {r['backend']}: {r['steps']} steps, "
-                      f"killed after the checkpoint at step {r['killed_after_step']} and resumed. "
-                      f"Largest loss difference from the uninterrupted run {r['max_loss_diff']:.2e}, "
-                      f"largest final weight difference {r['max_weight_diff']:.2e} "
-                      f"({'bitwise equal' if r['bitwise_equal_weights'] else 'not bitwise equal'})."]
+            lines += [
+                f"{r['processes']} process(es), backend {r['backend']}: {r['steps']} steps, "
+                f"killed after the checkpoint at step {r['killed_after_step']} and resumed. "
+                f"Largest loss difference from the uninterrupted run {r['max_loss_diff']:.2e}, "
+                f"largest final weight difference {r['max_weight_diff']:.2e} "
+                f"({'bitwise equal' if r['bitwise_equal_weights'] else 'not bitwise equal'})."
+            ]
         elif name == "ablation":
-            lines += [f"{r['steps']} steps per head count, seed {r['seed']}, all packed on one device: "
-                      f"{r['sweep_seconds']:.0f} s. Step time {r['step_seconds_packed']:.3f} s packed "
-                      f"({_f(r['step_seconds_alone'], '.3f')} s alone). Projected full preset "
-                      f"(18 jobs × 6000 steps, {len(r['rows'])} at a time): "
-                      f"**{r['projected_full_preset_hours']:.1f} h**.", "",
-                      "| heads | BLEU (beam 4) | chrF | PPL | copy BLEU | status |",
-                      "|---:|---:|---:|---:|---:|---|"]
-            lines += [f"| {x['heads']} | {_f(x['bleu'], '.2f')} | {_f(x['chrf'], '.1f')} "
-                      f"| {_f(x['ppl'], '.2f')} | {_f(x['copy_bleu'], '.2f')} | {x['status']} |"
-                      for x in r["rows"]]
+            lines += [
+                f"{r['steps']} steps per head count, seed {r['seed']}, all packed on one device: "
+                f"{r['sweep_seconds']:.0f} s. Step time {r['step_seconds_packed']:.3f} s packed "
+                f"({_f(r['step_seconds_alone'], '.3f')} s alone). Projected full preset "
+                f"(18 jobs × 6000 steps, {len(r['rows'])} at a time): "
+                f"**{r['projected_full_preset_hours']:.1f} h**.",
+                "",
+                "| heads | BLEU (beam 4) | chrF | PPL | copy BLEU | status |",
+                "|---:|---:|---:|---:|---:|---|",
+            ]
+            lines += [
+                f"| {x['heads']} | {_f(x['bleu'], '.2f')} | {_f(x['chrf'], '.1f')} "
+                f"| {_f(x['ppl'], '.2f')} | {_f(x['copy_bleu'], '.2f')} | {x['status']} |"
+                for x in r["rows"]
+            ]
         lines += ["", f"({part['seconds']:.0f} s)", ""]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     """Run the parts in order within the time budget; write the report after each."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--smoke", action="store_true", help="toy sizes on the CPU (for CI)")
     p.add_argument("--out", type=Path, default=ROOT / "outputs" / "gpu_check")
     p.add_argument("--budget", type=float, default=450, help="seconds for all parts together")
@@ -476,8 +665,11 @@ def main() -> int:
         entry["seconds"] = time.perf_counter() - start
         check.report["parts"][name] = entry
         check.save()
-        print(f"[gpu_check] {name}: {entry['status']} in {entry['seconds']:.0f} s", file=sys.stderr,
-              flush=True)
+        print(
+            f"[gpu_check] {name}: {entry['status']} in {entry['seconds']:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"report: {args.out / 'report.md'}")
     return 1 if failed else 0
 

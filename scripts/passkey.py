@@ -38,7 +38,12 @@ def posexp(*args: str) -> None:
 def main() -> None:
     """Parse options and run the five steps."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=None, help="folder for the runs (default outputs/passkey/<time>)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the runs (default outputs/passkey/<time>)",
+    )
     p.add_argument("--lm-steps", type=int, default=1000, help="steps of the KJV language model")
     p.add_argument("--passkey-steps", type=int, default=4000, help="steps on passkey rows at L0")
     p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
@@ -46,30 +51,71 @@ def main() -> None:
     p.add_argument("--methods", default="none,pi,ntk,yarn", help="methods to fine-tune with")
     p.add_argument("--model", default="small", help="model size (configs/model)")
     p.add_argument("--examples", type=int, default=50, help="test instances per length and depth")
-    p.add_argument("--seed", type=int, default=0, help="seed of every run (test instances stay the same)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of every run (test instances stay the same)"
+    )
     p.add_argument("--device", default="auto")
     a = p.parse_args()
     out = a.out or Path("outputs/passkey") / time.strftime("%Y-%m-%d_%H-%M-%S")
     common = [f"device={a.device}", f"model={a.model}", f"seed={a.seed}"]
-    posexp("train", "data=kjv", "pe=rope", f"train.seq_len={L0}", "train.batch_size=32",
-           f"train.max_steps={a.lm_steps}", "train.eval_interval=250", "train.checkpoint_interval=500",
-           *common, f"hydra.run.dir={out / 'lm'}")
-    posexp("train", "experiment=passkey", f"parent={out / 'lm'}", f"train.max_steps={a.passkey_steps}",
-           f"data.test_examples={a.examples}",
-           *common, f"hydra.run.dir={out / 'passkey'}")
+    posexp(
+        "train",
+        "data=kjv",
+        "pe=rope",
+        f"train.seq_len={L0}",
+        "train.batch_size=32",
+        f"train.max_steps={a.lm_steps}",
+        "train.eval_interval=250",
+        "train.checkpoint_interval=500",
+        *common,
+        f"hydra.run.dir={out / 'lm'}",
+    )
+    posexp(
+        "train",
+        "experiment=passkey",
+        f"parent={out / 'lm'}",
+        f"train.max_steps={a.passkey_steps}",
+        f"data.test_examples={a.examples}",
+        *common,
+        f"hydra.run.dir={out / 'passkey'}",
+    )
     posexp("eval-extrapolate", "--run", str(out / "passkey"), "--device", a.device)
     # A gentle fine-tune (lr 1e-4, batch 8): at lr 1e-3 on 4 long rows 100 steps erased retrieval.
     # Rows from the shortest passkey size (76 prompt tokens) up to factor x L0 keep the skill in view.
     longest = a.factor * L0
     for method in [m for m in a.methods.split(",") if m]:
         run = out / f"ft_{method}"
-        extension = ["extension=none"] if method == "none" else [f"extension={method}", f"extension.factor={a.factor}"]
-        posexp("finetune", "--run", str(out / "passkey"), *extension, f"data.train_lengths=[76,{longest - 6}]",
-               f"train.seq_len={longest}", "train.batch_size=8", "train.lr=1e-4", "train.min_lr=1e-5",
-               "train.warmup_steps=50", f"train.max_steps={a.finetune_steps}", "train.eval_interval=100",
-               f"train.checkpoint_interval={a.finetune_steps}", *common, f"hydra.run.dir={run}")
-        posexp("eval-extrapolate", "--run", str(run), "--method", "none" if method == "none" else "baked",
-               "--device", a.device)
+        extension = (
+            ["extension=none"]
+            if method == "none"
+            else [f"extension={method}", f"extension.factor={a.factor}"]
+        )
+        posexp(
+            "finetune",
+            "--run",
+            str(out / "passkey"),
+            *extension,
+            f"data.train_lengths=[76,{longest - 6}]",
+            f"train.seq_len={longest}",
+            "train.batch_size=8",
+            "train.lr=1e-4",
+            "train.min_lr=1e-5",
+            "train.warmup_steps=50",
+            f"train.max_steps={a.finetune_steps}",
+            "train.eval_interval=100",
+            f"train.checkpoint_interval={a.finetune_steps}",
+            *common,
+            f"hydra.run.dir={run}",
+        )
+        posexp(
+            "eval-extrapolate",
+            "--run",
+            str(run),
+            "--method",
+            "none" if method == "none" else "baked",
+            "--device",
+            a.device,
+        )
     posexp("report", str(out), "--no-eval", "--device", a.device)
 
 

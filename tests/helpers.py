@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 # Tiny, fast settings shared by CLI tests (seconds per run on 2 cores).
 TINY = [
-    "model=tiny", "heads=2", "train.max_steps=6", "train.seq_len=32", "train.batch_size=4",
-    "train.eval_interval=3", "train.eval_tokens=512", "train.log_interval=1",
-    "train.checkpoint_interval=3", "train.warmup_steps=2", "device=cpu",
+    "model=tiny",
+    "heads=2",
+    "train.max_steps=6",
+    "train.seq_len=32",
+    "train.batch_size=4",
+    "train.eval_interval=3",
+    "train.eval_tokens=512",
+    "train.log_interval=1",
+    "train.checkpoint_interval=3",
+    "train.warmup_steps=2",
+    "device=cpu",
 ]
 
 
@@ -23,12 +33,51 @@ def posexp_env(cache: Path) -> dict[str, str]:
 def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m posexp ARGS` in ``cwd``; fail the test with its output if it fails."""
     proc = subprocess.run(
-        [sys.executable, "-m", "posexp", *args], cwd=cwd, env=posexp_env(cache),
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "posexp", *args],
+        cwd=cwd,
+        env=posexp_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"posexp {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        raise AssertionError(
+            f"posexp {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        )
     return proc
+
+
+# A second process that holds a dir's writer lock until its stdin closes (a pipe: no sleeps).
+HOLD_LOCK = (
+    "import sys; from posexp import runlock; runlock.lock(sys.argv[1]); "
+    "print('locked', flush=True); sys.stdin.read()"
+)
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(run_dir: Path) -> Iterator[subprocess.Popen]:
+    """Another process writing ``run_dir`` (holding its lock) for the ``with`` body."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        yield proc
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file below ``folder``: mtime and bytes, to show that nothing was written."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def run_dirs(cwd: Path) -> list[Path]:

@@ -1,5 +1,6 @@
 """Checkpoint state: plain types and tensors only, loaded without running code from the file."""
 
+import contextlib
 import json
 import random
 import stat
@@ -8,7 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from posexp.checkpoint import load_state, rng_state, save_checkpoint, set_rng_state
+from posexp import checkpoint, files
+from posexp.checkpoint import (
+    load_state,
+    load_weights,
+    read_meta,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from posexp.errors import PosexpError
 
 
@@ -19,8 +28,10 @@ def draws() -> tuple:
 def test_rng_state_round_trips_through_a_weights_only_load(tmp_path):
     torch.manual_seed(1), np.random.seed(2), random.seed(3)
     np.random.randn()  # leaves a cached Gaussian in numpy's state
-    model = torch.nn.Linear(2, 2)
-    save_checkpoint(tmp_path, model, {"step": 5}, {"rng": rng_state(), "step": 5})
+    model = torch.nn.Linear(2, 1)
+    state = trained_state(model, 5)
+    state["rng"] = rng_state()
+    save_checkpoint(tmp_path, model, {"step": 5}, state)
     expected = draws()
     state = load_state(tmp_path)  # weights_only=True inside
     set_rng_state(state["rng"])
@@ -44,3 +55,142 @@ def test_every_checkpoint_file_has_the_same_permissions(tmp_path):
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "checkpoint").iterdir()}
     assert len(set(modes.values())) == 1, modes
     assert json.loads((tmp_path / "checkpoint" / "meta.json").read_text())["step"] == 1
+
+
+class Cut(BaseException):
+    """A kill at one step of the swap."""
+
+
+def whole_checkpoint_step(run_dir) -> int:
+    """The step of the checkpoint a reader finds now (its meta and weights both load)."""
+    model = torch.nn.Linear(2, 2)
+    load_weights(run_dir, model)
+    meta = read_meta(run_dir)
+    assert model.weight[0, 0].item() == meta["step"]  # weights and meta of one save
+    return meta["step"]
+
+
+def linear_at(step: int) -> torch.nn.Module:
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.fill_(step)
+    return model
+
+
+def test_a_save_cut_at_any_step_of_the_swap_leaves_a_whole_checkpoint(tmp_path, monkeypatch):
+    """Cut every file operation of the swap in turn, also in a save that follows a cut swap; at
+    each instant (before every operation) a reader finds a whole checkpoint, and the next save
+    after the cut completes."""
+    real_replace, real_rmtree = files.os.replace, files.shutil.rmtree
+    calls = {"n": 0, "cut_at": None, "checked": 0}
+
+    def guarded(real):
+        def op(*args, **kwargs):
+            calls["n"] += 1
+            if calls["checked_dir"] is not None:
+                whole_checkpoint_step(calls["checked_dir"])
+                calls["checked"] += 1
+            if calls["n"] == calls["cut_at"]:
+                raise Cut()
+            return real(*args, **kwargs)
+
+        return op
+
+    monkeypatch.setattr(files.os, "replace", guarded(real_replace))
+    monkeypatch.setattr(files.shutil, "rmtree", guarded(real_rmtree))
+    for first_cut in (None, 1, 2):  # a clean history, or one whose last swap was cut
+        for cut_at in range(1, 8):
+            run = tmp_path / f"run_{first_cut}_{cut_at}"
+            calls.update(n=0, cut_at=None, checked_dir=None)
+            save_checkpoint(run, linear_at(1), {"step": 1})
+            calls.update(n=0, cut_at=first_cut, checked_dir=run)
+            with contextlib.suppress(Cut):
+                save_checkpoint(run, linear_at(2), {"step": 2})
+            calls.update(n=0, cut_at=cut_at)
+            try:
+                save_checkpoint(run, linear_at(3), {"step": 3})
+            except Cut:
+                assert whole_checkpoint_step(run) in (1, 2, 3)
+                calls.update(n=0, cut_at=None)
+                save_checkpoint(run, linear_at(4), {"step": 4})
+                assert whole_checkpoint_step(run) == 4
+            else:
+                assert whole_checkpoint_step(run) == 3
+            assert sorted(p.name for p in run.iterdir()) == ["checkpoint"]
+    assert calls["checked"] > 50
+
+
+def test_a_failed_write_leaves_no_staging_folder(tmp_path, monkeypatch):
+    save_checkpoint(tmp_path, linear_at(1), {"step": 1})
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_model", full_disk)
+    with pytest.raises(OSError):
+        save_checkpoint(tmp_path, linear_at(2), {"step": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+    assert whole_checkpoint_step(tmp_path) == 1
+
+
+def trained_state(model: torch.nn.Module, step: int) -> dict:
+    """What the trainer saves after ``step`` AdamW steps."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    for _ in range(step):
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+    return {
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": rng_state(),
+        "step": step,
+        "best_val": 1.0,
+        "last_val": 1.5,
+    }
+
+
+def damaged(state: dict, **changes) -> dict:
+    return {**state, **changes}
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda s: {}, r"missing optimizer, scheduler, rng, step, best_val, last_val"),
+        (lambda s: [1, 2], r"expected a mapping of optimizer, .* found list"),
+        (lambda s: damaged(s, step="3"), r"step must be an integer >= 0, found '3'"),
+        (lambda s: damaged(s, step=2), r"state.pt is at step 2 but meta.json at step 3"),
+        (lambda s: damaged(s, best_val="low"), r"best_val must be a number"),
+        (lambda s: damaged(s, rng={"torch": 1}), r"rng must hold"),
+        (
+            lambda s: damaged(s, scheduler={"last_epoch": 0}),
+            r"the scheduler's position does not match step 3",
+        ),
+        (
+            lambda s: damaged(s, optimizer={"state": {}}),
+            r"the optimizer state is not an optimizer's state dict",
+        ),
+        (
+            lambda s: damaged(s, optimizer=trained_state(torch.nn.Linear(2, 3), 3)["optimizer"]),
+            r"the optimizer's exp_avg of parameter 0 has shape \(3, 2\), the parameter \(1, 2\)",
+        ),
+    ],
+)
+def test_a_damaged_state_is_refused_naming_the_file(tmp_path, damage, message):
+    model = torch.nn.Linear(2, 1)
+    good = trained_state(model, 3)
+    save_checkpoint(tmp_path, model, {"step": 3}, good)
+    assert load_state(tmp_path, list(model.parameters()))["step"] == 3
+    torch.save(damage(good), tmp_path / "checkpoint" / "state.pt")
+    with pytest.raises(PosexpError, match=rf"^corrupt checkpoint '.*state.pt': {message}"):
+        load_state(tmp_path, list(model.parameters()))
+
+
+def test_a_zero_byte_state_is_refused_in_one_line(tmp_path):
+    save_checkpoint(tmp_path, torch.nn.Linear(2, 1), {"step": 0}, {"step": 0})
+    (tmp_path / "checkpoint" / "state.pt").write_bytes(b"")
+    with pytest.raises(PosexpError, match=r"^corrupt checkpoint '.*state.pt': \w+") as e:
+        load_state(tmp_path)
+    assert "\n" not in str(e.value)

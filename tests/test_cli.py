@@ -16,10 +16,12 @@ def test_version():
 
 
 def test_help_lists_the_commands_without_importing_torch():
-    code = ("import sys; from posexp.cli import app; from typer.testing import CliRunner; "
-            "out = CliRunner().invoke(app, ['--help']).output; "
-            "print('torch' in sys.modules, all(c in out for c in "
-            "('train', 'eval-extrapolate', 'finetune', 'report', 'generate')))")
+    code = (
+        "import sys; from posexp.cli import app; from typer.testing import CliRunner; "
+        "out = CliRunner().invoke(app, ['--help']).output; "
+        "print('torch' in sys.modules, all(c in out for c in "
+        "('train', 'eval-extrapolate', 'finetune', 'report', 'generate')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
 
@@ -27,14 +29,23 @@ def test_help_lists_the_commands_without_importing_torch():
 def complete(line: str) -> list[str]:
     """What `posexp`'s shell-completion hook answers for ``line`` (cursor at its end)."""
     env = {**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line))}
-    out = subprocess.run([sys.executable, "-m", "posexp", "-sc", "query=bash"], env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "posexp", "-sc", "query=bash"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout.split()
 
 
 def test_shell_completion_answers_for_commands_and_each_commands_config(tmp_path):
-    script = subprocess.run([sys.executable, "-m", "posexp", "train", "--shell-completion",
-                             "install=bash"], capture_output=True, text=True, check=True).stdout
+    script = subprocess.run(
+        [sys.executable, "-m", "posexp", "train", "--shell-completion", "install=bash"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "-sc query=bash" in script and "hydra_bash_completion posexp" in script
     assert complete("posexp tr") == ["train"]
     assert complete("posexp train pe=r") == ["pe=rope", "pe=rope_randomized"]

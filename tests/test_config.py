@@ -38,8 +38,17 @@ def test_defaults_come_from_the_yaml_and_round_trip():
 
 
 def test_overrides_reach_the_typed_sections():
-    cfg = run_config("pe=learned", "heads=8", "train.seq_len=128", "extension=pi", "extension.factor=2",
-                     "data=text", "data.files=[a.txt]", "tokenizer=bpe", "tokenizer.vocab_size=300")
+    cfg = run_config(
+        "pe=learned",
+        "heads=8",
+        "train.seq_len=128",
+        "extension=pi",
+        "extension.factor=2",
+        "data=text",
+        "data.files=[a.txt]",
+        "tokenizer=bpe",
+        "tokenizer.vocab_size=300",
+    )
     assert (cfg.pe.name, cfg.heads, cfg.train.seq_len) == ("learned", 8, 128)
     assert cfg.extension.method == "pi" and cfg.extension.factor == 2.0
     assert cfg.extension.original_length == 128
@@ -56,12 +65,20 @@ def test_an_old_saved_config_gets_the_newer_sections_from_the_yaml():
 
 
 BAD = {
-    ("translate", "bleu_exampels", 3): "unknown setting translate.bleu_exampels; allowed: bleu_examples,",
+    (
+        "translate",
+        "bleu_exampels",
+        3,
+    ): "unknown setting translate.bleu_exampels; allowed: bleu_examples,",
     ("translate", "batch_size", 0): "translate.batch_size must be a positive integer, got 0",
     ("translate", "samples", -1): "translate.samples must be an integer >= 0, got -1",
-    ("translate", "length_penalty", float("nan")): "translate.length_penalty must be a finite number, got nan",
+    (
+        "translate",
+        "length_penalty",
+        float("nan"),
+    ): "translate.length_penalty must be a finite number, got nan",
     ("train", "eval_tokens", 1): "train.eval_tokens=1 is too few for one validation window of "
-                                 "train.seq_len=256; allowed: train.eval_tokens > 256",
+    "train.seq_len=256; allowed: train.eval_tokens > 256",
     ("train", "compile", "yes"): "train.compile must be true or false, got 'yes'",
     ("train", "threads", 0): "train.threads must be a positive integer or null, got 0",
     ("placement", "jobs_per_gpu", 0): "placement.jobs_per_gpu must be a positive integer, got 0",
@@ -77,7 +94,9 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize(("where", "message"), list(BAD.items()), ids=[f"{s}.{k}" for s, k, _ in BAD])
+@pytest.mark.parametrize(
+    ("where", "message"), list(BAD.items()), ids=[f"{s}.{k}" for s, k, _ in BAD]
+)
 def test_bad_values_are_refused_naming_the_key(where, message):
     section, key, value = where
     d = run_config().to_dict()
@@ -88,12 +107,22 @@ def test_bad_values_are_refused_naming_the_key(where, message):
 
 
 def test_an_extension_the_pe_cannot_take_is_refused_where_the_config_is_built():
-    with pytest.raises(PosexpError, match=r"extension .yarn. does not apply to pe .alibi. \(bias\); allowed for alibi: none"):
+    with pytest.raises(
+        PosexpError,
+        match=r"extension .yarn. does not apply to pe .alibi. \(bias\); allowed for alibi: none",
+    ):
         run_config("pe=alibi", "extension=yarn")
 
 
-@pytest.mark.parametrize(("key", "cls"), [("train", TrainConfig), ("translate", TranslateConfig),
-                                          ("attention", AttentionConfig), ("placement", PlacementConfig)])
+@pytest.mark.parametrize(
+    ("key", "cls"),
+    [
+        ("train", TrainConfig),
+        ("translate", TranslateConfig),
+        ("attention", AttentionConfig),
+        ("placement", PlacementConfig),
+    ],
+)
 def test_train_yaml_lists_every_field_of_its_sections(key, cls):
     # One home for each default: the YAML, which names exactly the dataclass's fields.
     assert list(saved_defaults()[key]) == [f.name for f in dataclasses.fields(cls)]
@@ -103,8 +132,13 @@ def test_train_yaml_lists_every_field_of_its_sections(key, cls):
 
 RATES = {"lr": "> 0", "min_lr": ">= 0", "weight_decay": ">= 0", "grad_clip": "> 0"}
 COUNTS = ("max_steps", "batch_size", "eval_interval", "log_interval", "checkpoint_interval")
-ANY_VALUE = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**9, 10**9),
-                      st.booleans(), st.none(), st.text(max_size=4))
+ANY_VALUE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**9), 10**9),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=4),
+)
 
 
 @functools.cache
@@ -121,13 +155,16 @@ def with_train(key, value) -> dict:
 @settings(max_examples=300, deadline=None)
 @given(key=st.sampled_from(sorted(RATES)), value=ANY_VALUE)
 def test_a_rate_is_accepted_exactly_when_it_is_a_finite_number_in_range(key, value):
-    number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    number = (
+        not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    )
     valid = number and (value > 0 if RATES[key] == "> 0" else value >= 0)
     if valid:
         assert getattr(RunConfig.from_dict(with_train(key, value)).train, key) == float(value)
     else:
-        with pytest.raises(PosexpError, match=f"^train.{key} must be a finite number "
-                                              f"{re.escape(RATES[key])}, got "):
+        with pytest.raises(
+            PosexpError, match=f"^train.{key} must be a finite number {re.escape(RATES[key])}, got "
+        ):
             RunConfig.from_dict(with_train(key, value))
 
 

@@ -18,8 +18,9 @@ ALPHA = 0.6
 def tiny(pe: str = "rope", seed: int = 0) -> GPT:
     """A random model made peaked (large embeddings), so hypotheses differ in length and score."""
     torch.manual_seed(seed)
-    model = GPT(ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, pe=pe,
-                            train_length=64)).eval()
+    model = GPT(
+        ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, pe=pe, train_length=64)
+    ).eval()
     with torch.no_grad():
         model.tok_emb.weight.mul_(5.0)
     return model
@@ -51,7 +52,9 @@ def reference_beam(model, prompt, k, alpha, eos, max_new):
         cands = []
         for s, toks in live:
             with torch.no_grad():
-                logp = model(torch.tensor([prompt + toks]))["logits"][0, -1].double().log_softmax(-1)
+                logp = (
+                    model(torch.tensor([prompt + toks]))["logits"][0, -1].double().log_softmax(-1)
+                )
             cands += [(s + float(logp[v]), toks + [v]) for v in range(VOCAB)]
         cands = sorted(cands, key=lambda c: -c[0])[:k]
         lp = length_penalty(t, alpha)
@@ -139,7 +142,9 @@ def test_finished_hypothesis_kept_while_a_longer_one_can_still_win():
     # eos first is greedy's choice; "a eos" scores better once length-normalised (alpha 0.6).
     fake = Scripted({(): [0.49, 0.47, 0.04], (A,): [0.99, 0.005, 0.005]}, 3)
     x = torch.zeros(1, 1, dtype=torch.long)
-    greedy, g_score = beam_search(fake.step, KVCache([{}]), x, 5, beam_size=1, alpha=0.6, eos_id=EOS)
+    greedy, g_score = beam_search(
+        fake.step, KVCache([{}]), x, 5, beam_size=1, alpha=0.6, eos_id=EOS
+    )
     beam, b_score = beam_search(fake.step, KVCache([{}]), x, 5, beam_size=2, alpha=0.6, eos_id=EOS)
     assert greedy[0].tolist() == [EOS]
     assert beam[0].tolist() == [A, EOS]
@@ -178,8 +183,9 @@ def test_ties_give_a_valid_deterministic_hypothesis():
     # Two tokens tied for best at every step, no eos: the beam returns a full-length hypothesis
     # with the tied optimum's score.
     tied = Scripted({(): [0.0, 0.5, 0.5], (A,): [0.0, 0.5, 0.5], (B,): [0.0, 0.5, 0.5]}, 3)
-    out, score = beam_search(tied.step, KVCache([{}]), torch.zeros(1, 1, dtype=torch.long), 2,
-                             beam_size=2, alpha=0.0)
+    out, score = beam_search(
+        tied.step, KVCache([{}]), torch.zeros(1, 1, dtype=torch.long), 2, beam_size=2, alpha=0.0
+    )
     assert out.shape == (1, 2) and set(out[0].tolist()) <= {A, B}
     assert score[0] == pytest.approx(2 * math.log(0.5), rel=1e-5)
 

@@ -35,17 +35,22 @@ def test_staged_dir_swaps_a_whole_set_in(tmp_path):
         (out / "a.json").write_text("2")
         assert (final / "a.json").read_text() == "1"  # readers still see the old set
     # The new set replaces the old one entirely: no file from the last evaluation survives.
-    assert sorted(p.name for p in final.iterdir()) == ["a.json"] and (final / "a.json").read_text() == "2"
+    assert (
+        sorted(p.name for p in final.iterdir()) == ["a.json"]
+        and (final / "a.json").read_text() == "2"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval"]
 
 
 def test_a_kill_before_or_inside_the_swap_is_recovered(tmp_path):
     final = tmp_path / "eval"
-    with pytest.raises(KeyboardInterrupt):  # killed while writing the new set
+    with pytest.raises(KeyboardInterrupt):  # interrupted while writing the new set
         with staged_dir(final) as out:
             (out / "a.json").write_text("half")
             raise KeyboardInterrupt
-    assert not final.exists() and (tmp_path / "eval.tmp").exists()
+    assert not final.exists() and not (tmp_path / "eval.tmp").exists()  # cleaned up on the way out
+    (tmp_path / "eval.tmp").mkdir()  # SIGKILL while writing: no cleanup ran, the next call's job
+    (tmp_path / "eval.tmp" / "a.json").write_text("half")
     (tmp_path / "eval.old").mkdir()  # killed between the two renames of a later swap
     (tmp_path / "eval.old" / "a.json").write_text("previous")
     recover_staged(final)
@@ -55,9 +60,13 @@ def test_a_kill_before_or_inside_the_swap_is_recovered(tmp_path):
 
 def test_unwritable_destinations_are_named(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(PosexpError, match=r"^hydra.run.dir '.*file/run' cannot be created: '.*file' is a file$"):
+    with pytest.raises(
+        PosexpError, match=r"^hydra.run.dir '.*file/run' cannot be created: '.*file' is a file$"
+    ):
         check_writable(tmp_path / "file" / "run", "hydra.run.dir")
-    check_writable(tmp_path / "new" / "deeper", "run dir")  # the nearest existing folder is writable
+    check_writable(
+        tmp_path / "new" / "deeper", "run dir"
+    )  # the nearest existing folder is writable
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only file system
     with pytest.raises(PosexpError, match=r"^run dir '.*' is not writable: '.*' is read-only"):
         check_writable(tmp_path, "run dir")

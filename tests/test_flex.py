@@ -53,15 +53,18 @@ def test_models_agree_across_backends_with_and_without_the_kv_cache(name):
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize(("backend", "device", "grad", "dropout", "expected"), [
-    ("auto", "cpu", False, 0.0, True),    # CPU evaluation
-    ("auto", "cpu", True, 0.0, False),    # CPU training: torch has no CPU backward for flex
-    ("auto", "cuda", True, 0.0, True),    # GPU training
-    ("auto", "cuda", True, 0.1, False),   # FlexAttention has no attention dropout
-    ("flex", "cpu", False, 0.0, True),
-    ("sdpa", "cuda", False, 0.0, False),  # the fallback, asked for
-    ("auto", "mps", False, 0.0, False),
-])
+@pytest.mark.parametrize(
+    ("backend", "device", "grad", "dropout", "expected"),
+    [
+        ("auto", "cpu", False, 0.0, True),  # CPU evaluation
+        ("auto", "cpu", True, 0.0, False),  # CPU training: torch has no CPU backward for flex
+        ("auto", "cuda", True, 0.0, True),  # GPU training
+        ("auto", "cuda", True, 0.1, False),  # FlexAttention has no attention dropout
+        ("flex", "cpu", False, 0.0, True),
+        ("sdpa", "cuda", False, 0.0, False),  # the fallback, asked for
+        ("auto", "mps", False, 0.0, False),
+    ],
+)
 def test_the_backend_is_chosen_in_one_place(backend, device, grad, dropout, expected):
     assert flex.use_flex(backend, torch.device(device), grad, dropout) is expected
 
@@ -69,7 +72,9 @@ def test_the_backend_is_chosen_in_one_place(backend, device, grad, dropout, expe
 def test_an_unknown_backend_is_refused():
     from posexp.errors import PosexpError
 
-    with pytest.raises(PosexpError, match="unknown attention backend 'fast'; allowed: auto, flex, sdpa"):
+    with pytest.raises(
+        PosexpError, match="unknown attention backend 'fast'; allowed: auto, flex, sdpa"
+    ):
         ModelConfig(vocab_size=10, attention="fast")
 
 
@@ -79,3 +84,30 @@ def test_the_run_log_says_which_attention_runs():
     assert flex.describe("auto", cuda, has_bias=True) == "flex"
     assert flex.describe("auto", cpu, has_bias=True).endswith("flex to evaluate")
     assert flex.describe("sdpa", cuda, has_bias=True).startswith("sdpa with an explicit bias")
+
+
+def valid_blocks(mask) -> list[tuple[set[int], set[int]]]:
+    """Per query block: the partial and the full key blocks a BlockMask lists."""
+    rows = []
+    for i in range(mask.kv_num_blocks.shape[-1]):
+        partial = mask.kv_indices[0, 0, i, : mask.kv_num_blocks[0, 0, i]].tolist()
+        full = mask.full_kv_indices[0, 0, i, : mask.full_kv_num_blocks[0, 0, i]].tolist()
+        rows.append((set(partial), set(full)))
+    return rows
+
+
+@pytest.mark.parametrize("length", [1, 5, 127, 128, 129, 300, 512, 1000])
+def test_the_causal_block_mask_is_what_create_block_mask_builds(length):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    ours = flex.causal_block_mask(length, "cpu")
+    reference = create_block_mask(flex._causal, None, None, length, length, device="cpu")
+    assert torch.equal(ours.to_dense(), reference.to_dense())
+    assert valid_blocks(ours) == valid_blocks(reference)
+
+
+def test_the_causal_block_mask_needs_no_dense_mask():
+    # A dense L x L mask at 2^18 tokens is 64 GiB, more than this machine has: building the
+    # mask at all shows that its size follows (L / 128)^2.
+    mask = flex.causal_block_mask(2**18, "cpu")
+    assert mask.shape[-2:] == (2**18, 2**18) and mask.kv_indices.numel() == (2**18 // 128) ** 2

@@ -16,8 +16,11 @@ VOCAB = 50
 
 
 def tiny(pe: str, train_length: int = 32) -> GPT:
-    return GPT(ModelConfig(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, pe=pe,
-                           train_length=train_length)).eval()
+    return GPT(
+        ModelConfig(
+            vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, pe=pe, train_length=train_length
+        )
+    ).eval()
 
 
 def full_recompute(model: GPT, prompt: list[int], n: int, eos: int | None = None) -> list[int]:
@@ -76,7 +79,9 @@ def test_learned_table_end_is_a_clear_error():
     model = tiny("learned", train_length=8)
     # The last new token is predicted from position 7 and never fed back: 4 tokens fit.
     assert len(generate_ids(model, prompts_of([5]), 4)[0]) == 4
-    with pytest.raises(PositionOutOfRange, match=r"position 8 is past the learned table \(pe.max_len=8\)"):
+    with pytest.raises(
+        PositionOutOfRange, match=r"position 8 is past the learned table \(pe.max_len=8\)"
+    ):
         generate_ids(model, prompts_of([5]), 5)
 
 

@@ -22,7 +22,9 @@ REFERENCES = [
 def test_hypothesis_equal_to_reference_scores_100():
     assert corpus_bleu(REFERENCES, REFERENCES) == pytest.approx(100.0)
     assert corpus_chrf(REFERENCES, REFERENCES) == pytest.approx(100.0)
-    assert translation_scores(REFERENCES, REFERENCES) == pytest.approx({"bleu": 100.0, "chrf": 100.0})
+    assert translation_scores(REFERENCES, REFERENCES) == pytest.approx(
+        {"bleu": 100.0, "chrf": 100.0}
+    )
 
 
 def test_copy_baseline_is_sacrebleu_on_the_same_lists():

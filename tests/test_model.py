@@ -1,10 +1,13 @@
+import json
 import math
 
 import pytest
 import torch
 
+from posexp.attention import sdpa_attention
 from posexp.errors import PosexpError
-from posexp.model import GPT, CausalSelfAttention, ModelConfig, sdpa_attention
+from posexp.extension import ExtensionConfig
+from posexp.model import GPT, CausalSelfAttention, ModelConfig
 from posexp.pe import PE_REGISTRY, PEContext, alibi_slopes, build_pe
 
 PES = sorted(PE_REGISTRY)
@@ -12,9 +15,12 @@ PES = sorted(PE_REGISTRY)
 # docs/maths.md §1, seed 000: d_model 4, h 2, d_k 2.
 X = torch.tensor([[1.0, 0, 1, 1], [0, 1, 1, 0]])
 W = {
-    "1Q": [[1, 0], [0, 1], [1, 0], [0, 0]], "1K": [[0, 1], [1, 0], [0, 1], [1, 0]],
-    "1V": [[1, 1], [0, 0], [1, 0], [0, 1]], "2Q": [[0, 1], [1, 0], [0, 0], [1, 1]],
-    "2K": [[1, 0], [0, 0], [1, 1], [0, 1]], "2V": [[0, 1], [1, 0], [0, 1], [1, 0]],
+    "1Q": [[1, 0], [0, 1], [1, 0], [0, 0]],
+    "1K": [[0, 1], [1, 0], [0, 1], [1, 0]],
+    "1V": [[1, 1], [0, 0], [1, 0], [0, 1]],
+    "2Q": [[0, 1], [1, 0], [0, 0], [1, 1]],
+    "2K": [[1, 0], [0, 0], [1, 1], [0, 1]],
+    "2V": [[0, 1], [1, 0], [0, 1], [1, 0]],
 }
 
 
@@ -56,7 +62,10 @@ def test_attention_block_holds_4d2_weights(heads):
     d = 64
     attn = CausalSelfAttention(ModelConfig(vocab_size=2, d_model=d, n_heads=heads))
     assert sum(p.numel() for p in attn.parameters()) == 4 * d * d
-    assert sum(p.numel() for p in torch.nn.MultiheadAttention(d, heads, bias=False).parameters()) == 4 * d * d
+    assert (
+        sum(p.numel() for p in torch.nn.MultiheadAttention(d, heads, bias=False).parameters())
+        == 4 * d * d
+    )
 
 
 def test_seed_parameter_counts_d512():
@@ -115,8 +124,9 @@ def test_nope_last_token_invariant_to_permuting_earlier_tokens():
 
 @pytest.mark.parametrize("pe_name", PES)
 def test_kv_cache_decoding_equals_full_forward(pe_name):
-    model = GPT(ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, pe=pe_name,
-                            train_length=32)).eval()
+    model = GPT(
+        ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, pe=pe_name, train_length=32)
+    ).eval()
     idx = torch.randint(0, 40, (3, 20))
     full = model(idx)["logits"]
     cache = model.new_cache()
@@ -142,10 +152,49 @@ def test_generate_greedy_matches_argmax_of_full_recompute():
         ({"n_heads": 3}, "heads=3 does not divide d_model=32"),
         ({"n_heads": 0}, "heads must be a positive integer, got 0"),
         ({"n_heads": -2}, "heads must be a positive integer"),
-        ({"pe": "nope"}, "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, sinusoidal"),
+        (
+            {"pe": "nope"},
+            "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, sinusoidal",
+        ),
     ],
 )
 def test_bad_model_config_is_one_line(kwargs, message):
     with pytest.raises(PosexpError, match=message) as e:
         GPT(ModelConfig(vocab_size=10, d_model=32, **kwargs))
     assert "\n" not in str(e.value)
+
+
+def test_model_config_round_trips_with_the_extension_typed():
+    ext = ExtensionConfig.from_dict(
+        {"method": "yarn", "factor": 4, "original_length": 32, "beta_fast": 16}
+    )
+    cfg = ModelConfig(
+        vocab_size=10, d_model=16, n_heads=2, pe="rope", extension=ext, train_length=32
+    )
+    saved = json.loads(json.dumps(cfg.to_dict()))  # as meta.json holds it
+    # The flat YAML layout, every method param at its effective value (old run dirs hold the same).
+    assert saved["extension"] == {
+        "method": "yarn",
+        "factor": 4.0,
+        "original_length": 32,
+        "beta_fast": 16.0,
+        "beta_slow": 1.0,
+        "attention_factor": None,
+    }
+    loaded = ModelConfig.from_dict(saved)
+    assert loaded == cfg and isinstance(loaded.extension, ExtensionConfig)
+    assert loaded.extension.params == {
+        "beta_fast": 16.0,
+        "beta_slow": 1.0,
+        "attention_factor": None,
+    }
+    # A config saved without an extension (or an empty one) means none.
+    del saved["extension"]
+    assert ModelConfig.from_dict(saved).extension == ExtensionConfig()
+
+
+def test_model_config_takes_only_a_typed_extension():
+    with pytest.raises(TypeError, match="ModelConfig.extension must be an ExtensionConfig"):
+        ModelConfig(vocab_size=10, extension={"method": "pi", "factor": 2})
+    with pytest.raises(PosexpError, match="^unknown param 'beta_fast' for extension 'pi'"):
+        ModelConfig.from_dict({"vocab_size": 10, "extension": {"method": "pi", "beta_fast": 2}})

@@ -29,13 +29,22 @@ def test_positions_cover_the_whole_range_over_steps():
     assert set(seen.tolist()) == set(range(64))
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["pe=none", "+pe.randomized=true", "+pe.max_position=100"], "pe=none has none"),
-    (["pe.randomized=true"], "pe.randomized=true needs pe.max_position"),
-    (["pe.max_position=500"], "pe.max_position only applies with pe.randomized=true"),
-    (["pe.randomized=true", "pe.max_position=100"], "pe.max_position=100 is below the 256-token"),
-    (["pe=learned", "pe.randomized=true", "pe.max_position=1000"], "past what pe=learned can represent"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["pe=none", "+pe.randomized=true", "+pe.max_position=100"], "pe=none has none"),
+        (["pe.randomized=true"], "pe.randomized=true needs pe.max_position"),
+        (["pe.max_position=500"], "pe.max_position only applies with pe.randomized=true"),
+        (
+            ["pe.randomized=true", "pe.max_position=100"],
+            "pe.max_position=100 is below the 256-token",
+        ),
+        (
+            ["pe=learned", "pe.randomized=true", "pe.max_position=1000"],
+            "past what pe=learned can represent",
+        ),
+    ],
+)
 def test_bad_randomized_settings(overrides, message):
     with pytest.raises(PosexpError, match=message):
         run_config(*overrides)

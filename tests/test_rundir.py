@@ -19,8 +19,12 @@ from tests.helpers import run_config
 def make_run(path, step=3, results=None, pe="rope"):
     """A run dir with a real checkpoint of a tiny model (and results.json if given)."""
     cfg = run_config("model=tiny", f"pe={pe}", "train.seq_len=32", "train.eval_tokens=64")
-    model = GPT(ModelConfig(vocab_size=260, d_model=64, n_layers=2, n_heads=4, pe=pe, train_length=32))
-    save_checkpoint(path, model, {"step": step, "model": model.cfg.to_dict(), "config": cfg.to_dict()})
+    model = GPT(
+        ModelConfig(vocab_size=260, d_model=64, n_layers=2, n_heads=4, pe=pe, train_length=32)
+    )
+    save_checkpoint(
+        path, model, {"step": step, "model": model.cfg.to_dict(), "config": cfg.to_dict()}
+    )
     if results is not None:
         RunDir(path).write_results(results)
     return model
@@ -52,14 +56,18 @@ def test_a_meta_json_without_its_keys_is_one_line(tmp_path):
     make_run(tmp_path)
     meta = tmp_path / "checkpoint" / "meta.json"
     meta.write_text(json.dumps({"step": 3, "config": {}}))
-    with pytest.raises(PosexpError, match=r"^corrupt checkpoint '.*checkpoint': its meta.json has no 'model'$"):
+    with pytest.raises(
+        PosexpError, match=r"^corrupt checkpoint '.*checkpoint': its meta.json has no 'model'$"
+    ):
         RunDir(tmp_path).meta()
 
 
 def test_config_and_model_come_back(tmp_path):
     model = make_run(tmp_path, pe="alibi")
     run = RunDir(tmp_path)
-    assert run.config() == run_config("model=tiny", "pe=alibi", "train.seq_len=32", "train.eval_tokens=64")
+    assert run.config() == run_config(
+        "model=tiny", "pe=alibi", "train.seq_len=32", "train.eval_tokens=64"
+    )
     loaded = run.load_model(torch.device("cpu"))
     assert not loaded.training and loaded.cfg == model.cfg
     for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
@@ -85,7 +93,10 @@ def test_find_runs_takes_a_run_or_the_outermost_runs_of_a_sweep(tmp_path):
     (tmp_path / "sweep" / "notes").mkdir()
     runs = find_runs(tmp_path / "sweep")
     assert [r.path.name for r in runs] == ["pe=alibi", "pe=none", "pe=rope"]
-    assert [r.path.name for r in find_runs(tmp_path / "sweep", need_checkpoint=True)] == ["pe=alibi", "pe=rope"]
+    assert [r.path.name for r in find_runs(tmp_path / "sweep", need_checkpoint=True)] == [
+        "pe=alibi",
+        "pe=rope",
+    ]
     assert find_runs(tmp_path / "sweep" / "pe=rope") == [RunDir(tmp_path / "sweep" / "pe=rope")]
     with pytest.raises(PosexpError, match="no runs in"):
         find_runs(tmp_path / "sweep" / "notes")
@@ -113,3 +124,17 @@ def test_concurrent_claims_of_one_dir_never_share_it(tmp_path):
     names = sorted(r.path.name for r in got)
     assert names == sorted([same.path.name] + [f"{same.path.name}-{n}" for n in range(2, 7)])
     assert all((r.path / ".owner").is_file() for r in got)
+
+
+def test_a_reader_finds_a_staged_folder_cut_between_its_renames(tmp_path):
+    from posexp.files import staged_dir
+
+    run = RunDir(tmp_path)
+    with staged_dir(tmp_path / "eval") as out:
+        (out / "extrapolate.json").write_text('[{"method": "none"}]')
+    (tmp_path / "eval").rename(tmp_path / "eval.old")  # a kill after the first rename of a swap
+    assert run.read_json("eval/extrapolate.json") == [{"method": "none"}]
+    with staged_dir(tmp_path / "eval") as out:  # the next writer mends it, then swaps in its set
+        assert (tmp_path / "eval" / "extrapolate.json").exists()
+        (out / "extrapolate.json").write_text("[]")
+    assert run.read_json("eval/extrapolate.json") == [] and not (tmp_path / "eval.old").exists()

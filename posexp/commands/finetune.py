@@ -30,19 +30,18 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from posexp.commands.train import run_training
-from posexp.config import from_composed
+from posexp.config import NETWORK_ROOTS, from_composed
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.files import write_text_atomic
 from posexp.paths import config_dir
 from posexp.rundir import RunDir
-from posexp.runtime.lifecycle import claim_run_dir, fail_run
+from posexp.runtime.lifecycle import discard_interrupted, fail_run, own_run_dir
 
 log = logging.getLogger("posexp")
 
-# Config roots that define the network and its data: a fine-tune keeps the parent's.
-PARENT_KEYS = ("model", "pe", "heads", "data", "tokenizer")
-# ...except the sizes a synthetic task trains and tests at, which a longer context changes.
+# A fine-tune keeps its parent's network and data (NETWORK_ROOTS), except the sizes a synthetic
+# task trains and tests at, which a longer context changes.
 DATA_SIZES = ("data.train_lengths", "data.test_lengths")
 
 
@@ -65,7 +64,11 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
     # Compose with the parent's data source, so its keys (a task's sizes) can be overridden.
     source = parent.config().data.name
     given = any(a.split("=", 1)[0].lstrip("+~") == "data" for a in args)
-    same_data = [f"data={source}"] if not given and (Path(config_dir()) / "data" / f"{source}.yaml").exists() else []
+    same_data = (
+        [f"data={source}"]
+        if not given and (Path(config_dir()) / "data" / f"{source}.yaml").exists()
+        else []
+    )
     return [f"parent='{quoted}'", *same_data, *args]
 
 
@@ -84,10 +87,12 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     for key in keys:
         root = key.split(".")[0].split("@")[0]
-        if key in DATA_SIZES or (key == "data" and OmegaConf.select(cfg, "data.source")
-                                 == OmegaConf.select(saved, "data.source")):
+        if key in DATA_SIZES or (
+            key == "data"
+            and OmegaConf.select(cfg, "data.source") == OmegaConf.select(saved, "data.source")
+        ):
             continue  # the parent's own data source (finetune_args composes with it)
-        if root in PARENT_KEYS:
+        if root in NETWORK_ROOTS:
             want, have = OmegaConf.select(cfg, root), OmegaConf.select(saved, root)
             if _plain(want) != _plain(have):
                 raise PosexpError(
@@ -98,7 +103,7 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     # the network and data from the parent, and keep the parent's extra sections (extrapolate).
     merged = OmegaConf.create(_plain(cfg))
     for key, value in saved.items():
-        if key in PARENT_KEYS or key not in merged:
+        if key in NETWORK_ROOTS or key not in merged:
             merged[key] = value
     for key in DATA_SIZES:
         if key in keys:
@@ -113,11 +118,12 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     merged.train = train
     l0 = int(meta["model"]["train_length"])
     merged.train_length = l0
-    if merged.extension.get("original_length") is None:
-        merged.extension.original_length = l0
+    # The extension's original_length is the parent's training length unless given.
+    extension = ExtensionConfig.from_dict(_plain(merged.extension)).with_original_length(l0)
+    merged.extension = extension.to_dict()
     merged.parent = str(parent)
     merged.resume = None
-    factor = ExtensionConfig.from_dict(_plain(merged.extension)).factor  # validates it
+    factor = extension.factor
     if merged.train.seq_len is None:
         merged.train.seq_len = int(round(l0 * factor))
     if merged.train.seq_len <= l0:
@@ -145,13 +151,21 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
-    if not multirun:
-        run_dir = claim_run_dir(run_dir)
-    try:
-        merged = finetune_config(cfg, list(hc.overrides.task))
-        write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(merged))
-        log.info("fine-tuning %s at seq_len %d with extension %s (factor %s)", merged.parent,
-                 merged.train.seq_len, merged.extension.method, merged.extension.get("factor"))
-        return run_training(from_composed(merged), run_dir)
-    except PosexpError as e:
-        fail_run(run_dir, e, multirun, discard=True)
+    with own_run_dir(run_dir, cfg, multirun) as run_dir:  # one writer per run dir
+        try:
+            merged = finetune_config(cfg, list(hc.overrides.task))
+            write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(merged))
+            log.info(
+                "fine-tuning %s at seq_len %d with extension %s (factor %s)",
+                merged.parent,
+                merged.train.seq_len,
+                merged.extension.method,
+                merged.extension.get("factor"),
+            )
+            return run_training(from_composed(merged), run_dir)
+        except PosexpError as e:
+            fail_run(run_dir, e, multirun, discard=True)
+        except KeyboardInterrupt:
+            if not multirun:
+                discard_interrupted(run_dir)
+            raise

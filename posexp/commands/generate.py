@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,11 @@ from posexp.generation import TokenProgress, generate_ids
 
 def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:
     """The tokenizer a run was trained with, and its corpus kind ("lm", "pairs" or "synthetic")."""
-    return _tokenizer(json.dumps([cfg.data.to_dict("source"), cfg.tokenizer.to_dict(), cfg.cache_dir],
-                                 sort_keys=True))
+    return _tokenizer(
+        json.dumps(
+            [cfg.data.to_dict("source"), cfg.tokenizer.to_dict(), cfg.cache_dir], sort_keys=True
+        )
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -36,6 +40,43 @@ def _tokenizer(key: str) -> tuple[Any, str]:
     corpus = load_corpus(**data)
     tokenizer = build_tokenizer(tok.pop("name"), corpus, Path(cache_dir), **tok)
     return tokenizer, corpus.kind
+
+
+# The most tokens one prompt may ask for: past it, generation on these models runs for hours
+# (the KV cache and every step's attention grow with it) and says nothing useful.
+MAX_NEW_TOKENS = 65536
+
+
+def check_options(
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+    beam_size: int | None,
+    length_penalty: float | None,
+) -> None:
+    """Refuse a bad option by its name before any run is read (one line, what is allowed)."""
+    from posexp.config import SEED_MAX
+
+    if max_new_tokens < 1:  # the upper bound after the run's own (a learned table's length)
+        raise PosexpError(
+            f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}"
+        )
+    if not math.isfinite(temperature) or temperature < 0:
+        raise PosexpError(f"--temperature must be a finite number >= 0, got {temperature}")
+    if top_k is not None and top_k <= 0:
+        raise PosexpError(f"--top-k must be a positive integer, got {top_k}")
+    if not 0 <= seed <= SEED_MAX:
+        raise PosexpError(f"--seed must be in [0, 2**63 - 1], got {seed}")
+    if beam_size is not None and beam_size < 1:
+        raise PosexpError(f"--beam must be a positive integer, got {beam_size}")
+    if beam_size is not None and beam_size > 1 and temperature > 0:
+        raise PosexpError(
+            f"beam search decodes deterministically; got --beam {beam_size} with "
+            f"--temperature {temperature:g} (use --temperature 0 or --beam 1)"
+        )
+    if length_penalty is not None and not math.isfinite(length_penalty):
+        raise PosexpError(f"--length-penalty must be a finite number, got {length_penalty}")
 
 
 # Corpus kinds whose rows are ``prompt <sep> answer``: generation answers the prompt.
@@ -71,26 +112,39 @@ def generate_text(
     from posexp.runtime.device import resolve_device
 
     if not prompts:
-        raise PosexpError("no prompt given; pass one or more texts, e.g. \"And God said\"")
-    if max_new_tokens <= 0:
-        raise PosexpError(f"--max-new-tokens must be a positive integer, got {max_new_tokens}")
+        raise PosexpError('no prompt given; pass one or more texts, e.g. "And God said"')
+    check_options(max_new_tokens, temperature, top_k, seed, beam_size, length_penalty)
     dev = resolve_device(device)
     run_dir = RunDir.open(run, "--run") if run is not None else latest_run()
     if announce is not None:
         announce(run_dir.path)
-    cfg = run_dir.config()
+    if not run_dir.has_checkpoint():
+        # Its config may never have been completed (a job that failed before training).
+        error = (run_dir.results() or {}).get("error") or run_dir.results_problem()
+        raise PosexpError(
+            f"{str(run_dir.path)!r} has no trained model (no checkpoint; status "
+            f"{run_dir.status()}{f': {error}' if error else ''}); pass a trained run"
+        )
     model = run_dir.load_model(dev)
+    cfg = run_dir.config()
     tokenizer, kind = run_tokenizer(cfg)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
     reach, longest = model.pe.max_positions, max(len(i) for i in ids)
     if reach is not None and longest >= reach:
-        raise PosexpError(f"a prompt of {longest} tokens leaves no room: pe={model.cfg.pe} has "
-                          f"{reach} positions; shorten the prompt")
+        raise PosexpError(
+            f"a prompt of {longest} tokens leaves no room: pe={model.cfg.pe} has "
+            f"{reach} positions; shorten the prompt"
+        )
     if reach is not None and longest + max_new_tokens > reach:
         raise PosexpError(
             f"--max-new-tokens {max_new_tokens} after a prompt of {longest} tokens needs "
             f"{longest + max_new_tokens} positions, but pe={model.cfg.pe} has {reach}; allowed: "
-            f"--max-new-tokens <= {max(reach - longest, 0)}")
+            f"--max-new-tokens <= {max(reach - longest, 0)}"
+        )
+    if max_new_tokens > MAX_NEW_TOKENS:
+        raise PosexpError(
+            f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}"
+        )
     if beam_size is None:
         beam_size = cfg.translate.beam_size if kind == "pairs" and temperature == 0 else 1
     if length_penalty is None:
@@ -98,10 +152,20 @@ def generate_text(
     generator = torch.Generator(device=dev).manual_seed(seed)
     progress = TokenProgress(len(ids) * max_new_tokens)
     with progress:
-        new = generate_ids(model, ids, max_new_tokens, temperature=temperature, top_k=top_k,
-                           eos_id=tokenizer.eos_id, batch_size=batch_size, device=dev,
-                           generator=generator, beam_size=beam_size, length_penalty=length_penalty,
-                           on_step=progress.update)
+        new = generate_ids(
+            model,
+            ids,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            eos_id=tokenizer.eos_id,
+            batch_size=batch_size,
+            device=dev,
+            generator=generator,
+            beam_size=beam_size,
+            length_penalty=length_penalty,
+            on_step=progress.update,
+        )
     if kind in ANSWERING:
         return [tokenizer.decode(n) for n in new]
     return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

@@ -15,16 +15,32 @@ from posexp.commands.report.jobs import Job, find_jobs
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 
-FIELDS = ("run", "data", "pe", "heads", "extension", "steps", "status", "val_ppl", "val_acc", "bleu",
-          "minutes")
+FIELDS = (
+    "run",
+    "data",
+    "pe",
+    "heads",
+    "extension",
+    "steps",
+    "status",
+    "val_ppl",
+    "val_acc",
+    "bleu",
+    "minutes",
+)
 
 
 def _minutes(path: Path) -> float | None:
     """Wall minutes over the run's training sessions (provenance.json), None if unknown."""
     try:
         sessions = json.loads(RunDir(path).provenance_file.read_text())["sessions"]
-        total = sum((datetime.fromisoformat(s["ended"]) - datetime.fromisoformat(s["started"]))
-                    .total_seconds() for s in sessions if s.get("ended"))
+        total = sum(
+            (
+                datetime.fromisoformat(s["ended"]) - datetime.fromisoformat(s["started"])
+            ).total_seconds()
+            for s in sessions
+            if s.get("ended")
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return round(total / 60, 1)
@@ -40,8 +56,13 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
         # A synthetic run is named by its task (synthetic:copy).
-        "data": (f"{cfg.data.name}:{cfg.data.params['task']}" if "task" in cfg.data.params
-                 else cfg.data.name) if cfg else None,
+        "data": (
+            f"{cfg.data.name}:{cfg.data.params['task']}"
+            if "task" in cfg.data.params
+            else cfg.data.name
+        )
+        if cfg
+        else None,
         "pe": job.pe,
         "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": ext.get("method", "none"),
@@ -57,8 +78,15 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
 def list_runs(root: Path | str = Path("outputs")) -> list[dict[str, Any]]:
     """Every run under ``root``, oldest first."""
     root = Path(root)
+    if root.is_file():
+        raise PosexpError(
+            f"runs: {str(root)!r} is a file, not a folder; pass a run dir or a folder "
+            f"of runs (default: outputs)"
+        )
     if not root.is_dir():
-        raise PosexpError(f"runs: no such directory {str(root)!r} (train a run first, or pass a folder)")
+        raise PosexpError(
+            f"runs: no such directory {str(root)!r} (train a run first, or pass a folder)"
+        )
     jobs = sorted(find_jobs(root), key=lambda j: j.path.stat().st_mtime)
     return [run_row(j, root) for j in jobs]
 
@@ -70,12 +98,18 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None) -> None:
 
     table = Table(show_lines=False)
     for name in FIELDS:
-        table.add_column(name, no_wrap=True, justify="right" if name in (
-            "heads", "steps", "val_ppl", "val_acc", "bleu", "minutes") else "left")
+        table.add_column(
+            name,
+            no_wrap=True,
+            justify="right"
+            if name in ("heads", "steps", "val_ppl", "val_acc", "bleu", "minutes")
+            else "left",
+        )
     for r in rows:
         cells = [r[k] for k in FIELDS]
-        table.add_row(*("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-                        for v in cells))
+        table.add_row(
+            *("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in cells)
+        )
     if console is None:
         console = Console()
         if not console.is_terminal:  # piped or logged: do not squeeze the table to 80 columns

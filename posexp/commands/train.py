@@ -12,7 +12,6 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,48 +26,26 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from posexp import flex
 from posexp.checkpoint import load_state, load_weights, rng_state, save_checkpoint, set_rng_state
-from posexp.config import RunConfig, TrainConfig, from_composed
+from posexp.config import RunConfig, from_composed
+from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError
 from posexp.files import write_text_atomic
+from posexp.hardware import out_of_memory
 from posexp.model import GPT, ModelConfig
-from posexp.objectives import Objective, build_objective
+from posexp.objectives import OBJECTIVES, Objective, build_objective
 from posexp.positions import random_positions
 from posexp.rundir import RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.build import build_data, model_config
-from posexp.runtime.device import resolve_device
-from posexp.runtime.lifecycle import Diverged, claim_run_dir, fail_run
-from posexp.runtime.placement import apply_threads, job_placement
+from posexp.runtime.device import place, to_device
+from posexp.runtime.lifecycle import Diverged, discard_interrupted, fail_run, own_run_dir
+from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups
 from posexp.runtime.resume import effective_config, finished_results
 from posexp.runtime.sweeps import completed_results, continue_unfinished, record_failure
 from posexp.runtime.tensorboard import trial_name, write_hparams
+from posexp.runtime.weights import check_same_network, check_start_weights
 
 log = logging.getLogger("posexp")
-
-
-
-def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
-    """Linear warmup to 1, then cosine decay to ``min_ratio`` at ``total`` steps."""
-
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return f
-
-
-def build_optimizer(model: GPT, train: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not norms), fused kernels on CUDA."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=train.lr,
-        betas=tuple(train.betas),
-        fused=device.type == "cuda",
-    )
 
 
 @dataclass
@@ -115,7 +92,11 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
-        self.step, self.best_val, self.last_val = state["step"], state["best_val"], state["last_val"]
+        self.step, self.best_val, self.last_val = (
+            state["step"],
+            state["best_val"],
+            state["last_val"],
+        )
 
     def save(self) -> None:
         """Atomic checkpoint of weights and state."""
@@ -134,9 +115,15 @@ class Trainer:
         t = self.cfg.train
         # A task's rows can be shorter than seq_len: count the tokens actually read.
         tokens_per_step = t.batch_size * getattr(self.objective, "row_tokens", t.seq_len)
-        bar = tqdm(total=t.max_steps, initial=self.step, desc="train", unit="step",
-                   disable=None if distributed.is_main() else True, dynamic_ncols=True,
-                   file=sys.stderr)
+        bar = tqdm(
+            total=t.max_steps,
+            initial=self.step,
+            desc="train",
+            unit="step",
+            disable=None if distributed.is_main() else True,
+            dynamic_ncols=True,
+            file=sys.stderr,
+        )
         window_start, window_steps = time.perf_counter(), 0
         if self.step >= t.max_steps and distributed.is_main():
             # Resumed at the end (killed before writing results.json): the final metrics come
@@ -154,7 +141,9 @@ class Trainer:
         sampling = self.cfg.positions
         if not sampling.randomized:
             return None
-        drawn = random_positions(shape[0], shape[1], sampling.max_position, self.cfg.seed, self.step)
+        drawn = random_positions(
+            shape[0], shape[1], sampling.max_position, self.cfg.seed, self.step
+        )
         first = distributed.rank() * rows if distributed.active() else 0
         return to_device(drawn[first : first + rows], self.device)
 
@@ -183,8 +172,10 @@ class Trainer:
                 tps = window_steps * tokens_per_step / elapsed
                 loss_value = distributed.global_mean(loss, weight)
                 if not math.isfinite(loss_value):  # checked where the loss is read anyway
-                    raise Diverged(f"loss became {loss_value} at step {self.step}; lower train.lr "
-                                   f"(now {t.lr:g}) or raise train.warmup_steps")
+                    raise Diverged(
+                        f"loss became {loss_value} at step {self.step}; lower train.lr "
+                        f"(now {t.lr:g}) or raise train.warmup_steps"
+                    )
                 self.writer.add_scalar("train/loss", loss_value, self.step)
                 self.writer.add_scalar("train/lr", lr, self.step)
                 self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)
@@ -194,8 +185,15 @@ class Trainer:
                 if bar.disable and distributed.is_main():
                     # No terminal (nohup, Slurm, a sweep job): a plain line instead of the bar.
                     eta = (t.max_steps - self.step) * tokens_per_step / max(tps, 1e-9)
-                    log.info("step %d/%d  loss %.4f  lr %.2e  %s tok/s  eta %s", self.step,
-                             t.max_steps, loss_value, lr, f"{tps:,.0f}", _duration(eta))
+                    log.info(
+                        "step %d/%d  loss %.4f  lr %.2e  %s tok/s  eta %s",
+                        self.step,
+                        t.max_steps,
+                        loss_value,
+                        lr,
+                        f"{tps:,.0f}",
+                        _duration(eta),
+                    )
                 window_start, window_steps = time.perf_counter(), 0
             if self.step % t.eval_interval == 0 or self.step == t.max_steps:
                 train_loss = distributed.global_mean(loss, weight)  # all ranks take part
@@ -207,33 +205,39 @@ class Trainer:
                         self.writer.add_scalar(tag, value, self.step)
                     shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
                     log.info("step %d  train/loss %.4f  %s", self.step, train_loss, shown)
-            if (self.step % t.checkpoint_interval == 0 or self.step == t.max_steps) and \
-                    distributed.is_main():
+            if (
+                self.step % t.checkpoint_interval == 0 or self.step == t.max_steps
+            ) and distributed.is_main():
                 self.save()
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
 
 
-NETWORK_KEYS = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "pe", "pe_params")
-
-
-def check_same_network(parent: dict[str, Any], mcfg: ModelConfig) -> None:
-    """Refuse to load a parent's weights into a network of another shape (one line, the first key)."""
-    mine = mcfg.to_dict()
-    for key in NETWORK_KEYS:
-        if parent.get(key) != mine[key]:
-            raise PosexpError(f"parent run has {key}={parent.get(key)!r}, this run {key}={mine[key]!r}; "
-                              f"a run started from another's weights keeps its network (model, pe, "
-                              f"heads, tokenizer)")
-
-
 def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
+    try:
+        return _run_training(cfg, run_dir)
+    except (MemoryError, RuntimeError) as e:
+        short = out_of_memory(e)
+        if short is None:
+            raise
+        e.__traceback__ = None  # its frames hold the half-built model: free it before going on
+    t, m = cfg.train, cfg.model
+    raise PosexpError(
+        f"{short}: lower train.batch_size={t.batch_size}, train.seq_len={t.seq_len} "
+        f"or the model (model.d_model={m.d_model}, model.n_layers={m.n_layers})"
+    )
+
+
+def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     started = time.perf_counter()
     distributed.check_batch_size(cfg.train.batch_size)
     device = place(cfg)
     torch.manual_seed(cfg.seed)
-    # ModelConfig checks the network's shape (heads divide d_model, ...) before the data load.
+    # Before the data load: ModelConfig checks the network's shape (heads divide d_model, ...)
+    # and the objective registry that some objective trains the dataset's kind.
     model_config(cfg, vocab_size=1)
+    OBJECTIVES.get(dataset_kind(cfg.data.name))
+    check_start_weights(cfg)
     with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
         data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
@@ -247,15 +251,18 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     state = None
     if cfg.resume:
         load_weights(run_dir, model)
-        state = load_state(run_dir)
+        state = load_state(run_dir, [p for group in parameter_groups(model) for p in group])
     elif cfg.parent:
         # `posexp finetune`, or `posexp train parent=<run>` (e.g. on other data): start from the
         # parent run's weights; the network must be the same.
         check_same_network(RunDir.open(cfg.parent, "parent").meta()["model"], mcfg)
         load_weights(Path(cfg.parent), model)
         log.info("initialised from parent run %s", cfg.parent)
-    writer = (SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
-              if distributed.is_main() else distributed.NullWriter())
+    writer = (
+        SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
+        if distributed.is_main()
+        else distributed.NullWriter()
+    )
     if distributed.is_main():
         provenance.start(run_dir)
     trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
@@ -264,9 +271,17 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         log.info("resumed %s at step %d", run_dir, trainer.step)
     distributed.reseed(cfg.seed, trainer.step)
     n_params = model.num_params()
-    log.info("model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s attention: %s",
-             cfg.model.name, mcfg.pe, mcfg.n_heads, mcfg.d_model, mcfg.n_layers,
-             f"{n_params:,}", device, flex.describe(mcfg.attention, device, model.pe.has_bias))
+    log.info(
+        "model: %s pe=%s heads=%d d_model=%d layers=%d params=%s device=%s attention: %s",
+        cfg.model.name,
+        mcfg.pe,
+        mcfg.n_heads,
+        mcfg.d_model,
+        mcfg.n_layers,
+        f"{n_params:,}",
+        device,
+        flex.describe(mcfg.attention, device, model.pe.has_bias),
+    )
     try:
         trainer.fit()
     except KeyboardInterrupt:
@@ -276,8 +291,13 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
             if saved is None:
                 log.warning("interrupted at step %d, before the first checkpoint", trainer.step)
             else:
-                log.warning("interrupted at step %d; the checkpoint of step %d is kept; resume "
-                            "with: posexp train resume=%s", trainer.step, saved, run_dir)
+                log.warning(
+                    "interrupted at step %d; the checkpoint of step %d is kept; resume "
+                    "with: posexp train resume=%s",
+                    trainer.step,
+                    saved,
+                    run_dir,
+                )
         raise
     if not distributed.is_main():
         return {}
@@ -287,8 +307,9 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     writer.close()
     RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})
     provenance.finish(run_dir, "completed")
-    shown = "  ".join(f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items()
-                      if k != "final/params")
+    shown = "  ".join(
+        f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items() if k != "final/params"
+    )
     log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
     log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)
     return metrics
@@ -304,14 +325,18 @@ def _duration(seconds: float) -> str:
 
 def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
     """The knobs people sweep, for TensorBoard's hparams table."""
-    ext = mcfg.extension or {}
+    ext = mcfg.extension.to_dict()
     return {
         # rope_randomized shows as "rope randomized"; a synthetic run's data as its task.
         "pe": mcfg.pe + (" randomized" if cfg.positions.randomized else ""),
-        "heads": mcfg.n_heads, "d_model": mcfg.d_model, "n_layers": mcfg.n_layers,
-        "seq_len": cfg.train.seq_len, "seed": cfg.seed,
+        "heads": mcfg.n_heads,
+        "d_model": mcfg.d_model,
+        "n_layers": mcfg.n_layers,
+        "seq_len": cfg.train.seq_len,
+        "seed": cfg.seed,
         "data": str(cfg.data.params.get("task", cfg.data.name)),
-        "tokenizer": cfg.tokenizer.name, "extension": extension_label(ext),
+        "tokenizer": cfg.tokenizer.name,
+        "extension": extension_label(ext),
         "factor": float(ext.get("factor", 1.0)),
     }
 
@@ -328,11 +353,11 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
     run_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
     if multirun and distributed.env().enabled:
-        raise Abort("torchrun runs one training run; drop -m (sweep with hydra/launcher=... instead)")
-    with distributed.session(cfg.device):
-        if not multirun and not cfg.resume and distributed.is_main():
-            run_dir = claim_run_dir(run_dir)
-        run_dir = distributed.agree_on_run_dir(run_dir)  # torchrun: every rank uses rank 0's
+        raise Abort(
+            "torchrun runs one training run; drop -m (sweep with hydra/launcher=... instead)"
+        )
+    # One writer per run dir: this process's claim or lock, held until the task returns.
+    with distributed.session(cfg.device), own_run_dir(run_dir, cfg, multirun) as run_dir:
         try:
             return _train_task(cfg, run_dir, multirun)
         finally:
@@ -356,36 +381,22 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
             cfg = effective_config(cfg)
             done = finished_results(run_dir, int(cfg.train.max_steps))
             if done is not None:  # nothing to train: do not evaluate and log the end again
-                log.info("%s already completed %d steps; raise train.max_steps to train longer",
-                         run_dir, done["step"])
+                log.info(
+                    "%s already completed %d steps; raise train.max_steps to train longer",
+                    run_dir,
+                    done["step"],
+                )
                 return done
             if distributed.is_main():
                 write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
         return run_training(from_composed(cfg), run_dir)
     except PosexpError as e:
         fail_run(run_dir, e, multirun, discard=fresh)
+    except KeyboardInterrupt:
+        if fresh and not multirun:
+            discard_interrupted(run_dir)
+        raise
     except Exception as e:
         if multirun:  # an unexpected error fails this job only; Hydra runs the others
             record_failure(run_dir, e)
         raise
-
-
-# ---- devices -----------------------------------------------------------------------------------
-
-
-def place(cfg: RunConfig) -> torch.device:
-    """The run's device and CPU threads: torchrun's local rank, or a sweep job's placement."""
-    env = distributed.env() if distributed.active() else distributed.DistEnv()
-    where = job_placement(cfg, env.local_world_size)
-    apply_threads(where)
-    device = resolve_device(cfg.device, gpu=env.local_rank if env.enabled else where.gpu)
-    if where.gpu is not None or where.threads:
-        log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
-    return device
-
-
-def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Host-to-device copy: from pinned memory and asynchronous on CUDA."""
-    if device.type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
-    return t.to(device)

@@ -4,14 +4,12 @@ Importing this package imports every module in it, so each dataset registers its
 dataset is one module using ``@register_dataset`` (plus its YAML), with no edit here.
 """
 
-import importlib
-import pkgutil
-
 from posexp.data.pairs import IGNORE, PairBatches, tokenize_pairs
 from posexp.data.registry import (
     SPLITS,
     Corpus,
     check_dataset,
+    dataset_kind,
     dataset_names,
     load_corpus,
     register_dataset,
@@ -28,10 +26,10 @@ from posexp.data.tokenizers import (
     tokenizer_names,
 )
 from posexp.data.tokens import LMBatches, eval_windows, tokenize_splits
+from posexp.registry import discover
 
 # Discovery instead of an import list: registration is a side effect of importing a module.
-for _m in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_m.name}")
+discover(__name__, __path__)
 
 __all__ = [
     "IGNORE",
@@ -46,6 +44,7 @@ __all__ = [
     "build_tokenizer",
     "check_dataset",
     "check_tokenizer",
+    "dataset_kind",
     "dataset_names",
     "eval_windows",
     "load_corpus",

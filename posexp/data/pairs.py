@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from posexp.checks import positive_int
 from posexp.data.tokenizers import Tokenizer, token_dtype
-from posexp.data.tokens import atomic_write, cache_name, check_positive
+from posexp.data.tokens import atomic_write, cache_name
 from posexp.errors import PosexpError, choose
 
 log = logging.getLogger("posexp")
@@ -60,7 +61,9 @@ def tokenize_pairs(
             with np.load(path) as z:
                 return {k: z[k] for k in z.files}
     if path is not None:
-        log.info("tokenizing %s pairs (%s; once, cached in %s)", f"{len(pairs):,}", key, path.parent)
+        log.info(
+            "tokenizing %s pairs (%s; once, cached in %s)", f"{len(pairs):,}", key, path.parent
+        )
     dtype = token_dtype(tokenizer.vocab_size)
     src, src_off = ragged(tokenizer.encode_batch([s for s, _ in pairs]), dtype)
     tgt, tgt_off = ragged(tokenizer.encode_batch([t for _, t in pairs]), dtype)
@@ -75,8 +78,12 @@ def tokenize_pairs(
     return arrays
 
 
-def collate_rows(examples: Sequence[tuple[list[int], list[int]]], tokenizer: Tokenizer,
-                 seq_len: int, loss_on: str = "target") -> tuple[torch.Tensor, torch.Tensor]:
+def collate_rows(
+    examples: Sequence[tuple[list[int], list[int]]],
+    tokenizer: Tokenizer,
+    seq_len: int,
+    loss_on: str = "target",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """int64 (inputs, targets) of shape (len(examples), seq_len): one ``source <sep> target
     <eos>`` row per (source ids, target ids), truncated and masked as the module docstring says."""
     tok, width = tokenizer, seq_len + 1
@@ -106,7 +113,8 @@ class PairBatches:
         cache_dir: Path | None = None,
         key: str = "pairs",
     ) -> None:
-        check_positive(batch_size=batch_size, seq_len=seq_len)
+        positive_int("batch_size", batch_size)
+        positive_int("seq_len", seq_len)
         choose("data.loss_on", loss_on, LOSS_ON)
         if not pairs:
             raise PosexpError(

@@ -1,17 +1,22 @@
-"""Corpus type and the dataset registry: a dataset is one module that registers a loader by name."""
+"""Corpus type and the dataset registry: a dataset is one module that registers a loader by name.
+
+A dataset declares its corpus kind when it registers (``lm``, ``pairs``, ``synthetic``, ...);
+the kind means nothing here: the training objective registered for it (posexp/objectives) gives
+it one, so a new kind needs no edit in this package.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from posexp import checks
 from posexp.errors import PosexpError
+from posexp.registry import Registry
 
 SPLITS = ("train", "val", "test")
-KINDS = ("lm", "pairs", "synthetic")
 
 Pairs = list[tuple[str, str]]
 
@@ -31,10 +36,10 @@ class Corpus:
     def __post_init__(self) -> None:
         if set(self.splits) != set(SPLITS):
             raise ValueError(f"corpus splits must be {SPLITS}, got {sorted(self.splits)}")
-        if self.kind not in KINDS:
-            raise ValueError(f"corpus kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ValueError(f"corpus kind must be a non-empty name, got {self.kind!r}")
         if (self.kind == "pairs") != (self.pairs is not None):
-            raise ValueError("a 'pairs' corpus needs pairs, an 'lm' corpus must not have them")
+            raise ValueError("a 'pairs' corpus needs pairs, other kinds must not have them")
         if (self.kind == "synthetic") != (self.task is not None):
             raise ValueError("a 'synthetic' corpus needs a task, other kinds must not have one")
 
@@ -59,27 +64,32 @@ Loader = Callable[..., Corpus]
 # Checks a dataset declares for itself: fn(params, seq_len) raising PosexpError; it returns the
 # tokens of its longest training row when rows are shorter than seq_len (synthetic tasks).
 Check = Callable[[dict[str, Any], "int | None"], "int | None"]
-_DATASETS: dict[str, Loader] = {}
-_CHECKS: dict[str, Check] = {}
-_TOKENIZERS: dict[str, tuple[str, ...]] = {}
 
 
-def register_dataset(name: str, check: Check | None = None,
-                     tokenizers: tuple[str, ...] | None = None) -> Callable[[Loader], Loader]:
-    """Decorator: register `fn(**params) -> Corpus` as the dataset called `name`.
+@dataclass(frozen=True)
+class Dataset:
+    """A registered dataset: its loader, the kind of corpus it gives, and what it declares."""
+
+    load: Loader
+    kind: str
+    check: Check | None = None
+    tokenizers: tuple[str, ...] | None = None  # the tokenizers it works with; None: any
+
+
+DATASETS: Registry[Dataset] = Registry("data")
+
+
+def register_dataset(
+    name: str, *, kind: str, check: Check | None = None, tokenizers: tuple[str, ...] | None = None
+) -> Callable[[Loader], Loader]:
+    """Decorator: register `fn(**params) -> Corpus` as the dataset called `name`, of corpus `kind`.
 
     ``check(params, seq_len)`` validates what a signature cannot (value ranges, fit in the
     training length); ``tokenizers`` limits the tokenizers it works with.
     """
 
     def deco(fn: Loader) -> Loader:
-        if name in _DATASETS:
-            raise ValueError(f"dataset {name!r} registered twice")
-        _DATASETS[name] = fn
-        if check is not None:
-            _CHECKS[name] = check
-        if tokenizers is not None:
-            _TOKENIZERS[name] = tokenizers
+        DATASETS.add(name, Dataset(fn, kind, check, tokenizers))
         return fn
 
     return deco
@@ -87,46 +97,45 @@ def register_dataset(name: str, check: Check | None = None,
 
 def dataset_names() -> list[str]:
     """Names of all registered datasets, sorted."""
-    return sorted(_DATASETS)
+    return sorted(DATASETS)
 
 
-def check_params(
-    kind: str, name: str, fn: Callable[..., Any], params: dict[str, Any], skip: tuple[str, ...] = ()
-) -> None:
-    """Raise PosexpError for a key `fn` does not accept or a required key that is absent."""
-    sig = inspect.signature(fn).parameters
-    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values())
-    allowed = [p for p in sig if p not in skip and sig[p].kind is not inspect.Parameter.VAR_KEYWORD]
-    for key in allowed:
-        if sig[key].default is inspect.Parameter.empty and key not in params:
-            raise PosexpError(f"missing parameter {key!r} for {kind} {name!r}; set {kind}.{key}")
-    for key in params:
-        if key not in allowed and not open_ended:  # **options: the loader's check names them
-            raise PosexpError(
-                f"unknown parameter {key!r} for {kind} {name!r}; allowed: {', '.join(allowed) or '(none)'}"
-            )
+def dataset_kind(source: str) -> str:
+    """The corpus kind the dataset ``source`` declared (one-line error for an unknown name)."""
+    return DATASETS.get(source).kind
 
 
-def check_dataset(source: str, params: dict[str, Any], tokenizer: str | None = None,
-                  seq_len: int | None = None) -> int | None:
+def check_dataset(
+    source: str, params: dict[str, Any], tokenizer: str | None = None, seq_len: int | None = None
+) -> int | None:
     """Refuse an unknown dataset name, parameters its loader does not take, or values its own
     check refuses (with the run's tokenizer and training length, when given), before loading.
 
     Returns the tokens of the longest training row when the dataset's rows are shorter than
     seq_len (a synthetic task), else None."""
-    if source not in _DATASETS:
-        raise PosexpError(f"unknown data {source!r}; allowed: {', '.join(dataset_names())}")
-    check_params("data", source, _DATASETS[source], params)
-    if tokenizer is not None and source in _TOKENIZERS and tokenizer not in _TOKENIZERS[source]:
-        raise PosexpError(f"data={source} needs tokenizer {' or '.join(_TOKENIZERS[source])} "
-                          f"(one token per character), got tokenizer={tokenizer}")
-    return _CHECKS[source](params, seq_len) if source in _CHECKS else None
+    dataset = DATASETS.get(source)
+    checks.takes_params("data", source, dataset.load, params)
+    if (
+        tokenizer is not None
+        and dataset.tokenizers is not None
+        and tokenizer not in dataset.tokenizers
+    ):
+        raise PosexpError(
+            f"data={source} needs tokenizer {' or '.join(dataset.tokenizers)} "
+            f"(one token per character), got tokenizer={tokenizer}"
+        )
+    return dataset.check(params, seq_len) if dataset.check is not None else None
 
 
 def load_corpus(source: str, **params: Any) -> Corpus:
     """Load the dataset registered as `source`, passing `params` to its loader."""
     check_dataset(source, params)
-    corpus = _DATASETS[source](**params)
+    dataset = DATASETS[source]
+    corpus = dataset.load(**params)
+    if corpus.kind != dataset.kind:  # a programming error in the loader, not a user's
+        raise ValueError(
+            f"data {source!r} registered as kind {dataset.kind!r} gave a {corpus.kind!r} corpus"
+        )
     corpus.source = source
     corpus.params = dict(params)
     return corpus

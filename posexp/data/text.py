@@ -58,20 +58,24 @@ def check_text_file(path: str, key: str) -> None:
             size += len(chunk)
             nul = chunk.find(b"\0")
             if nul >= 0:
-                raise PosexpError(f"data file {path!r} ({key}) looks binary: it has a NUL byte at "
-                                  f"offset {offset + nul}; data=text reads UTF-8 text")
+                raise PosexpError(
+                    f"data file {path!r} ({key}) looks binary: it has a NUL byte at "
+                    f"offset {offset + nul}; data=text reads UTF-8 text"
+                )
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as e:
                 raise PosexpError(
                     f"data file {path!r} ({key}) is not UTF-8: byte 0x{chunk[e.start]:02x} at offset "
-                    f"{offset + e.start}; convert it first, e.g. iconv -f latin1 -t utf-8") from None
+                    f"{offset + e.start}; convert it first, e.g. iconv -f latin1 -t utf-8"
+                ) from None
             offset += len(chunk)
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise PosexpError(f"data file {path!r} ({key}) is not UTF-8: it ends inside a "
-                              f"multi-byte character") from None
+            raise PosexpError(
+                f"data file {path!r} ({key}) is not UTF-8: it ends inside a multi-byte character"
+            ) from None
     if not size:
         raise PosexpError(f"data file {path!r} ({key}) is empty")
 
@@ -86,7 +90,7 @@ def read_documents(files: list[str], sample_by: str) -> list[str]:
     return [doc.strip() for doc in ds["text"] if doc.strip()]
 
 
-@register_dataset("text")
+@register_dataset("text", kind="lm")
 def load_text(
     files: str | Sequence[str] = (),
     val_files: str | Sequence[str] | None = None,

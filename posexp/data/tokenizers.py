@@ -20,10 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from posexp.data.registry import Corpus, check_params
-from posexp.errors import PosexpError
+from posexp import checks
+from posexp.data.registry import Corpus
+from posexp.registry import Registry
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
+# A BPE vocabulary's documented bounds: 256 bytes + the specials, up to 2**20 tokens. A byte-level
+# BPE of a text this project trains on ends far below the cap (KJV: ~20k), and a larger request
+# only makes the trainer reserve memory for it (10**9 asks for tens of GB, then panics).
+VOCAB_MIN, VOCAB_MAX = 256 + len(SPECIALS), 2**20
 
 log = logging.getLogger("posexp")
 
@@ -149,24 +154,17 @@ def train_bpe(texts: Sequence[str], vocab_size: int, path: Path) -> None:
 
 
 TokenizerBuilder = Callable[..., Tokenizer]
-_TOKENIZERS: dict[str, TokenizerBuilder] = {}
+TOKENIZERS: Registry[TokenizerBuilder] = Registry("tokenizer")
 
 
 def register_tokenizer(name: str) -> Callable[[TokenizerBuilder], TokenizerBuilder]:
     """Decorator: register `fn(corpus, cache_dir, **params) -> Tokenizer` as `name`."""
-
-    def deco(fn: TokenizerBuilder) -> TokenizerBuilder:
-        if name in _TOKENIZERS:
-            raise ValueError(f"tokenizer {name!r} registered twice")
-        _TOKENIZERS[name] = fn
-        return fn
-
-    return deco
+    return TOKENIZERS.register(name)
 
 
 def tokenizer_names() -> list[str]:
     """Names of all registered tokenizers, sorted."""
-    return sorted(_TOKENIZERS)
+    return sorted(TOKENIZERS)
 
 
 @register_tokenizer("byte")
@@ -178,32 +176,56 @@ def build_byte(corpus: Corpus, cache_dir: Path) -> Tokenizer:
 @register_tokenizer("bpe")
 def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokenizer:
     """Byte-level BPE trained on `corpus.splits["train"]`, cached by (corpus, vocab, specials)."""
-    if not isinstance(vocab_size, int) or not 256 + len(SPECIALS) <= vocab_size < 2**32:
-        raise PosexpError(
-            f"tokenizer.vocab_size={vocab_size!r} is out of range; allowed: integers from "
-            f"{256 + len(SPECIALS)} (256 bytes + {len(SPECIALS)} specials) to {2**32 - 1}"
-        )
+    check_vocab_size(vocab_size)
     key = json.dumps([corpus.fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
     if not path.exists():
         docs = corpus.splits["train"]
-        log.info("training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
-                 vocab_size, f"{len(docs):,}", path.parent)
+        log.info(
+            "training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
+            vocab_size,
+            f"{len(docs):,}",
+            path.parent,
+        )
         started = time.perf_counter()
         train_bpe(docs, vocab_size, path)
         log.info("BPE trained in %.1fs", time.perf_counter() - started)
-    return BpeTokenizer(path)
+    tokenizer = BpeTokenizer(path)
+    if tokenizer.vocab_size < vocab_size:  # the training text ran out of pairs to merge
+        log.info(
+            "the training text gives a BPE of %d tokens, fewer than tokenizer.vocab_size=%d; "
+            "the model uses %d",
+            tokenizer.vocab_size,
+            vocab_size,
+            tokenizer.vocab_size,
+        )
+    return tokenizer
+
+
+def check_vocab_size(value: Any) -> int:
+    """``tokenizer.vocab_size`` in [VOCAB_MIN, VOCAB_MAX], else a one-line error naming the bounds."""
+    return checks.integer("tokenizer.vocab_size", value, low=VOCAB_MIN, high=VOCAB_MAX)
+
+
+# Value checks of a tokenizer's parameters, run where the config is built (before any data work).
+PARAM_CHECKS: dict[str, dict[str, Callable[[Any], Any]]] = {"bpe": {"vocab_size": check_vocab_size}}
+# Tokenizers whose vocabulary is learned from the run's training text: the same settings on other
+# data give other token ids, so a run started from another's weights must keep its data too.
+LEARNED_VOCABULARY = frozenset({"bpe"})
 
 
 def check_tokenizer(name: str, params: dict[str, Any]) -> None:
     """Refuse an unknown tokenizer name, or parameters its builder does not take."""
-    if name not in _TOKENIZERS:
-        raise PosexpError(f"unknown tokenizer {name!r}; allowed: {', '.join(tokenizer_names())}")
-    check_params("tokenizer", name, _TOKENIZERS[name], params, skip=("corpus", "cache_dir"))
+    checks.takes_params(
+        "tokenizer", name, TOKENIZERS.get(name), params, skip=("corpus", "cache_dir")
+    )
+    for key, check in PARAM_CHECKS.get(name, {}).items():
+        if key in params:
+            check(params[key])
 
 
 def build_tokenizer(name: str, corpus: Corpus, cache_dir: Path, **params: Any) -> Tokenizer:
     """Build (or load from `cache_dir`) the tokenizer registered as `name` for `corpus`."""
     check_tokenizer(name, params)
-    return _TOKENIZERS[name](corpus, Path(cache_dir), **params)
+    return TOKENIZERS[name](corpus, Path(cache_dir), **params)

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from posexp.checks import positive_int
 from posexp.data.registry import Corpus
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.errors import PosexpError
@@ -71,25 +72,23 @@ def tokenize_splits(
             continue
         path = Path(cache_dir) / f"{name}.{split}.npy"
         if not path.exists():
-            log.info("tokenizing the %s split: %s documents (once; cached in %s)", split,
-                     f"{len(docs):,}", path.parent)
+            log.info(
+                "tokenizing the %s split: %s documents (once; cached in %s)",
+                split,
+                f"{len(docs):,}",
+                path.parent,
+            )
             save_npy(path, tokenizer.encode_stream(docs))
         out[split] = np.load(path, mmap_mode="r")
     return out
-
-
-def check_positive(**values: int) -> None:
-    """Raise PosexpError naming the first of `values` that is not a positive int."""
-    for k, v in values.items():
-        if not isinstance(v, int) or v < 1:
-            raise PosexpError(f"{k}={v!r} is invalid; allowed: a positive integer")
 
 
 class LMBatches:
     """Random (inputs, targets) windows of a token stream; batch `step` depends only on (seed, step)."""
 
     def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int) -> None:
-        check_positive(batch_size=batch_size, seq_len=seq_len)
+        positive_int("batch_size", batch_size)
+        positive_int("seq_len", seq_len)
         if len(tokens) < seq_len + 1:
             raise PosexpError(
                 f"token stream has {len(tokens)} tokens, too short for seq_len={seq_len}; "
@@ -117,7 +116,8 @@ def eval_windows(
     windows do not overlap and every token after the first is predicted exactly once; a tail
     shorter than a window is dropped. Returns int64 (inputs, targets) of shape (n, seq_len).
     """
-    check_positive(seq_len=seq_len, n_tokens=n_tokens)
+    positive_int("seq_len", seq_len)
+    positive_int("n_tokens", n_tokens)
     m = min(n_tokens, len(tokens))
     n = (m - 1) // seq_len
     if n < 1:

@@ -35,7 +35,7 @@ def aligned_ids(src: dict[int, str], tgt: dict[int, str]) -> list[int]:
     return sorted(src.keys() & tgt.keys())
 
 
-@register_dataset("wyc2kjv")
+@register_dataset("wyc2kjv", kind="pairs")
 def load_wyc2kjv(loss_on: str = "target") -> Corpus:
     """Wycliffe->KJV verse pairs split by chapter; `loss_on` is validated and kept in the params."""
     # loss_on is a batching choice (see PairBatches) that lives in the data config; check it here

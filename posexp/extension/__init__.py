@@ -1,12 +1,13 @@
 """RoPE context-extension maths: registry of methods, frequency computation and config."""
 
-from posexp.extension import methods as _methods  # noqa: F401  (registers the built-in methods)
+from posexp.extension import methods as _methods  # noqa: F401  (registers every method module)
 from posexp.extension.config import ExtensionConfig
 from posexp.extension.registry import (
     ACTS_ON,
     EXTENSIONS,
     ExtensionMethod,
     RopeSpec,
+    check_factor,
     get_extension,
     position_scale,
     register_extension,
@@ -19,6 +20,7 @@ __all__ = [
     "ExtensionConfig",
     "ExtensionMethod",
     "RopeSpec",
+    "check_factor",
     "get_extension",
     "position_scale",
     "register_extension",

@@ -7,24 +7,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
+from posexp import checks
 from posexp.errors import PosexpError
-from posexp.extension.registry import (
-    ExtensionMethod,
-    check_factor,
-    check_params,
-    check_positive_length,
-    get_extension,
-    rope_frequencies,
-)
+from posexp.extension.registry import ExtensionMethod, check_factor, get_extension, method_params
 
 _COMMON_KEYS = ("method", "factor", "original_length")
 
 
 @dataclass(frozen=True)
 class ExtensionConfig:
-    """Which extension to use, its factor s, training length L0 and the method's own params."""
+    """Which extension to use, its factor s, training length L0 and the method's own params.
+
+    Checked once, here: the model and the kernels read these fields as they are. ``params``
+    holds every param of the method at its effective value, so equal settings compare equal.
+    """
 
     method: str = "none"
     factor: float = 1.0
@@ -35,13 +31,14 @@ class ExtensionConfig:
     def __post_init__(self) -> None:
         ext = get_extension(self.method)
         # frozen: normalise through object.__setattr__ so later code sees float/int/plain dict.
-        object.__setattr__(self, "factor", check_factor(self.factor))
+        object.__setattr__(self, "factor", check_factor(self.factor, "extension.factor"))
         object.__setattr__(
-            self, "original_length", check_positive_length("original_length", self.original_length)
+            self,
+            "original_length",
+            checks.positive_int("extension.original_length", self.original_length, allow_none=True),
         )
-        if not isinstance(self.params, Mapping):
-            raise PosexpError(f"extension params must be a mapping, got {self.params!r}")
-        object.__setattr__(self, "params", check_params(ext, dict(self.params)))
+        params = checks.mapping("extension params", self.params)
+        object.__setattr__(self, "params", method_params(ext, params))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExtensionConfig:
@@ -53,14 +50,9 @@ class ExtensionConfig:
         return cls(**common, params=flat)
 
     @property
-    def extension(self) -> ExtensionMethod:
-        """The registered method object."""
+    def registered(self) -> ExtensionMethod:
+        """The registered method object (its frequency function and what it acts on)."""
         return get_extension(self.method)
-
-    @property
-    def dynamic(self) -> bool:
-        """True when frequencies depend on the current sequence length."""
-        return self.extension.dynamic
 
     def with_original_length(self, train_length: int) -> ExtensionConfig:
         """Fill a null original_length with the run's training length; keep an explicit one."""
@@ -68,25 +60,11 @@ class ExtensionConfig:
             return self
         return dataclasses.replace(self, original_length=train_length)
 
-    def rope_frequencies(
-        self, head_dim: int, base: float = 10000.0, seq_len: int | None = None
-    ) -> tuple[torch.Tensor, float]:
-        """rope_frequencies for this config."""
-        return rope_frequencies(
-            self.method,
-            head_dim,
-            base=base,
-            factor=self.factor,
-            original_length=self.original_length,
-            seq_len=seq_len,
-            **self.params,
-        )
-
     def to_dict(self) -> dict[str, Any]:
         """Flat mapping in the YAML layout, with every method param at its effective value."""
         return {
             "method": self.method,
             "factor": self.factor,
             "original_length": self.original_length,
-            **{**self.extension.params, **self.params},
+            **self.params,
         }

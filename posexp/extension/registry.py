@@ -1,10 +1,13 @@
-"""Registry of context-extension methods and the checks shared by every method."""
+"""Registry of context-extension methods and the checks shared by every method.
+
+Values are checked where they enter: ``ExtensionConfig`` (the config and the CLI) and the two
+public entry points below (``rope_frequencies``, ``position_scale``). A method function receives
+inputs already checked, so the model's path from config to kernel checks nothing twice.
+"""
 
 from __future__ import annotations
 
 import inspect
-import math
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -12,7 +15,9 @@ from typing import Any
 
 import torch
 
-from posexp.errors import PosexpError, choose
+from posexp import checks
+from posexp.errors import PosexpError
+from posexp.registry import Registry
 
 # What a method changes. A positional encoding declares which of these it has (posexp/pe/base.py),
 # so neither side names the other: "nothing" (method none) suits every encoding, "positions"
@@ -22,7 +27,7 @@ ACTS_ON = ("nothing", "positions", "frequencies")
 
 @dataclass(frozen=True)
 class RopeSpec:
-    """Validated, method-independent inputs of one frequency computation."""
+    """Checked, method-independent inputs of one frequency computation."""
 
     head_dim: int
     base: float
@@ -38,6 +43,8 @@ class RopeSpec:
 
 
 FrequencyFn = Callable[..., tuple[torch.Tensor, float]]
+# Checks a method's params (every one, defaults filled in) and returns them in normal form.
+ParamCheck = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -50,13 +57,22 @@ class ExtensionMethod:
     dynamic: bool
     acts_on: str
     needs_original_length: bool
+    check: ParamCheck | None = None
 
-    def __call__(self, spec: RopeSpec, **params: Any) -> tuple[torch.Tensor, float]:
-        """Run the frequency function with this method's defaults filled in."""
-        return self.frequencies(spec, **{**self.params, **params})
+    def __call__(
+        self, spec: RopeSpec, params: Mapping[str, Any] | None = None
+    ) -> tuple[torch.Tensor, float]:
+        """(float32 inv_freq, attention_factor) for checked inputs, method defaults filled in."""
+        # Computed in float64 so that float32 rounding happens once, at the end.
+        inv_freq, attention_factor = self.frequencies(spec, **{**self.params, **(params or {})})
+        return inv_freq.to(torch.float32), float(attention_factor)
+
+    def position_divisor(self, factor: float) -> float:
+        """How much an absolute-position encoding divides positions by: s under PI, else 1."""
+        return factor if self.acts_on == "positions" else 1.0
 
 
-EXTENSIONS: dict[str, ExtensionMethod] = {}
+EXTENSIONS: Registry[ExtensionMethod] = Registry("extension")
 
 
 def _keyword_defaults(fn: FrequencyFn) -> dict[str, Any]:
@@ -76,21 +92,29 @@ def register_extension(
     dynamic: bool = False,
     acts_on: str = "frequencies",
     needs_original_length: bool = False,
+    check: ParamCheck | None = None,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
-    """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`."""
+    """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`.
+
+    ``check`` validates the method's param values once, when a config or a call names them.
+    """
 
     def decorate(fn: FrequencyFn) -> FrequencyFn:
-        if name in EXTENSIONS:
-            raise ValueError(f"extension {name!r} registered twice")
         if acts_on not in ACTS_ON:
-            raise ValueError(f"extension {name!r}: acts_on must be one of {ACTS_ON}, got {acts_on!r}")
-        EXTENSIONS[name] = ExtensionMethod(
-            name=name,
-            frequencies=fn,
-            params=MappingProxyType(_keyword_defaults(fn)),
-            dynamic=dynamic,
-            acts_on=acts_on,
-            needs_original_length=needs_original_length,
+            raise ValueError(
+                f"extension {name!r}: acts_on must be one of {ACTS_ON}, got {acts_on!r}"
+            )
+        EXTENSIONS.add(
+            name,
+            ExtensionMethod(
+                name=name,
+                frequencies=fn,
+                params=MappingProxyType(_keyword_defaults(fn)),
+                dynamic=dynamic,
+                acts_on=acts_on,
+                needs_original_length=needs_original_length,
+                check=check,
+            ),
         )
         return fn
 
@@ -99,85 +123,46 @@ def register_extension(
 
 def get_extension(method: str) -> ExtensionMethod:
     """Look up a registered method, raising PosexpError that lists the allowed names."""
-    choose("extension", method, EXTENSIONS)
-    return EXTENSIONS[method]
+    return EXTENSIONS.get(method)
 
 
 # ---- shared validation -------------------------------------------------------------------
 
 
-def _as_int(name: str, value: Any) -> int:
-    # bool is an int subclass; `head_dim: true` in YAML is a mistake, not 1.
-    if isinstance(value, bool):
-        raise PosexpError(f"{name} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise PosexpError(f"{name} must be an integer, got {value!r}") from None
-
-
-def as_number(name: str, value: Any) -> float:
-    """Coerce an int/float param to float, raising PosexpError for anything else."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PosexpError(f"{name} must be a number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise PosexpError(f"{name} must be a finite number, got {value!r}")
-    return value
-
-
-def check_factor(factor: Any) -> float:
+def check_factor(factor: Any, name: str = "factor") -> float:
     """Return factor as float; integers are fine (transformers #37134), values below 1 are not."""
-    value = as_number("factor", factor)
-    if value < 1.0:
-        raise PosexpError(f"factor must be >= 1, got {factor!r}")
-    return value
-
-
-def check_positive_length(name: str, value: Any) -> int | None:
-    """None passes through; anything else must be a positive integer."""
-    if value is None:
-        return None
-    n = _as_int(name, value)
-    if n <= 0:
-        raise PosexpError(f"{name} must be a positive integer, got {value!r}")
-    return n
+    return checks.number(name, factor, ">= 1")
 
 
 def check_original_length(method: ExtensionMethod, original_length: Any) -> int | None:
     """Validate original_length, requiring it for methods that measure against the training length."""
-    n = check_positive_length("original_length", original_length)
-    if n is None and method.needs_original_length:
-        raise PosexpError(
-            f"extension {method.name!r} needs original_length (the training length), got None"
-        )
-    return n
+    if original_length is None:
+        if method.needs_original_length:
+            raise PosexpError(
+                f"extension {method.name!r} needs original_length (the training length), got None"
+            )
+        return None
+    return checks.positive_int("original_length", original_length)
 
 
-def check_params(method: ExtensionMethod, params: Mapping[str, Any]) -> dict[str, Any]:
-    """Reject names the method does not take; drop None so the method default applies."""
+def method_params(method: ExtensionMethod, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Every param of the method at its effective value (None: the default); unknown names and
+    bad values are refused."""
     for key in params:
         if key not in method.params:
             allowed = ", ".join(sorted(method.params)) or "(none)"
             raise PosexpError(
                 f"unknown param {key!r} for extension {method.name!r}; allowed: {allowed}"
             )
-    return {k: v for k, v in params.items() if v is not None}
+    full = {**method.params, **{k: v for k, v in params.items() if v is not None}}
+    return full if method.check is None else method.check(full)
 
 
 def _check_head_dim(head_dim: Any) -> int:
-    d = _as_int("head_dim", head_dim)
-    if d <= 0 or d % 2:
+    d = checks.positive_int("head_dim", head_dim)
+    if d % 2:
         raise PosexpError(f"head_dim must be a positive even integer, got {head_dim!r}")
     return d
-
-
-def _check_base(base: Any) -> float:
-    value = as_number("base", base)
-    # ln(base) is a denominator in YaRN and θ_i must decrease with i.
-    if value <= 1.0:
-        raise PosexpError(f"base must be > 1, got {base!r}")
-    return value
 
 
 # ---- public entry points -----------------------------------------------------------------
@@ -196,19 +181,16 @@ def rope_frequencies(
     ext = get_extension(method)
     spec = RopeSpec(
         head_dim=_check_head_dim(head_dim),
-        base=_check_base(base),
+        # ln(base) is a denominator in YaRN and θ_i must decrease with i.
+        base=checks.number("base", base, "> 1"),
         factor=check_factor(factor),
         original_length=check_original_length(ext, original_length),
-        seq_len=check_positive_length("seq_len", seq_len),
+        seq_len=None if seq_len is None else checks.positive_int("seq_len", seq_len),
     )
-    # Computed in float64 so that float32 rounding happens once, at the end.
-    inv_freq, attention_factor = ext(spec, **check_params(ext, params))
-    return inv_freq.to(torch.float32), float(attention_factor)
+    return ext(spec, method_params(ext, params))
 
 
 def position_scale(method: str, factor: float) -> float:
     """Multiplier on positions for additive PEs (sinusoidal, learned): 1/s for pi, else 1.0."""
     # Not for rope: rope_frequencies already folds pi into inv_freq, so both would scale twice.
-    ext = get_extension(method)
-    s = check_factor(factor)
-    return 1.0 / s if ext.acts_on == "positions" else 1.0
+    return 1.0 / get_extension(method).position_divisor(check_factor(factor))

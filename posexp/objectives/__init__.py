@@ -17,4 +17,11 @@ from posexp.registry import discover
 
 discover(__name__, __path__, skip=("base",))
 
-__all__ = ["OBJECTIVES", "Autocast", "Objective", "build_objective", "mean_loss", "register_objective"]
+__all__ = [
+    "OBJECTIVES",
+    "Autocast",
+    "Objective",
+    "build_objective",
+    "mean_loss",
+    "register_objective",
+]

@@ -27,19 +27,28 @@ class Objective(Protocol):
 
 
 ObjectiveFactory = Callable[..., Objective]
-# Keyed by the corpus kind a dataset declares (``Corpus.kind``): lm, pairs, synthetic, ...
+# Keyed by the corpus kind a dataset declares (``register_dataset(name, kind=...)``): lm, pairs,
+# synthetic, ... A kind with no objective here is refused with one line (``Registry.get``).
 OBJECTIVES: Registry[ObjectiveFactory] = Registry("training objective for data kind")
 register_objective = OBJECTIVES.register
 
 
-def build_objective(cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> Objective:
+def build_objective(
+    cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast
+) -> Objective:
     """The objective for this run's corpus kind."""
     return OBJECTIVES.get(data.corpus.kind)(cfg, data, device, autocast)
 
 
 @torch.no_grad()
-def mean_loss(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int,
-              device: torch.device, autocast: Autocast) -> float:
+def mean_loss(
+    model: torch.nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+    autocast: Autocast,
+) -> float:
     """Mean per-token loss over fixed windows (tokens with target -100 excluded)."""
     was_training = model.training
     model.eval()

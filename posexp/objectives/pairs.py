@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from posexp.attention_maps import attention_figure, figure_to_array
 from posexp.config import RunConfig
 from posexp.data import PairBatches
 from posexp.errors import PosexpError
@@ -83,7 +84,9 @@ class Translation:
         pairs = data.corpus.pairs
         for split in ("train", "val", "test"):
             if not pairs.get(split):
-                raise PosexpError(f"data={cfg.data.name} has no {split} pairs; a pairs corpus needs all three")
+                raise PosexpError(
+                    f"data={cfg.data.name} has no {split} pairs; a pairs corpus needs all three"
+                )
         self.settings = cfg.translate
         self.tokenizer = data.tokenizer
         self.seq_len, self.batch_size = int(t.seq_len), int(t.batch_size)
@@ -91,15 +94,33 @@ class Translation:
         cache = Path(cfg.cache_dir)
         source = cfg.data.name
         loss_on = cfg.data.params.get("loss_on", "target")
-        self.train = PairBatches(pairs["train"], self.tokenizer, t.batch_size, t.seq_len, cfg.seed,
-                                 loss_on, cache, key=f"{source}-train")
+        self.train = PairBatches(
+            pairs["train"],
+            self.tokenizer,
+            t.batch_size,
+            t.seq_len,
+            cfg.seed,
+            loss_on,
+            cache,
+            key=f"{source}-train",
+        )
         # Validation perplexity is always on target tokens, whatever the training loss covers.
-        self.val = PairBatches(pairs["val"], self.tokenizer, t.batch_size, t.seq_len, cfg.seed,
-                               "target", cache, key=f"{source}-val")
+        self.val = PairBatches(
+            pairs["val"],
+            self.tokenizer,
+            t.batch_size,
+            t.seq_len,
+            cfg.seed,
+            "target",
+            cache,
+            key=f"{source}-val",
+        )
         self.val_pairs, self.test_pairs = pairs["val"], pairs["test"]
         self.bleu_idx = evenly_spaced(len(self.val_pairs), self.settings.bleu_examples)
-        self.copy_val = copy_baseline([self.val_pairs[i][0] for i in self.bleu_idx],
-                                      [self.val_pairs[i][1] for i in self.bleu_idx])
+        self.copy_val = copy_baseline(
+            [self.val_pairs[i][0] for i in self.bleu_idx],
+            [self.val_pairs[i][1] for i in self.bleu_idx],
+        )
         self.attention_ids = self._attention_example()
         self.step = 0
         self.last: dict[str, float] = {}
@@ -138,7 +159,9 @@ class Translation:
         ids = self.tokenizer.encode(source)[: max(1, self.seq_len // 2 - 1)]
         return [*ids, self.tokenizer.sep_id]
 
-    def translate(self, model: torch.nn.Module, sources: list[str], progress: str = "") -> list[str]:
+    def translate(
+        self, model: torch.nn.Module, sources: list[str], progress: str = ""
+    ) -> list[str]:
         """Translations of ``sources`` (beam search unless beam_size is 1), KV cache, batched.
 
         ``progress``: a label to show a bar (or, without a terminal, plain lines) under.
@@ -147,15 +170,23 @@ class Translation:
         cap = self.settings.max_new_tokens
         # Default cap: 2 x source + 10 tokens (fewer than 0.5% of KJV verses are longer than
         # that against their Wycliffe source), so a looping model does not run to seq_len.
-        limits = [min(self.seq_len - len(p), 2 * len(p) + 8 if cap is None else cap)
-                  for p in prompts]
+        limits = [
+            min(self.seq_len - len(p), 2 * len(p) + 8 if cap is None else cap) for p in prompts
+        ]
         tracker = TokenProgress(sum(limits), progress) if progress else None
         with tracker or contextlib.nullcontext():
-            new = generate_ids(model, prompts, limits, eos_id=self.tokenizer.eos_id,
-                               batch_size=self.settings.batch_size, device=self.device,
-                               autocast=self.autocast, beam_size=self.settings.beam_size,
-                               length_penalty=self.settings.length_penalty,
-                               on_step=tracker.update if tracker else None)
+            new = generate_ids(
+                model,
+                prompts,
+                limits,
+                eos_id=self.tokenizer.eos_id,
+                batch_size=self.settings.batch_size,
+                device=self.device,
+                autocast=self.autocast,
+                beam_size=self.settings.beam_size,
+                length_penalty=self.settings.length_penalty,
+                on_step=tracker.update if tracker else None,
+            )
         return [self.tokenizer.decode(ids) for ids in new]
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
@@ -177,7 +208,9 @@ class Translation:
         if writer is not None:
             n = self.settings.samples
             if n:
-                writer.add_text("val/samples", samples_markdown(sources[:n], refs[:n], hyps[:n]), step)
+                writer.add_text(
+                    "val/samples", samples_markdown(sources[:n], refs[:n], hyps[:n]), step
+                )
             for i, image in enumerate(self.attention_images(model)):
                 writer.add_image(f"attention/layer_{i}", image, step, dataformats="HWC")
         return self.last
@@ -189,13 +222,21 @@ class Translation:
         sources = [self.test_pairs[i][0] for i in idx]
         refs = [self.test_pairs[i][1] for i in idx]
         beam = self.settings.beam_size
-        log.info("translating %s test verses (%s) for the final BLEU", f"{len(sources):,}",
-                 "greedy" if beam == 1 else f"beam {beam}")
+        log.info(
+            "translating %s test verses (%s) for the final BLEU",
+            f"{len(sources):,}",
+            "greedy" if beam == 1 else f"beam {beam}",
+        )
         started = time.perf_counter()
         hyps = self.translate(model, sources, progress="translate test")
         test = translation_scores(hyps, refs)
-        log.info("test BLEU %.2f  chrF %.2f  (%s verses in %.0fs)", test["bleu"], test["chrf"],
-                 f"{len(sources):,}", time.perf_counter() - started)
+        log.info(
+            "test BLEU %.2f  chrF %.2f  (%s verses in %.0fs)",
+            test["bleu"],
+            test["chrf"],
+            f"{len(sources):,}",
+            time.perf_counter() - started,
+        )
         copy = copy_baseline(sources, refs)
         metrics = {
             "final/val_loss": loss,
@@ -209,8 +250,12 @@ class Translation:
             metrics["final/val_bleu"] = self.last["val/bleu"]
             metrics["final/val_chrf"] = self.last["val/chrf"]
         if writer is not None:
-            for tag, value in (("test/bleu", test["bleu"]), ("test/chrf", test["chrf"]),
-                               ("test/copy_bleu", copy["bleu"]), ("test/copy_chrf", copy["chrf"])):
+            for tag, value in (
+                ("test/bleu", test["bleu"]),
+                ("test/chrf", test["chrf"]),
+                ("test/copy_bleu", copy["bleu"]),
+                ("test/copy_chrf", copy["chrf"]),
+            ):
                 writer.add_scalar(tag, value, self.step)
             log_dir = getattr(writer, "log_dir", None)  # a SummaryWriter's is the run dir
             if isinstance(log_dir, (str, Path)):
@@ -232,8 +277,12 @@ class Translation:
 
     def token_labels(self, ids: list[int]) -> list[str]:
         """A short readable label per token (specials by name, spaces as ·)."""
-        names = {self.tokenizer.sep_id: "<sep>", self.tokenizer.eos_id: "<eos>",
-                 self.tokenizer.pad_id: "<pad>", self.tokenizer.bos_id: "<bos>"}
+        names = {
+            self.tokenizer.sep_id: "<sep>",
+            self.tokenizer.eos_id: "<eos>",
+            self.tokenizer.pad_id: "<pad>",
+            self.tokenizer.bos_id: "<bos>",
+        }
         return [names.get(i) or self.tokenizer.decode([i]).replace(" ", "·") or "?" for i in ids]
 
     @torch.no_grad()
@@ -250,8 +299,11 @@ class Translation:
         """One RGB (H, W, 3) uint8 image per layer, for TensorBoard."""
         labels = self.token_labels(self.attention_ids)
         return [
-            figure_to_array(attention_figure(w, labels, f"layer {i}: attention of each head "
-                                             "(query row, key column)"))
+            figure_to_array(
+                attention_figure(
+                    w, labels, f"layer {i}: attention of each head (query row, key column)"
+                )
+            )
             for i, w in enumerate(self.attention_weights(model))
         ]
 
@@ -264,76 +316,21 @@ class Translation:
         paths = []
         for i, weights in enumerate(self.attention_weights(model)):
             paths.append(folder / f"layer{i}.png")
-            save_figure_atomic(attention_figure(weights, labels, f"layer {i}: attention of each "
-                                                "head (query row, key column)"), paths[-1])
+            save_figure_atomic(
+                attention_figure(
+                    weights, labels, f"layer {i}: attention of each head (query row, key column)"
+                ),
+                paths[-1],
+            )
         return paths
-
-
-def attention_figure(weights: np.ndarray, labels: list[str], title: str) -> Any:
-    """A grid of heatmaps, one per head, on a square-root colour scale from 0 to 1.
-
-    A row of weights sums to 1 over up to T keys, so most weights are near 1/T: a linear scale
-    shows them all as dark. The square-root scale spreads them out while 0 and 1 stay fixed,
-    so heads and layers remain comparable. Tokens label the outer axes when they fit; thin
-    white lines mark the ``<sep>`` token, between source (left/top) and target.
-    """
-    from matplotlib.colors import PowerNorm
-    from matplotlib.figure import Figure
-
-    heads, T = weights.shape[0], weights.shape[-1]
-    cols = min(heads, 4)
-    rows = math.ceil(heads / cols)
-    show_tokens = T <= 48
-    cell = 4.2 if show_tokens else 2.6
-    margin = 1.1 if show_tokens else 0.3
-    width, height = cell * cols + margin + 1.3, cell * rows + margin + 0.8
-    fig = Figure(figsize=(width, height))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)
-    image = None
-    for h in range(rows * cols):
-        ax = axes[h // cols][h % cols]
-        if h >= heads:
-            ax.axis("off")
-            continue
-        image = ax.imshow(weights[h], norm=norm, cmap="viridis", interpolation="nearest")
-        ax.set_title(f"head {h}", fontsize=10)
-        if "<sep>" in labels:
-            sep = labels.index("<sep>")
-            ax.axvline(sep, color="white", linewidth=0.5)
-            ax.axhline(sep, color="white", linewidth=0.5)
-        last_row = h // cols == rows - 1 or h + cols >= heads
-        if show_tokens and last_row:
-            ax.set_xticks(range(T), labels, rotation=90, fontsize=7)
-        else:
-            ax.set_xticks([])
-        if show_tokens and h % cols == 0:
-            ax.set_yticks(range(T), labels, fontsize=7)
-        else:
-            ax.set_yticks([])
-    # A fixed layout: constrained layout costs seconds per figure with token tick labels.
-    fig.subplots_adjust(left=margin / width, right=1 - 1.3 / width, bottom=margin / height,
-                        top=1 - 0.7 / height, wspace=0.08, hspace=0.15 if not show_tokens else 0.12)
-    cax = fig.add_axes((1 - 1.05 / width, 0.2, 0.18 / width, 0.6))
-    fig.colorbar(image, cax=cax, label="attention weight (square-root scale)",
-                 ticks=[0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0])
-    fig.suptitle(title, fontsize=11)
-    return fig
-
-
-def figure_to_array(fig) -> np.ndarray:
-    """Render a matplotlib Figure (no pyplot) to an RGB uint8 array."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def samples_markdown(sources: list[str], refs: list[str], hyps: list[str]) -> str:
     """A Markdown table of source / reference / hypothesis rows."""
     lines = ["| source | reference | hypothesis |", "|---|---|---|"]
-    lines += [f"| {_md(s)} | {_md(r)} | {_md(h)} |" for s, r, h in zip(sources, refs, hyps, strict=True)]
+    lines += [
+        f"| {_md(s)} | {_md(r)} | {_md(h)} |" for s, r, h in zip(sources, refs, hyps, strict=True)
+    ]
     return "\n".join(lines)
 
 

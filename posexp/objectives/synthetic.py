@@ -53,16 +53,23 @@ class TaskScore:
         return self.loss_sum / self.tokens if self.tokens else float("nan")
 
 
-def encode_examples(examples: Sequence[Example], tokenizer: Any) -> list[tuple[list[int], list[int]]]:
+def encode_examples(
+    examples: Sequence[Example], tokenizer: Any
+) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, answer ids) of each example."""
     return [(tokenizer.encode(p), tokenizer.encode(a)) for p, a in examples]
 
 
 @torch.no_grad()
-def score_examples(model: torch.nn.Module, examples: Sequence[Example], tokenizer: Any,
-                   device: torch.device, batch_tokens: int = 8192,
-                   autocast: Callable[[], Any] | None = None,
-                   on_batch: Callable[[int], None] | None = None) -> TaskScore:
+def score_examples(
+    model: torch.nn.Module,
+    examples: Sequence[Example],
+    tokenizer: Any,
+    device: torch.device,
+    batch_tokens: int = 8192,
+    autocast: Callable[[], Any] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> TaskScore:
     """Teacher-forced exact-match accuracy and answer loss of ``model`` on ``examples``."""
     was_training = model.training
     model.eval()
@@ -76,8 +83,9 @@ def score_examples(model: torch.nn.Module, examples: Sequence[Example], tokenize
         x, y = x.to(device), y.to(device)
         with (autocast or contextlib.nullcontext)():
             logits = model(x)["logits"].float()
-        losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
-                                 ignore_index=IGNORE, reduction="sum")
+        losses = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=IGNORE, reduction="sum"
+        )
         score.correct += int(exact_match(logits, y).sum())
         score.rows += len(x)
         score.loss_sum += float(losses)
@@ -99,13 +107,17 @@ class SyntheticTask:
         self.row_tokens = self.data.longest_train_row()
         self.device, self.autocast = device, autocast
         sizes = self.data.val_sizes()
-        self.val = [ex for n in sizes for ex in self.data.examples("val", n, self.data.val_examples)]
+        self.val = [
+            ex for n in sizes for ex in self.data.examples("val", n, self.data.val_examples)
+        ]
         self.last: dict[str, float] = {}
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows for ``step``, a pure function of (seed, step), padded to the longest training row."""
         examples = self.data.train_batch(self.seed, step, self.batch_size)
-        return collate_rows(encode_examples(examples, self.tokenizer), self.tokenizer, self.row_tokens)
+        return collate_rows(
+            encode_examples(examples, self.tokenizer), self.tokenizer, self.row_tokens
+        )
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
         """Answer-token loss and exact-match accuracy on the validation instances."""

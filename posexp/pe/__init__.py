@@ -1,8 +1,5 @@
 """Positional encodings, one module each, registered by name when this package is imported."""
 
-import importlib
-import pkgutil
-
 from posexp.pe.base import (
     PE_REGISTRY,
     PEContext,
@@ -13,11 +10,10 @@ from posexp.pe.base import (
     get_pe,
     register_pe,
 )
+from posexp.registry import discover
 
 # Every module of this package registers its encoding; a new one needs no edit here.
-for _info in pkgutil.iter_modules(__path__):
-    if _info.name != "base":
-        importlib.import_module(f"{__name__}.{_info.name}")
+discover(__name__, __path__, skip=("base",))
 
 from posexp.pe.alibi import alibi_slopes  # noqa: E402
 from posexp.pe.learned import PositionOutOfRange  # noqa: E402

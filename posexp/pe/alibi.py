@@ -30,6 +30,7 @@ class ALiBi(PositionalEncoding):
     """Adds -slope_h * (i - j) to the logit of query i attending to key j."""
 
     kind = "bias"
+    label, order, family = "ALiBi", 40, "relative bias"
 
     def __init__(self, ctx: PEContext) -> None:
         super().__init__(ctx)

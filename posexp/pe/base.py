@@ -10,8 +10,9 @@ the hooks it needs (all default to "do nothing"):
 Each encoding declares its own constraints as class attributes, so no other module names it:
 ``kind`` (none, embedding, rotation or bias), the kinds of extension method it takes
 (``accepts``; by default derived from its kind), and whether it needs an even head dim. A
-config-level check (e.g. a maximum length) goes in ``check_params``. Positions are integer
-tensors of shape ``(T,)`` shared by the batch, or ``(B, T)`` per row.
+config-level check (e.g. a maximum length) goes in ``check_params``. How reports show it is
+declared too (``label``, ``order``, ``family``; read through ``describe_pe``). Positions are
+integer tensors of shape ``(T,)`` shared by the batch, or ``(B, T)`` per row.
 
 A new encoding is one module in this package, found by name when the package is imported,
 plus ``configs/pe/<name>.yaml``.
@@ -27,12 +28,15 @@ import torch
 from torch import nn
 
 from posexp.errors import PosexpError
-from posexp.extension import EXTENSIONS, get_extension, position_scale
+from posexp.extension import EXTENSIONS, ExtensionConfig, get_extension
+from posexp.registry import Registry
 
 KINDS = ("none", "embedding", "rotation", "bias")
 # What the extension methods may change, for each kind (see posexp/extension/registry.py).
 ACCEPTS_BY_KIND = {
-    "none": frozenset(), "bias": frozenset(), "embedding": frozenset({"positions"}),
+    "none": frozenset(),
+    "bias": frozenset(),
+    "embedding": frozenset({"positions"}),
     "rotation": frozenset({"positions", "frequencies"}),
 }
 
@@ -45,7 +49,15 @@ class PEContext:
     n_heads: int
     head_dim: int
     train_length: int
-    extension: dict[str, Any] = field(default_factory=dict)
+    # Checked where it was built; a null original_length becomes the training length here.
+    extension: ExtensionConfig = field(default_factory=ExtensionConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.extension, ExtensionConfig):
+            raise TypeError(
+                f"PEContext.extension must be an ExtensionConfig, got {self.extension!r}"
+            )
+        self.extension = self.extension.with_original_length(self.train_length)
 
 
 class PositionalEncoding(nn.Module):
@@ -59,6 +71,12 @@ class PositionalEncoding(nn.Module):
     # True when cached keys must be stored before rotation and re-rotated each step, because
     # the rotation depends on the current length (dynamic NTK).
     rotates_cached_keys: bool = False
+    # How reports show it (posexp/commands/report), so no report names an encoding: its label
+    # in tables and legends, its place in their order (lower first; undeclared ones go after
+    # the declared), and the family that papers' findings name (configs/findings.yaml).
+    label: ClassVar[str] = ""  # "": the registered name
+    order: ClassVar[int] = 1000
+    family: ClassVar[str] = ""  # "": its kind
 
     def __init__(self, ctx: PEContext) -> None:
         super().__init__()
@@ -101,7 +119,11 @@ class PositionalEncoding(nn.Module):
         return x
 
     def rotate(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
         state: Any = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return queries and keys (B, H, T, head_dim) with position information applied."""
@@ -117,29 +139,55 @@ class PositionalEncoding(nn.Module):
         return None
 
 
-PE_REGISTRY: dict[str, type[PositionalEncoding]] = {}
+PE_REGISTRY: Registry[type[PositionalEncoding]] = Registry("pe")
 
 
 def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[PositionalEncoding]]:
     """Class decorator that registers a positional encoding under ``name``."""
 
     def wrap(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
-        if name in PE_REGISTRY:
-            raise ValueError(f"pe {name!r} registered twice")
         if cls.kind not in KINDS:
             raise ValueError(f"pe {name!r}: kind must be one of {KINDS}, got {cls.kind!r}")
+        PE_REGISTRY.add(name, cls)
         cls.name = name
-        PE_REGISTRY[name] = cls
         return cls
 
     return wrap
 
 
+UNKNOWN_ORDER = 10**6  # a name no encoding is registered under (a run of a removed PE) sorts last
+
+
+@dataclass(frozen=True)
+class PEDisplay:
+    """How reports show a run's encoding: what its class declares, with randomized positions."""
+
+    name: str
+    randomized: bool
+    label: str
+    order: int
+    family: str
+
+    @property
+    def sort_key(self) -> tuple[int, str, bool]:
+        """Declared order, then name; the randomized variant right after the plain one."""
+        return self.order, self.name, self.randomized
+
+
+def describe_pe(name: str, randomized: bool = False) -> PEDisplay:
+    """Label, order and family of the encoding ``name``; an unknown name shows as itself, last."""
+    cls = PE_REGISTRY[name] if name in PE_REGISTRY else None
+    label, order, family = (
+        (cls.label or name, cls.order, cls.family or cls.kind) if cls else (name, UNKNOWN_ORDER, "")
+    )
+    return PEDisplay(
+        name, randomized, f"{label} + randomized" if randomized else label, order, family
+    )
+
+
 def get_pe(name: str) -> type[PositionalEncoding]:
     """The encoding class registered as ``name`` (a one-line error listing the names if none)."""
-    if name not in PE_REGISTRY:
-        raise PosexpError(f"unknown pe {name!r}; allowed: {', '.join(sorted(PE_REGISTRY))}")
-    return PE_REGISTRY[name]
+    return PE_REGISTRY.get(name)
 
 
 def build_pe(name: str, ctx: PEContext, **params: Any) -> PositionalEncoding:
@@ -150,7 +198,9 @@ def build_pe(name: str, ctx: PEContext, **params: Any) -> PositionalEncoding:
 def accepted_extensions(pe: str) -> list[str]:
     """The extension methods ``pe`` can take, in registry order (always including none)."""
     accepts = get_pe(pe).accepted()
-    return [name for name, m in EXTENSIONS.items() if m.acts_on == "nothing" or m.acts_on in accepts]
+    return [
+        name for name, m in EXTENSIONS.items() if m.acts_on == "nothing" or m.acts_on in accepts
+    ]
 
 
 def check_extension(pe: str, method: str) -> None:
@@ -159,12 +209,12 @@ def check_extension(pe: str, method: str) -> None:
     allowed = accepted_extensions(pe)
     if method not in allowed:
         kind = get_pe(pe).kind
-        raise PosexpError(f"extension {method!r} does not apply to pe {pe!r} ({kind}); "
-                          f"allowed for {pe}: {', '.join(allowed)}")
+        raise PosexpError(
+            f"extension {method!r} does not apply to pe {pe!r} ({kind}); "
+            f"allowed for {pe}: {', '.join(allowed)}"
+        )
 
 
-
-
-def position_divisor(extension: dict[str, Any]) -> float:
+def position_divisor(extension: ExtensionConfig) -> float:
     """How much an absolute-position encoding divides positions by: s under PI, else 1."""
-    return 1.0 / position_scale(extension.get("method", "none"), extension.get("factor", 1.0))
+    return extension.registered.position_divisor(extension.factor)

@@ -12,17 +12,17 @@ with T5's table; ``c`` starts at ``init_c`` and L at the training length.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
 
-from posexp.errors import PosexpError
+from posexp.checks import number, positive_int
 from posexp.pe.base import PEContext, PositionalEncoding, register_pe
 
 
-def fire_inputs(q_pos: torch.Tensor, k_pos: torch.Tensor, c: torch.Tensor,
-                threshold: torch.Tensor) -> torch.Tensor:
+def fire_inputs(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, c: torch.Tensor, threshold: torch.Tensor
+) -> torch.Tensor:
     """ψ(i - j) / ψ(max(L, i)) for every query i and key j (negative distances count as 0)."""
     distance = (q_pos[..., :, None] - k_pos[..., None, :]).clamp(min=0).float()
     norm = torch.log(c * torch.maximum(threshold, q_pos.float()) + 1)
@@ -34,21 +34,16 @@ class FIRE(PositionalEncoding):
     """Adds MLP(ψ(i - j) / ψ(max(L, i))) per head to each logit."""
 
     kind = "bias"
+    label, order, family = "FIRE", 60, "relative bias"
 
     def __init__(self, ctx: PEContext, hidden: int = 32, init_c: float = 0.1) -> None:
         super().__init__(ctx)
-        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-            raise PosexpError(f"pe.hidden must be a positive integer, got {hidden!r}")
-        if isinstance(init_c, bool) or not isinstance(init_c, (int, float)) or not init_c > 0:
-            raise PosexpError(f"pe.init_c must be a number > 0, got {init_c!r}")
+        positive_int("pe.hidden", hidden)
+        number("pe.init_c", init_c, "> 0")
         self.mlp = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, ctx.n_heads))
         # c is kept positive through its log; L starts at the training length.
         self.log_c = nn.Parameter(torch.tensor(float(init_c)).log())
         self.threshold = nn.Parameter(torch.tensor(float(ctx.train_length)))
-
-    @classmethod
-    def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
-        """hidden and init_c are checked when the encoding is built; nothing depends on seq_len."""
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The (H, Tq, Tk) bias, or (B, H, Tq, Tk) for per-row positions."""
@@ -83,7 +78,9 @@ class FIRE(PositionalEncoding):
         def fire_score(score, b, h, q_idx, kv_idx):
             c, threshold = c_and_threshold[0], c_and_threshold[1]
             distance = (q_idx - kv_idx).clamp(min=0).float()
-            u = torch.log(c * distance + 1) / torch.log(c * torch.maximum(threshold, q_idx.float()) + 1)
+            u = torch.log(c * distance + 1) / torch.log(
+                c * torch.maximum(threshold, q_idx.float()) + 1
+            )
             out = intercept[h] + slope[h] * u
             for k in range(units):
                 out = out + w_out[k, h] * torch.relu(w_in[k] * u + b_in[k])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from posexp.checks import positive_int
 from posexp.errors import PosexpError
 from posexp.pe.base import PEContext, PositionalEncoding, position_divisor, register_pe
 
@@ -18,14 +19,17 @@ class LearnedEncoding(PositionalEncoding):
     """Trainable table added to embeddings; PI reads fractional rows by linear interpolation."""
 
     kind = "embedding"
+    label, order, family = "learned (APE)", 20, "absolute"
 
     @classmethod
     def check_params(cls, params: dict, seq_len: int) -> None:
         """The table must have a row for every training position."""
-        max_len = params.get("max_len")
+        max_len = positive_int("pe.max_len", params.get("max_len"), allow_none=True)
         if max_len is not None and max_len < seq_len:
-            raise PosexpError(f"pe.max_len={max_len} is shorter than train.seq_len={seq_len}; "
-                              f"allowed: pe.max_len >= {seq_len} (or null for the training length)")
+            raise PosexpError(
+                f"pe.max_len={max_len} is shorter than train.seq_len={seq_len}; "
+                f"allowed: pe.max_len >= {seq_len} (or null for the training length)"
+            )
 
     @classmethod
     def position_limit(cls, params: dict, seq_len: int) -> int:
@@ -34,9 +38,7 @@ class LearnedEncoding(PositionalEncoding):
 
     def __init__(self, ctx: PEContext, max_len: int | None = None) -> None:
         super().__init__(ctx)
-        self.max_len = int(max_len or ctx.train_length)
-        if self.max_len <= 0:
-            raise PosexpError(f"pe.max_len must be a positive integer, got {self.max_len}")
+        self.max_len = positive_int("pe.max_len", max_len, allow_none=True) or ctx.train_length
         self.table = nn.Embedding(self.max_len, ctx.d_model)
         self.factor = position_divisor(ctx.extension)
 

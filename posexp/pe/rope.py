@@ -7,9 +7,12 @@ interleaved layout of the original paper up to a fixed permutation of dimensions
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from posexp.extension import get_extension, rope_frequencies
+from posexp import checks
+from posexp.extension import RopeSpec
 from posexp.pe.base import PEContext, PositionalEncoding, register_pe
 
 
@@ -24,17 +27,24 @@ class RotaryEncoding(PositionalEncoding):
     """Rotates q and k per head; frequencies come from the configured extension method."""
 
     kind = "rotation"
+    label, order, family = "RoPE", 30, "rotary"
     needs_even_head_dim = True  # dimensions rotate in pairs
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
+        """``pe.base`` > 1, checked with the config (before any data or model work)."""
+        if "base" in params:
+            # ln(base) is a denominator in YaRN and θ_i must decrease with i.
+            checks.number("pe.base", params["base"], "> 1")
 
     def __init__(self, ctx: PEContext, base: float = 10000.0) -> None:
         super().__init__(ctx)
-        ext = dict(ctx.extension)
-        self.method = ext.pop("method", "none")
-        self.factor = float(ext.pop("factor", 1.0))
-        self.original_length = ext.pop("original_length", None) or ctx.train_length
-        self.params = {k: v for k, v in ext.items() if v is not None}
-        self.base = float(base)
-        self.rotates_cached_keys = get_extension(self.method).dynamic
+        # Checked where the config was built (PEContext filled in original_length).
+        self.extension = ctx.extension
+        self.method = ctx.extension.registered
+        # ln(base) is a denominator in YaRN and θ_i must decrease with i.
+        self.base = checks.number("pe.base", base, "> 1")
+        self.rotates_cached_keys = self.method.dynamic
         # A memo of the largest table built so far (static methods), sliced for each forward.
         self._cache: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
 
@@ -44,15 +54,9 @@ class RotaryEncoding(PositionalEncoding):
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Inverse frequencies and attention factor for a sequence of ``seq_len`` positions."""
-        return rope_frequencies(
-            self.method,
-            self.ctx.head_dim,
-            base=self.base,
-            factor=self.factor,
-            original_length=self.original_length,
-            seq_len=seq_len,
-            **self.params,
-        )
+        ext = self.extension
+        spec = RopeSpec(self.ctx.head_dim, self.base, ext.factor, ext.original_length, seq_len)
+        return self.method(spec, ext.params)
 
     def cos_sin(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin tables (length, head_dim/2), scaled by the attention factor."""
@@ -62,7 +66,7 @@ class RotaryEncoding(PositionalEncoding):
         if self._cache is None or self._cache[0] < length or self._cache[1] != device:
             # Static methods: grow one table (power-of-two sizes) and slice it.
             size = max(length, 2 * self._cache[0] if self._cache else 0, 64)
-            self._cache = (size, device, *self._table(size, self.original_length, device))
+            self._cache = (size, device, *self._table(size, self.extension.original_length, device))
         return self._cache[2][:length], self._cache[3][:length]
 
     def _table(self, length: int, seq_len: int, device: torch.device):
@@ -74,7 +78,11 @@ class RotaryEncoding(PositionalEncoding):
         )
 
     def rotate(
-        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
         state: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate queries at ``q_pos`` and keys at ``k_pos`` by the tables ``prepare`` returned."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from posexp import checks
 from posexp.pe.base import PEContext, PositionalEncoding, position_divisor, register_pe
 
 
@@ -23,6 +26,13 @@ class SinusoidalEncoding(PositionalEncoding):
     """Fixed sin/cos table added to the embeddings; position interpolation divides positions by s."""
 
     kind = "embedding"
+    label, order, family = "sinusoidal (APE)", 10, "absolute"
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
+        """``pe.base`` > 1: the wavelengths must grow with the dimension (a base <= 0 gives NaNs)."""
+        if "base" in params:
+            checks.number("pe.base", params["base"], "> 1")
 
     def __init__(self, ctx: PEContext, base: float = 10000.0) -> None:
         super().__init__(ctx)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from posexp.checks import integer
 from posexp.errors import PosexpError
 from posexp.pe.base import PEContext, PositionalEncoding, register_pe
 
@@ -34,15 +35,16 @@ class T5Bias(PositionalEncoding):
     """Adds a learned per-head scalar, looked up by the bucket of i - j, to each logit."""
 
     kind = "bias"
+    label, order, family = "T5 bias", 50, "relative bias"
 
     def __init__(self, ctx: PEContext, num_buckets: int = 32, max_distance: int = 128) -> None:
         super().__init__(ctx)
-        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 2:
-            raise PosexpError(f"pe.num_buckets must be an integer >= 2, got {num_buckets!r}")
-        exact = num_buckets // 2
-        if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= exact:
-            raise PosexpError(f"pe.max_distance must be an integer > num_buckets / 2 = {exact}, "
-                              f"got {max_distance!r}")
+        exact = integer("pe.num_buckets", num_buckets, low=2) // 2
+        if integer("pe.max_distance", max_distance) <= exact:
+            raise PosexpError(
+                f"pe.max_distance must be an integer > num_buckets / 2 = {exact}, "
+                f"got {max_distance!r}"
+            )
         self.num_buckets, self.max_distance = num_buckets, max_distance
         # T5 initialises the table with std d_model^-0.5 (a Parameter, so the model's own
         # initialisation of Linear/Embedding weights leaves it alone).
@@ -50,8 +52,9 @@ class T5Bias(PositionalEncoding):
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The (H, Tq, Tk) bias, or (B, H, Tq, Tk) for per-row positions."""
-        buckets = relative_buckets(q_pos[..., :, None] - k_pos[..., None, :], self.num_buckets,
-                                   self.max_distance)
+        buckets = relative_buckets(
+            q_pos[..., :, None] - k_pos[..., None, :], self.num_buckets, self.max_distance
+        )
         values = self.table[buckets].to(dtype)  # (..., Tq, Tk, H)
         return values.movedim(-1, -3)
 
@@ -59,7 +62,9 @@ class T5Bias(PositionalEncoding):
         """The table looked up per distance: every distance >= max_distance shares the last
         bucket, so max_distance + 1 values per head hold the whole bias."""
         distance = torch.arange(self.max_distance + 1, device=self.table.device)
-        by_distance = self.table[relative_buckets(distance, self.num_buckets, self.max_distance)].t()
+        by_distance = self.table[
+            relative_buckets(distance, self.num_buckets, self.max_distance)
+        ].t()
         # The largest distance as a tensor, not a Python int: posexp/flex.py fixes the shapes of
         # captured tensors, while captured ints would become symbols of the compiled kernel.
         last = distance[-1]

@@ -17,6 +17,7 @@ from posexp.model import ModelConfig
 
 log = logging.getLogger("posexp")
 
+
 def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
     """The network's config for a run: its sizes, PE and extension, and the tokenizer's vocab."""
     return ModelConfig(
@@ -28,7 +29,7 @@ def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
         dropout=run.model.dropout,
         pe=run.pe.name,
         pe_params=dict(run.pe.params),
-        extension=run.extension.to_dict(),
+        extension=run.extension,
         train_length=run.length0,
         attention=run.attention.backend,
     )

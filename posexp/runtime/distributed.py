@@ -185,8 +185,9 @@ def shard(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
     return shard_rows(x, y, rank(), world_size())
 
 
-def shard_rows(x: torch.Tensor, y: torch.Tensor, rank: int, world: int
-               ) -> tuple[torch.Tensor, torch.Tensor, float]:
+def shard_rows(
+    x: torch.Tensor, y: torch.Tensor, rank: int, world: int
+) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Rows ``rank``-th of ``world`` contiguous blocks, and the loss weight ``world * n_r / N``.
 
     n_r = scored targets (not -100) in the block, N = in the global batch: the average over

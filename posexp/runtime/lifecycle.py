@@ -1,18 +1,30 @@
-"""How a run dir starts and ends: claimed by one process, failures recorded, half-written dirs removed."""
+"""How a run dir starts and ends: owned by one process, failures recorded, half-written dirs removed."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import shutil
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, read_write
+
 from posexp.errors import Abort, PosexpError
-from posexp.rundir import RunDir
+from posexp.files import write_text_atomic
+from posexp.rundir import HYDRA, OWNER, RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.sweeps import record_failure
 
 log = logging.getLogger("posexp")
+
+# A dir claimed this recently by another run: the two started together (Hydra's timestamped
+# name is the same to the second); older, it is a run from before that got no further.
+SAME_TIME_S = 60.0
 
 
 class Diverged(PosexpError):
@@ -35,8 +47,57 @@ def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> No
     raise Abort(str(e)) from None
 
 
+@contextlib.contextmanager
+def own_run_dir(run_dir: Path, cfg: DictConfig, multirun: bool) -> Iterator[Path]:
+    """The run dir this process alone writes, locked while the body runs (rank 0 holds the lock).
+
+    A new single run claims Hydra's dir (or a sibling, ``claim_run_dir``); a resume or a sweep
+    job locks its own dir and is refused in one line while another process writes it, having
+    written nothing there: Hydra does not write its record (``hydra.output_subdir: null``), this
+    does, once the dir is owned. Under torchrun every rank gets rank 0's dir, or its refusal.
+    """
+    fresh = not cfg.resume and not multirun
+    owned, refused = None, None
+    if distributed.is_main():
+        try:
+            owned = claim_run_dir(run_dir) if fresh else RunDir(run_dir).lock().path
+        except PosexpError as e:
+            refused = str(e)
+    refused = distributed.broadcast_object(refused)
+    if refused is not None:
+        release_log_files(run_dir)  # Hydra's log handler points at the other writer's train.log
+        raise PosexpError(refused) if multirun else Abort(refused)
+    try:
+        if owned is not None:
+            write_hydra_record(owned, cfg, replace=not cfg.resume)
+        yield distributed.agree_on_run_dir(owned or run_dir)
+    finally:
+        if owned is not None:
+            RunDir(owned).unlock()
+
+
+def write_hydra_record(run_dir: Path, cfg: DictConfig, replace: bool = True) -> None:
+    """Hydra's record of the composition: ``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``.
+
+    ``replace=False`` (a resume) writes only missing files: the record says how the run began.
+    """
+    hydra_cfg = copy.deepcopy(HydraConfig.instance().cfg)
+    with read_write(hydra_cfg.hydra):
+        hydra_cfg.hydra.output_subdir = HYDRA  # where the record is, as Hydra would have said
+    out = run_dir / HYDRA
+    out.mkdir(exist_ok=True)
+    files = {
+        "config.yaml": cfg,
+        "hydra.yaml": hydra_cfg,
+        "overrides.yaml": hydra_cfg.hydra.overrides.task,
+    }
+    for name, node in files.items():
+        if replace or not (out / name).exists():
+            write_text_atomic(out / name, OmegaConf.to_yaml(node))
+
+
 def claim_run_dir(run_dir: Path) -> Path:
-    """The run dir this process owns: Hydra's, unless a run started in the same second took it.
+    """The run dir this process owns: Hydra's, unless another run claimed it first.
 
     Then the run moves to a fresh sibling with its own copy of Hydra's record, and its log file
     follows it, so the two runs never share a checkpoint, a log or TensorBoard events.
@@ -44,7 +105,8 @@ def claim_run_dir(run_dir: Path) -> Path:
     owned = RunDir(run_dir).claim().path
     if owned == run_dir:
         return run_dir
-    shutil.copytree(run_dir / ".hydra", owned / ".hydra", dirs_exist_ok=True)
+    if (run_dir / HYDRA).is_dir():
+        shutil.copytree(run_dir / HYDRA, owned / HYDRA, dirs_exist_ok=True)
     root = logging.getLogger()
     for handler in file_handlers_in(run_dir):
         moved = logging.FileHandler(owned / Path(handler.baseFilename).name)
@@ -53,8 +115,39 @@ def claim_run_dir(run_dir: Path) -> Path:
         root.removeHandler(handler)
         handler.close()
         root.addHandler(moved)
-    log.warning("%s was taken by a run started in the same second; this run uses %s", run_dir, owned)
+    owner = run_dir / OWNER
+    age = time.time() - owner.stat().st_mtime if owner.exists() else 0.0
+    if age < SAME_TIME_S:
+        who = RunDir(run_dir).holder()
+        log.warning(
+            "%s was taken by a run started in the same second%s; this run uses %s",
+            run_dir,
+            f" ({who})" if who else "",
+            owned,
+        )
+    else:  # an explicit hydra.run.dir of an older run that never got as far as its record
+        log.warning(
+            "%s belongs to a run started %s ago; this run uses %s", run_dir, _age(age), owned
+        )
     return owned
+
+
+def discard_interrupted(run_dir: Path) -> None:
+    """After Ctrl-C, remove a new run's dir that has no checkpoint to resume (as after an error)."""
+    if distributed.is_main() and not RunDir(run_dir).has_checkpoint():
+        log.warning(
+            "interrupted before the first checkpoint: nothing to resume; removed %s", run_dir
+        )
+        release_log_files(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _age(seconds: float) -> str:
+    """2h05m, 36m or 42s."""
+    s = int(seconds)
+    return (
+        f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m" if s >= 60 else f"{s}s"
+    )
 
 
 def release_log_files(run_dir: Path) -> None:
@@ -71,5 +164,8 @@ def release_log_files(run_dir: Path) -> None:
 def file_handlers_in(run_dir: Path) -> list[logging.FileHandler]:
     """The root logger's file handlers that write into ``run_dir`` (Hydra's ``<job>.log``)."""
     target = run_dir.resolve()
-    return [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)
-            and Path(h.baseFilename).is_relative_to(target)]
+    return [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.FileHandler) and Path(h.baseFilename).is_relative_to(target)
+    ]

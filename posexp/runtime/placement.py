@@ -33,7 +33,9 @@ log = logging.getLogger("posexp")
 # (so `hydra/launcher=joblib` picks them up), and Hydra then validates them against those
 # schemas, which is what we want, but it warns about it on every sweep. The presets are complete
 # configs, so they keep working once Hydra drops the matching.
-warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
+warnings.filterwarnings(
+    "ignore", message=r"(?s).*is validated against ConfigStore schema with the same name"
+)
 
 LAUNCHERS = {
     "hydra._internal.core_plugins.basic_launcher.BasicLauncher": "basic",
@@ -77,7 +79,9 @@ def plan(
     local_world_size: int = 1,
 ) -> Placement:
     """Pure placement rule (unit-tested with fake GPU and core counts); see the module docstring."""
-    if local_world_size > 1:  # torchrun: the GPU is the local rank's (set by posexp.runtime.distributed)
+    if (
+        local_world_size > 1
+    ):  # torchrun: the GPU is the local rank's (set by posexp.runtime.distributed)
         return Placement(None, threads or max(1, cores // local_world_size))
     if not multirun:
         return Placement(None, threads)
@@ -97,8 +101,10 @@ def plan(
     note = None
     slots = n_gpus * max(1, int(jobs_per_gpu))
     if gpu is not None and in_flight is not None and in_flight > slots:
-        note = (f"{in_flight} jobs in flight on {n_gpus} GPU(s) with placement.jobs_per_gpu="
-                f"{jobs_per_gpu}: up to {-(-in_flight // n_gpus)} jobs share a GPU")
+        note = (
+            f"{in_flight} jobs in flight on {n_gpus} GPU(s) with placement.jobs_per_gpu="
+            f"{jobs_per_gpu}: up to {-(-in_flight // n_gpus)} jobs share a GPU"
+        )
     return Placement(gpu, threads or auto_threads, note)
 
 
@@ -109,7 +115,9 @@ def job_placement(cfg: RunConfig, local_world_size: int = 1) -> Placement:
 
     threads = cfg.train.threads
     hc = HydraConfig.get() if HydraConfig.initialized() else None
-    launcher = {k: _launcher_setting(hc, k) for k in ("_target_", "n_jobs", "cpus_per_task")} if hc else {}
+    launcher = (
+        {k: _launcher_setting(hc, k) for k in ("_target_", "n_jobs", "cpus_per_task")} if hc else {}
+    )
     return plan(
         multirun=hc is not None and hc.mode == RunMode.MULTIRUN,
         job_num=int(hc.job.get("num") or 0) if hc else 0,

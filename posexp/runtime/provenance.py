@@ -32,10 +32,22 @@ def git_commit() -> str | None:
     """The commit of posexp's source tree (``+dirty`` with local changes), None outside git."""
     here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{commit}+dirty" if dirty else commit
@@ -56,19 +68,29 @@ def session() -> dict[str, Any]:
     from posexp import __version__
 
     return {
-        "started": _now(), "ended": None, "status": "running",
+        "started": _now(),
+        "ended": None,
+        "status": "running",
         "command": command(),
-        "posexp": __version__, "git_commit": git_commit(), "python": platform.python_version(),
-        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "posexp": __version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "host": socket.gethostname(), "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
     }
 
 
 def _read(run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads((run_dir / FILE).read_text())
-        return data if isinstance(data, dict) and isinstance(data.get("sessions"), list) else {"sessions": []}
+        return (
+            data
+            if isinstance(data, dict) and isinstance(data.get("sessions"), list)
+            else {"sessions": []}
+        )
     except (OSError, ValueError):
         return {"sessions": []}
 

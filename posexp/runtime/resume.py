@@ -8,7 +8,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.config import MODEL_KEYS
+from posexp.config import RESUME_ROOTS
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 
@@ -20,14 +20,17 @@ def effective_config(cfg: DictConfig) -> DictConfig:
     saved = OmegaConf.create(meta["config"])
     overrides = HydraConfig.get().overrides.task
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    resolved = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # model.n_heads: ${heads}
+    resolved = OmegaConf.create(
+        OmegaConf.to_container(cfg, resolve=True)
+    )  # model.n_heads: ${heads}
     for key in keys:
         root = key.split(".")[0].split("@")[0]
-        if root in MODEL_KEYS:
+        if root in RESUME_ROOTS:
             want = OmegaConf.select(resolved, root)
             have = OmegaConf.select(saved, root)
-            if OmegaConf.to_container(OmegaConf.create({"v": want}), resolve=True) != \
-                    OmegaConf.to_container(OmegaConf.create({"v": have}), resolve=True):
+            if OmegaConf.to_container(
+                OmegaConf.create({"v": want}), resolve=True
+            ) != OmegaConf.to_container(OmegaConf.create({"v": have}), resolve=True):
                 raise PosexpError(
                     f"resume={cfg.resume!r} was trained with {root}={short_value(have)}, "
                     f"not {root}={short_value(want)}; drop that override or start a new run"
@@ -39,8 +42,10 @@ def effective_config(cfg: DictConfig) -> DictConfig:
     merged.resume = cfg.resume
     step = int(meta["step"])
     if int(merged.train.max_steps) < step:
-        raise PosexpError(f"train.max_steps={merged.train.max_steps} is below the step {step} of "
-                          f"{str(run.path)!r}'s checkpoint; allowed: train.max_steps >= {step}")
+        raise PosexpError(
+            f"train.max_steps={merged.train.max_steps} is below the step {step} of "
+            f"{str(run.path)!r}'s checkpoint; allowed: train.max_steps >= {step}"
+        )
     return merged
 
 
@@ -57,5 +62,9 @@ def short_value(value: Any) -> str:
 def finished_results(run_dir: Path, max_steps: int) -> dict[str, Any] | None:
     """The run's results if it already completed exactly ``max_steps`` steps, else None."""
     results = RunDir(run_dir).results()
-    done = results is not None and results.get("status") == "completed" and results.get("step") == max_steps
+    done = (
+        results is not None
+        and results.get("status") == "completed"
+        and results.get("step") == max_steps
+    )
     return results if done else None

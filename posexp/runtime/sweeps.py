@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from posexp.config import MODEL_KEYS, RunConfig
+from posexp.config import RESUME_ROOTS, RunConfig
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 
@@ -59,14 +59,19 @@ def check_same_job(run: RunConfig, run_dir: Path) -> None:
     except PosexpError:
         return
     want = flatten(run.to_dict())
-    roots = (*MODEL_KEYS, "seed", "train")
+    roots = (*RESUME_ROOTS, "seed", "train")
     skip = {f"train.{k}" for k in RUNTIME_TRAIN_KEYS}
-    differ = sorted(k for k in want.keys() & saved.keys()
-                    if k.split(".")[0] in roots and k not in skip and want[k] != saved[k])
+    differ = sorted(
+        k
+        for k in want.keys() & saved.keys()
+        if k.split(".")[0] in roots and k not in skip and want[k] != saved[k]
+    )
     if differ:
         shown = ", ".join(f"{k}={saved[k]!r} there, {want[k]!r} now" for k in differ[:3])
-        raise PosexpError(f"{run_dir} holds a run with other settings ({shown}); "
-                          "rerun with its own command or a new hydra.sweep.dir")
+        raise PosexpError(
+            f"{run_dir} holds a run with other settings ({shown}); "
+            "rerun with its own command or a new hydra.sweep.dir"
+        )
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

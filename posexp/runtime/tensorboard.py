@@ -31,16 +31,24 @@ def trial_name(params: dict[str, Any], run_dir: Path) -> str:
     and sweep jobs with their first override, so those alone would all read alike.
     """
     ext = str(params.get("extension", "none"))
-    what = [str(params.get("pe", "?")), f"h{params.get('heads', '?')}",
-            *([ext] if ext != "none" else []), str(params.get("data", "?")),
-            f"seed {params.get('seed', '?')}"]
-    where = run_dir.name if re.match(r"\d{4}-\d{2}-\d{2}_", run_dir.name) else \
-        f"{run_dir.parent.name}/{run_dir.name}"
+    what = [
+        str(params.get("pe", "?")),
+        f"h{params.get('heads', '?')}",
+        *([ext] if ext != "none" else []),
+        str(params.get("data", "?")),
+        f"seed {params.get('seed', '?')}",
+    ]
+    where = (
+        run_dir.name
+        if re.match(r"\d{4}-\d{2}-\d{2}_", run_dir.name)
+        else f"{run_dir.parent.name}/{run_dir.name}"
+    )
     return f"{' '.join(what)} · {where}"
 
 
-def write_hparams(writer: SummaryWriter, params: dict[str, Any], metrics: dict[str, float],
-                  trial: str = "") -> None:
+def write_hparams(
+    writer: SummaryWriter, params: dict[str, Any], metrics: dict[str, float], trial: str = ""
+) -> None:
     """Record an hparams entry in the writer's own run (add_hparams would create a second run).
 
     Its metrics point at scalars the run logged anyway (val/loss at the last step, test/bleu),
@@ -49,13 +57,23 @@ def write_hparams(writer: SummaryWriter, params: dict[str, Any], metrics: dict[s
     """
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    clean = {k: (str(v) if isinstance(v, int) and not isinstance(v, bool) else
-                 v if isinstance(v, (float, str, bool)) else str(v)) for k, v in params.items()}
+    clean = {
+        k: (
+            str(v)
+            if isinstance(v, int) and not isinstance(v, bool)
+            else v
+            if isinstance(v, (float, str, bool))
+            else str(v)
+        )
+        for k, v in params.items()
+    }
     tags = {metric_tag(k): float(v) for k, v in metrics.items() if metric_tag(k)}
     experiment, start, end = hparams(clean, tags)
     if trial:
         start_value = start.value[0]
-        info = plugin_data_pb2.HParamsPluginData.FromString(start_value.metadata.plugin_data.content)
+        info = plugin_data_pb2.HParamsPluginData.FromString(
+            start_value.metadata.plugin_data.content
+        )
         info.session_start_info.group_name = trial
         start_value.metadata.plugin_data.content = info.SerializeToString()
     value = experiment.value[0]

@@ -11,9 +11,18 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
 CASES = {
-    "unknown pe": (["pe=nope"], "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, rope_randomized, sinusoidal, t5"),
-    "unknown experiment": (["experiment=bogus"], "unknown experiment 'bogus'; allowed: extrapolation, head_ablation, head_ablation_cpu, length_generalization, passkey"),
-    "extension the pe cannot take": (["pe=alibi", "extension=yarn"], "extension 'yarn' does not apply to pe 'alibi' (bias); allowed for alibi: none"),
+    "unknown pe": (
+        ["pe=nope"],
+        "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, rope_randomized, sinusoidal, t5",
+    ),
+    "unknown experiment": (
+        ["experiment=bogus"],
+        "unknown experiment 'bogus'; allowed: extrapolation, head_ablation, head_ablation_cpu, length_generalization, passkey",
+    ),
+    "extension the pe cannot take": (
+        ["pe=alibi", "extension=yarn"],
+        "extension 'yarn' does not apply to pe 'alibi' (bias); allowed for alibi: none",
+    ),
     "unknown model": (["model=huge"], "unknown model 'huge'; allowed: base, small, tiny"),
     "unknown data": (["data=imdb"], "unknown data 'imdb'; allowed:"),
     "heads not dividing": (["heads=3"], "heads=3 does not divide d_model=64; allowed: 1, 2, 4, 8"),
@@ -21,9 +30,15 @@ CASES = {
     "negative heads": (["heads=-4"], "heads must be a positive integer, got -4"),
     "zero steps": (["train.max_steps=0"], "train.max_steps must be a positive integer, got 0"),
     "negative length": (["train.seq_len=-5"], "train.seq_len must be a positive integer, got -5"),
-    "short learned table": (["pe=learned", "pe.max_len=16"], "pe.max_len=16 is shorter than train.seq_len=32"),
+    "short learned table": (
+        ["pe=learned", "pe.max_len=16"],
+        "pe.max_len=16 is shorter than train.seq_len=32",
+    ),
     "missing data file": (["data=text", "data.files=[no_such.txt]"], "no_such.txt"),
-    "unreachable hub": (["data=hub", "data.name=wikitext", "data.config=wikitext-2-raw-v1"], "data=text"),
+    "unreachable hub": (
+        ["data=hub", "data.name=wikitext", "data.config=wikitext-2-raw-v1"],
+        "data=text",
+    ),
     "bad device": (["device=tpu"], "unknown device 'tpu'; allowed: auto, cpu, cuda, mps"),
 }
 

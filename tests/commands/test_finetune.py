@@ -14,8 +14,13 @@ from posexp.checkpoint import read_meta
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
-FT = ["train.max_steps=2", "train.eval_interval=2", "train.eval_tokens=512",
-      "train.checkpoint_interval=2", "train.batch_size=2"]
+FT = [
+    "train.max_steps=2",
+    "train.eval_interval=2",
+    "train.eval_tokens=512",
+    "train.checkpoint_interval=2",
+    "train.batch_size=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +35,18 @@ def test_finetune_makes_a_new_run_from_the_parent(parent, cache):
     cwd, run = parent
     rel = str(run.relative_to(cwd))
     # lr ~0: the fine-tuned weights must still be the parent's (proves they were loaded).
-    posexp(cwd, cache, "finetune", "--run", rel, "extension=yarn", "extension.factor=2",
-           "train.lr=1e-12", "train.min_lr=1e-13", *FT)
+    posexp(
+        cwd,
+        cache,
+        "finetune",
+        "--run",
+        rel,
+        "extension=yarn",
+        "extension.factor=2",
+        "train.lr=1e-12",
+        "train.min_lr=1e-13",
+        *FT,
+    )
     runs = run_dirs(cwd)
     assert len(runs) == 2 and runs[0] == run
     ft = runs[1]
@@ -79,9 +94,15 @@ def test_finetune_a_sweep_job_then_resume_it_like_any_run(parent, cache):
 BAD = {
     "architecture override": (["pe=alibi"], "finetune keeps the parent's pe (rope); drop pe="),
     "model override": (["model=small"], "finetune keeps the parent's model (tiny); drop model="),
-    "no longer length": (["extension=none"], "finetune needs train.seq_len longer than the parent's training length 32"),
+    "no longer length": (
+        ["extension=none"],
+        "finetune needs train.seq_len longer than the parent's training length 32",
+    ),
     "unknown extension": (["extension=rope2"], "unknown extension 'rope2'; allowed:"),
-    "factor below 1": (["extension=yarn", "extension.factor=0.5"], "factor must be >= 1, got 0.5"),
+    "factor below 1": (
+        ["extension=yarn", "extension.factor=0.5"],
+        "extension.factor must be a finite number >= 1, got 0.5",
+    ),
     "parent given twice": (["parent=x"], "finetune sets parent= from --run"),
 }
 
@@ -110,13 +131,17 @@ def test_finetune_needs_a_checkpoint(tmp_path, cache):
     proc = posexp(tmp_path, cache, "finetune", "--run", "empty", "extension=pi", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: no checkpoint in 'empty' (expected checkpoint/meta.json)"]
+        "error: no checkpoint in 'empty' (expected checkpoint/meta.json)"
+    ]
 
 
 def test_finetune_help_says_how_to_call_it_and_what_it_keeps(tmp_path, cache):
     out = posexp(tmp_path, cache, "finetune", "--help").stdout
     assert out.startswith("Usage: posexp finetune --run DIR [OVERRIDES]")
-    assert "Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer." in out
+    assert (
+        "Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer."
+        in out
+    )
     from pathlib import Path
 
     from posexp.paths import config_dir

@@ -12,37 +12,75 @@ from tests.helpers import posexp, run_config
 
 # `posexp train data=wyc2kjv pe=... heads=...` with the byte tokenizer, shrunk to seconds.
 PAIRS_RUN = [
-    "data=wyc2kjv", "tokenizer=byte", "pe=learned", "model=tiny", "heads=2", "train.max_steps=4",
-    "train.seq_len=64", "train.batch_size=4", "train.eval_interval=4", "train.log_interval=2",
-    "train.checkpoint_interval=4", "train.warmup_steps=1", "translate.bleu_examples=3",
-    "translate.test_examples=3", "device=cpu",
+    "data=wyc2kjv",
+    "tokenizer=byte",
+    "pe=learned",
+    "model=tiny",
+    "heads=2",
+    "train.max_steps=4",
+    "train.seq_len=64",
+    "train.batch_size=4",
+    "train.eval_interval=4",
+    "train.log_interval=2",
+    "train.checkpoint_interval=4",
+    "train.warmup_steps=1",
+    "translate.bleu_examples=3",
+    "translate.test_examples=3",
+    "device=cpu",
 ]
 PROMPTS = ["And God said, Let there be light", "In the bigynnyng God made of nouyt heuene"]
-
 
 
 def test_translation_run_end_to_end(tmp_path, cache, monkeypatch):
     run = tmp_path / "run"
     posexp(tmp_path, cache, "train", *PAIRS_RUN, f"hydra.run.dir={run}")
     assert (run / "results.json").is_file() and (run / "attention" / "layer0.png").is_file()
-    out = posexp(tmp_path, cache, "generate", "--run", str(run), *PROMPTS, "--max-new-tokens",
-                 "12", "--device", "cpu").stdout
+    out = posexp(
+        tmp_path,
+        cache,
+        "generate",
+        "--run",
+        str(run),
+        *PROMPTS,
+        "--max-new-tokens",
+        "12",
+        "--device",
+        "cpu",
+    ).stdout
     # One translation per source, by the run's beam search (translate.beam_size 4); the same
     # in another process; --beam 1 is greedy decoding.
     assert out.split("\n")[:-1] == generate_text(run, PROMPTS, 12, device="cpu")
     assert generate_text(run, PROMPTS, 12, device="cpu") == generate_text(
-        run, PROMPTS, 12, device="cpu", beam_size=4, length_penalty=0.6)
-    greedy = posexp(tmp_path, cache, "generate", "--run", str(run), *PROMPTS, "--max-new-tokens",
-                    "12", "--device", "cpu", "--beam", "1").stdout
+        run, PROMPTS, 12, device="cpu", beam_size=4, length_penalty=0.6
+    )
+    greedy = posexp(
+        tmp_path,
+        cache,
+        "generate",
+        "--run",
+        str(run),
+        *PROMPTS,
+        "--max-new-tokens",
+        "12",
+        "--device",
+        "cpu",
+        "--beam",
+        "1",
+    ).stdout
     assert greedy.split("\n")[:-1] == generate_text(run, PROMPTS, 12, device="cpu", beam_size=1)
     sampled = {"temperature": 1.0, "top_k": 5, "seed": 3, "device": "cpu"}
     assert generate_text(run, PROMPTS, 12, **sampled) == generate_text(run, PROMPTS, 12, **sampled)
     # The learned table (max_len = seq_len = 64) bounds prompt + new tokens, checked up front.
-    with pytest.raises(PosexpError, match=r"^a prompt of 71 tokens leaves no room: pe=learned has 64 positions"):
+    with pytest.raises(
+        PosexpError, match=r"^a prompt of 71 tokens leaves no room: pe=learned has 64 positions"
+    ):
         generate_text(run, ["x" * 70], 5, device="cpu")
-    with pytest.raises(PosexpError, match=r"^--max-new-tokens 100000 after a prompt of 3 tokens needs "
-                                          r"100003 positions, but pe=learned has 64; allowed: "
-                                          r"--max-new-tokens <= 61$"):
+    with pytest.raises(
+        PosexpError,
+        match=r"^--max-new-tokens 100000 after a prompt of 3 tokens needs "
+        r"100003 positions, but pe=learned has 64; allowed: "
+        r"--max-new-tokens <= 61$",
+    ):
         generate_text(run, ["ab"], 100000, device="cpu")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PosexpError, match="no such run dir"):
@@ -51,18 +89,26 @@ def test_translation_run_end_to_end(tmp_path, cache, monkeypatch):
 
 def test_language_model_run_continues_the_prompt(tmp_path, cache):
     # A checkpoint as `posexp train` writes it (untrained weights: only the wiring is tested).
-    mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, pe="rope", train_length=64)
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=2, n_heads=2, pe="rope", train_length=64
+    )
     config = run_config(f"cache_dir={cache}").to_dict()
-    save_checkpoint(tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config})
+    save_checkpoint(
+        tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config}
+    )
     out = generate_text(tmp_path / "lm", ["And God said", "In the"], 10, device="cpu")
     assert out[0].startswith("And God said") and out[1].startswith("In the")
     assert len(out[0]) > len("And God said")
 
 
 def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, capsys):
-    mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64)
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64
+    )
     config = run_config(f"cache_dir={cache}").to_dict()
-    save_checkpoint(tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config})
+    save_checkpoint(
+        tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config}
+    )
     capsys.readouterr()
     generate_text(tmp_path / "lm", ["And", "God"], 600, device="cpu")
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("generate: ")]

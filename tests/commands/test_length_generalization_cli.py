@@ -9,40 +9,86 @@ from pathlib import Path
 
 from tests.helpers import posexp, posexp_env
 
-TINY = ["model=tiny", "heads=2", "train.max_steps=4", "train.batch_size=8", "train.eval_interval=2",
-        "train.checkpoint_interval=4", "train.warmup_steps=1", "train.log_interval=2"]
+TINY = [
+    "model=tiny",
+    "heads=2",
+    "train.max_steps=4",
+    "train.batch_size=8",
+    "train.eval_interval=2",
+    "train.checkpoint_interval=4",
+    "train.warmup_steps=1",
+    "train.log_interval=2",
+]
 
 
 def test_length_generalization_preset_into_the_report(tmp_path, cache):
     sweep = tmp_path / "sweep"
-    posexp(tmp_path, cache, "train", "-m", "experiment=length_generalization", *TINY,
-           "hydra.launcher.n_jobs=1", "data.test_lengths=[4,12]", "data.test_examples=5",
-           "data=copy,addition", "pe=none,rope_randomized",
-           f"hydra.sweep.dir={sweep}")
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "-m",
+        "experiment=length_generalization",
+        *TINY,
+        "hydra.launcher.n_jobs=1",
+        "data.test_lengths=[4,12]",
+        "data.test_examples=5",
+        "data=copy,addition",
+        "pe=none,rope_randomized",
+        f"hydra.sweep.dir={sweep}",
+    )
     posexp(tmp_path, cache, "report", str(sweep))
     report = (sweep / "report.md").read_text()
     assert "## Length generalization (exact-match accuracy)" in report
-    assert "### copy" in report and "### addition" in report and "rope + randomized" in report
+    assert "### copy" in report and "### addition" in report and "RoPE + randomized" in report
     assert (sweep / "report_length_generalization.png").stat().st_size > 10_000
     assert (sweep / "report_length_generalization.svg").exists()
     (job,) = [d for d in sweep.iterdir() if "data=copy," in d.name and "pe=none," in d.name]
     records = json.loads((job / "eval" / "extrapolate.json").read_text())
-    assert {(r["metric"], r["length"], r["examples"]) for r in records} == {("accuracy", 4, 5),
-                                                                            ("accuracy", 12, 5)}
+    assert {(r["metric"], r["length"], r["examples"]) for r in records} == {
+        ("accuracy", 4, 5),
+        ("accuracy", 12, 5),
+    }
     assert "## Extrapolation" not in report  # the perplexity view stays out of task sweeps
 
 
 def test_passkey_script_into_the_report(tmp_path, cache):
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).parents[2] / "scripts" / "passkey.py"), "--out", str(tmp_path / "pk"), "--model", "tiny",
-         "--lm-steps", "2", "--passkey-steps", "2", "--finetune-steps", "1", "--methods", "none,yarn",
-         "--examples", "2", "--device", "cpu"],
-        env=posexp_env(cache), capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            str(Path(__file__).parents[2] / "scripts" / "passkey.py"),
+            "--out",
+            str(tmp_path / "pk"),
+            "--model",
+            "tiny",
+            "--lm-steps",
+            "2",
+            "--passkey-steps",
+            "2",
+            "--finetune-steps",
+            "1",
+            "--methods",
+            "none,yarn",
+            "--examples",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        env=posexp_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (tmp_path / "pk" / "report.md").read_text()
     assert "## Passkey retrieval" in report
-    for row in ("none (zero-shot)", "pi (zero-shot)", "yarn (zero-shot)", "none + fine-tune",
-                "yarn + fine-tune"):
+    for row in (
+        "none (zero-shot)",
+        "pi (zero-shot)",
+        "yarn (zero-shot)",
+        "none + fine-tune",
+        "yarn + fine-tune",
+    ):
         assert f"| {row} |" in report
     assert "1,024 (8×)" in report
     assert (tmp_path / "pk" / "report_passkey.png").exists()

@@ -19,22 +19,43 @@ def make_run(path, pe, heads, step, total, results=None, minutes=None):
     if results is not None:
         (path / "results.json").write_text(json.dumps(results))
     if minutes is not None:
-        sessions = [{"started": "2026-01-01T00:00:00+00:00", "ended": f"2026-01-01T00:{minutes:02d}:00+00:00"}]
+        sessions = [
+            {
+                "started": "2026-01-01T00:00:00+00:00",
+                "ended": f"2026-01-01T00:{minutes:02d}:00+00:00",
+            }
+        ]
         (path / "provenance.json").write_text(json.dumps({"sessions": sessions}))
 
 
 def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
     torch.manual_seed(0)
-    make_run(tmp_path / "runs" / "a", "rope", 2, 10, 10, {"status": "completed", "final/val_ppl": 3.5}, 7)
-    make_run(tmp_path / "sweeps" / "s" / "heads=4", "alibi", 4, 5, 10, {"status": "failed", "error": "x"})
+    make_run(
+        tmp_path / "runs" / "a", "rope", 2, 10, 10, {"status": "completed", "final/val_ppl": 3.5}, 7
+    )
+    make_run(
+        tmp_path / "sweeps" / "s" / "heads=4", "alibi", 4, 5, 10, {"status": "failed", "error": "x"}
+    )
     make_run(tmp_path / "runs" / "b", "t5", 1, 3, 10)
     result = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["run"]: r for r in json.loads(result.output)}
-    assert rows["runs/a"] == {"run": "runs/a", "data": "kjv", "pe": "rope", "heads": 2,
-                              "extension": "none", "steps": "10/10", "status": "completed",
-                              "val_ppl": 3.5, "val_acc": None, "bleu": None, "minutes": 7.0}
-    assert rows["sweeps/s/heads=4"]["status"] == "failed" and rows["sweeps/s/heads=4"]["pe"] == "alibi"
+    assert rows["runs/a"] == {
+        "run": "runs/a",
+        "data": "kjv",
+        "pe": "rope",
+        "heads": 2,
+        "extension": "none",
+        "steps": "10/10",
+        "status": "completed",
+        "val_ppl": 3.5,
+        "val_acc": None,
+        "bleu": None,
+        "minutes": 7.0,
+    }
+    assert (
+        rows["sweeps/s/heads=4"]["status"] == "failed" and rows["sweeps/s/heads=4"]["pe"] == "alibi"
+    )
     assert rows["runs/b"]["status"] == "unfinished" and rows["runs/b"]["steps"] == "3/10"
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
     assert table.exit_code == 0 and "runs/a" in table.output and "unfinished" in table.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from posexp.rundir import RunDir
-from tests.helpers import TINY, posexp, posexp_env, run_dirs
+from tests.helpers import TINY, lock_held_elsewhere, posexp, posexp_env, run_dirs, snapshot
 
 TAGS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss", "val/ppl"}
 
@@ -30,13 +31,18 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     posexp(tmp_path, cache, "train", f"pe={pe}", *TINY)
     (run,) = run_dirs(tmp_path)
     saved = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
-    assert saved["pe"]["name"] == pe and saved["heads"] == 2 and saved["model"]["n_heads"] == "${heads}"
+    assert (
+        saved["pe"]["name"] == pe
+        and saved["heads"] == 2
+        and saved["model"]["n_heads"] == "${heads}"
+    )
     assert "val/loss" in (run / "train.log").read_text()
     events = EventAccumulator(str(run)).Reload()
     assert TAGS <= set(events.Tags()["scalars"])
     assert sorted(e.step for e in events.Scalars("val/loss")) == [3, 6]
     start = plugin_data_pb2.HParamsPluginData.FromString(
-        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]).session_start_info
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    ).session_start_info
     hp = start.hparams
     # The trial id says what the run is before TensorBoard's narrow column cuts it.
     assert start.group_name == f"{pe} h2 kjv seed 0 · {run.name}"
@@ -53,9 +59,16 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     ).experiment.metric_infos
     assert {m.name.tag for m in metrics} == {"val/loss", "val/ppl"}  # logged at the last step
     infos = plugin_data_pb2.HParamsPluginData.FromString(
-        events.PluginTagToContent("hparams")["_hparams_/experiment"]).experiment.hparam_infos
+        events.PluginTagToContent("hparams")["_hparams_/experiment"]
+    ).experiment.hparam_infos
     # TensorBoard shows the 5 "differs" columns first: the ones PE experiments are compared by.
-    assert sorted(i.name for i in infos if i.differs) == ["data", "extension", "heads", "pe", "seed"]
+    assert sorted(i.name for i in infos if i.differs) == [
+        "data",
+        "extension",
+        "heads",
+        "pe",
+        "seed",
+    ]
     assert RunDir(run).meta()["step"] == 6
     model = RunDir(run).load_model(torch.device("cpu"))
     assert model.cfg.pe == pe and not model.training
@@ -66,9 +79,21 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
 def test_tiny_kjv_run_reaches_measured_val_loss(tmp_path, cache):
     # Measured: byte-level tiny rope model, 150 steps of 16 x 64 tokens reaches val loss ~2.3
     # (ln 260 = 5.56 at init). The threshold leaves margin for thread-count noise.
-    posexp(tmp_path, cache, "train", "model=tiny", "pe=rope", "heads=4", "train.max_steps=150",
-           "train.seq_len=64", "train.batch_size=16", "train.eval_interval=150",
-           "train.eval_tokens=8192", "train.checkpoint_interval=150", "device=cpu")
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "model=tiny",
+        "pe=rope",
+        "heads=4",
+        "train.max_steps=150",
+        "train.seq_len=64",
+        "train.batch_size=16",
+        "train.eval_interval=150",
+        "train.eval_tokens=8192",
+        "train.checkpoint_interval=150",
+        "device=cpu",
+    )
     (run,) = run_dirs(tmp_path)
     final = scalars(run, "val/loss")[150]
     assert final < 2.6, final
@@ -78,9 +103,15 @@ def signal_after(cwd, cache, args, marker, sig):
     """Run `posexp ARGS`, send ``sig`` once stderr shows ``marker``; (process, rest of stderr)."""
     # A shell's background job ignores SIGINT, and children inherit that: give the child the
     # default action back, so Python installs its KeyboardInterrupt handler as in a terminal.
-    proc = subprocess.Popen([sys.executable, "-m", "posexp", *args], cwd=cwd, env=posexp_env(cache),
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posexp", *args],
+        cwd=cwd,
+        env=posexp_env(cache),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     for line in proc.stderr:  # blocks on the child's output; no sleeps
         if marker in line:
             proc.send_signal(sig)
@@ -91,27 +122,45 @@ def signal_after(cwd, cache, args, marker, sig):
 
 
 def test_resume_after_kill_gives_the_same_curve(tmp_path, cache):
-    args = ["train", "pe=rope", *TINY, "train.max_steps=12", "train.checkpoint_interval=4",
-            "train.eval_interval=4"]
+    args = [
+        "train",
+        "pe=rope",
+        *TINY,
+        "train.max_steps=12",
+        "train.checkpoint_interval=4",
+        "train.eval_interval=4",
+    ]
     full_dir = tmp_path / "full"
     posexp(tmp_path, cache, *args, f"hydra.run.dir={full_dir}")
     killed_dir = tmp_path / "killed"
-    proc, _ = signal_after(tmp_path, cache, [*args, f"hydra.run.dir={killed_dir}"],
-                           "checkpoint saved at step 8", signal.SIGKILL)
+    proc, _ = signal_after(
+        tmp_path,
+        cache,
+        [*args, f"hydra.run.dir={killed_dir}"],
+        "checkpoint saved at step 8",
+        signal.SIGKILL,
+    )
     assert proc.returncode == -signal.SIGKILL
     posexp(tmp_path, cache, "train", f"resume={killed_dir}")
     full, resumed = scalars(full_dir, "train/loss"), scalars(killed_dir, "train/loss")
     assert sorted(resumed) == list(range(1, 13))
     for step in range(1, 13):
         assert math.isclose(full[step], resumed[step], rel_tol=1e-5, abs_tol=1e-6), step
-    assert scalars(killed_dir, "val/loss")[12] == pytest.approx(scalars(full_dir, "val/loss")[12], rel=1e-5)
+    assert scalars(killed_dir, "val/loss")[12] == pytest.approx(
+        scalars(full_dir, "val/loss")[12], rel=1e-5
+    )
 
 
 def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, cache):
     args = ["train", "pe=rope", *TINY, "train.max_steps=2000", "train.checkpoint_interval=3"]
     run = tmp_path / "run"
-    proc, rest = signal_after(tmp_path, cache, [*args, f"hydra.run.dir={run}"],
-                              "checkpoint saved at step 3", signal.SIGINT)
+    proc, rest = signal_after(
+        tmp_path,
+        cache,
+        [*args, f"hydra.run.dir={run}"],
+        "checkpoint saved at step 3",
+        signal.SIGINT,
+    )
     assert proc.returncode == 130, rest
     assert f"resume with: posexp train resume={run}" in rest and "Traceback" not in rest
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
@@ -122,8 +171,17 @@ def test_two_runs_started_together_never_share_a_run_dir(tmp_path, cache):
     # Same overrides, started together: Hydra names both dirs alike (to the second), but each
     # run gets its own dir, checkpoint, log and events; whichever loses the claim says so.
     args = [sys.executable, "-m", "posexp", "train", "pe=rope", *TINY]
-    procs = [subprocess.Popen(args, cwd=tmp_path, env=posexp_env(cache), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            args,
+            cwd=tmp_path,
+            env=posexp_env(cache),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     errs = [p.communicate(timeout=600)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errs
     runs = run_dirs(tmp_path)
@@ -135,3 +193,74 @@ def test_two_runs_started_together_never_share_a_run_dir(tmp_path, cache):
     if runs[0].name.split("_")[:2] == runs[1].name.split("_")[:2]:  # the same second
         assert runs[1].name == f"{runs[0].name}-2" or runs[0].name == f"{runs[1].name}-2"
         assert sum("was taken by a run started in the same second" in e for e in errs) == 1
+
+
+def test_an_explicit_run_dir_holding_a_run_is_refused_before_hydra_writes(tmp_path, cache):
+    run = tmp_path / "run"  # a heads=4 run, finished long ago
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- heads=4\n")
+    RunDir(run).write_results({"status": "completed", "step": 6})
+    before = snapshot(run)
+    proc = posexp(tmp_path, cache, "train", *TINY, "heads=8", f"hydra.run.dir={run}", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        f"error: hydra.run.dir={str(run)!r} already holds a run; continue it "
+        f"with `posexp train resume={run}` or choose a new dir\n"
+    )
+    assert snapshot(run) == before and sorted(tmp_path.iterdir()) == [run]  # no run-2 either
+
+
+def test_a_second_resume_of_a_run_in_use_is_refused_and_writes_nothing(tmp_path, cache):
+    run = tmp_path / "run"
+    posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}")
+    resume = ["train", f"resume={run}", "train.max_steps=12", "train.threads=1"]
+    # Skipping the CLI's check reaches the task's own: two resumes that pass the CLI together.
+    no_cli_check = (
+        "import sys; from posexp import cli, cli_overrides; "
+        "cli_overrides.check_run_dir_arg = lambda args: None; "
+        "sys.argv[0] = 'posexp'; cli.main()"
+    )
+    with lock_held_elsewhere(run) as other:  # e.g. the first `posexp train resume=` still training
+        before = snapshot(run)
+        line = (
+            f"error: resume={str(run)!r} is being written by another posexp process "
+            f"({other.pid}@{platform.node()}); wait for it to end (or stop it), then retry\n"
+        )
+        proc = posexp(tmp_path, cache, *resume, check=False)
+        assert (proc.returncode, proc.stderr) == (2, line)
+        task = subprocess.run(
+            [sys.executable, "-c", no_cli_check, *resume],
+            cwd=tmp_path,
+            env=posexp_env(cache),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert task.returncode == 2 and task.stderr.endswith(line.replace("resume=", "run dir "))
+        assert "Traceback" not in task.stderr and len(task.stderr.splitlines()) == 1
+        assert snapshot(run) == before  # neither wrote a byte: no .hydra, checkpoint, log or events
+    posexp(tmp_path, cache, *resume)  # the holder has ended: the run resumes
+    assert RunDir(run).step() == 12
+
+
+def test_ctrl_c_before_the_first_step_removes_the_new_run_dir(tmp_path, cache):
+    run = tmp_path / "run"
+    # A new token cache: Ctrl-C while tokenizing, before any step (and any checkpoint).
+    proc, rest = signal_after(
+        tmp_path,
+        tmp_path / "new-cache",
+        [
+            "train",
+            "pe=rope",
+            *TINY,
+            "train.max_steps=2000",
+            "train.checkpoint_interval=1000",
+            f"hydra.run.dir={run}",
+        ],
+        "tokenizing the",
+        signal.SIGINT,
+    )
+    assert proc.returncode == 130, rest
+    assert rest.splitlines()[-1] == "interrupted" and "Traceback" not in rest
+    assert f"nothing to resume; removed {run}" in rest
+    assert not run.exists()  # nothing to resume: removed, as after an error

@@ -124,14 +124,28 @@ def test_hub_local_folder_maps_and_carves_splits(tmp_path: Path) -> None:
         load_corpus("hub", name=str(tmp_path), split_map={"val": "dev"})
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"", r"^data file '.*bad.txt' \(data.files\) is empty$"),
-    (b"text\x00\x01\x02", r"^data file '.*bad.txt' \(data.files\) looks binary: it has a NUL byte at offset 4;"),
-    ("caf\u00e9 na\u00efve".encode("latin-1"), r"^data file '.*bad.txt' \(data.files\) is not UTF-8: byte 0xe9 "
-                                                r"at offset 3; convert it first"),
-    ("caf\u00e9".encode()[:-1], r"^data file '.*bad.txt' \(data.files\) is not UTF-8: it ends inside"),
-])
-def test_unreadable_text_files_are_named_with_the_reason(tmp_path: Path, content: bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", r"^data file '.*bad.txt' \(data.files\) is empty$"),
+        (
+            b"text\x00\x01\x02",
+            r"^data file '.*bad.txt' \(data.files\) looks binary: it has a NUL byte at offset 4;",
+        ),
+        (
+            "caf\u00e9 na\u00efve".encode("latin-1"),
+            r"^data file '.*bad.txt' \(data.files\) is not UTF-8: byte 0xe9 "
+            r"at offset 3; convert it first",
+        ),
+        (
+            "caf\u00e9".encode()[:-1],
+            r"^data file '.*bad.txt' \(data.files\) is not UTF-8: it ends inside",
+        ),
+    ],
+)
+def test_unreadable_text_files_are_named_with_the_reason(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
     (tmp_path / "bad.txt").write_bytes(content)
     with pytest.raises(PosexpError, match=message):
         load_corpus("text", files=[str(tmp_path / "bad.txt")])

@@ -52,7 +52,9 @@ def test_unknown_tokenizer_and_bad_params() -> None:
         build_tokenizer("sentencepiece", small_corpus(), Path("."))
     with pytest.raises(PosexpError, match="unknown parameter 'vocab_size' for tokenizer 'byte'"):
         build_tokenizer("byte", small_corpus(), Path("."), vocab_size=300)
-    with pytest.raises(PosexpError, match="vocab_size=100 is out of range"):
+    with pytest.raises(
+        PosexpError, match=r"^tokenizer.vocab_size must be an integer in \[260, 1048576\], got 100$"
+    ):
         build_tokenizer("bpe", small_corpus(), Path("."), vocab_size=100)
 
 
@@ -152,7 +154,7 @@ def test_lm_batches_cover_the_whole_stream_edges() -> None:
     assert torch.equal(x[0], torch.arange(9)) and torch.equal(y[0], torch.arange(1, 10))
     with pytest.raises(PosexpError, match="has 10 tokens, too short for seq_len=10"):
         LMBatches(tokens, batch_size=1, seq_len=10, seed=0)
-    with pytest.raises(PosexpError, match="batch_size=0 is invalid"):
+    with pytest.raises(PosexpError, match="^batch_size must be a positive integer, got 0$"):
         LMBatches(tokens, batch_size=0, seq_len=4, seed=0)
 
 

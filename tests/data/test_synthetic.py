@@ -45,13 +45,17 @@ def test_instances_are_right_and_sized(task):
 def test_addition_operands_have_exactly_n_digits_and_lsb_order_reverses():
     msb = make_data("addition", train_lengths=[1, 3], test_lengths=[30])
     lsb = make_data("addition", train_lengths=[1, 3], test_lengths=[30], answer_order="lsb")
-    for (p, a), (p2, a2) in zip(msb.examples("test", 30, 20), lsb.examples("test", 30, 20), strict=True):
+    for (p, a), (p2, a2) in zip(
+        msb.examples("test", 30, 20), lsb.examples("test", 30, 20), strict=True
+    ):
         assert p == p2 and all(len(x) == 30 and x[0] != "0" for x in p.split("+"))
         assert a == str(sum(map(int, p.split("+")))) and a2 == a[::-1]
 
 
 def test_passkey_prompt_length_depth_and_key():
-    data = make_data("passkey", train_lengths=[150, 200], test_lengths=[400], depths=[0.0, 0.5, 1.0])
+    data = make_data(
+        "passkey", train_lengths=[150, 200], test_lengths=[400], depths=[0.0, 0.5, 1.0]
+    )
     for depth in (0.0, 0.5, 1.0):
         for prompt, key in data.examples("test", 400, 5, depth):
             assert len(prompt) == 400 and prompt.endswith(QUESTION)
@@ -74,8 +78,9 @@ def test_instances_are_deterministic_per_seed_split_and_step():
     data = make_data("copy", train_lengths=[5, 10], test_lengths=[20])
     assert data.examples("test", 20, 10) == data.examples("test", 20, 10)
     assert data.examples("test", 20, 10) != data.examples("val", 20, 10)
-    assert data.examples("test", 20, 10) != make_data("copy", train_lengths=[5, 10], test_lengths=[20],
-                                                      seed=1).examples("test", 20, 10)
+    assert data.examples("test", 20, 10) != make_data(
+        "copy", train_lengths=[5, 10], test_lengths=[20], seed=1
+    ).examples("test", 20, 10)
     assert data.train_batch(0, 7, 16) == data.train_batch(0, 7, 16)
     assert data.train_batch(0, 7, 16) != data.train_batch(0, 8, 16)
     assert data.train_batch(0, 7, 16) != data.train_batch(1, 7, 16)
@@ -92,17 +97,37 @@ def test_test_instances_at_trained_sizes_never_appear_in_training():
     assert sum(len(p) == 9 for p in train) > 300  # size 9 was trained on, just not these
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"task": "juggle"}, "unknown data.task 'juggle'; allowed: addition, copy, parity, passkey, reverse, sort"),
-    ({"task": "copy", "answer_order": "lsb"}, "unknown option data.answer_order for task 'copy'; allowed: symbols"),
-    ({"task": "copy", "symbols": 40}, r"data.symbols must be an integer in \[2, 26\], got 40"),
-    ({"task": "addition", "answer_order": "up"}, "unknown data.answer_order 'up'; allowed: lsb, msb"),
-    ({"task": "copy", "train_lengths": [9, 3]}, r"min <= max, got \[9, 3\]"),
-    ({"task": "copy", "train_lengths": 5}, r"data.train_lengths must be \[min, max\], got 5"),
-    ({"task": "copy", "test_lengths": []}, "data.test_lengths must be a list of sizes"),
-    ({"task": "passkey", "train_lengths": [10, 20]}, "task 'passkey' needs sizes >= "),
-    ({"task": "passkey", "depths": [0.5, 2]}, r"data.depths must be a list of numbers in \[0, 1\]"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"task": "juggle"},
+            "unknown data.task 'juggle'; allowed: addition, copy, parity, passkey, reverse, sort",
+        ),
+        (
+            {"task": "copy", "answer_order": "lsb"},
+            "unknown option data.answer_order for task 'copy'; allowed: symbols",
+        ),
+        ({"task": "copy", "symbols": 40}, r"data.symbols must be an integer in \[2, 26\], got 40"),
+        (
+            {"task": "addition", "answer_order": "up"},
+            "unknown data.answer_order 'up'; allowed: lsb, msb",
+        ),
+        ({"task": "copy", "train_lengths": [9, 3]}, r"min <= max, got \[9, 3\]"),
+        ({"task": "copy", "train_lengths": 5}, r"data.train_lengths must be \[min, max\], got 5"),
+        ({"task": "copy", "test_lengths": []}, "data.test_lengths must be a list of sizes"),
+        ({"task": "passkey", "train_lengths": [10, 20]}, "task 'passkey' needs sizes >= "),
+        (
+            {"task": "passkey", "depths": [0.5, 2]},
+            r"data.depths\[1\] must be a finite number in \[0, 1\], got 2",
+        ),
+        ({"task": "passkey", "depths": 0.5}, r"data.depths must be a list of numbers in \[0, 1\]"),
+        (
+            {"task": "passkey", "depths": [True]},
+            r"data.depths\[0\] must be a finite number in \[0, 1\], got True",
+        ),
+    ],
+)
 def test_bad_settings_are_one_line_errors(params, message):
     with pytest.raises(PosexpError, match=message):
         make_data(**params)
@@ -111,8 +136,11 @@ def test_bad_settings_are_one_line_errors(params, message):
 def test_config_checks_row_fit_and_tokenizer(tmp_path):
     from tests.helpers import run_config
 
-    with pytest.raises(PosexpError, match="train.seq_len=30 is too short for copy rows of size 20 "
-                                          r"\(41 tokens\); allowed: train.seq_len >= 41"):
+    with pytest.raises(
+        PosexpError,
+        match="train.seq_len=30 is too short for copy rows of size 20 "
+        r"\(41 tokens\); allowed: train.seq_len >= 41",
+    ):
         run_config("data=copy", "train.seq_len=30")
     with pytest.raises(PosexpError, match="data=synthetic needs tokenizer byte"):
         run_config("data=copy", "tokenizer=bpe")

@@ -1,6 +1,8 @@
 """ExtensionConfig, the YAML group and the registry's extension point."""
 
 import math
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,32 @@ from posexp.extension import (
     register_extension,
     rope_frequencies,
 )
+from posexp.pe import PEContext, build_pe
+from posexp.registry import discover
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "extension"
 
 
 def load(name: str) -> dict:
     return yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+
+
+def frequencies(cfg: ExtensionConfig, head_dim: int, seq_len: int | None = None):
+    """rope_frequencies for a config: the public entry point, which checks its inputs."""
+    return rope_frequencies(
+        cfg.method,
+        head_dim,
+        factor=cfg.factor,
+        original_length=cfg.original_length,
+        seq_len=seq_len,
+        **cfg.params,
+    )
+
+
+def model_frequencies(cfg: ExtensionConfig, head_dim: int, seq_len: int, train_length: int = 256):
+    """What the model's RoPE computes from the config (the path that checks nothing again)."""
+    ctx = PEContext(2 * head_dim, 2, head_dim, train_length, cfg)
+    return build_pe("rope", ctx).frequencies(seq_len)
 
 
 def test_one_yaml_per_method_and_keys_match_registry():
@@ -35,9 +57,9 @@ def test_one_yaml_per_method_and_keys_match_registry():
 @pytest.mark.parametrize("name", sorted(EXTENSIONS))
 def test_yaml_defaults_equal_none_at_factor_one(name):
     cfg = ExtensionConfig.from_dict(load(name)).with_original_length(256)
-    inv_freq, af = cfg.rope_frequencies(32, seq_len=256)
-    assert torch.allclose(inv_freq, rope_frequencies("none", 32)[0], rtol=1e-6, atol=0)
-    assert af == 1.0
+    for inv_freq, af in (frequencies(cfg, 32, seq_len=256), model_frequencies(cfg, 32, 256)):
+        assert torch.allclose(inv_freq, rope_frequencies("none", 32)[0], rtol=1e-6, atol=0)
+        assert af == 1.0
 
 
 def test_override_like_the_cli():
@@ -45,12 +67,14 @@ def test_override_like_the_cli():
     data = {**load("yarn"), "factor": 4}
     cfg = ExtensionConfig.from_dict(data)
     assert cfg.factor == 4.0 and isinstance(cfg.factor, float)
-    assert cfg.dynamic is False
+    assert cfg.registered.dynamic is False
     cfg = cfg.with_original_length(512)
     assert cfg.original_length == 512
     assert cfg.with_original_length(1024).original_length == 512  # explicit value wins
-    inv_freq, af = cfg.rope_frequencies(64)
+    inv_freq, af = frequencies(cfg, 64)
     assert abs(af - 1.1386) < 5e-5
+    model_inv_freq, model_af = model_frequencies(cfg, 64, seq_len=2048)
+    assert torch.equal(model_inv_freq, inv_freq) and model_af == af
     assert cfg.to_dict() == {
         "method": "yarn",
         "factor": 4.0,
@@ -64,7 +88,7 @@ def test_override_like_the_cli():
 def test_config_null_original_length_is_caught_at_use():
     cfg = ExtensionConfig.from_dict({**load("llama3"), "factor": 2})
     with pytest.raises(PosexpError, match="needs original_length"):
-        cfg.rope_frequencies(64)
+        frequencies(cfg, 64)
 
 
 def test_config_rejects_other_methods_params():
@@ -75,10 +99,25 @@ def test_config_rejects_other_methods_params():
 def test_config_rejects_bad_values():
     with pytest.raises(PosexpError, match="unknown extension 'yarm'"):
         ExtensionConfig(method="yarm")
-    with pytest.raises(PosexpError, match=r"factor must be >= 1, got 0\.5"):
+    with pytest.raises(
+        PosexpError, match=r"^extension.factor must be a finite number >= 1, got 0\.5$"
+    ):
         ExtensionConfig(method="pi", factor=0.5)
     with pytest.raises(PosexpError, match="original_length must be a positive integer"):
         ExtensionConfig(method="pi", original_length=-1)
+    # A method's own values are checked here too, once, not when frequencies are computed.
+    with pytest.raises(
+        PosexpError,
+        match=r"^extension.beta_fast must be > beta_slow, got beta_fast=1, "
+        r"beta_slow=32$",
+    ):
+        ExtensionConfig.from_dict({"method": "yarn", "beta_fast": 1, "beta_slow": 32})
+    with pytest.raises(
+        PosexpError,
+        match=r"^extension.attention_factor must be a finite number > 0 "
+        r"or null, got -1$",
+    ):
+        ExtensionConfig.from_dict({"method": "yarn", "attention_factor": -1})
     with pytest.raises(PosexpError, match="extension config must be a mapping"):
         ExtensionConfig.from_dict(["yarn"])
 
@@ -86,13 +125,14 @@ def test_config_rejects_bad_values():
 def test_config_accepts_omegaconf():
     omegaconf = pytest.importorskip("omegaconf")
     cfg = ExtensionConfig.from_dict(omegaconf.OmegaConf.create(load("dynamic_ntk")))
-    assert cfg.method == "dynamic_ntk" and cfg.dynamic
+    assert cfg.method == "dynamic_ntk" and cfg.registered.dynamic
 
 
 @pytest.fixture
-def scratch_method():
-    yield "half_base"
-    EXTENSIONS.pop("half_base", None)
+def scratch_method(monkeypatch):
+    # Registrations made by the test go into a copy of the registry, dropped afterwards.
+    monkeypatch.setattr(EXTENSIONS, "_items", dict(EXTENSIONS.items()))
+    return "half_base"
 
 
 def test_registering_a_method_needs_nothing_else(scratch_method):
@@ -106,3 +146,36 @@ def test_registering_a_method_needs_nothing_else(scratch_method):
     assert math.isclose(inv_freq[1].item(), 25.0**-0.5, rel_tol=1e-6)
     cfg = ExtensionConfig.from_dict({"method": scratch_method, "shrink": 4.0})
     assert cfg.params == {"shrink": 4.0}
+
+
+def test_a_method_module_is_found_by_name(scratch_method, tmp_path, monkeypatch, request):
+    # A new method is one module in the package: discovery imports it, nothing else names it.
+    package = tmp_path / "more_methods"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / f"{scratch_method}.py").write_text(
+        textwrap.dedent(f'''
+        from posexp.extension import RopeSpec, register_extension
+
+        @register_extension("{scratch_method}")
+        def half_base(spec: RopeSpec, *, shrink: float = 2.0):
+            return spec.theta(spec.base / shrink), 1.0
+    ''')
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    request.addfinalizer(
+        lambda: [
+            sys.modules.pop(m, None) for m in ("more_methods", f"more_methods.{scratch_method}")
+        ]
+    )
+    discover("more_methods", [str(package)])
+    assert scratch_method in EXTENSIONS and dict(EXTENSIONS[scratch_method].params) == {
+        "shrink": 2.0
+    }
+    assert ExtensionConfig(scratch_method, 2.0).to_dict()["shrink"] == 2.0
+
+
+def test_a_name_registered_twice_is_refused(scratch_method):
+    with pytest.raises(ValueError, match="extension 'yarn' registered twice"):
+        register_extension("yarn")(lambda spec: (spec.theta(), 1.0))
+    assert EXTENSIONS["yarn"].needs_original_length  # the first registration stands

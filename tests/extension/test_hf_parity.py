@@ -97,12 +97,23 @@ def test_llama3_matches_llama3(d, s, l0, base):
     for lff, hff in ((1.0, 4.0), (2.0, 8.0)):
         assert_parity(
             rope_frequencies(
-                "llama3", d, base=base, factor=s, original_length=l0,
-                low_freq_factor=lff, high_freq_factor=hff,
+                "llama3",
+                d,
+                base=base,
+                factor=s,
+                original_length=l0,
+                low_freq_factor=lff,
+                high_freq_factor=hff,
             ),
             hf(
-                "llama3", d, int(s * l0), rope_theta=base, factor=float(s),
-                original_max_position_embeddings=l0, low_freq_factor=lff, high_freq_factor=hff,
+                "llama3",
+                d,
+                int(s * l0),
+                rope_theta=base,
+                factor=float(s),
+                original_max_position_embeddings=l0,
+                low_freq_factor=lff,
+                high_freq_factor=hff,
             ),
         )
 

@@ -1,6 +1,5 @@
 """rope_frequencies against values fixed outside this code: docs/maths.md §3 and closed forms."""
 
-
 import pytest
 import torch
 
@@ -54,7 +53,9 @@ def test_factor_one_equals_none_past_training_length(method):
 def test_dynamic_ntk_factor_one_still_scales_past_training_length():
     # docs/maths.md §3 / transformers: at s = 1 the bracket is l/L0, not 1, so dynamic NTK is
     # not a no-op past L0: base' = 1e4 · (4096/512)^(64/62) = 1e4 · 8^(32/31).
-    inv_freq, af = rope_frequencies("dynamic_ntk", 64, factor=1.0, original_length=512, seq_len=4096)
+    inv_freq, af = rope_frequencies(
+        "dynamic_ntk", 64, factor=1.0, original_length=512, seq_len=4096
+    )
     assert_rel_close(inv_freq, closed_form_theta(64, 1e4 * 8 ** (32 / 31)))
     assert af == 1.0
 

@@ -27,17 +27,29 @@ PAIRS = [
 ]
 
 
-
 def make(tmp_path, loss_on="target", heads=4, **translate):
-    corpus = Corpus(splits={s: ["x"] for s in ("train", "val", "test")},
-                    pairs={"train": PAIRS, "val": PAIRS[:4], "test": PAIRS[2:]}, kind="pairs")
-    cfg = run_config(f"cache_dir={tmp_path / 'cache'}", "data=wyc2kjv", f"data.loss_on={loss_on}",
-                     "train.batch_size=3", "train.seq_len=96", "translate.bleu_examples=3",
-                     "translate.samples=2", *(f"translate.{k}={v}" for k, v in translate.items()))
+    corpus = Corpus(
+        splits={s: ["x"] for s in ("train", "val", "test")},
+        pairs={"train": PAIRS, "val": PAIRS[:4], "test": PAIRS[2:]},
+        kind="pairs",
+    )
+    cfg = run_config(
+        f"cache_dir={tmp_path / 'cache'}",
+        "data=wyc2kjv",
+        f"data.loss_on={loss_on}",
+        "train.batch_size=3",
+        "train.seq_len=96",
+        "translate.bleu_examples=3",
+        "translate.samples=2",
+        *(f"translate.{k}={v}" for k, v in translate.items()),
+    )
     data = Data(corpus, ByteTokenizer(), {})
     objective = build_objective(cfg, data, torch.device("cpu"), contextlib.nullcontext)
-    model = GPT(ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=heads, pe="sinusoidal",
-                            train_length=96))
+    model = GPT(
+        ModelConfig(
+            vocab_size=260, d_model=32, n_layers=2, n_heads=heads, pe="sinusoidal", train_length=96
+        )
+    )
     return objective, model
 
 
@@ -79,7 +91,9 @@ def check_trim(objective, model):
     for step in range(3):
         full, trimmed = objective.train.batch(step), objective.batch(step)
         assert trimmed[0].shape[1] < full[0].shape[1] == 96
-        assert float(model(*trimmed)["loss"]) == pytest.approx(float(model(*full)["loss"]), rel=1e-5)
+        assert float(model(*trimmed)["loss"]) == pytest.approx(
+            float(model(*full)["loss"]), rel=1e-5
+        )
 
 
 def test_val_loss_is_mean_cross_entropy_on_target_tokens(tmp_path):
@@ -90,7 +104,7 @@ def test_val_loss_is_mean_cross_entropy_on_target_tokens(tmp_path):
         for src, tgt in PAIRS[:4]:
             s, t = tok.encode(src), tok.encode(tgt)
             seq = torch.tensor([[*s, tok.sep_id, *t, tok.eos_id]])
-            logits = model(seq[:, :-1])["logits"][0, len(s):]
+            logits = model(seq[:, :-1])["logits"][0, len(s) :]
             total += float(F.cross_entropy(logits, seq[0, len(s) + 1 :], reduction="sum"))
             count += len(t) + 1
     assert objective.target_loss(model) == pytest.approx(total / count, rel=1e-5)
@@ -103,7 +117,14 @@ def test_evaluate_and_finish_log_metrics_images_text_and_files(tmp_path, caplog)
     run = tmp_path / "run"
     writer = SummaryWriter(str(run))
     metrics = objective.evaluate(model, 5, writer)
-    assert set(metrics) == {"val/loss", "val/ppl", "val/bleu", "val/chrf", "val/copy_bleu", "val/copy_chrf"}
+    assert set(metrics) == {
+        "val/loss",
+        "val/ppl",
+        "val/bleu",
+        "val/chrf",
+        "val/copy_bleu",
+        "val/copy_chrf",
+    }
     assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/loss"]))
     with caplog.at_level("INFO", logger="posexp"):
         final = objective.finish(model, writer)
@@ -111,11 +132,22 @@ def test_evaluate_and_finish_log_metrics_images_text_and_files(tmp_path, caplog)
     # The test split's decoding says what it does, and its result.
     assert f"translating {len(PAIRS[2:])} test verses (beam 4) for the final BLEU" in caplog.text
     assert f"test BLEU {final['final/bleu']:.2f}  chrF {final['final/chrf']:.2f}" in caplog.text
-    for key in ("final/val_loss", "final/val_ppl", "final/bleu", "final/chrf", "final/copy_bleu",
-                "final/copy_chrf", "final/val_bleu"):
+    for key in (
+        "final/val_loss",
+        "final/val_ppl",
+        "final/bleu",
+        "final/chrf",
+        "final/copy_bleu",
+        "final/copy_chrf",
+        "final/val_bleu",
+    ):
         assert math.isfinite(final[key]), key
     assert sorted(p.name for p in (run / "attention").iterdir()) == [
-        "layer0.png", "layer0.svg", "layer1.png", "layer1.svg"]  # PNG plus a vector copy
+        "layer0.png",
+        "layer0.svg",
+        "layer1.png",
+        "layer1.svg",
+    ]  # PNG plus a vector copy
     lines = (run / "translations_test.tsv").read_text().splitlines()
     assert lines[0] == "source\treference\thypothesis" and len(lines) == 1 + len(PAIRS[2:])
     events = EventAccumulator(str(run), size_guidance={"images": 0, "tensors": 0}).Reload()

@@ -67,7 +67,7 @@ def test_training_rows_carry_loss_on_the_answer_and_eos_only():
         prompt = bytes(row[:sep]).decode()
         scored = [t for t in targets if t != -100]
         assert scored == [*TOK.encode(prompt[::-1]), TOK.eos_id]
-        assert all(t == -100 for t in targets[: sep])  # no loss on the prompt
+        assert all(t == -100 for t in targets[:sep])  # no loss on the prompt
     assert torch.equal(objective.batch(3)[0], x) and not torch.equal(objective.batch(4)[0], x)
 
 

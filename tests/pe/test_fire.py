@@ -14,8 +14,9 @@ from posexp.pe import PEContext, build_pe
 
 def test_fire_bias_matches_the_formula():
     # hidden = 1, f(u) = relu(u) * slope_h: the bias is slope_h * log(c d + 1) / log(c max(L, i) + 1).
-    pe = build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), hidden=1,
-                  init_c=0.5)
+    pe = build_pe(
+        "fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), hidden=1, init_c=0.5
+    )
     slopes = [2.0, -3.0]
     with torch.no_grad():
         pe.mlp[0].weight.fill_(1.0)
@@ -39,10 +40,14 @@ def test_fire_learns_c_and_the_threshold():
     assert pe.threshold.grad is not None and pe.threshold.grad != 0
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"hidden": 0}, "pe.hidden must be a positive integer, got 0"),
-    ({"init_c": -1}, "pe.init_c must be a number > 0, got -1"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"hidden": 0}, "pe.hidden must be a positive integer, got 0"),
+        ({"init_c": -1}, "pe.init_c must be a finite number > 0, got -1"),
+        ({"hidden": True}, "pe.hidden must be a positive integer, got True"),
+    ],
+)
 def test_bad_fire_settings(params, message):
     with pytest.raises(PosexpError, match=message):
         build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), **params)

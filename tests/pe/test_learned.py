@@ -1,11 +1,14 @@
 import pytest
 import torch
 
+from posexp.extension import ExtensionConfig
 from posexp.pe import PEContext, PositionOutOfRange, build_pe
 
 
 def learned(max_len=8, **ext):
-    return build_pe("learned", PEContext(4, 1, 4, 8, ext), max_len=max_len)
+    return build_pe(
+        "learned", PEContext(4, 1, 4, 8, ExtensionConfig.from_dict(ext)), max_len=max_len
+    )
 
 
 def test_adds_table_rows():

@@ -32,15 +32,19 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
     assert allowed[0] == "none"
     for method, m in EXTENSIONS.items():
         # Independent of accepted_extensions: the rule written out per kind.
-        expected = (m.acts_on == "nothing"
-                    or (m.acts_on == "positions" and cls.kind in ("embedding", "rotation"))
-                    or (m.acts_on == "frequencies" and cls.kind == "rotation"))
+        expected = (
+            m.acts_on == "nothing"
+            or (m.acts_on == "positions" and cls.kind in ("embedding", "rotation"))
+            or (m.acts_on == "frequencies" and cls.kind == "rotation")
+        )
         assert (method in allowed) == expected, (pe, method)
         if expected:
             check_extension(pe, method)
         else:
-            message = (f"extension '{method}' does not apply to pe '{pe}' ({cls.kind}); "
-                       f"allowed for {pe}: {', '.join(allowed)}")
+            message = (
+                f"extension '{method}' does not apply to pe '{pe}' ({cls.kind}); "
+                f"allowed for {pe}: {', '.join(allowed)}"
+            )
             with pytest.raises(PosexpError, match=f"^{re.escape(message)}$"):
                 check_extension(pe, method)
 
@@ -55,7 +59,9 @@ def test_known_pairs():
 def test_even_head_dim_is_enforced_only_where_declared(pe):
     make = lambda: ModelConfig(vocab_size=10, d_model=12, n_heads=4, pe=pe)  # noqa: E731  head dim 3
     if get_pe(pe).needs_even_head_dim:
-        with pytest.raises(PosexpError, match=f"pe={pe} needs an even head dim, got d_model/heads = 12/4 = 3"):
+        with pytest.raises(
+            PosexpError, match=f"pe={pe} needs an even head dim, got d_model/heads = 12/4 = 3"
+        ):
             make()
     else:
         make()

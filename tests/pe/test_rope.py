@@ -1,10 +1,13 @@
 import torch
 
+from posexp.extension import ExtensionConfig
 from posexp.pe import PEContext, build_pe
 
 
 def rope(head_dim=16, **ext):
-    return build_pe("rope", PEContext(head_dim * 2, 2, head_dim, 64, ext))
+    return build_pe(
+        "rope", PEContext(head_dim * 2, 2, head_dim, 64, ExtensionConfig.from_dict(ext))
+    )
 
 
 def test_score_depends_only_on_relative_position():
@@ -37,9 +40,15 @@ def test_rotation_angle_closed_form():
     # Pair (i, i + d/2) at position m is rotated by m * base^(-2i/d).
     pe = rope(head_dim=4)
     x = torch.tensor([1.0, 0.0, 0.0, 0.0]).view(1, 1, 1, 4)
-    xr, _ = pe.rotate(x, x, torch.tensor([5]), torch.tensor([5]), pe.prepare(6, torch.device("cpu")))
+    xr, _ = pe.rotate(
+        x, x, torch.tensor([5]), torch.tensor([5]), pe.prepare(6, torch.device("cpu"))
+    )
     angle = torch.tensor(5.0)
-    assert torch.allclose(xr.flatten(), torch.stack([angle.cos(), torch.tensor(0.0), angle.sin(), torch.tensor(0.0)]), atol=1e-6)
+    assert torch.allclose(
+        xr.flatten(),
+        torch.stack([angle.cos(), torch.tensor(0.0), angle.sin(), torch.tensor(0.0)]),
+        atol=1e-6,
+    )
 
 
 def test_values_untouched_by_model_rope():

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from posexp.extension import ExtensionConfig
 from posexp.model import GPT, ModelConfig
 
 HEAD_DIM, HEADS, L0, BASE = 16, 2, 16, 10000.0
@@ -37,6 +38,7 @@ def reference_frequencies(method: str, s: float, length: int) -> tuple[list[floa
             return theta(), 1.0
         return theta(BASE * ((s * current / L0) - (s - 1)) ** (d / (d - 2))), 1.0
     if method == "yarn":
+
         def c(r: float) -> float:
             return d * math.log(L0 / (2 * math.pi * r)) / (2 * math.log(BASE))
 
@@ -94,9 +96,18 @@ def reference_attention(attn, x: torch.Tensor, inv_freq: list[float], af: float)
 @pytest.mark.parametrize("length", [12, 40])  # below and past the training length L0 = 16
 def test_model_attention_matches_reference(method, length):
     s = 4.0
-    ext = {"method": method, "factor": s, "original_length": L0}
-    model = GPT(ModelConfig(vocab_size=7, d_model=HEAD_DIM * HEADS, n_layers=1, n_heads=HEADS,
-                            pe="rope", extension=ext, train_length=L0))
+    ext = ExtensionConfig(method, s, L0)
+    model = GPT(
+        ModelConfig(
+            vocab_size=7,
+            d_model=HEAD_DIM * HEADS,
+            n_layers=1,
+            n_heads=HEADS,
+            pe="rope",
+            extension=ext,
+            train_length=L0,
+        )
+    )
     attn = model.blocks[0].attn
     x = torch.randn(length, HEAD_DIM * HEADS)
     tables = model.pe.prepare(length, x.device)  # what GPT.forward hands every layer
@@ -111,7 +122,10 @@ def test_model_attention_matches_reference(method, length):
 
 def test_extensions_differ_from_none_past_training_length():
     # Guards the test above against a reference that silently ignores the method.
-    ref = {m: reference_frequencies(m, 4.0, 40) for m in ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")}
+    ref = {
+        m: reference_frequencies(m, 4.0, 40)
+        for m in ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+    }
     for method, (inv_freq, af) in ref.items():
         if method != "none":
             assert inv_freq != ref["none"][0] or af != 1.0, method

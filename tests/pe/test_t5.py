@@ -18,7 +18,8 @@ def test_buckets_match_transformers_t5_decoder_bucketing():
         ours = relative_buckets(distance, buckets, max_distance)
         # transformers takes key - query; bidirectional=False is the decoder's causal bucketing.
         theirs = T5Attention._relative_position_bucket(
-            -distance, bidirectional=False, num_buckets=buckets, max_distance=max_distance)
+            -distance, bidirectional=False, num_buckets=buckets, max_distance=max_distance
+        )
         assert torch.equal(ours, theirs)
 
 
@@ -30,8 +31,12 @@ def test_bucket_worked_numbers():
 
 
 def test_bias_is_the_table_row_of_each_bucket_per_head():
-    pe = build_pe("t5", PEContext(d_model=16, n_heads=4, head_dim=4, train_length=32),
-                  num_buckets=8, max_distance=20)
+    pe = build_pe(
+        "t5",
+        PEContext(d_model=16, n_heads=4, head_dim=4, train_length=32),
+        num_buckets=8,
+        max_distance=20,
+    )
     q = torch.arange(5, 9)
     k = torch.arange(0, 9)
     bias = pe.bias(q, k, torch.float32)
@@ -57,10 +62,16 @@ def test_one_table_shared_by_all_layers_and_trained():
     assert model.pe.table.grad is not None and model.pe.table.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"num_buckets": 1}, "pe.num_buckets must be an integer >= 2, got 1"),
-    ({"num_buckets": 32, "max_distance": 16}, "pe.max_distance must be an integer > num_buckets / 2 = 16, got 16"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"num_buckets": 1}, "pe.num_buckets must be an integer >= 2, got 1"),
+        (
+            {"num_buckets": 32, "max_distance": 16},
+            "pe.max_distance must be an integer > num_buckets / 2 = 16, got 16",
+        ),
+    ],
+)
 def test_bad_settings_are_one_line_errors(params, message):
     with pytest.raises(PosexpError, match=message.replace("(", r"\(")):
         build_pe("t5", PEContext(16, 4, 4, 32), **params)

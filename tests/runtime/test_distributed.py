@@ -33,7 +33,9 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def loss_of(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(model(x).reshape(-1, 7), y.reshape(-1), ignore_index=-100)
+    return torch.nn.functional.cross_entropy(
+        model(x).reshape(-1, 7), y.reshape(-1), ignore_index=-100
+    )
 
 
 def test_weighted_shards_average_to_the_global_gradient():
@@ -72,9 +74,22 @@ def test_two_gloo_processes_follow_the_one_process_loss_curve(tmp_path, cache):
     ddp = tmp_path / "ddp"
     ddp.mkdir()
     torchrun = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "posexp", "train", *overrides], cwd=ddp, env=posexp_env(cache),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "posexp",
+            "train",
+            *overrides,
+        ],
+        cwd=ddp,
+        env=posexp_env(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     # Meanwhile the same training in this process (no torchrun): the reference curve.
     one = tmp_path / "one"

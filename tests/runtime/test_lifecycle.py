@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import os
+import time
 
-from posexp.runtime.lifecycle import claim_run_dir
+from posexp.rundir import RunDir
+from posexp.runtime.lifecycle import claim_run_dir, discard_interrupted
+from tests.test_rundir import make_run
 
 
 def test_a_run_dir_taken_in_the_same_second_moves_the_run_and_its_log(tmp_path):
@@ -21,9 +25,35 @@ def test_a_run_dir_taken_in_the_same_second_moves_the_run_and_its_log(tmp_path):
         assert (moved / ".hydra" / "overrides.yaml").read_text() == "- pe=rope\n"
         logging.getLogger("posexp").warning("a line of the second run")
     finally:
-        for h in [h for h in root.handlers if isinstance(h, logging.FileHandler)
-                  and str(tmp_path) in h.baseFilename]:
+        for h in [
+            h
+            for h in root.handlers
+            if isinstance(h, logging.FileHandler) and str(tmp_path) in h.baseFilename
+        ]:
             root.removeHandler(h)
             h.close()
     assert "a line of the second run" in (moved / "train.log").read_text()
     assert "a line of the second run" not in (shared / "train.log").read_text()
+
+
+def test_a_dir_of_an_older_run_is_not_blamed_on_the_same_second(tmp_path, caplog):
+    old = tmp_path / "run"
+    assert claim_run_dir(old) == old
+    RunDir(old).unlock()  # that run ended 36 minutes ago
+    os.utime(old / ".owner", (time.time() - 36 * 60,) * 2)
+    with caplog.at_level(logging.WARNING, logger="posexp"):
+        moved = claim_run_dir(old)
+    RunDir(moved).unlock()
+    assert moved == tmp_path / "run-2"
+    assert f"{old} belongs to a run started 36m ago; this run uses {moved}" in caplog.text
+    assert "same second" not in caplog.text
+
+
+def test_ctrl_c_removes_a_new_run_without_a_checkpoint_but_never_a_resumable_one(tmp_path):
+    fresh = tmp_path / "fresh"
+    (fresh / ".hydra").mkdir(parents=True)
+    discard_interrupted(fresh)
+    assert not fresh.exists()
+    make_run(tmp_path / "kept")
+    discard_interrupted(tmp_path / "kept")
+    assert RunDir(tmp_path / "kept").has_checkpoint()

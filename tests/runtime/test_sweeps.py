@@ -16,10 +16,11 @@ from posexp import hardware
 from posexp.cli import config_dir
 from posexp.config import from_composed
 from posexp.errors import PosexpError
+from posexp.resolvers import register_resolvers
 from posexp.runtime import placement
 from posexp.runtime.device import resolve_device
 from posexp.runtime.sweeps import check_same_job
-from tests.helpers import TINY, posexp
+from tests.helpers import TINY, lock_held_elsewhere, posexp, snapshot
 
 JOBLIB = {"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"}
 LOCAL = {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"}
@@ -91,6 +92,7 @@ def test_joblib_default_n_jobs(monkeypatch):
     assert hardware.default_n_jobs(2, n_gpus=4) == 8
     assert hardware.default_n_jobs(2, n_gpus=0, cores=6) == 6
     monkeypatch.setattr(hardware, "gpu_count", lambda: 3)
+    register_resolvers()
     cfg = OmegaConf.create({"placement": {"jobs_per_gpu": 2}, "n": "${posexp_n_jobs:}"})
     assert cfg.n == 6
     assert OmegaConf.create({"n": "${posexp_n_jobs:}"}).n == 3  # no placement key: 1 per GPU
@@ -110,8 +112,18 @@ def test_auto_device_is_the_assigned_gpu(monkeypatch):
 def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
     sweep = tmp_path / "sweep"
     # dropout 2.0 fails its job (a one-line config error); the other two run, in parallel.
-    proc = posexp(tmp_path, cache, "train", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                  f"hydra.sweep.dir={sweep}", "model.dropout=0.0,0.1,2.0", *SHORT, check=False)
+    proc = posexp(
+        tmp_path,
+        cache,
+        "train",
+        "-m",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+        "model.dropout=0.0,0.1,2.0",
+        *SHORT,
+        check=False,
+    )
     assert proc.returncode != 0
     ok = [job_with(sweep, f"model.dropout={d}") for d in ("0.0", "0.1")]
     assert [results(j)["status"] for j in ok] == ["completed", "completed"]
@@ -119,30 +131,50 @@ def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
     assert a0 < b1 and b0 < a1, "the two jobs did not overlap in time"
     assert all("placement: cpu, 1 CPU threads" in (j / "train.log").read_text() for j in ok)
     bad = results(job_with(sweep, "model.dropout=2.0"))
-    assert bad == {"status": "failed", "error": "model.dropout must be a finite number in [0, 1), got 2.0"}
+    assert bad == {
+        "status": "failed",
+        "error": "model.dropout must be a finite number in [0, 1), got 2.0",
+    }
 
 
 def test_an_unexpected_error_is_recorded_with_its_type_and_logged(tmp_path, caplog):
     from posexp.runtime.sweeps import record_failure
 
     record_failure(tmp_path, ValueError("dropout probability has to be between 0 and 1\nmore"))
-    assert results(tmp_path) == {"status": "failed",
-                                 "error": "ValueError: dropout probability has to be between 0 and 1"}
+    assert results(tmp_path) == {
+        "status": "failed",
+        "error": "ValueError: dropout probability has to be between 0 and 1",
+    }
     assert "job failed" in caplog.text
 
 
 def test_submitit_local_sweep_end_to_end(tmp_path, cache):
     sweep = tmp_path / "sweep"
-    posexp(tmp_path, cache, "train", "-m", "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}",
-           "heads=2,4", *[a for a in SHORT if not a.startswith("heads=")])
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        f"hydra.sweep.dir={sweep}",
+        "heads=2,4",
+        *[a for a in SHORT if not a.startswith("heads=")],
+    )
     found = jobs(sweep)
     assert len(found) == 2 and all(results(j)["status"] == "completed" for j in found.values())
     assert (sweep / ".submitit").is_dir()
 
 
 def test_launcher_presets_compose(tmp_path, cache):
-    proc = posexp(tmp_path, cache, "train", "hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu",
-                  "--cfg", "hydra")
+    proc = posexp(
+        tmp_path,
+        cache,
+        "train",
+        "hydra/launcher=submitit_slurm",
+        "hydra.launcher.partition=gpu",
+        "--cfg",
+        "hydra",
+    )
     launcher = yaml.safe_load(proc.stdout)["hydra"]["launcher"]
     assert launcher["_target_"].endswith("SlurmLauncher") and launcher["partition"] == "gpu"
     assert launcher["gpus_per_node"] == 1 and launcher["timeout_min"] == 240
@@ -150,11 +182,19 @@ def test_launcher_presets_compose(tmp_path, cache):
     assert "validated against ConfigStore schema" not in proc.stderr
 
     # The local presets, composed in-process (as the launchers see them, resolved).
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # Hydra's schema matching of same-named presets
-        joblib = compose("train", ["hydra/launcher=joblib", "placement.jobs_per_gpu=3"],
-                         return_hydra_config=True).hydra.launcher
-        local = compose("train", ["hydra/launcher=submitit_local"], return_hydra_config=True).hydra.launcher
+    with (
+        initialize_config_dir(config_dir=config_dir(), version_base="1.3"),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter(
+            "ignore", UserWarning
+        )  # Hydra's schema matching of same-named presets
+        joblib = compose(
+            "train", ["hydra/launcher=joblib", "placement.jobs_per_gpu=3"], return_hydra_config=True
+        ).hydra.launcher
+        local = compose(
+            "train", ["hydra/launcher=submitit_local"], return_hydra_config=True
+        ).hydra.launcher
     assert joblib.prefer == "processes" and str(joblib.batch_size) == "1"
     assert joblib.n_jobs == hardware.default_n_jobs(3)
     assert local.gpus_per_node == hardware.gpu_count() and local.cpus_per_task == 1
@@ -162,14 +202,21 @@ def test_launcher_presets_compose(tmp_path, cache):
 
 def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache):
     sweep = tmp_path / "sweep"
-    args = ["train", "-m", f"hydra.sweep.dir={sweep}", "heads=2,3,4",
-            *[a for a in SHORT if not a.startswith("heads=")]]
+    args = [
+        "train",
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        "heads=2,3,4",
+        *[a for a in SHORT if not a.startswith("heads=")],
+    ]
     proc = posexp(tmp_path, cache, *args, check=False)  # basic launcher: one job after another
     assert proc.returncode == 2 and "heads=3 does not divide d_model=64" in proc.stderr
     done, unfinished = job_with(sweep, "heads=2"), job_with(sweep, "heads=4")
     assert results(done)["status"] == results(unfinished)["status"] == "completed"
     failed = results(job_with(sweep, "heads=3"))
-    assert failed == {"status": "failed", "error": failed["error"]} and "d_model=64" in failed["error"]
+    assert (
+        failed == {"status": "failed", "error": failed["error"]} and "d_model=64" in failed["error"]
+    )
 
     from posexp.commands.report.write import write_report
 
@@ -181,7 +228,9 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache)
     # heads=4 (as if killed after its last checkpoint) resumes from it.
     final = results(unfinished)
     (unfinished / "results.json").unlink()
-    stamps = {p: p.stat().st_mtime_ns for j in (done, unfinished) for p in (j / "checkpoint").iterdir()}
+    stamps = {
+        p: p.stat().st_mtime_ns for j in (done, unfinished) for p in (j / "checkpoint").iterdir()
+    }
     events = sorted(done.glob("events.out.tfevents.*"))
     proc = posexp(tmp_path, cache, *args, check=False)
     assert proc.returncode == 2 and "heads=3 does not divide d_model=64" in proc.stderr
@@ -201,3 +250,26 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache)
     saved.train.lr = 1.0
     with pytest.raises(PosexpError, match=r"other settings \(train.lr="):
         check_same_job(from_composed(saved), done)
+
+
+def test_a_rerun_refuses_only_the_job_another_process_is_writing(tmp_path, cache):
+    sweep = tmp_path / "sweep"
+    args = [
+        "train",
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=${hydra.job.num}",
+        "seed=0,1",
+        *SHORT,
+    ]
+    for job in ("0", "1"):  # two jobs that finished (a rerun skips them) ...
+        (sweep / job).mkdir(parents=True)
+        (sweep / job / "results.json").write_text(json.dumps({"status": "completed", "step": 4}))
+        (sweep / job / "train.log").write_text("the job's own log\n")
+    with lock_held_elsewhere(sweep / "0") as other:  # ... one of them still written by its process
+        busy = snapshot(sweep / "0")
+        proc = posexp(tmp_path, cache, *args, check=False)
+        assert snapshot(sweep / "0") == busy  # no .hydra record, no log line, no results.json
+    assert proc.returncode == 2
+    assert f"is being written by another posexp process ({other.pid}@" in proc.stderr
+    assert "already completed (results.json): skipped" in (sweep / "1" / "train.log").read_text()

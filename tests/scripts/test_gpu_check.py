@@ -14,8 +14,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
 
 def test_smoke_run_writes_every_part(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     parts = report["parts"]
     failed = {k: v.get("error") for k, v in parts.items() if v["status"] != "ok"}
@@ -27,7 +31,9 @@ def test_smoke_run_writes_every_part(tmp_path):
     assert train["tokens_per_s"] > 0 and 0 < train["mfu"] < 1.5
     assert "flash_attention_for_cpu" in train["sdpa_kernel"] or "math" in train["sdpa_kernel"]
     assert {(r["pe"], r["length"]) for r in parts["eval"]["result"]["rows"]} == {
-        ("rope", 64), ("alibi:flex", 64)}
+        ("rope", 64),
+        ("alibi:flex", 64),
+    }
     packing = parts["packing"]["result"]["rows"]
     assert [r["jobs"] for r in packing] == [1, 2] and packing[0]["vs_one_job"] == 1.0
     ddp = parts["torchrun"]["result"]
@@ -43,6 +49,8 @@ def test_smoke_run_writes_every_part(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_without_a_gpu_the_full_check_refuses_with_one_line():
-    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: no CUDA GPU here; run with --smoke for the CPU check"

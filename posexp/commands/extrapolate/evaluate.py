@@ -26,7 +26,6 @@ baked-in method as ``baked:<method>``, with the factor it was fine-tuned with.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -56,9 +55,11 @@ from posexp.commands.extrapolate.score import (
 from posexp.config import RunConfig
 from posexp.data import build_tokenizer
 from posexp.errors import PosexpError
-from posexp.model import GPT, ModelConfig
+from posexp.extension import ExtensionConfig
+from posexp.model import GPT
 from posexp.objectives.synthetic import score_examples
 from posexp.pe import PositionOutOfRange
+from posexp.rundir import RunDir
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.device import resolve_device
 
@@ -76,59 +77,196 @@ def load_test_tokens(cfg: RunConfig, cache: dict[str, Data]) -> np.ndarray:
     return tokens["test"]
 
 
-def evaluate_runs(target: Path | str | Sequence[Path | str] | None, settings: Settings,
-                  console: Any = None, progress: bool | None = None) -> list[RunResult]:
+def evaluate_runs(
+    target: Path | str | Sequence[Path | str] | None,
+    settings: Settings,
+    console: Any = None,
+    progress: bool | None = None,
+) -> list[RunResult]:
     """Plan, score and write outputs for every run under ``target``; returns the results.
 
     ``progress`` None shows the bar only on a terminal (tqdm's rule), True/False force it.
     """
     from rich.console import Console
-    from tqdm import tqdm
 
     console = console or Console()
     settings.validate()
     device = resolve_device(settings.device)
-    runs = find_runs(target)
-    plans = [plan_run(run, settings, len(runs)) for run in runs]  # all checks first
+    skipped = JobFailures(console)
+    runs = [run for run in find_runs(target) if skipped.has_checkpoint(run)]
+    runs = lock_runs(runs, console, skipped)  # one writer per run dir: held while scoring
+    try:
+        results = evaluate_locked(runs, target, settings, device, console, progress, skipped)
+    finally:
+        for run in runs:
+            run.unlock()
+    skipped.raise_if_any(len(results))
+    return results
+
+
+class PartlyEvaluated(PosexpError):
+    """Some runs of a sweep could not be evaluated; the others were (their outputs are written)."""
+
+
+class JobFailures:
+    """The runs of a sweep that are skipped, each said in a line as it happens, so one damaged or
+    failed job never stops the evaluation of the others (a single run's error stays an error)."""
+
+    def __init__(self, console: Any) -> None:
+        self.console, self.reasons, self.several = console, [], False
+
+    def has_checkpoint(self, run: RunDir) -> bool:
+        """True for a run to evaluate; a failed or unfinished job without weights is named."""
+        if run.has_checkpoint():
+            return True
+        self.skip(run.path, f"no checkpoint to evaluate (status {run.status()})")
+        return False
+
+    def skip(self, path: Path, reason: str) -> None:
+        """Name a run that is not evaluated, and why."""
+        self.reasons.append(f"{path}: {reason}")
+        self.console.print(f"{path}: skipped: {reason}", soft_wrap=True, highlight=False)
+
+    def guard(self, path: Path, step: Callable[[], Any], several: bool) -> Any:
+        """``step()``; for one of several runs, a user error skips that run (None) instead."""
+        try:
+            return step()
+        except PosexpError as e:
+            if not several:
+                raise
+            self.skip(path, str(e))
+            return None
+
+    def raise_if_any(self, evaluated: int) -> None:
+        """A non-zero exit after a sweep's evaluation that skipped runs, naming how many."""
+        if self.reasons:
+            raise PartlyEvaluated(
+                f"evaluated {evaluated} run(s); skipped {len(self.reasons)} "
+                f"(each named above with its reason)"
+            )
+
+
+def lock_runs(runs: list[RunDir], console: Any, skipped: JobFailures | None = None) -> list[RunDir]:
+    """The runs this process now locks, skipping (with a line) those another process writes.
+
+    A run still training is written by its trainer: a sweep's evaluation goes on without it, an
+    evaluation of that run alone is refused in one line.
+    """
+    locked, refused = [], []
+    for run in runs:
+        try:
+            locked.append(run.lock("--run"))
+        except PosexpError as e:
+            refused.append(str(e))
+            if len(runs) > 1 and skipped is not None:
+                skipped.skip(run.path, str(e))
+            elif len(runs) > 1:
+                console.print(f"{run.path}: skipped: {e}", soft_wrap=True, highlight=False)
+    if not locked:
+        if skipped is not None and skipped.reasons and not refused:
+            raise PosexpError(skipped.reasons[0])
+        raise PosexpError(refused[0] if refused else "no run to evaluate")
+    return locked
+
+
+def evaluate_locked(
+    runs: list[RunDir],
+    target: Any,
+    settings: Settings,
+    device: torch.device,
+    console: Any,
+    progress: bool | None,
+    skipped: JobFailures,
+) -> list[RunResult]:
+    """``evaluate_runs`` once this process holds every run's lock."""
+    from tqdm import tqdm
+
+    several = len(runs) > 1 or bool(skipped.reasons)
+    plans = [
+        skipped.guard(run.path, lambda run=run: plan_run(run, settings, len(runs)), several)
+        for run in runs
+    ]  # all checks first
+    plans = [plan for plan in plans if plan is not None]
     for plan in plans:
         if plan.dropped:
-            console.print(f"{plan.run_dir}: skipping {', '.join(plan.dropped)} "
-                          f"(not applicable to pe={plan.pe})", soft_wrap=True, highlight=False)
+            console.print(
+                f"{plan.run_dir}: skipping {', '.join(plan.dropped)} "
+                f"(not applicable to pe={plan.pe})",
+                soft_wrap=True,
+                highlight=False,
+            )
     plans = [plan for plan in plans if plan.items]
     if not plans:
+        if skipped.reasons:
+            raise PosexpError(f"no run under {str(target)!r} could be evaluated (each named above)")
         raise PosexpError(f"no method asked for applies to any run under {str(target)!r}")
     data_cache: dict[str, Data] = {}
-    tests = []
-    for plan in plans:
+
+    def test_data(plan: RunPlan) -> tuple[RunPlan, np.ndarray | None]:
         if plan.task is not None:  # a task run: fixed test instances instead of token windows
             attach_examples(plan)
-            tests.append(None)
-            continue
+            return plan, None
         test = load_test_tokens(plan.cfg, data_cache)
         attach_windows(plan, len(test))
-        tests.append(test)
-    autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16))
-                if device.type == "cuda" else contextlib.nullcontext)
+        return plan, test
+
+    prepared = [
+        skipped.guard(plan.run_dir, lambda plan=plan: test_data(plan), several) for plan in plans
+    ]
+    plans, tests = [p for p, _ in filter(None, prepared)], [t for _, t in filter(None, prepared)]
+    autocast = (
+        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
+        if device.type == "cuda"
+        else contextlib.nullcontext
+    )
     total = sum(item.work for plan in plans for item in plan.items)
     results = []
-    with tqdm(total=total, desc="eval-extrapolate", unit="tok", unit_scale=True,
-              disable=None if progress is None else not progress, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=total,
+        desc="eval-extrapolate",
+        unit="tok",
+        unit_scale=True,
+        disable=None if progress is None else not progress,
+        dynamic_ncols=True,
+    ) as bar:
         for plan, test in zip(plans, tests, strict=True):
-            results.append(evaluate_plan(plan, test, device, settings.batch_tokens, autocast, bar))
+            result = skipped.guard(
+                plan.run_dir,
+                lambda plan=plan, test=test: evaluate_plan(
+                    plan, test, device, settings.batch_tokens, autocast, bar
+                ),
+                several,
+            )
+            if result is not None:
+                results.append(result)
     for result in results:
         print_table(result, console, several=len(results) > 1)
     return results
 
 
-def evaluate_plan(plan: RunPlan, test: np.ndarray | None, device: torch.device, batch_tokens: int,
-                  autocast: Callable[[], Any], bar: Any) -> RunResult:
+def evaluate_plan(
+    plan: RunPlan,
+    test: np.ndarray | None,
+    device: torch.device,
+    batch_tokens: int,
+    autocast: Callable[[], Any],
+    bar: Any,
+) -> RunResult:
     """Score every item of one run, then write its JSON, CSV, plots and TensorBoard scalars."""
     mdict = dict(plan.meta["model"])
-    state = plan.run.load_model(torch.device("cpu")).state_dict()
-    tokens = None if test is None else torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64))
-    tokenizer = build_tokenizer(plan.cfg.tokenizer.name, None, Path(plan.cfg.cache_dir),
-                                **plan.cfg.tokenizer.params) if plan.task is not None else None
-    models: dict[str, GPT] = {}
+    tokens = (
+        None
+        if test is None
+        else torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64))
+    )
+    tokenizer = (
+        build_tokenizer(
+            plan.cfg.tokenizer.name, None, Path(plan.cfg.cache_dir), **plan.cfg.tokenizer.params
+        )
+        if plan.task is not None
+        else None
+    )
+    loaded: tuple[ExtensionConfig, GPT] | None = None  # one model alive at a time
     records: list[dict[str, Any]] = []
     longest = plan.longest
     curves: dict[str, dict[str, Any]] = {}
@@ -139,50 +277,79 @@ def evaluate_plan(plan: RunPlan, test: np.ndarray | None, device: torch.device, 
         bar.update(n)
 
     for item in plan.items:
-        record = {"method": item.method, "length": item.length, "protocol": item.protocol,
-                  "factor": item.factor, "ppl": None, "loss": None, "tokens": 0, "seconds": 0.0,
-                  "note": item.note, "stride": item.stride, "metric": item.metric,
-                  "accuracy": None, "examples": None, "depth": item.depth}
+        record = {
+            "method": item.method,
+            "length": item.length,
+            "protocol": item.protocol,
+            "factor": item.factor,
+            "ppl": None,
+            "loss": None,
+            "tokens": 0,
+            "seconds": 0.0,
+            "note": item.note,
+            "stride": item.stride,
+            "metric": item.metric,
+            "accuracy": None,
+            "examples": None,
+            "depth": item.depth,
+        }
         if not item.skip:
-            key = json.dumps(item.extension, sort_keys=True)
             start, done = time.perf_counter(), scored[0]
             try:
-                if key not in models:
-                    models.clear()  # one model alive at a time: they differ only in frequencies
-                    model = GPT(ModelConfig(**{**mdict, "extension": item.extension}))
-                    model.load_state_dict(state)
-                    models[key] = model.to(device).eval()
+                if loaded is None or loaded[0] != item.extension:
+                    loaded = None  # free the previous model first: they differ only in frequencies
+                    loaded = item.extension, plan.run.load_model(device, item.extension)
+                model = loaded[1]
                 if item.examples is not None:
-                    task_score = score_examples(models[key], item.examples, tokenizer, device,
-                                                batch_tokens, autocast, advance)
+                    task_score = score_examples(
+                        model, item.examples, tokenizer, device, batch_tokens, autocast, advance
+                    )
                 else:
-                    score = score_windows(models[key], tokens, item.windows, device, batch_tokens,
-                                          autocast, advance)
+                    score = score_windows(
+                        model, tokens, item.windows, device, batch_tokens, autocast, advance
+                    )
             except PositionOutOfRange:
                 advance(item.work - (scored[0] - done))
                 record["note"] = "; ".join(x for x in (item.note, out_of_table_note(mdict)) if x)
             else:
                 if item.examples is not None:
-                    record.update(loss=task_score.loss, ppl=safe_exp(task_score.loss),
-                                  tokens=task_score.tokens, accuracy=task_score.accuracy,
-                                  examples=task_score.rows)
+                    record.update(
+                        loss=task_score.loss,
+                        ppl=safe_exp(task_score.loss),
+                        tokens=task_score.tokens,
+                        accuracy=task_score.accuracy,
+                        examples=task_score.rows,
+                    )
                 else:
                     record.update(loss=score.loss, ppl=safe_exp(score.loss), tokens=score.count)
-                if item.examples is None and item.length == longest and (item.method not in curves
-                                               or item.protocol == "nonoverlap"):
+                if (
+                    item.examples is None
+                    and item.length == longest
+                    and (item.method not in curves or item.protocol == "nonoverlap")
+                ):
                     curves[item.method] = bucket_positions(score, item.protocol)
             record["seconds"] = round(time.perf_counter() - start, 3)
             if bar.disable:  # no terminal (nohup, Slurm): a plain line per item instead of the bar
-                shown = (record["note"] if record["ppl"] is None else f"accuracy {record['accuracy']:.3f}"
-                         if item.examples is not None else f"ppl {record['ppl']:.4g}")
+                shown = (
+                    record["note"]
+                    if record["ppl"] is None
+                    else f"accuracy {record['accuracy']:.3f}"
+                    if item.examples is not None
+                    else f"ppl {record['ppl']:.4g}"
+                )
                 where = item.protocol if item.depth is None else f"key depth {item.depth:g}"
-                print(f"{plan.run_dir.name}: {item.method} at {item.length:,} ({where}): "
-                      f"{shown}  [{record['seconds']:.1f}s, {scored[0]:,}/{bar.total:,} tokens]",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{plan.run_dir.name}: {item.method} at {item.length:,} ({where}): "
+                    f"{shown}  [{record['seconds']:.1f}s, {scored[0]:,}/{bar.total:,} tokens]",
+                    file=sys.stderr,
+                    flush=True,
+                )
         records.append(record)
-    per_position = {"length": longest, "train_length": plan.train_length,
-                    "buckets": PER_POSITION_BUCKETS, "methods": curves}
+    per_position = {
+        "length": longest,
+        "train_length": plan.train_length,
+        "buckets": PER_POSITION_BUCKETS,
+        "methods": curves,
+    }
     files = write_outputs(plan, records, per_position)
     return RunResult(plan.run_dir, plan.pe, plan.train_length, records, per_position, files)
-
-

@@ -10,8 +10,6 @@ from typing import Any
 
 from posexp.commands.extrapolate.plan import (
     FIELDS,
-    TB_METHODS_DIR,
-    TB_SUFFIX,
     RunPlan,
     RunResult,
 )
@@ -27,24 +25,37 @@ from posexp.rundir import RunDir
 # ---- outputs -------------------------------------------------------------------------------
 
 
-def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: dict[str, Any]) -> list[Path]:
+def write_outputs(
+    plan: RunPlan, records: list[dict[str, Any]], per_position: dict[str, Any]
+) -> list[Path]:
     """JSON, CSV, two PNGs and TensorBoard scalars for one run."""
-    names = ["extrapolate.json", "extrapolate.csv", "per_position.json", "extrapolate.png",
-             "per_position.png"]
+    names = [
+        "extrapolate.json",
+        "extrapolate.csv",
+        "per_position.json",
+        "extrapolate.png",
+        "per_position.png",
+    ]
     model = plan.meta["model"]
-    title = (f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
-             f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens\n{plan.run_dir.name}")
+    title = (
+        f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
+        f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens\n{plan.run_dir.name}"
+    )
     if plan.task is not None:  # a task run: accuracy records and their plot, no token positions
         task = plan.task
-        title = (f"{task.task.name}, pe={plan.pe}, {model['n_layers']} layers, {model['n_heads']} "
-                 f"heads, trained on sizes {task.train_lengths[0]}–{task.train_lengths[1]}\n"
-                 f"{plan.run_dir.name}")
+        title = (
+            f"{task.task.name}, pe={plan.pe}, {model['n_layers']} layers, {model['n_heads']} "
+            f"heads, trained on sizes {task.train_lengths[0]}–{task.train_lengths[1]}\n"
+            f"{plan.run_dir.name}"
+        )
         with staged_dir(plan.run.eval_dir) as out:
             write_json_atomic(out / names[0], records)
             write_csv_atomic(out / names[1], records, FIELDS)
-            png = save_figure_atomic(plot_accuracy(records, task.train_lengths, task.task.unit, title),
-                                     out / names[3])
-        write_tensorboard(plan.run_dir, records, {"extrapolate/accuracy_plot": png})
+            png = save_figure_atomic(
+                plot_accuracy(records, task.train_lengths, task.task.unit, title), out / names[3]
+            )
+            write_tensorboard(out, records, {"extrapolate/accuracy_plot": png})
+        remove_legacy_tensorboard(plan.run_dir)
         return [plan.run.eval_dir / name for name in (names[0], names[1], names[3])]
     # One evaluation's files are swapped in together, so JSON, CSV and plots always agree.
     with staged_dir(plan.run.eval_dir) as out:
@@ -53,47 +64,67 @@ def write_outputs(plan: RunPlan, records: list[dict[str, Any]], per_position: di
         write_json_atomic(out / names[2], per_position)
         ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), out / names[3])
         pos_png = save_figure_atomic(plot_per_position(per_position, title), out / names[4])
-    files = [plan.run.eval_dir / name for name in names]
-    write_tensorboard(plan.run_dir, records, {"extrapolate/ppl_plot": ppl_png,
-                                              "extrapolate/per_position_loss": pos_png})
-    return files
+        write_tensorboard(
+            out,
+            records,
+            {"extrapolate/ppl_plot": ppl_png, "extrapolate/per_position_loss": pos_png},
+        )
+    remove_legacy_tensorboard(plan.run_dir)
+    return [plan.run.eval_dir / name for name in names]
 
 
-def write_tensorboard(run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes]) -> None:
+def write_tensorboard(
+    folder: Path, records: list[dict[str, Any]], images: dict[str, bytes]
+) -> None:
     """Per method, ``extrapolate/<protocol>/ppl`` against length, as its own TensorBoard run.
 
-    Each method writes into ``<run>/extrapolate/<method>/``, so TensorBoard draws the methods of
-    one card in different colours and names them in its run list and tooltips; the plots go into
-    the run itself (an event file with suffix ``.extrapolate``). A new evaluation replaces both,
-    so curves never duplicate.
+    ``folder`` is the evaluation's staged ``eval/`` folder: each method writes into
+    ``eval/<method>/``, so TensorBoard draws the methods of one card in different colours and
+    names them in its run list and tooltips, and the plots go into ``eval/`` itself. Being part
+    of the one staged set, the curves are swapped in with the JSON they come from, and a new
+    evaluation replaces them whole, so they never duplicate or disagree with the records.
     """
     from matplotlib.image import imread
     from torch.utils.tensorboard import SummaryWriter
 
-    for old in run_dir.glob(f"events.out.tfevents.*{TB_SUFFIX}"):
-        old.unlink()
-    shutil.rmtree(run_dir / TB_METHODS_DIR, ignore_errors=True)
     for method in dict.fromkeys(r["method"] for r in records):
-        points = sorted((r for r in records if r["method"] == method and r["ppl"] is not None
-                         and math.isfinite(r["ppl"])), key=lambda r: r["length"])
+        points = sorted(
+            (
+                r
+                for r in records
+                if r["method"] == method and r["ppl"] is not None and math.isfinite(r["ppl"])
+            ),
+            key=lambda r: r["length"],
+        )
         if not points:
             continue  # no card for a method with no number (e.g. past a learned table)
-        writer = SummaryWriter(str(run_dir / TB_METHODS_DIR / method.replace(":", "-")))
+        writer = SummaryWriter(str(folder / method.replace(":", "-")))
         try:
             for r in points:
                 metric = r.get("metric") or "ppl"
                 depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
-                writer.add_scalar(f"extrapolate/{r['protocol']}{depth}/{metric}", r[metric], r["length"])
+                writer.add_scalar(
+                    f"extrapolate/{r['protocol']}{depth}/{metric}", r[metric], r["length"]
+                )
         finally:
             writer.close()
-    writer = SummaryWriter(str(run_dir), filename_suffix=TB_SUFFIX)
+    writer = SummaryWriter(str(folder))
     try:
         step = max((r["length"] for r in records), default=0)
         for tag, png in images.items():  # the PNGs already rendered, not a second rendering
-            writer.add_image(tag, imread(io.BytesIO(png), format="png")[..., :3], step,
-                             dataformats="HWC")
+            writer.add_image(
+                tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
+            )
     finally:
         writer.close()
+
+
+def remove_legacy_tensorboard(run_dir: Path) -> None:
+    """Drop the TensorBoard files earlier versions wrote outside ``eval/`` (their curves
+    would stand beside the new ones)."""
+    for old in run_dir.glob("events.out.tfevents.*.extrapolate"):
+        old.unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "extrapolate", ignore_errors=True)
 
 
 def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:
@@ -105,27 +136,37 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     lengths = sorted({r["length"] for r in result.records})
     accuracy = any(r.get("metric") == "accuracy" for r in result.records)
     what = "test exact-match accuracy" if accuracy else "test ppl"
-    console.print(f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {what}, "
-                  f"pe={result.pe}, trained at {result.train_length}"
-                  + (" tokens (longest row)" if accuracy else ""), soft_wrap=True)
+    console.print(
+        f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {what}, "
+        f"pe={result.pe}, trained at {result.train_length}"
+        + (" tokens (longest row)" if accuracy else ""),
+        soft_wrap=True,
+    )
     table = Table()
     table.add_column("method")
     table.add_column("protocol")
     for n in lengths:
-        table.add_column(f"{n}" if accuracy else f"{n}\n×{n / result.train_length:g}", justify="right")
+        table.add_column(
+            f"{n}" if accuracy else f"{n}\n×{n / result.train_length:g}", justify="right"
+        )
     rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for r in result.records:
         rows.setdefault((r["method"], panel(r)), {})[r["length"]] = r
     for (method, protocol), by_len in rows.items():
-        cells = (fmt_accuracy(by_len.get(n)) if accuracy else fmt_ppl(by_len.get(n)) for n in lengths)
+        cells = (
+            fmt_accuracy(by_len.get(n)) if accuracy else fmt_ppl(by_len.get(n)) for n in lengths
+        )
         table.add_row(method, protocol, *cells)
     console.print(table)
     notes = sorted({r["note"] for r in result.records if r["ppl"] is None and r["note"]})
     for note in notes:
         console.print(f"  —: {note}", soft_wrap=True, highlight=False)
     extra = "" if accuracy else ", per_position.{json,png}"
-    console.print(f"  wrote {RunDir(result.run_dir).eval_dir}/extrapolate.{{json,csv,png}}{extra}",
-                  soft_wrap=True, highlight=False)
+    console.print(
+        f"  wrote {RunDir(result.run_dir).eval_dir}/extrapolate.{{json,csv,png}}{extra}",
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 def fmt_accuracy(record: dict[str, Any] | None) -> str:
@@ -141,5 +182,3 @@ def fmt_ppl(record: dict[str, Any] | None) -> str:
         return "—"
     ppl = record["ppl"]
     return f"{ppl:.4g}" if ppl < 1e5 else f"{ppl:.2e}"
-
-

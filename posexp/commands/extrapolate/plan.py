@@ -12,18 +12,19 @@ length):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from posexp import checks
 from posexp.commands.extrapolate.tasks import PROTOCOL as TASK_PROTOCOL
 from posexp.commands.extrapolate.tasks import task_data
-from posexp.config import RunConfig
-from posexp.errors import PosexpError, choose
-from posexp.extension import EXTENSIONS, ExtensionConfig
-from posexp.extension.registry import check_factor
+from posexp.config import ExtrapolateConfig, RunConfig
+from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig, get_extension
 from posexp.files import check_writable
 from posexp.pe import accepted_extensions, check_extension
 from posexp.rundir import RunDir, latest_run
@@ -33,104 +34,62 @@ from posexp.runtime.device import resolve_device
 log = logging.getLogger("posexp")
 
 PROTOCOLS = ("nonoverlap", "sliding")
-PROTOCOL_CHOICES = ("nonoverlap", "sliding", "both")
-BAKED = "baked"
+PROTOCOL_CHOICES = ExtrapolateConfig.PROTOCOLS
+BAKED = ExtrapolateConfig.BAKED
 DEFAULT_LEN = 4096
 DEFAULT_TOKENS = 16384
 DEFAULT_BATCH_TOKENS = 8192
 PER_POSITION_BUCKETS = 64
 # TensorBoard events go into the run dir itself, in files with this suffix (see write_tensorboard).
-TB_SUFFIX = ".extrapolate"
-TB_METHODS_DIR = "extrapolate"  # <run>/extrapolate/<method>/: one TensorBoard run per method
-FIELDS = ("method", "length", "protocol", "factor", "ppl", "loss", "tokens", "seconds", "note", "stride",
-          "metric", "accuracy", "examples", "depth")
+FIELDS = (
+    "method",
+    "length",
+    "protocol",
+    "factor",
+    "ppl",
+    "loss",
+    "tokens",
+    "seconds",
+    "note",
+    "stride",
+    "metric",
+    "accuracy",
+    "examples",
+    "depth",
+)
 
 
 # ---- settings ------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
-    """What the user asked for; None means "the run's `extrapolate:` config, else the default"."""
+    """What the user asked for: the knobs a preset may also set, then where and how to run.
 
-    max_len: int | None = None
-    lengths: list[int] | None = None
-    methods: list[str] | None = None
-    factor: float | None = None
-    protocol: str | None = None
-    stride: int | None = None
-    tokens: int | None = None
+    ``extrapolate`` holds the options (checked when built, ``ExtrapolateConfig.from_dict`` with
+    prefix ``--``); None in it means "the run's `extrapolate:` section, else the default".
+    """
+
+    extrapolate: ExtrapolateConfig = field(default_factory=ExtrapolateConfig)
     device: str = "auto"
     batch_tokens: int = DEFAULT_BATCH_TOKENS
 
     def validate(self) -> None:
-        """Reject bad values before any run is loaded."""
-        for name in ("max_len", "stride", "tokens", "batch_tokens"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise PosexpError(f"--{name.replace('_', '-') if name != 'max_len' else 'len'} "
-                                  f"must be a positive integer, got {value}")
-        if self.lengths is not None:
-            if not self.lengths or any(n <= 0 for n in self.lengths):
-                raise PosexpError(f"--lengths must be positive integers, got {self.lengths}")
-        if self.factor is not None:
-            try:
-                check_factor(self.factor)
-            except PosexpError as e:
-                raise PosexpError(f"--{e}") from None
-        if self.protocol is not None:
-            choose("protocol", self.protocol, PROTOCOL_CHOICES)
-        if self.methods is not None:
-            for m in self.methods:
-                choose("method", m, [*EXTENSIONS, BAKED])
+        """Reject a bad device or batch size before any run is loaded."""
+        checks.positive_int("--batch-tokens", self.batch_tokens)
         resolve_device(self.device)
 
-    def with_run_defaults(self, cfg: RunConfig) -> Settings:
-        """Fill unset options from the run config's `extrapolate:` section (set by presets)."""
-        preset = cfg.extrapolate
-        out = Settings(**vars(self))
-        if out.max_len is None and out.lengths is None:
-            out.max_len = preset.len
-            out.lengths = parse_int_list(preset.lengths)
-        for key in ("factor", "protocol", "stride", "tokens"):
-            if getattr(out, key) is None and getattr(preset, key) is not None:
-                setattr(out, key, getattr(preset, key))
-        if out.methods is None and preset.method is not None:
-            out.methods = parse_methods(preset.method)
-        out.validate()
-        return out
-
-
-def parse_int_list(value: Any) -> list[int] | None:
-    """"64,128,256" or [64, 128] -> [64, 128, 256]; None stays None."""
-    if value is None:
-        return None
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        text = str(item).strip()
-        if not text:
-            continue
-        try:
-            out.append(int(text))
-        except ValueError:
-            raise PosexpError(f"--lengths takes integers like 64,128,256, got {item!r}") from None
-    return out
-
-
-def parse_methods(values: str | Iterable[str] | None) -> list[str] | None:
-    """Comma lists and repeated options, in order, without duplicates."""
-    if values is None:
-        return None
-    if isinstance(values, str):
-        values = [values]
-    out: list[str] = []
-    for value in values:
-        for name in str(value).split(","):
-            name = name.strip()
-            if name and name not in out:
-                out.append(name)
-    return out or None
+    def for_run(self, cfg: RunConfig) -> ExtrapolateConfig:
+        """The knobs for one run: each option given, else the run's `extrapolate:` section."""
+        given, preset = self.extrapolate, cfg.extrapolate
+        knobs = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
+        for key, value in knobs.items():
+            if value is None:
+                knobs[key] = getattr(preset, key)
+        if given.len is not None or given.lengths is not None:
+            # --len or --lengths replaces the preset's choice of lengths, both keys of it.
+            knobs["len"], knobs["lengths"] = given.len, given.lengths
+        return ExtrapolateConfig(**knobs)
 
 
 # ---- windows -------------------------------------------------------------------------------
@@ -151,8 +110,10 @@ class Window:
 
 def nonoverlap_windows(n_tokens: int, length: int) -> list[Window]:
     """Consecutive windows of `length` covering `n_tokens` targets (the last may be shorter)."""
-    return [Window(b, min(b + length, n_tokens), min(b + length, n_tokens) - b)
-            for b in range(0, n_tokens, length)]
+    return [
+        Window(b, min(b + length, n_tokens), min(b + length, n_tokens) - b)
+        for b in range(0, n_tokens, length)
+    ]
 
 
 def sliding_windows(n_tokens: int, length: int, stride: int) -> list[Window]:
@@ -178,7 +139,7 @@ class Item:
     length: int
     protocol: str
     factor: float
-    extension: dict[str, Any] | None
+    extension: ExtensionConfig
     stride: int | None = None
     windows: list[Window] = field(default_factory=list)
     note: str = ""
@@ -225,19 +186,22 @@ class RunPlan:
 
 
 def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
-    """The run dir itself, every job with a checkpoint in a sweep dir, or the newest run."""
+    """The run dir itself, every job of a sweep dir (with or without a checkpoint), or the newest run."""
     if target is None:
         return [latest_run()]
     if isinstance(target, (list, tuple)):
         return [run for t in target for run in find_runs(t)]
-    return find_run_dirs(target, need_checkpoint=True, what="--run")
+    runs = find_run_dirs(target, what="--run")  # a sweep's failed jobs too: each is named
+    if len(runs) == 1 and not runs[0].has_checkpoint():
+        return find_run_dirs(target, need_checkpoint=True, what="--run")  # its one-line error
+    return runs
 
 
-def plan_lengths(settings: Settings, train_length: int, run_dir: Path) -> list[int]:
+def plan_lengths(knobs: ExtrapolateConfig, train_length: int, run_dir: Path) -> list[int]:
     """Explicit --lengths, else doubling from the training length up to --len (inclusive)."""
-    if settings.lengths:
-        return sorted(set(settings.lengths))
-    max_len = settings.max_len or DEFAULT_LEN
+    if knobs.lengths:
+        return sorted(set(knobs.lengths))
+    max_len = knobs.len or DEFAULT_LEN
     if max_len < train_length:
         raise PosexpError(
             f"--len {max_len} is below the training length {train_length} of {str(run_dir)!r}; "
@@ -269,21 +233,24 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     check_writable(run_dir, "run dir")  # before any scoring, not after it
     meta = run.meta()
     cfg = run.config()
-    s = settings.with_run_defaults(cfg)
-    mdict = meta["model"]
-    pe, train_length = mdict["pe"], int(mdict["train_length"])
-    baked = dict(mdict.get("extension") or {"method": "none"})
-    has_baked = baked.get("method", "none") != "none"
+    given, s = settings.extrapolate, settings.for_run(cfg)
+    mcfg = run.model_config()
+    pe, train_length, baked = mcfg.pe, mcfg.train_length, mcfg.extension
+    has_baked = baked.method != "none"
     task = task_data(cfg)
     if task is not None:
-        if settings.max_len is not None or settings.protocol is not None or settings.tokens is not None:
-            raise PosexpError(f"{str(run_dir)!r} is a {task.task.name} task run: it is scored by "
-                              f"test sizes; allowed: --lengths (in {task.task.unit}), --method, --factor")
-        lengths = sorted(set(settings.lengths or task.test_lengths))
+        if given.len is not None or given.protocol is not None or given.tokens is not None:
+            raise PosexpError(
+                f"{str(run_dir)!r} is a {task.task.name} task run: it is scored by "
+                f"test sizes; allowed: --lengths (in {task.task.unit}), --method, --factor"
+            )
+        lengths = sorted(set(given.lengths or task.test_lengths))
         for n in lengths:
             if n < task.task.min_length:
-                raise PosexpError(f"--lengths {n} is below the smallest {task.task.name} size "
-                                  f"{task.task.min_length}; allowed: sizes >= {task.task.min_length}")
+                raise PosexpError(
+                    f"--lengths {n} is below the smallest {task.task.name} size "
+                    f"{task.task.min_length}; allowed: sizes >= {task.task.min_length}"
+                )
         train_length = task.longest_train_row()  # positions trained: the longest training row
         protocols: tuple[str, ...] = (TASK_PROTOCOL,)
     else:
@@ -292,9 +259,9 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         protocols = PROTOCOLS if protocol == "both" else (protocol,)
     variants = (task.task.variants or (None,)) if task is not None else (None,)
     stride = s.stride or max(1, train_length // 2)
-    if settings.tokens is not None and settings.tokens < max(lengths):
+    if given.tokens is not None and given.tokens < max(lengths):
         raise PosexpError(
-            f"--tokens {settings.tokens} is below the longest length {max(lengths)}; every length "
+            f"--tokens {given.tokens} is below the longest length {max(lengths)}; every length "
             f"needs at least one full window (allowed: --tokens >= {max(lengths)})"
         )
     # A preset's token count (or the default) grows to one full window at the longest length.
@@ -303,7 +270,9 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     unfinished = unfinished_note(run, meta, cfg)
     if unfinished:
         log.warning("%s: %s; its records say so", run_dir, unfinished)
-    methods = ([BAKED] if has_baked else []) + accepted_extensions(pe) if s.methods is None else s.methods
+    methods = (
+        ([BAKED] if has_baked else []) + accepted_extensions(pe) if s.method is None else s.method
+    )
     items: list[Item] = []
     dropped: list[str] = []
     for method in methods:
@@ -317,7 +286,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                     f"--method baked: {str(run_dir)!r} has no baked-in extension "
                     f"(only runs made by `posexp finetune` with an extension have one)"
                 )
-            label = f"{BAKED}:{baked['method']}"
+            label = f"{BAKED}:{baked.method}"
         else:
             label = method
             if method not in accepted_extensions(pe):
@@ -328,21 +297,33 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                 continue
         for length in lengths:
             if method == BAKED:
-                factor, ext = float(baked.get("factor", 1.0)), baked
-                extra = (f"baked in by finetune: factor {factor:g}, "
-                         f"original_length {baked.get('original_length')}")
+                factor, ext = baked.factor, baked
+                extra = (
+                    f"baked in by finetune: factor {factor:g}, "
+                    f"original_length {baked.original_length}"
+                )
             else:
                 tokens = task.task.row_tokens(length) if task is not None else length
                 factor, ext, extra = method_extension(method, tokens, train_length, s.factor)
             for p in protocols:
                 for depth in variants:
-                    items.append(Item(label, length, p, factor, ext,
-                                      stride=min(stride, length) if p == "sliding" else None,
-                                      note="; ".join(x for x in (note, extra, unfinished) if x),
-                                      depth=depth))
+                    items.append(
+                        Item(
+                            label,
+                            length,
+                            p,
+                            factor,
+                            ext,
+                            stride=min(stride, length) if p == "sliding" else None,
+                            note="; ".join(x for x in (note, extra, unfinished) if x),
+                            depth=depth,
+                        )
+                    )
     if not items and n_runs == 1:
-        raise PosexpError(f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
-                          f"allowed for {pe}: {', '.join(accepted_extensions(pe))}")
+        raise PosexpError(
+            f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
+            f"allowed for {pe}: {', '.join(accepted_extensions(pe))}"
+        )
     return RunPlan(run, meta, cfg, train_length, n_tokens, items, dropped, task)
 
 
@@ -356,7 +337,6 @@ class RunResult:
     records: list[dict[str, Any]]
     per_position: dict[str, Any]
     files: list[Path]
-
 
 
 def attach_examples(plan: RunPlan) -> None:
@@ -373,27 +353,29 @@ def attach_windows(plan: RunPlan, test_size: int) -> None:
             continue
         if item.length > plan.n_tokens:
             item.skip = True
-            item.note = (f"the test split has only {test_size} tokens, "
-                         f"too few for one window of {item.length}")
+            item.note = (
+                f"the test split has only {test_size} tokens, "
+                f"too few for one window of {item.length}"
+            )
         elif item.protocol == "nonoverlap":
             item.windows = nonoverlap_windows(plan.n_tokens, item.length)
         else:
             item.windows = sliding_windows(plan.n_tokens, item.length, item.stride)
 
 
-def method_extension(method: str, length: int, train_length: int, fixed: float | None
-                     ) -> tuple[float, dict[str, Any], str]:
-    """(factor, extension dict, note) for a method evaluated at ``length``."""
+def method_extension(
+    method: str, length: int, train_length: int, fixed: float | None
+) -> tuple[float, ExtensionConfig, str]:
+    """(factor, extension, note) for a method evaluated at ``length``."""
     note = ""
     if method == "none":
         factor = 1.0
     elif fixed is not None:
         factor = float(fixed)
-    elif EXTENSIONS[method].dynamic:
+    elif get_extension(method).dynamic:
         # Dynamic NTK already scales with the window length l; s = l/L0 on top would count it twice.
         factor, note = 1.0, "dynamic: base follows the window length"
     else:
         factor = max(1.0, length / train_length)
-    ext = {"method": method, "factor": factor, "original_length": train_length}
-    ExtensionConfig.from_dict(ext)  # validates the method's params now, not mid-evaluation
-    return factor, ext, note
+    # Built (and so checked) while planning, not mid-evaluation.
+    return factor, ExtensionConfig(method, factor, train_length), note

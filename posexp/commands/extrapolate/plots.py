@@ -27,7 +27,9 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n:,}" for n in lengths])
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0), numticks=12))
+    ax.yaxis.set_major_locator(
+        LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0), numticks=12)
+    )
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
 
@@ -40,19 +42,37 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> An
     import matplotlib.pyplot as plt
 
     protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in records)]
-    fig, axes = plt.subplots(1, len(protocols), figsize=(6 * len(protocols) + 2.2, 4.8),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(protocols),
+        figsize=(6 * len(protocols) + 2.2, 4.8),
+        squeeze=False,
+        layout="constrained",
+    )
     lengths = sorted({r["length"] for r in records})
     for ax, protocol in zip(axes[0], protocols, strict=True):
         methods = list(dict.fromkeys(r["method"] for r in records if r["protocol"] == protocol))
         for i, method in enumerate(methods):
-            pts = sorted((r["length"], r["ppl"]) for r in records
-                         if r["protocol"] == protocol and r["method"] == method and r["ppl"] is not None)
+            pts = sorted(
+                (r["length"], r["ppl"])
+                for r in records
+                if r["protocol"] == protocol and r["method"] == method and r["ppl"] is not None
+            )
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker=MARKERS[i % len(MARKERS)],
-                        linestyle=DASHES[i % len(DASHES)], markersize=8 - 1.5 * (i % 4), label=method)
-        ax.axvline(train_length, color="grey", linestyle=":", linewidth=1,
-                   label=f"training length ({train_length:,})")
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    marker=MARKERS[i % len(MARKERS)],
+                    linestyle=DASHES[i % len(DASHES)],
+                    markersize=8 - 1.5 * (i % 4),
+                    label=method,
+                )
+        ax.axvline(
+            train_length,
+            color="grey",
+            linestyle=":",
+            linewidth=1,
+            label=f"training length ({train_length:,})",
+        )
         plain_log_axes(ax, lengths)
         ax.set_xlabel("evaluation length (tokens)")
         ax.set_ylabel("test perplexity (log scale)")
@@ -67,8 +87,10 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> An
 def smooth(values: list[float], width: int = 5) -> list[float]:
     """Centred moving average (shorter windows at the ends), to read a trend through bucket noise."""
     half = width // 2
-    return [sum(values[max(0, i - half) : i + half + 1]) / len(values[max(0, i - half) : i + half + 1])
-            for i in range(len(values))]
+    return [
+        sum(values[max(0, i - half) : i + half + 1]) / len(values[max(0, i - half) : i + half + 1])
+        for i in range(len(values))
+    ]
 
 
 def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
@@ -85,15 +107,28 @@ def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
         if not pts:
             continue
         x, y = zip(*pts, strict=True)
-        (line,) = ax.plot(x, smooth(list(y)), linestyle=DASHES[i % len(DASHES)], linewidth=1.8,
-                          label=f"{method} ({curve['protocol']})")
+        (line,) = ax.plot(
+            x,
+            smooth(list(y)),
+            linestyle=DASHES[i % len(DASHES)],
+            linewidth=1.8,
+            label=f"{method} ({curve['protocol']})",
+        )
         ax.plot(x, y, color=line.get_color(), linewidth=0.6, alpha=0.3)
-    ax.axvline(per_position["train_length"], color="grey", linestyle=":", linewidth=1,
-               label=f"training length ({per_position['train_length']:,})")
+    ax.axvline(
+        per_position["train_length"],
+        color="grey",
+        linestyle=":",
+        linewidth=1,
+        label=f"training length ({per_position['train_length']:,})",
+    )
     ax.set_xlabel("position in the window (tokens)")
     ax.set_ylabel("mean loss (nats/token)")
-    ax.set_title(f"loss by position at length {per_position['length']:,} (faint: per bucket; "
-                 "bold: 5-bucket moving average)", fontsize=10)
+    ax.set_title(
+        f"loss by position at length {per_position['length']:,} (faint: per bucket; "
+        "bold: 5-bucket moving average)",
+        fontsize=10,
+    )
     ax.grid(True, alpha=0.3)
     fig.legend(loc="outside right upper", fontsize=8)
     fig.suptitle(title, fontsize=10)
@@ -106,8 +141,9 @@ def panel(record: dict[str, Any]) -> str:
     return record["protocol"] if depth is None else f"key at depth {depth:g}"
 
 
-def plot_accuracy(records: list[dict[str, Any]], train_sizes: tuple[int, int], unit: str,
-                  title: str) -> Any:
+def plot_accuracy(
+    records: list[dict[str, Any]], train_sizes: tuple[int, int], unit: str, title: str
+) -> Any:
     """Exact-match accuracy against size, one line per method, one panel per key depth."""
     import matplotlib
 
@@ -115,19 +151,38 @@ def plot_accuracy(records: list[dict[str, Any]], train_sizes: tuple[int, int], u
     import matplotlib.pyplot as plt
 
     panels = list(dict.fromkeys(panel(r) for r in records))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 2.2, 4.6),
-                             squeeze=False, layout="constrained", sharey=True)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(5.5 * len(panels) + 2.2, 4.6),
+        squeeze=False,
+        layout="constrained",
+        sharey=True,
+    )
     lengths = sorted({r["length"] for r in records})
     for ax, name in zip(axes[0], panels, strict=True):
         methods = list(dict.fromkeys(r["method"] for r in records if panel(r) == name))
         for i, method in enumerate(methods):
-            pts = sorted((r["length"], r["accuracy"]) for r in records if panel(r) == name
-                         and r["method"] == method and r["accuracy"] is not None)
+            pts = sorted(
+                (r["length"], r["accuracy"])
+                for r in records
+                if panel(r) == name and r["method"] == method and r["accuracy"] is not None
+            )
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker=MARKERS[i % len(MARKERS)],
-                        linestyle=DASHES[i % len(DASHES)], markersize=8 - 1.5 * (i % 4), label=method)
-        ax.axvspan(train_sizes[0], train_sizes[1], color="grey", alpha=0.12,
-                   label=f"training sizes ({train_sizes[0]}–{train_sizes[1]})")
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    marker=MARKERS[i % len(MARKERS)],
+                    linestyle=DASHES[i % len(DASHES)],
+                    markersize=8 - 1.5 * (i % 4),
+                    label=method,
+                )
+        ax.axvspan(
+            train_sizes[0],
+            train_sizes[1],
+            color="grey",
+            alpha=0.12,
+            label=f"training sizes ({train_sizes[0]}–{train_sizes[1]})",
+        )
         ax.set_xticks(lengths, [f"{n:,}" for n in lengths], rotation=45 if len(lengths) > 8 else 0)
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel(f"test size ({unit})")

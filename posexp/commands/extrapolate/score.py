@@ -60,9 +60,12 @@ def score_windows(
                 keep[row, length - w.score :] = True
             with autocast():
                 logits = model(x)["logits"]
-            losses = F.cross_entropy(
-                logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none"
-            ).view_as(y) * keep
+            losses = (
+                F.cross_entropy(
+                    logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none"
+                ).view_as(y)
+                * keep
+            )
             score.loss_sum += float(losses.sum())
             score.count += int(keep.sum())
             score.pos_sum[:length] += losses.sum(0).double().cpu().numpy()
@@ -72,12 +75,13 @@ def score_windows(
     return score
 
 
-
 def out_of_table_note(mdict: dict[str, Any]) -> str:
     """Why a learned table cannot score a length (the same words at every length)."""
     rows = mdict.get("pe_params", {}).get("max_len") or mdict["train_length"]
-    return (f"not applicable: the learned position table has {rows} rows and positions past "
-            f"them have no embedding (use --method pi)")
+    return (
+        f"not applicable: the learned position table has {rows} rows and positions past "
+        f"them have no embedding (use --method pi)"
+    )
 
 
 def safe_exp(loss: float) -> float | None:
@@ -96,7 +100,9 @@ def bucket_positions(score: Score, protocol: str) -> dict[str, Any]:
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         c = int(score.pos_count[lo:hi].sum())
         means.append(float(score.pos_sum[lo:hi].sum() / c) if c else None)
-    return {"protocol": protocol, "start": edges[:-1].tolist(), "end": edges[1:].tolist(),
-            "loss": means}
-
-
+    return {
+        "protocol": protocol,
+        "start": edges[:-1].tolist(),
+        "end": edges[1:].tolist(),
+        "loss": means,
+    }

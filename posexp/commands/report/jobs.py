@@ -80,6 +80,8 @@ class Job:
     def error(self) -> str:
         if self.results and self.results.get("error"):
             return str(self.results["error"])
+        if self.status == "unreadable":
+            return self.run.results_problem() or ""
         if self.status == "unfinished":
             if self.meta:
                 total = f" of {self.config.train.max_steps}" if self.config else ""
@@ -111,12 +113,11 @@ class Job:
 
 def find_jobs(target: Path) -> list[Job]:
     """The run dir itself, or every job dir below a sweep dir (outermost job dirs only)."""
-    try:
-        runs = find_runs(target)
-    except PosexpError as e:
-        raise PosexpError(f"report: {e}") from None
-    return [Job(r, str(r.path.relative_to(target)) if r.path != Path(target) else r.path.name)
-            for r in runs]
+    runs = find_runs(target)  # its errors name the folder; the command adds nothing to them
+    return [
+        Job(r, str(r.path.relative_to(target)) if r.path != Path(target) else r.path.name)
+        for r in runs
+    ]
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:
@@ -134,7 +135,8 @@ def swept_keys(jobs: list[Job]) -> list[str]:
 def natural_order(value: Any) -> tuple:
     """Sort key that orders the numbers inside a value by size: h2 < h10, 0.5 < 1.5."""
     text = "" if value is None else str(value)
-    return tuple((0, float(p), "") if re.fullmatch(r"-?\d+(\.\d+)?", p) else (1, 0.0, p)
-                 for p in re.split(r"(-?\d+(?:\.\d+)?)", text) if p)
-
-
+    return tuple(
+        (0, float(p), "") if re.fullmatch(r"-?\d+(\.\d+)?", p) else (1, 0.0, p)
+        for p in re.split(r"(-?\d+(?:\.\d+)?)", text)
+        if p
+    )

@@ -33,7 +33,9 @@ class ReportContext:
         parts = [f"{k}={job.params[k]}" for k in self.swept if k in job.params and k not in exclude]
         return " ".join(parts) or job.name
 
-    def write_csv(self, name: str, rows: list[dict[str, Any]], fields: list[str] | None = None) -> Path:
+    def write_csv(
+        self, name: str, rows: list[dict[str, Any]], fields: list[str] | None = None
+    ) -> Path:
         """Write ``<target>/<name>`` (CSV, atomic) and remember it."""
         path = self.target / name
         write_csv_atomic(path, rows, fields)
@@ -61,11 +63,14 @@ class ReportView:
 REPORT_VIEWS: Registry[ReportView] = Registry("report view")
 
 
-def register_report_view(name: str, detect: Callable[[list[Job]], bool],
-                         render: Callable[[ReportContext], str], order: int = 100) -> ReportView:
+def register_report_view(
+    name: str,
+    detect: Callable[[list[Job]], bool],
+    render: Callable[[ReportContext], str],
+    order: int = 100,
+) -> ReportView:
     """Register a view: ``detect(jobs)`` says if it applies, ``render(ctx)`` returns Markdown."""
     return REPORT_VIEWS.add(name, ReportView(name, detect, render, order))
-
 
 
 # ---- markdown helpers ----------------------------------------------------------------------
@@ -78,8 +83,10 @@ def md_table(header: list[str], rows: list[list[Any]], align: list[str] | None =
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
-             "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    lines = [
+        "| " + " | ".join(cell(h) for h in header) + " |",
+        "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
+    ]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -97,5 +104,3 @@ def fmt(value: Any) -> str:
             return str(value)
         return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
     return str(value)
-
-

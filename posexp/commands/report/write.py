@@ -18,8 +18,9 @@ from posexp.commands.report.jobs import Job, find_jobs, natural_order, swept_key
 from posexp.commands.report.view import ReportContext, fmt, md_table
 from posexp.commands.report.views import load_views
 from posexp.config import DEVICES
-from posexp.errors import choose
+from posexp.errors import PosexpError, choose
 from posexp.files import check_writable, write_csv_atomic, write_text_atomic
+from posexp.rundir import RunDir
 
 log = logging.getLogger("posexp")
 
@@ -42,16 +43,26 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         values = [job.params.get(k, job.setting(k)) for k in ctx.swept] if ctx.swept else [job.name]
         metrics = job.metrics
         rows.append([*values, job.status, *(fmt(metrics.get(k)) for k in metric_keys), job.error])
-        csv_rows.append({**dict(zip(keys, values, strict=True)), "status": job.status,
-                         **{k: metrics.get(k) for k in metric_keys}, "error": job.error,
-                         "dir": job.name})
+        csv_rows.append(
+            {
+                **dict(zip(keys, values, strict=True)),
+                "status": job.status,
+                **{k: metrics.get(k) for k in metric_keys},
+                "error": job.error,
+                "dir": job.name,
+            }
+        )
     align = ["l"] * len(keys) + ["l"] + ["r"] * len(metric_keys) + ["l"]
     counts: dict[str, int] = {}
     for job in jobs:
         counts[job.status] = counts.get(job.status, 0) + 1
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    md = [f"{len(jobs)} run{'s' if len(jobs) != 1 else ''}: {summary}.", "",
-          *([settings, ""] if (settings := settings_line(jobs)) else []), md_table(header, rows, align)]
+    md = [
+        f"{len(jobs)} run{'s' if len(jobs) != 1 else ''}: {summary}.",
+        "",
+        *([settings, ""] if (settings := settings_line(jobs)) else []),
+        md_table(header, rows, align),
+    ]
     plot = runs_plot(ctx, jobs)
     if plot:
         md += ["", f"![final metric per run]({plot.name})"]
@@ -59,11 +70,21 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
 
 
 # What a reader needs to know of every run, in this order (flattened config keys).
-SETTINGS = (("model.name", "model"), ("model.d_model", "d_model"), ("model.n_layers", "layers"),
-            ("heads", "heads"), ("pe.name", "pe"), ("extension.method", "extension"),
-            ("data.source", "data"), ("tokenizer.name", "tokenizer"), ("train.max_steps", "steps"),
-            ("train.batch_size", "batch"), ("train.seq_len", "seq_len"), ("train.lr", "lr"),
-            ("seed", "seed"))
+SETTINGS = (
+    ("model.name", "model"),
+    ("model.d_model", "d_model"),
+    ("model.n_layers", "layers"),
+    ("heads", "heads"),
+    ("pe.name", "pe"),
+    ("extension.method", "extension"),
+    ("data.source", "data"),
+    ("tokenizer.name", "tokenizer"),
+    ("train.max_steps", "steps"),
+    ("train.batch_size", "batch"),
+    ("train.seq_len", "seq_len"),
+    ("train.lr", "lr"),
+    ("seed", "seed"),
+)
 
 
 def settings_line(jobs: list[Job]) -> str:
@@ -82,8 +103,12 @@ def settings_line(jobs: list[Job]) -> str:
     return line + (f" Varying: {', '.join(varying)}." if varying else "")
 
 
-METRIC_LABELS = {"final/val_ppl": "validation perplexity", "final/val_loss": "validation loss (nats/token)",
-                 "final/bleu": "test BLEU", "final/chrf": "test chrF"}
+METRIC_LABELS = {
+    "final/val_ppl": "validation perplexity",
+    "final/val_loss": "validation loss (nats/token)",
+    "final/bleu": "test BLEU",
+    "final/chrf": "test chrF",
+}
 
 
 def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
@@ -91,8 +116,11 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     names = [k for j in jobs for k in j.metrics if k.startswith("final/")]
     candidates = [k for k in names if k.endswith("ppl")] + [k for k in names if k.endswith("loss")]
     for key in dict.fromkeys(candidates):
-        points = [(ctx.label(j), j.metrics[key]) for j in jobs
-                  if isinstance(j.metrics.get(key), (int, float)) and math.isfinite(j.metrics[key])]
+        points = [
+            (ctx.label(j), j.metrics[key])
+            for j in jobs
+            if isinstance(j.metrics.get(key), (int, float)) and math.isfinite(j.metrics[key])
+        ]
         if points:
             break
     else:
@@ -106,14 +134,17 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _ in points]
     values = [v for _, v in points]
     lines = sum(n.count("\n") + 1 for n in names)
-    fig, ax = plt.subplots(figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(points)), layout="constrained")
+    fig, ax = plt.subplots(
+        figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(points)), layout="constrained"
+    )
     # Runs down the y axis (their labels stay readable), points on a zoomed x axis: the
     # differences between runs are what a reader compares, not the distance from 0.
     ys = list(range(len(values)))[::-1]
     ax.plot(values, ys, "o", color="tab:blue", markersize=7)
     for y, v in zip(ys, values, strict=True):
-        ax.annotate(f"{v:.4g}", (v, y), textcoords="offset points", xytext=(7, 0), va="center",
-                    fontsize=8)
+        ax.annotate(
+            f"{v:.4g}", (v, y), textcoords="offset points", xytext=(7, 0), va="center", fontsize=8
+        )
     low, high = min(values), max(values)
     pad = (high - low) * 0.1 or abs(high) * 0.05 or 1.0
     ax.set_xlim(low - pad, high + 2.5 * pad)
@@ -127,12 +158,20 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
 
 def pending_evaluations(jobs: list[Job]) -> list[Job]:
     """Completed jobs whose config asks for an extrapolation eval (a preset) and lack one."""
-    return [j for j in jobs if j.status == "completed" and j.meta and j.extrapolate is None
-            and j.config and j.config.to_dict()["extrapolate"]]
+    return [
+        j
+        for j in jobs
+        if j.status == "completed"
+        and j.meta
+        and j.extrapolate is None
+        and j.config
+        and j.config.to_dict()["extrapolate"]
+    ]
 
 
-def write_report(target: Path | str, evaluate: bool = True, device: str = "auto",
-                 console: Any = None) -> list[Path]:
+def write_report(
+    target: Path | str, evaluate: bool = True, device: str = "auto", console: Any = None
+) -> list[Path]:
     """Write ``report.md``, ``report.csv`` and the views' CSVs and PNGs into ``target``."""
     from rich.console import Console
 
@@ -141,21 +180,56 @@ def write_report(target: Path | str, evaluate: bool = True, device: str = "auto"
     choose("--device", device, DEVICES)
     jobs = find_jobs(target)
     check_writable(target, "report folder")
+    # One writer per folder: refused while a run trains in it (and so writes into it).
+    with RunDir(target).writing("report folder"):
+        return _write_report(target, jobs, evaluate, device, console)
+
+
+def _write_report(
+    target: Path, jobs: list[Job], evaluate: bool, device: str, console: Any
+) -> list[Path]:
+    """``write_report`` once this process holds the folder's lock."""
     pending = pending_evaluations(jobs)
+    if pending and evaluate:
+        for job, who in [(j, j.run.holder()) for j in pending]:
+            if who:  # another process writes that run now: evaluate the others
+                console.print(
+                    f"{job.path}: not evaluated: another posexp process ({who}) is writing it",
+                    soft_wrap=True,
+                    highlight=False,
+                )
+                pending.remove(job)
     if pending and evaluate:
         from posexp.commands.extrapolate.evaluate import evaluate_runs
         from posexp.commands.extrapolate.plan import Settings
 
-        console.print(f"evaluating {len(pending)} run(s) at longer lengths first (their config "
-                      f"has an `extrapolate:` section; --no-eval skips this)", highlight=False)
-        evaluate_runs([job.path for job in pending], Settings(device=device), console=console)
+        console.print(
+            f"evaluating {len(pending)} run(s) at longer lengths first (their config "
+            f"has an `extrapolate:` section; --no-eval skips this)",
+            highlight=False,
+        )
+        try:
+            evaluate_runs([job.path for job in pending], Settings(device=device), console=console)
+        except PosexpError as e:  # a damaged job: the report of the others is still written
+            console.print(
+                f"report: some evaluations failed: {e}; their jobs are reported without one",
+                soft_wrap=True,
+                highlight=False,
+            )
         jobs = find_jobs(target)
     ctx = ReportContext(target, jobs, swept_keys(jobs))
     runs_md, csv_rows = runs_section(ctx)
     csv_path = target / "report.csv"
     write_csv_atomic(csv_path, csv_rows)
-    sections = [f"# Report: {target.name}", "", f"Made by `posexp report {target}`.", "",
-                "## Runs", "", runs_md]
+    sections = [
+        f"# Report: {target.name}",
+        "",
+        f"Made by `posexp report {target}`.",
+        "",
+        "## Runs",
+        "",
+        runs_md,
+    ]
     for view in load_views():
         if view.detect(jobs):
             sections += ["", view.render(ctx)]

@@ -9,20 +9,18 @@ range; where they do not, the hash split in ``base.py`` keeps test instances out
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from posexp.checks import integer, positive_int
 from posexp.data.registry import SPLITS, Corpus, register_dataset
-from posexp.data.synthetic.base import TASKS, Task, build_task, check_int, draw, register_task
+from posexp.data.synthetic.base import TASKS, Task, build_task, draw, register_task
 from posexp.errors import PosexpError
+from posexp.registry import discover
 
-for _info in pkgutil.iter_modules(__path__):  # every task module registers itself
-    if _info.name != "base":
-        importlib.import_module(f"{__name__}.{_info.name}")
+discover(__name__, __path__, skip=("base",))  # every task module registers itself
 
 SPLIT_INDEX = {s: i for i, s in enumerate(SPLITS)}
 
@@ -42,8 +40,9 @@ class SyntheticData:
         """True for sizes training draws from (where instances must be held out by hash)."""
         return self.train_lengths[0] <= n <= self.train_lengths[1]
 
-    def examples(self, split: str, n: int, count: int, variant: float | None = None
-                 ) -> list[tuple[str, str]]:
+    def examples(
+        self, split: str, n: int, count: int, variant: float | None = None
+    ) -> list[tuple[str, str]]:
         """``count`` fixed instances of size ``n`` for val or test (a pure function of data.seed)."""
         key = [self.seed, SPLIT_INDEX[split], n, 0 if variant is None else 1 + round(variant * 1e6)]
         rng = np.random.default_rng(key)
@@ -71,9 +70,11 @@ class SyntheticData:
 def _lengths(value: Any) -> tuple[int, int]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise PosexpError(f"data.train_lengths must be [min, max], got {value!r}")
-    lo, hi = (check_int("train_lengths", v, 1) for v in value)
+    lo, hi = (positive_int("data.train_lengths", v) for v in value)
     if lo > hi:
-        raise PosexpError(f"data.train_lengths must be [min, max] with min <= max, got {list(value)}")
+        raise PosexpError(
+            f"data.train_lengths must be [min, max] with min <= max, got {list(value)}"
+        )
     return lo, hi
 
 
@@ -83,14 +84,22 @@ def check_synthetic(params: dict[str, Any], seq_len: int | None) -> int:
     data = make_data(**params)
     need = data.longest_train_row()
     if seq_len is not None and need > seq_len:
-        raise PosexpError(f"train.seq_len={seq_len} is too short for {data.task.name} rows of size "
-                          f"{data.train_lengths[1]} ({need} tokens); allowed: train.seq_len >= {need}")
+        raise PosexpError(
+            f"train.seq_len={seq_len} is too short for {data.task.name} rows of size "
+            f"{data.train_lengths[1]} ({need} tokens); allowed: train.seq_len >= {need}"
+        )
     return need
 
 
-def make_data(task: str = "copy", train_lengths: Any = (1, 20), test_lengths: Any = (20, 30, 40),
-              val_examples: int = 64, test_examples: int = 100, seed: int = 0,
-              **options: Any) -> SyntheticData:
+def make_data(
+    task: str = "copy",
+    train_lengths: Any = (1, 20),
+    test_lengths: Any = (20, 30, 40),
+    val_examples: int = 64,
+    test_examples: int = 100,
+    seed: int = 0,
+    **options: Any,
+) -> SyntheticData:
     """Build and check the task and its settings (one-line errors naming data.<key>)."""
     if not isinstance(task, str):
         raise PosexpError(f"data.task must be a task name, got {task!r}")
@@ -98,15 +107,21 @@ def make_data(task: str = "copy", train_lengths: Any = (1, 20), test_lengths: An
     lo, hi = _lengths(train_lengths)
     if not isinstance(test_lengths, (list, tuple)) or not test_lengths:
         raise PosexpError(f"data.test_lengths must be a list of sizes, got {test_lengths!r}")
-    tests = sorted({check_int("test_lengths", n, 1) for n in test_lengths})
+    tests = sorted({positive_int("data.test_lengths", n) for n in test_lengths})
     for n in (lo, *tests):
         if n < t.min_length:
             raise PosexpError(f"task {task!r} needs sizes >= {t.min_length} {t.unit}, got {n}")
-    return SyntheticData(t, (lo, hi), tests, check_int("val_examples", val_examples, 1),
-                         check_int("test_examples", test_examples, 1), check_int("seed", seed, 0))
+    return SyntheticData(
+        t,
+        (lo, hi),
+        tests,
+        positive_int("data.val_examples", val_examples),
+        positive_int("data.test_examples", test_examples),
+        integer("data.seed", seed, low=0),
+    )
 
 
-@register_dataset("synthetic", check=check_synthetic, tokenizers=("byte",))
+@register_dataset("synthetic", kind="synthetic", check=check_synthetic, tokenizers=("byte",))
 def load_synthetic(**params: Any) -> Corpus:
     """A synthetic task as a corpus of kind "synthetic" (no documents; instances on demand);
     ``make_data`` names and checks the parameters."""

@@ -33,8 +33,9 @@ class Addition(Task):
             digits[0] = rng.integers(1, 10)
         return int("".join(map(str, digits)))
 
-    def instance(self, rng: np.random.Generator, n: int, split: str,
-                 variant: float | None = None) -> tuple[str, str]:
+    def instance(
+        self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
+    ) -> tuple[str, str]:
         """Two n-digit numbers and their sum."""
         a, b = self.number(rng, n), self.number(rng, n)
         total = str(a + b)

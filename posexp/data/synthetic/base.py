@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from posexp import checks
 from posexp.errors import PosexpError
+from posexp.registry import Registry
 
 # Per 100 hash buckets: 0-79 train, 80-89 val, 90-99 test (only where train lengths reach).
 SPLIT_BUCKETS = {"train": range(0, 80), "val": range(80, 90), "test": range(90, 100)}
@@ -31,8 +33,9 @@ class Task:
     # Values of the task's one evaluation variable besides length (passkey: key depth).
     variants: tuple[float, ...] = ()
 
-    def instance(self, rng: np.random.Generator, n: int, split: str,
-                 variant: float | None = None) -> tuple[str, str]:
+    def instance(
+        self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
+    ) -> tuple[str, str]:
         """One (prompt, answer) of size ``n`` for ``split`` (passkey reads its filler from it)."""
         raise NotImplementedError
 
@@ -49,17 +52,15 @@ class Task:
         return self.prompt_length(n) + 1 + self.answer_length(n)
 
 
-TASKS: dict[str, type[Task]] = {}
+TASKS: Registry[type[Task]] = Registry("data.task")
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
     """Class decorator: register a task under ``name``."""
 
     def wrap(cls: type[Task]) -> type[Task]:
-        if name in TASKS:
-            raise ValueError(f"task {name!r} registered twice")
+        TASKS.add(name, cls)
         cls.name = name
-        TASKS[name] = cls
         return cls
 
     return wrap
@@ -67,44 +68,43 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
 
 def build_task(name: str, options: dict[str, Any]) -> Task:
     """The task registered as ``name`` with ``options`` (one-line errors for bad names/options)."""
-    import inspect
-
-    if name not in TASKS:
-        raise PosexpError(f"unknown data.task {name!r}; allowed: {', '.join(sorted(TASKS))}")
-    cls = TASKS[name]
-    allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    cls = TASKS.get(name)
+    allowed = checks.keyword_params(cls.__init__, skip=("self",))
     for key in options:
         if key not in allowed:
-            raise PosexpError(f"unknown option data.{key} for task {name!r}; "
-                              f"allowed: {', '.join(allowed) or '(none)'}")
+            raise PosexpError(
+                f"unknown option data.{key} for task {name!r}; "
+                f"allowed: {', '.join(allowed) or '(none)'}"
+            )
     return cls(**options)
 
 
 def split_of(prompt: str) -> str:
     """The split an instance belongs to, from a hash of its prompt (stable across runs)."""
-    bucket = int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "little") % 100
+    bucket = (
+        int.from_bytes(hashlib.blake2b(prompt.encode(), digest_size=8).digest(), "little") % 100
+    )
     return next(s for s, r in SPLIT_BUCKETS.items() if bucket in r)
 
 
-def draw(task: Task, rng: np.random.Generator, n: int, split: str, held_out: bool,
-         variant: float | None = None) -> tuple[str, str]:
+def draw(
+    task: Task,
+    rng: np.random.Generator,
+    n: int,
+    split: str,
+    held_out: bool,
+    variant: float | None = None,
+) -> tuple[str, str]:
     """An instance of ``split``; with ``held_out`` (lengths training also uses) only one whose
     prompt hashes to ``split``, so train, val and test never share an instance."""
     for _ in range(MAX_TRIES):
         prompt, answer = task.instance(rng, n, split, variant)
         if not held_out or split_of(prompt) == split:
             return prompt, answer
-    raise PosexpError(f"task {task.name!r} at length {n} has too few distinct instances to hold "
-                      f"some out for {split}; allowed: lengths with more instances")
-
-
-def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """``value`` as an int in [low, high], else a one-line error naming ``data.<name>``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
-            high is not None and value > high):
-        rule = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise PosexpError(f"data.{name} must be an integer {rule}, got {value!r}")
-    return value
+    raise PosexpError(
+        f"task {task.name!r} at length {n} has too few distinct instances to hold "
+        f"some out for {split}; allowed: lengths with more instances"
+    )
 
 
 def choice_string(rng: np.random.Generator, alphabet: str, n: int) -> str:

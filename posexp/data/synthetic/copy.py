@@ -6,7 +6,8 @@ import string
 
 import numpy as np
 
-from posexp.data.synthetic.base import Task, check_int, choice_string, register_task
+from posexp.checks import integer
+from posexp.data.synthetic.base import Task, choice_string, register_task
 
 
 @register_task("copy")
@@ -14,14 +15,15 @@ class Copy(Task):
     """The answer is the prompt: n symbols from an alphabet of ``symbols`` letters."""
 
     def __init__(self, symbols: int = 10) -> None:
-        self.alphabet = string.ascii_lowercase[: check_int("symbols", symbols, 2, 26)]
+        self.alphabet = string.ascii_lowercase[: integer("data.symbols", symbols, 2, 26)]
 
     def answer(self, prompt: str) -> str:
         """The answer to ``prompt``."""
         return prompt
 
-    def instance(self, rng: np.random.Generator, n: int, split: str,
-                 variant: float | None = None) -> tuple[str, str]:
+    def instance(
+        self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
+    ) -> tuple[str, str]:
         """n random symbols and their answer."""
         prompt = choice_string(rng, self.alphabet, n)
         return prompt, self.answer(prompt)

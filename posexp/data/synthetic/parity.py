@@ -13,8 +13,9 @@ class Parity(Task):
 
     unit = "bits"
 
-    def instance(self, rng: np.random.Generator, n: int, split: str,
-                 variant: float | None = None) -> tuple[str, str]:
+    def instance(
+        self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
+    ) -> tuple[str, str]:
         """n random bits and their parity."""
         prompt = choice_string(rng, "01", n)
         return prompt, str(prompt.count("1") % 2)

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from posexp.data.synthetic.base import Task, check_int, register_task
+from posexp.checks import integer, number
+from posexp.data.synthetic.base import Task, register_task
 from posexp.errors import PosexpError
 
 QUESTION = " What is the pass key? The pass key is"
@@ -37,11 +38,12 @@ class Passkey(Task):
     unit = "tokens"
 
     def __init__(self, key_digits: int = 5, depths: Any = (0.0, 0.5, 1.0)) -> None:
-        self.key_digits = check_int("key_digits", key_digits, 1, 12)
-        if isinstance(depths, (int, float)) or not depths or not all(
-                isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d <= 1 for d in depths):
+        self.key_digits = integer("data.key_digits", key_digits, 1, 12)
+        if not isinstance(depths, (list, tuple)) or not depths:
             raise PosexpError(f"data.depths must be a list of numbers in [0, 1], got {depths!r}")
-        self.variants = tuple(float(d) for d in depths)
+        self.variants = tuple(
+            number(f"data.depths[{i}]", d, "in [0, 1]") for i, d in enumerate(depths)
+        )
         self.min_length = len(needle("0" * self.key_digits)) + len(QUESTION)
         self._filler: dict[str, str] = {}
 
@@ -55,20 +57,25 @@ class Passkey(Task):
             self._filler[split] = text
         return self._filler[split]
 
-    def instance(self, rng: np.random.Generator, n: int, split: str,
-                 variant: float | None = None) -> tuple[str, str]:
+    def instance(
+        self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
+    ) -> tuple[str, str]:
         """Filler of ``split`` with a random key at depth ``variant`` (random when None)."""
         key = "".join(str(d) for d in rng.integers(0, 10, size=self.key_digits))
         sentence = needle(key)
         room = n - len(sentence) - len(QUESTION)
         if room < 0:
-            raise PosexpError(f"passkey length {n} is shorter than its key sentence and question; "
-                              f"allowed: lengths >= {self.min_length}")
+            raise PosexpError(
+                f"passkey length {n} is shorter than its key sentence and question; "
+                f"allowed: lengths >= {self.min_length}"
+            )
         depth = float(rng.random()) if variant is None else variant
         text = self.filler(split)
         start = int(rng.integers(0, len(text) - room))
         before = round(depth * room)
-        prompt = text[start : start + before] + sentence + text[start + before : start + room] + QUESTION
+        prompt = (
+            text[start : start + before] + sentence + text[start + before : start + room] + QUESTION
+        )
         return prompt, key
 
     def prompt_length(self, n: int) -> int:

@@ -22,10 +22,21 @@ METHODS = ["none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"]
 # Measured (1 thread, seed 0): a tiny rope model trained like this (400 steps of 32 x 32 bytes,
 # ~20 s) has test ppl ~6.4 at its training length and ~16 at 4x without extension (ratio ~2.5;
 # ~1.5 with 4 heads). 150 steps are not enough (ratio ~1.0: the model barely uses context yet).
-ROPE = ["pe=rope", "model=tiny", "heads=8", "train.seq_len=32", "train.batch_size=32",
-        "train.max_steps=400", "train.lr=6e-3", "train.warmup_steps=20", "train.eval_interval=400",
-        "train.eval_tokens=2048", "train.checkpoint_interval=400", "train.log_interval=50",
-        "device=cpu"]
+ROPE = [
+    "pe=rope",
+    "model=tiny",
+    "heads=8",
+    "train.seq_len=32",
+    "train.batch_size=32",
+    "train.max_steps=400",
+    "train.lr=6e-3",
+    "train.warmup_steps=20",
+    "train.eval_interval=400",
+    "train.eval_tokens=2048",
+    "train.checkpoint_interval=400",
+    "train.log_interval=50",
+    "device=cpu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -44,22 +55,44 @@ def records(run):
 
 def test_rope_every_method_length_protocol(runs, cache):
     cwd, rope, _ = runs
-    proc = posexp(cwd, cache, "eval-extrapolate", "--run", str(rope), "--len", "128",
-                  "--protocol", "both", "--tokens", "2048")
+    proc = posexp(
+        cwd,
+        cache,
+        "eval-extrapolate",
+        "--run",
+        str(rope),
+        "--len",
+        "128",
+        "--protocol",
+        "both",
+        "--tokens",
+        "2048",
+    )
     recs = records(rope)
     keys = {(r["method"], r["length"], r["protocol"]) for r in recs}
     assert keys == set(itertools.product(METHODS, [32, 64, 128], ["nonoverlap", "sliding"]))
     assert len(recs) == len(keys)
     # No terminal here: one plain progress line per item instead of the bar.
-    yarn = next(r for r in recs if (r["method"], r["length"], r["protocol"]) == ("yarn", 128, "sliding"))
+    yarn = next(
+        r for r in recs if (r["method"], r["length"], r["protocol"]) == ("yarn", 128, "sliding")
+    )
     assert f"{rope.name}: yarn at 128 (sliding): ppl {yarn['ppl']:.4g}  [" in proc.stderr
     assert proc.stderr.count(f"{rope.name}: ") == len(recs)
     # JSON and CSV of one evaluation agree, and no staging folder or temp file is left.
     assert len((rope / "eval" / "extrapolate.csv").read_text().splitlines()) == len(recs) + 1
     assert not list(rope.glob("eval.*")) and not list((rope / "eval").glob("*.tmp"))
     for r in recs:
-        assert set(r) >= {"method", "length", "protocol", "factor", "ppl", "loss", "tokens",
-                          "seconds", "note"}
+        assert set(r) >= {
+            "method",
+            "length",
+            "protocol",
+            "factor",
+            "ppl",
+            "loss",
+            "tokens",
+            "seconds",
+            "note",
+        }
         assert r["tokens"] == 2048  # the same scored count at every length
         assert math.isclose(r["ppl"], math.exp(r["loss"]), rel_tol=1e-9)
         expected_factor = 1.0 if r["method"] in ("none", "dynamic_ntk") else r["length"] / 32
@@ -71,10 +104,16 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert slide == pytest.approx(nonover, rel=0.06) and slide < nonover * 1.01
     # At factor 1 every static method is plain RoPE.
     for m in ("pi", "ntk", "yarn", "llama3"):
-        assert by[m, 32, "nonoverlap"]["ppl"] == pytest.approx(by["none", 32, "nonoverlap"]["ppl"], rel=1e-5)
+        assert by[m, 32, "nonoverlap"]["ppl"] == pytest.approx(
+            by["none", 32, "nonoverlap"]["ppl"], rel=1e-5
+        )
     # Dynamic NTK follows the window length: plain RoPE up to L0, rescaled past it.
-    assert by["dynamic_ntk", 32, "nonoverlap"]["ppl"] == pytest.approx(by["none", 32, "nonoverlap"]["ppl"], rel=1e-5)
-    assert by["dynamic_ntk", 128, "nonoverlap"]["ppl"] != pytest.approx(by["none", 128, "nonoverlap"]["ppl"], rel=1e-3)
+    assert by["dynamic_ntk", 32, "nonoverlap"]["ppl"] == pytest.approx(
+        by["none", 32, "nonoverlap"]["ppl"], rel=1e-5
+    )
+    assert by["dynamic_ntk", 128, "nonoverlap"]["ppl"] != pytest.approx(
+        by["none", 128, "nonoverlap"]["ppl"], rel=1e-3
+    )
     # Qualitative: without extension, 4x the training length is clearly worse than 1x.
     assert by["none", 128, "nonoverlap"]["ppl"] > 1.15 * by["none", 32, "nonoverlap"]["ppl"]
 
@@ -86,24 +125,31 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert per_position["length"] == 128 and set(per_position["methods"]) == set(METHODS)
     assert all(v is not None for v in per_position["methods"]["none"]["loss"])
 
-    # One TensorBoard run per method (so a card colours and names them), the same tags in each.
-    assert sorted(p.name for p in (rope / "extrapolate").iterdir()) == sorted(METHODS)
+    # One TensorBoard run per method (so a card colours and names them), the same tags in each,
+    # inside the staged eval/ folder, so the curves and the records are swapped in together.
+    assert sorted(p.name for p in (rope / "eval").iterdir() if p.is_dir()) == sorted(METHODS)
     for method in METHODS:
-        events = EventAccumulator(str(rope / "extrapolate" / method)).Reload()
-        assert set(events.Tags()["scalars"]) == {"extrapolate/nonoverlap/ppl", "extrapolate/sliding/ppl"}
+        events = EventAccumulator(str(rope / "eval" / method)).Reload()
+        assert set(events.Tags()["scalars"]) == {
+            "extrapolate/nonoverlap/ppl",
+            "extrapolate/sliding/ppl",
+        }
         got = {(e.step, round(e.value, 3)) for e in events.Scalars("extrapolate/sliding/ppl")}
-        assert got == {(r["length"], round(r["ppl"], 3)) for r in recs
-                       if r["method"] == method and r["protocol"] == "sliding"}
-    events = EventAccumulator(str(rope), size_guidance={"images": 0}).Reload()
+        assert got == {
+            (r["length"], round(r["ppl"], 3))
+            for r in recs
+            if r["method"] == method and r["protocol"] == "sliding"
+        }
+    events = EventAccumulator(str(rope)).Reload()
     assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
+    events = EventAccumulator(str(rope / "eval"), size_guidance={"images": 0}).Reload()
     assert {"extrapolate/ppl_plot", "extrapolate/per_position_loss"} <= set(events.Tags()["images"])
     assert "dynamic_ntk" in proc.stdout and "128" in proc.stdout  # the printed table
 
 
 def test_learned_past_its_table_is_null_with_reason(runs, cache):
     cwd, _, learned = runs
-    posexp(cwd, cache, "eval-extrapolate", "--run", str(learned), "--len", "128",
-           "--tokens", "512")
+    posexp(cwd, cache, "eval-extrapolate", "--run", str(learned), "--len", "128", "--tokens", "512")
     by = {(r["method"], r["length"]): r for r in records(learned)}
     assert set(by) == set(itertools.product(["none", "pi"], [32, 64, 128]))
     assert by["none", 32]["ppl"] is not None
@@ -114,24 +160,47 @@ def test_learned_past_its_table_is_null_with_reason(runs, cache):
 
 def test_default_is_newest_run_and_a_new_evaluation_replaces_the_old(runs, cache):
     cwd, _, learned = runs
-    proc = posexp(cwd, cache, "eval-extrapolate", "--lengths", "32,48", "--method", "none",
-                  "--method", "pi", "--tokens", "256")
+    proc = posexp(
+        cwd,
+        cache,
+        "eval-extrapolate",
+        "--lengths",
+        "32,48",
+        "--method",
+        "none",
+        "--method",
+        "pi",
+        "--tokens",
+        "256",
+    )
     assert learned.name in proc.stdout
     assert {(r["method"], r["length"]) for r in records(learned)} == set(
-        itertools.product(["none", "pi"], [32, 48]))
-    assert len(list(learned.glob("events.out.tfevents.*.extrapolate"))) == 1
+        itertools.product(["none", "pi"], [32, 48])
+    )
+    assert len(list((learned / "eval").glob("events.out.tfevents.*"))) == 1
+    assert not list(learned.glob("events.out.tfevents.*.extrapolate"))  # nothing outside eval/
 
 
 BAD = {
-    "unknown method": (["--method", "none,rope2x"],
-                       "unknown method 'rope2x'; allowed: baked, dynamic_ntk, llama3, none, ntk, pi, yarn"),
-    "factor below 1": (["--factor", "0.5"], "--factor must be >= 1, got 0.5"),
+    "unknown method": (
+        ["--method", "none,rope2x"],
+        "unknown method 'rope2x'; allowed: baked, dynamic_ntk, llama3, none, ntk, pi, yarn",
+    ),
+    "factor below 1": (["--factor", "0.5"], "--factor must be a finite number >= 1, got 0.5"),
     "len below training length": (["--len", "16"], "--len 16 is below the training length 32"),
-    "not applicable": (["--method", "ntk"],
-                       "extension 'ntk' does not apply to pe 'learned' (embedding); allowed for learned: none, pi"),
-    "bad protocol": (["--protocol", "windows"], "unknown protocol 'windows'; allowed: both, nonoverlap, sliding"),
+    "not applicable": (
+        ["--method", "ntk"],
+        "extension 'ntk' does not apply to pe 'learned' (embedding); allowed for learned: none, pi",
+    ),
+    "bad protocol": (
+        ["--protocol", "windows"],
+        "unknown protocol 'windows'; allowed: both, nonoverlap, sliding",
+    ),
     "baked on a plain run": (["--method", "baked"], "has no baked-in extension"),
-    "tokens below length": (["--tokens", "100", "--len", "128"], "--tokens 100 is below the longest length 128"),
+    "tokens below length": (
+        ["--tokens", "100", "--len", "128"],
+        "--tokens 100 is below the longest length 128",
+    ),
 }
 
 
@@ -160,7 +229,8 @@ def test_run_dir_without_checkpoint(tmp_path, cache):
     proc = posexp(tmp_path, cache, "eval-extrapolate", "--run", "run", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: no checkpoint in 'run' (expected checkpoint/meta.json, or a sweep dir of runs)"]
+        "error: no checkpoint in 'run' (expected checkpoint/meta.json, or a sweep dir of runs)"
+    ]
 
 
 # ---- protocols, in process ------------------------------------------------------------------
@@ -179,7 +249,9 @@ def test_every_target_scored_exactly_once(n, length, stride):
 
 def test_sliding_with_stride_equal_to_length_is_nonoverlap():
     assert sliding_windows(1000, 64, 64) == nonoverlap_windows(1000, 64)
-    model = GPT(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, pe="rope", train_length=8))
+    model = GPT(
+        ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2, pe="rope", train_length=8)
+    )
     tokens = torch.randint(0, 11, (101,))
     a = score_windows(model, tokens, nonoverlap_windows(100, 8), torch.device("cpu"))
     b = score_windows(model, tokens, sliding_windows(100, 8, 8), torch.device("cpu"))
@@ -191,11 +263,14 @@ def test_sliding_with_stride_equal_to_length_is_nonoverlap():
 def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
     from posexp.checkpoint import save_checkpoint
     from posexp.commands.extrapolate.plan import Settings, plan_run
+    from posexp.config import ExtrapolateConfig
 
-    mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=32)
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=32
+    )
     config = run_config("train.max_steps=50").to_dict()
     save_checkpoint(tmp_path, GPT(mcfg), {"step": 20, "model": mcfg.to_dict(), "config": config})
-    settings = Settings(lengths=[32, 64], methods=["none"])
+    settings = Settings(ExtrapolateConfig(lengths=[32, 64], method=["none"]))
     plan = plan_run(RunDir(tmp_path), settings, n_runs=1)
     assert all(i.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
     (tmp_path / "results.json").write_text('{"status": "completed", "step": 50}')
@@ -206,15 +281,21 @@ def test_plot_helpers_smooth_and_plain_ticks():
     from posexp.commands.extrapolate.plots import plot_ppl, smooth
 
     assert smooth([1.0, 2.0, 3.0, 4.0, 5.0], width=3) == [1.5, 2.0, 3.0, 4.0, 4.5]
-    records = [{"method": m, "protocol": "nonoverlap", "length": n, "ppl": p}
-               for m, pts in (("none", ((64, 8.0), (128, 11.0), (1024, 19.0))),
-                              ("pi", ((64, 8.0), (128, 8.8), (1024, 12.0))))
-               for n, p in pts]
+    records = [
+        {"method": m, "protocol": "nonoverlap", "length": n, "ppl": p}
+        for m, pts in (
+            ("none", ((64, 8.0), (128, 11.0), (1024, 19.0))),
+            ("pi", ((64, 8.0), (128, 8.8), (1024, 12.0))),
+        )
+        for n, p in pts
+    ]
     fig = plot_ppl(records, 64, "title")
     fig.canvas.draw()
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["64", "128", "1,024"]
     shown = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert shown and all(t.replace(".", "").isdigit() for t in shown)  # 10, 15, 20: no 10^1
-    styles = {line.get_label(): (line.get_linestyle(), line.get_marker()) for line in ax.get_lines()}
+    styles = {
+        line.get_label(): (line.get_linestyle(), line.get_marker()) for line in ax.get_lines()
+    }
     assert styles["none"] != styles["pi"]

@@ -15,10 +15,20 @@ from tests.helpers import posexp
 
 # The preset, shrunk: d_model 32, one layer, a few steps, a few verses decoded.
 TINY_ABLATION = [
-    "model.d_model=32", "model.n_layers=1", "model.dropout=0.0", "tokenizer.vocab_size=300",
-    "train.max_steps=4", "train.seq_len=48", "train.batch_size=4", "train.eval_interval=4",
-    "train.log_interval=2", "train.checkpoint_interval=4", "train.warmup_steps=1",
-    "translate.bleu_examples=3", "translate.test_examples=4", "device=cpu",
+    "model.d_model=32",
+    "model.n_layers=1",
+    "model.dropout=0.0",
+    "tokenizer.vocab_size=300",
+    "train.max_steps=4",
+    "train.seq_len=48",
+    "train.batch_size=4",
+    "train.eval_interval=4",
+    "train.log_interval=2",
+    "train.checkpoint_interval=4",
+    "train.warmup_steps=1",
+    "translate.bleu_examples=3",
+    "translate.test_examples=4",
+    "device=cpu",
 ]
 
 
@@ -33,10 +43,20 @@ def sweep(tmp_path_factory, cache):
     does not divide d_model=32, so that job fails alone (the ones after it still run)."""
     cwd = tmp_path_factory.mktemp("ablation")
     sweep_dir = cwd / "sweep"
-    proc = posexp(cwd, cache, "train", "-m", "experiment=head_ablation", "heads=1,3,2", "seed=0",
-                  *TINY_ABLATION, f"hydra.sweep.dir={sweep_dir}",
-                  # short job dir names: all the overrides above would exceed a file name's limit
-                  "hydra.sweep.subdir=h${heads}_s${seed}", check=False)
+    proc = posexp(
+        cwd,
+        cache,
+        "train",
+        "-m",
+        "experiment=head_ablation",
+        "heads=1,3,2",
+        "seed=0",
+        *TINY_ABLATION,
+        f"hydra.sweep.dir={sweep_dir}",
+        # short job dir names: all the overrides above would exceed a file name's limit
+        "hydra.sweep.subdir=h${heads}_s${seed}",
+        check=False,
+    )
     return cwd, sweep_dir, proc
 
 

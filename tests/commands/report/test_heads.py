@@ -14,8 +14,17 @@ from posexp.commands.report.views.heads import BPB, PPL, HeadJob, summarize, ver
 from posexp.commands.report.write import write_report
 
 # final val loss (nats per byte) by (heads, seed): h = 1 clearly worse than h = 4.
-LOSSES = {(1, 0): 1.40, (1, 1): 1.42, (1, 2): 1.41, (4, 0): 1.30, (4, 1): 1.31, (4, 2): 1.32,
-          (16, 0): 1.33, (16, 1): 1.35, (16, 2): 1.31}
+LOSSES = {
+    (1, 0): 1.40,
+    (1, 1): 1.42,
+    (1, 2): 1.41,
+    (4, 0): 1.30,
+    (4, 1): 1.31,
+    (4, 2): 1.32,
+    (16, 0): 1.33,
+    (16, 1): 1.35,
+    (16, 2): 1.31,
+}
 
 
 def fake_sweep(root, losses, tokenizer="byte"):
@@ -23,14 +32,26 @@ def fake_sweep(root, losses, tokenizer="byte"):
     for (h, s), loss in losses.items():
         job = root / f"heads={h},seed={s}"
         (job / ".hydra").mkdir(parents=True)
-        cfg = {"heads": h, "seed": s, "model": {"d_model": 128, "n_layers": 4},
-               "train": {"max_steps": 600, "batch_size": 16, "seq_len": 256},
-               "data": {"source": "kjv"}, "tokenizer": {"name": tokenizer}}
+        cfg = {
+            "heads": h,
+            "seed": s,
+            "model": {"d_model": 128, "n_layers": 4},
+            "train": {"max_steps": 600, "batch_size": 16, "seq_len": 256},
+            "data": {"source": "kjv"},
+            "tokenizer": {"name": tokenizer},
+        }
         (job / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
         (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"heads={h}", f"seed={s}"]))
-        (job / "results.json").write_text(json.dumps(
-            {"status": "completed", "final/val_loss": loss, "final/val_ppl": math.exp(loss),
-             "final/params": 820864}))
+        (job / "results.json").write_text(
+            json.dumps(
+                {
+                    "status": "completed",
+                    "final/val_loss": loss,
+                    "final/val_ppl": math.exp(loss),
+                    "final/params": 820864,
+                }
+            )
+        )
     return root
 
 
@@ -54,9 +75,12 @@ def test_lm_sweep_report_in_bits_per_byte_with_a_computed_verdict(tmp_path):
 
 
 def jobs_of(values: dict[tuple[int, int], float]) -> list[HeadJob]:
-    return [HeadJob(f"h{h}s{s}", h, s, 128, "completed",
-                    {"final/val_loss": v, "final/val_ppl": math.exp(v)})
-            for (h, s), v in values.items()]
+    return [
+        HeadJob(
+            f"h{h}s{s}", h, s, 128, "completed", {"final/val_loss": v, "final/val_ppl": math.exp(v)}
+        )
+        for (h, s), v in values.items()
+    ]
 
 
 def test_verdict_within_noise_not_worse_and_too_few_seeds():
@@ -67,7 +91,8 @@ def test_verdict_within_noise_not_worse_and_too_few_seeds():
     assert "h = 1 is not worse" in verdict(summarize(jobs_of(better), [BPB, PPL]), BPB)
     two = {k: v for k, v in LOSSES.items() if k[1] < 2}
     assert "no verdict on seed noise: 2 completed seed(s)" in verdict(
-        summarize(jobs_of(two), [BPB, PPL]), BPB)
+        summarize(jobs_of(two), [BPB, PPL]), BPB
+    )
     assert verdict(summarize(jobs_of({(4, 0): 1.3}), [BPB]), BPB).startswith("No verdict")
 
 
@@ -76,6 +101,7 @@ def test_a_sweep_over_more_than_heads_gets_no_head_view(tmp_path):
     for job in sweep.iterdir():  # the jobs also differ in pe: not a head-count ablation
         pe = "rope" if "heads=1" in job.name else "alibi"
         (job / ".hydra" / "overrides.yaml").write_text(
-            yaml.safe_dump([f"heads={1 if pe == 'rope' else 4}", "seed=0", f"pe={pe}"]))
+            yaml.safe_dump([f"heads={1 if pe == 'rope' else 4}", "seed=0", f"pe={pe}"])
+        )
     write_report(sweep, evaluate=False)
     assert "Head-count ablation" not in (sweep / "report.md").read_text()

@@ -8,20 +8,47 @@ from posexp.commands.report.views.tasks import beyond_means, frontier, reading
 from posexp.commands.train import check_same_network
 from posexp.errors import PosexpError
 from posexp.model import ModelConfig
+from posexp.pe.base import describe_pe
+
+NOPE, T5, SIN, ROPE = (describe_pe(n) for n in ("none", "t5", "sinusoidal", "rope"))
+ROPE_RANDOMIZED = describe_pe("rope", randomized=True)
 
 
 def test_reading_follows_the_numbers():
-    summary = {"copy": {"none": 0.6, "t5": 0.4, "sinusoidal": 0.0, "rope": 0.1, "rope_randomized": 0.3},
-               "reverse": {"none": 0.1, "t5": 0.1, "sinusoidal": 0.1, "rope": 0.1}}
+    summary = {
+        "copy": {NOPE: 0.6, T5: 0.4, SIN: 0.0, ROPE: 0.1, ROPE_RANDOMIZED: 0.3},
+        "reverse": {NOPE: 0.1, T5: 0.1, SIN: 0.1, ROPE: 0.1},
+    }
     lines = reading(summary)
-    assert lines[0] == "- **copy**: best past the training sizes NoPE (0.60), worst sinusoidal (APE) (0.00)."
+    assert (
+        lines[0]
+        == "- **copy**: best past the training sizes NoPE (0.60), worst sinusoidal (APE) (0.00)."
+    )
     assert "every PE scores 0.10" in lines[1]
-    assert "NoPE or T5 is the best on 1, and sinusoidal among the worst on 1, of the 1 task(s)" in lines[2]
+    assert lines[2].startswith("- Kazemnejad et al. 2023 find ")
+    assert (
+        "NoPE or T5 bias is the best on 1, and sinusoidal (APE) among the worst on 1, of the 1 "
+        "task(s)"
+    ) in lines[2]
+    assert lines[3].startswith("- Ruoss et al. 2023 find ")
+    assert "RoPE + randomized minus RoPE" in lines[3]
     assert "copy +0.200" in lines[3] and "higher on 1 of 1 tasks" in lines[3]
-    summary["copy"]["rope"] = 0.9  # now RoPE leads: the sentences change with it
+    summary["copy"][ROPE] = 0.9  # now RoPE leads: the sentences change with it
     lines = reading(summary)
-    assert "best past the training sizes rope (0.90)" in lines[0]
-    assert "NoPE or T5 is the best on 0" in lines[2] and "copy -0.600" in lines[3]
+    assert "best past the training sizes RoPE (0.90)" in lines[0]
+    assert "NoPE or T5 bias is the best on 0" in lines[2] and "copy -0.600" in lines[3]
+
+
+def test_reading_compares_families_and_skips_findings_with_nothing_to_compare():
+    learned = describe_pe("learned")
+    # Both absolute encodings are named by the finding's family; no randomized run, no Ruoss line.
+    lines = reading({"copy": {NOPE: 0.9, SIN: 0.2, learned: 0.1}})
+    assert "sinusoidal (APE) or learned (APE) among the worst on 1" in lines[1]
+    assert len(lines) == 2
+    # Only PEs no finding names: no comparison sentence at all.
+    assert reading({"copy": {ROPE: 0.9, describe_pe("alibi"): 0.2}}) == [
+        "- **copy**: best past the training sizes RoPE (0.90), worst ALiBi (0.20)."
+    ]
 
 
 def test_summaries_use_only_sizes_past_training():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 
 import pytest
 
@@ -53,9 +54,15 @@ def test_free_form_sweep_report(free_sweep, cache):
     assert "Length extrapolation" not in md  # no view applies
     rows = list(csv.DictReader((sweep / "report.csv").open()))
     assert [(r["pe"], r["heads"], r["status"]) for r in rows] == [
-        ("alibi", "2", "completed"), ("alibi", "3", "failed"), ("none", "2", "unfinished"),
-        ("rope", "2", "completed"), ("rope", "3", "failed")]
-    assert all("heads=3 does not divide d_model=64" in r["error"] for r in rows if r["status"] == "failed")
+        ("alibi", "2", "completed"),
+        ("alibi", "3", "failed"),
+        ("none", "2", "unfinished"),
+        ("rope", "2", "completed"),
+        ("rope", "3", "failed"),
+    ]
+    assert all(
+        "heads=3 does not divide d_model=64" in r["error"] for r in rows if r["status"] == "failed"
+    )
     assert "no results.json and no checkpoint" in rows[2]["error"]
     done = [r for r in rows if r["status"] == "completed"]
     assert all(float(r["final/val_loss"]) > 0 and r["final/params"] for r in done)
@@ -77,14 +84,21 @@ def test_report_of_a_single_run_and_a_custom_view(free_sweep, monkeypatch, capsy
         path = ctx.write_csv("report_custom.csv", [{"a": 1}])
         return f"## Custom\n\nwrote {path.name}"
 
-    register_report_view("custom", lambda js: all(j.pe in ("rope", "alibi", "none") for j in js), render)
+    register_report_view(
+        "custom", lambda js: all(j.pe in ("rope", "alibi", "none") for j in js), render
+    )
     with pytest.raises(ValueError, match="registered twice"):
         register_report_view("custom", lambda js: True, render)
     files = write_report(sweep, evaluate=False)
     assert sweep / "report_custom.csv" in files
     assert "## Custom\n\nwrote report_custom.csv" in (sweep / "report.md").read_text()
-    assert sorted(seen[0]) == ["pe=alibi heads=2", "pe=alibi heads=3", "pe=none heads=2",
-                               "pe=rope heads=2", "pe=rope heads=3"]
+    assert sorted(seen[0]) == [
+        "pe=alibi heads=2",
+        "pe=alibi heads=3",
+        "pe=none heads=2",
+        "pe=rope heads=2",
+        "pe=rope heads=3",
+    ]
 
 
 def test_report_errors(tmp_path, monkeypatch, capsys):
@@ -94,23 +108,38 @@ def test_report_errors(tmp_path, monkeypatch, capsys):
         write_report(tmp_path / "nope")
     with pytest.raises(PosexpError, match="no runs in"):
         write_report(tmp_path)
-    with pytest.raises(PosexpError, match=r"^unknown --device 'tpu'; allowed: auto, cpu, cuda, mps$"):
+    with pytest.raises(
+        PosexpError, match=r"^unknown --device 'tpu'; allowed: auto, cpu, cuda, mps$"
+    ):
         write_report(tmp_path, device="tpu")  # refused even when nothing needs evaluating
 
 
 def test_extrapolation_preset_then_report(tmp_path, cache):
     # The preset's sweep, shrunk to three PEs and tiny runs; `report` runs the evaluation the
     # preset asks for (its `extrapolate:` section), then writes the ALiBi-style table.
-    posexp(tmp_path, cache, "train", "-m", "experiment=extrapolation", "pe=learned,rope,alibi",
-           *TINY, "train.max_steps=4", "extrapolate.len=64", "extrapolate.tokens=256",
-           "extrapolate.stride=16")
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "-m",
+        "experiment=extrapolation",
+        "pe=learned,rope,alibi",
+        *TINY,
+        "train.max_steps=4",
+        "extrapolate.len=64",
+        "extrapolate.tokens=256",
+        "extrapolate.stride=16",
+    )
     sweep = sweep_dir(tmp_path)
     proc = posexp(tmp_path, cache, "report", str(sweep))
     assert "evaluating 3 run(s)" in proc.stdout
     md = (sweep / "report.md").read_text()
     assert "## Length extrapolation" in md
-    header = ("| length | × L_train | learned | learned+pi | rope | rope+pi | rope+ntk | "
-              "rope+dynamic_ntk | rope+yarn | rope+llama3 | alibi |")
+    # Columns carry the labels the PEs declare (posexp/pe), in their declared order.
+    header = (
+        "| length | × L_train | learned (APE) | learned (APE)+pi | RoPE | RoPE+pi | RoPE+ntk | "
+        "RoPE+dynamic_ntk | RoPE+yarn | RoPE+llama3 | ALiBi |"
+    )
     assert md.count(header) == 4  # ppl and ratio tables, for nonoverlap and sliding
     assert "### nonoverlap: non-overlapping windows; 256 scored tokens per length" in md
     assert "### sliding: sliding window, stride 16" in md
@@ -118,9 +147,42 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
     assert "Press et al. 2022" in md and "| 15512 | 30.3 | 406.01 (20.25×)" in md
     rows = list(csv.DictReader((sweep / "report_extrapolation.csv").open()))
     assert [(r["protocol"], r["length"]) for r in rows] == [
-        ("nonoverlap", "32"), ("nonoverlap", "64"), ("sliding", "32"), ("sliding", "64")]
+        ("nonoverlap", "32"),
+        ("nonoverlap", "64"),
+        ("sliding", "32"),
+        ("sliding", "64"),
+    ]
     assert rows[1]["learned"] == "" and float(rows[1]["alibi"]) > 1
     for p in ("nonoverlap", "sliding"):
         assert (sweep / f"report_extrapolation_{p}.png").read_bytes()[:4] == b"\x89PNG"
     # A second report finds the evaluations and would not redo them.
     assert report_mod.pending_evaluations(find_jobs(sweep)) == []
+
+
+def test_one_damaged_job_stops_neither_the_sweeps_evaluation_nor_its_report(free_sweep, tmp_path):
+    from rich.console import Console
+
+    from posexp.commands.extrapolate.evaluate import PartlyEvaluated, evaluate_runs
+    from posexp.commands.extrapolate.plan import Settings
+    from posexp.config import ExtrapolateConfig
+
+    _, sweep = free_sweep
+    copy = tmp_path / sweep.name
+    shutil.copytree(sweep, copy)
+    damaged = job_dir(copy, "pe=alibi", "heads=2")
+    (damaged / "checkpoint" / "model.safetensors").write_bytes(b"not weights")
+    console = Console(record=True, width=400)
+    knobs = ExtrapolateConfig.from_dict(
+        {"lengths": "32,64", "method": "none", "tokens": 256}, prefix="--"
+    )
+    with pytest.raises(PartlyEvaluated, match=r"^evaluated 1 run\(s\); skipped 4 "):
+        evaluate_runs(copy, Settings(knobs, device="cpu"), console=console, progress=False)
+    said = console.export_text()
+    assert f"{damaged}: skipped: corrupt checkpoint" in said
+    assert said.count("no checkpoint to evaluate (status failed)") == 2
+    assert "no checkpoint to evaluate (status unfinished)" in said
+    assert (job_dir(copy, "pe=rope", "heads=2") / "eval" / "extrapolate.json").is_file()
+
+    (copy / "report.md").write_text("stale")
+    write_report(copy, evaluate=False, console=console)
+    assert "5 runs: 2 completed, 2 failed, 1 unfinished." in (copy / "report.md").read_text()

@@ -1,5 +1,6 @@
 """The report's views, one module each (extrapolation, head ablation, length generalization,
-passkey); every module here registers its own when this package is imported."""
+passkey); every module here registers its own when this package is imported, except
+``findings``, which holds what they compare with (configs/findings.yaml)."""
 
 from posexp.commands.report import view
 from posexp.commands.report.view import ReportView

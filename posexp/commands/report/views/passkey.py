@@ -19,8 +19,13 @@ Cell = dict[tuple[float, int], float]  # (depth, size) -> accuracy
 
 def passkey_jobs(jobs: list[Job]) -> list[Job]:
     """Jobs of the passkey task with accuracy records."""
-    return [j for j in jobs if j.extrapolate and task_of(j) == "passkey"
-            and any(r.get("metric") == "accuracy" for r in j.extrapolate)]
+    return [
+        j
+        for j in jobs
+        if j.extrapolate
+        and task_of(j) == "passkey"
+        and any(r.get("metric") == "accuracy" for r in j.extrapolate)
+    ]
 
 
 def is_finetune(job: Job) -> bool:
@@ -36,8 +41,9 @@ def rows_of(jobs: list[Job]) -> dict[str, Cell]:
         tuned = is_finetune(job)
         # A fine-tune is reported with the method it was trained with: its baked-in one, or
         # none when it has none.
-        trained_with = next((r["method"] for r in job.extrapolate if r["method"].startswith("baked:")),
-                            "none")
+        trained_with = next(
+            (r["method"] for r in job.extrapolate if r["method"].startswith("baked:")), "none"
+        )
         for r in job.extrapolate:
             if r.get("accuracy") is None or r.get("depth") is None:
                 continue
@@ -49,7 +55,9 @@ def rows_of(jobs: list[Job]) -> dict[str, Cell]:
     return out
 
 
-def heat_maps(ctx: ReportContext, rows: dict[str, Cell], row_tokens: dict[int, int], l0: int) -> Any:
+def heat_maps(
+    ctx: ReportContext, rows: dict[str, Cell], row_tokens: dict[int, int], l0: int
+) -> Any:
     """One depth × length accuracy heat map per table row, values written in the cells."""
     import matplotlib
 
@@ -59,8 +67,13 @@ def heat_maps(ctx: ReportContext, rows: dict[str, Cell], row_tokens: dict[int, i
     n = len(rows)
     cols = min(4, n)
     grid = (n + cols - 1) // cols
-    fig, axes = plt.subplots(grid, cols, figsize=(3.6 * cols + 1.2, 3.0 * grid + 0.8), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        grid,
+        cols,
+        figsize=(3.6 * cols + 1.2, 3.0 * grid + 0.8),
+        squeeze=False,
+        layout="constrained",
+    )
     image = None
     for ax, (label, cell) in zip(axes.flat, rows.items(), strict=False):
         depths = sorted({d for d, _ in cell})
@@ -69,8 +82,15 @@ def heat_maps(ctx: ReportContext, rows: dict[str, Cell], row_tokens: dict[int, i
         image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for i, row in enumerate(values):
             for j, v in enumerate(row):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if v < 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if v < 0.6 else "black",
+                )
         ax.set_xticks(range(len(sizes)), [f"{row_tokens[s] / l0:.3g}×" for s in sizes])
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
         ax.set_xlabel(f"context (× L0 = {l0})")
@@ -102,19 +122,31 @@ def render(ctx: ReportContext) -> str:
         for s in sizes:
             values = [v for (d, n), v in cell.items() if n == s]
             means.append(sum(values) / len(values) if values else None)
-            csv += [{"row": label, "length": row_tokens[s], "depth": d, "accuracy": v}
-                    for (d, n), v in sorted(cell.items()) if n == s]
+            csv += [
+                {"row": label, "length": row_tokens[s], "depth": d, "accuracy": v}
+                for (d, n), v in sorted(cell.items())
+                if n == s
+            ]
         table.append([label, *(fmt(m) for m in means)])
     header = ["method", *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes)]
     path = ctx.write_csv("report_passkey.csv", csv, ["row", "length", "depth", "accuracy"])
     png = heat_maps(ctx, rows, row_tokens, l0)
-    return "\n".join(["## Passkey retrieval", "",
-                      f"Accuracy of the 5-digit key, averaged over key depths; rows of L0 = {l0} "
-                      f"tokens during training; zero-shot rows apply the method at evaluation only, "
-                      f"fine-tune rows continued training on longer rows with it baked in "
-                      f"(none + fine-tune: the same fine-tune without a method).", "",
-                      md_table(header, table, ["l", *"r" * len(sizes)]), "",
-                      f"![passkey heat maps]({png.name})", "", f"Data: `{path.name}`."])
+    return "\n".join(
+        [
+            "## Passkey retrieval",
+            "",
+            f"Accuracy of the 5-digit key, averaged over key depths; rows of L0 = {l0} "
+            f"tokens during training; zero-shot rows apply the method at evaluation only, "
+            f"fine-tune rows continued training on longer rows with it baked in "
+            f"(none + fine-tune: the same fine-tune without a method).",
+            "",
+            md_table(header, table, ["l", *"r" * len(sizes)]),
+            "",
+            f"![passkey heat maps]({png.name})",
+            "",
+            f"Data: `{path.name}`.",
+        ]
+    )
 
 
 register_report_view("passkey", lambda jobs: bool(passkey_jobs(jobs)), render, order=13)

@@ -2,9 +2,9 @@
 
 For sweeps of synthetic-task runs (``experiment=length_generalization``): one table per task
 (rows = test size, columns = PE), a summary of mean accuracy on sizes past the training range,
-reading sentences computed from that summary next to the papers' findings, and a figure with
-one panel per task and one line per PE (Kazemnejad et al. 2023's layout). Passkey runs have
-their own view (``report_passkey.py``).
+reading sentences computed from that summary and set against the papers' findings
+(``configs/findings.yaml``), and a figure with one panel per task and one line per PE
+(Kazemnejad et al. 2023's layout). Passkey runs have their own view (``passkey.py``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ from typing import Any
 
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
-
-PE_ORDER = ("none", "sinusoidal", "learned", "rope", "rope_randomized", "alibi", "t5", "fire")
-PE_LABEL = {"none": "NoPE", "sinusoidal": "sinusoidal (APE)", "rope_randomized": "rope + randomized"}
+from posexp.commands.report.views.findings import findings, job_pe, selects
+from posexp.pe.base import PEDisplay, describe_pe
 
 
 def task_records(job: Job) -> list[dict[str, Any]]:
     """The job's accuracy records without extension methods and key depths ([] for text runs)."""
-    return [r for r in job.extrapolate or [] if r.get("metric") == "accuracy"
-            and r["method"] == "none" and r.get("depth") is None]
+    return [
+        r
+        for r in job.extrapolate or []
+        if r.get("metric") == "accuracy" and r["method"] == "none" and r.get("depth") is None
+    ]
 
 
 def task_of(job: Job) -> str:
@@ -34,36 +36,34 @@ def task_label(job: Job) -> str:
     return str(job.params.get("data") or task_of(job))
 
 
-def pe_label(job: Job) -> str:
-    """The PE as swept (``rope_randomized`` stays apart from ``rope``)."""
-    return str(job.params.get("pe") or job.pe)
-
-
 def train_sizes(job: Job) -> tuple[int, int]:
     """The job's training size range."""
     lo, hi = job.config.data.params.get("train_lengths", (1, 1))
     return int(lo), int(hi)
 
 
-def collect(jobs: list[Job]) -> dict[str, dict[str, dict[int, float]]]:
-    """task -> PE label -> size -> accuracy (mean over seeds)."""
-    sums: dict[tuple[str, str, int], list[float]] = {}
+def collect(jobs: list[Job]) -> dict[str, dict[PEDisplay, dict[int, float]]]:
+    """task -> PE (randomized positions apart) -> size -> accuracy (mean over seeds)."""
+    sums: dict[tuple[str, PEDisplay, int], list[float]] = {}
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is not None:
-                sums.setdefault((task_label(job), pe_label(job), r["length"]), []).append(r["accuracy"])
-    out: dict[str, dict[str, dict[int, float]]] = {}
-    for (task, pe, size), values in sorted(sums.items()):
+                sums.setdefault((task_label(job), job_pe(job), r["length"]), []).append(
+                    r["accuracy"]
+                )
+    out: dict[str, dict[PEDisplay, dict[int, float]]] = {}
+    for task, pe, size in sorted(sums, key=lambda k: (k[0], k[1].sort_key, k[2])):
+        values = sums[task, pe, size]
         out.setdefault(task, {}).setdefault(pe, {})[size] = sum(values) / len(values)
     return out
 
 
-def ordered(pes: Any) -> list[str]:
-    """PEs in the papers' order, unknown ones last."""
-    return sorted(pes, key=lambda p: (PE_ORDER.index(p) if p in PE_ORDER else 99, p))
+def ordered(pes: Any) -> list[PEDisplay]:
+    """PEs in the order they declare (posexp/pe), unknown ones last."""
+    return sorted(pes, key=lambda p: p.sort_key)
 
 
-def beyond_means(table: dict[str, dict[int, float]], top: int) -> dict[str, float]:
+def beyond_means(table: dict[Any, dict[int, float]], top: int) -> dict[Any, float]:
     """Per PE, mean accuracy over the sizes past the training range."""
     out = {}
     for pe, by_size in table.items():
@@ -73,54 +73,99 @@ def beyond_means(table: dict[str, dict[int, float]], top: int) -> dict[str, floa
     return out
 
 
-def leaders(scores: dict[str, float], best: bool) -> list[str]:
+def leaders(scores: dict[Any, float], best: bool) -> list[Any]:
     """The PEs tied at the top (or bottom) of ``scores``."""
     edge = max(scores.values()) if best else min(scores.values())
     return [p for p, v in scores.items() if abs(v - edge) < 1e-9]
 
 
-def names(pes: list[str]) -> str:
+def names(pes: list[PEDisplay], sep: str = ", ") -> str:
     """PE labels joined for a sentence."""
-    return ", ".join(PE_LABEL.get(p, p) for p in ordered(pes))
+    return sep.join(p.label for p in ordered(pes))
 
 
-def reading(summary: dict[str, dict[str, float]]) -> list[str]:
-    """Sentences computed from the summary (task -> PE -> mean accuracy past training sizes)."""
+def reading(summary: dict[str, dict[PEDisplay, float]]) -> list[str]:
+    """Sentences computed from the summary (task -> PE -> mean accuracy past training sizes),
+    then one per published finding (configs/findings.yaml) set against it."""
     lines = []
     spread = {t: s for t, s in summary.items() if s and max(s.values()) - min(s.values()) >= 0.01}
     for t, s in summary.items():
         if not s:
             continue
         if t not in spread:
-            lines.append(f"- **{t}**: every PE scores {max(s.values()):.2f} past the training sizes; "
-                         f"this budget does not separate them.")
+            lines.append(
+                f"- **{t}**: every PE scores {max(s.values()):.2f} past the training sizes; "
+                f"this budget does not separate them."
+            )
             continue
         top, low = leaders(s, True), leaders(s, False)
-        lines.append(f"- **{t}**: best past the training sizes {names(top)} ({s[top[0]]:.2f}), "
-                     f"worst {names(low)} ({s[low[0]]:.2f}).")
-    n = len(spread)
-    nope_t5 = sum(1 for s in spread.values() if {"none", "t5"} & set(leaders(s, True)))
-    ape = sum(1 for s in spread.values() if "sinusoidal" in leaders(s, False))
-    lines.append(f"- Kazemnejad et al. find NoPE and T5's bias generalizing best and absolute PEs "
-                 f"worst: here NoPE or T5 is the best on {nope_t5}, and sinusoidal among the worst on "
-                 f"{ape}, of the {n} task(s) where the PEs differ by at least 0.01.")
-    pairs = [(t, s["rope_randomized"] - s["rope"]) for t, s in summary.items()
-             if "rope" in s and "rope_randomized" in s]
-    if pairs:
-        gains = ", ".join(f"{t} {d:+.3f}" for t, d in pairs)
-        up = sum(d > 0 for _, d in pairs)
-        lines.append(f"- Ruoss et al. find randomized positions raising long-length accuracy: RoPE on "
-                     f"randomized positions minus plain RoPE, past the training sizes: {gains} "
-                     f"(higher on {up} of {len(pairs)} tasks).")
+        lines.append(
+            f"- **{t}**: best past the training sizes {names(top)} ({s[top[0]]:.2f}), "
+            f"worst {names(low)} ({s[low[0]]:.2f})."
+        )
+    for finding in findings()["length_generalization"]:
+        compare = rank_comparison if finding["compare"] == "ranks" else randomized_comparison
+        here = compare(finding, summary, spread)
+        if here:
+            lines.append(f"- {finding['cite']} find {finding['finding']}: {here}.")
     return lines
 
 
-def frontier(table: dict[str, dict[int, float]], level: float = 0.5) -> dict[str, int | None]:
+def rank_comparison(
+    finding: dict[str, Any],
+    summary: dict[str, dict[PEDisplay, float]],
+    spread: dict[str, dict[PEDisplay, float]],
+) -> str:
+    """How often the PEs a finding ranks best (worst) lead (trail) here; '' if none was run."""
+    measured = {p for s in summary.values() for p in s}
+    parts = []
+    for side, where in (("best", "is the best"), ("worst", "among the worst")):
+        named = [p for p in measured if side in finding and selects(finding[side], p)]
+        if named:
+            k = sum(1 for s in spread.values() if set(named) & set(leaders(s, side == "best")))
+            parts.append(f"{names(named, ' or ')} {where} on {k}")
+    if not parts:
+        return ""
+    return (
+        f"here {', and '.join(parts)}, of the {len(spread)} task(s) where the PEs differ by "
+        "at least 0.01"
+    )
+
+
+def randomized_comparison(
+    finding: dict[str, Any],
+    summary: dict[str, dict[PEDisplay, float]],
+    spread: dict[str, dict[PEDisplay, float]],
+) -> str:
+    """Per PE run both ways, accuracy with randomized positions minus without; '' if none was."""
+    clauses = []
+    for plain in ordered({p for s in summary.values() for p in s if not p.randomized}):
+        randomized = describe_pe(plain.name, randomized=True)
+        pairs = [
+            (t, s[randomized] - s[plain])
+            for t, s in summary.items()
+            if plain in s and randomized in s
+        ]
+        if pairs:
+            gains = ", ".join(f"{t} {d:+.3f}" for t, d in pairs)
+            up = sum(d > 0 for _, d in pairs)
+            clauses.append(
+                f"{randomized.label} minus {plain.label}, past the training sizes: "
+                f"{gains} (higher on {up} of {len(pairs)} tasks)"
+            )
+    return "; ".join(clauses)
+
+
+def frontier(table: dict[Any, dict[int, float]], level: float = 0.5) -> dict[Any, int | None]:
     """Per PE, the largest test size answered with at least ``level`` accuracy."""
-    return {pe: max((n for n, a in by.items() if a >= level), default=None) for pe, by in table.items()}
+    return {
+        pe: max((n for n, a in by.items() if a >= level), default=None) for pe, by in table.items()
+    }
 
 
-def plot(ctx: ReportContext, data: dict[str, dict[str, dict[int, float]]], top: tuple[int, int]) -> Any:
+def plot(
+    ctx: ReportContext, data: dict[str, dict[PEDisplay, dict[int, float]]], top: tuple[int, int]
+) -> Any:
     """One panel per task, accuracy against size, one line per PE, training sizes shaded."""
     import matplotlib
 
@@ -130,25 +175,47 @@ def plot(ctx: ReportContext, data: dict[str, dict[str, dict[int, float]]], top: 
     from posexp.commands.extrapolate.plots import DASHES, MARKERS
 
     tasks = list(data)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks) + 2.4, 4.2), squeeze=False,
-                             sharey=True, layout="constrained")
+    # One style per PE across panels (tasks may have been run with different PEs), so that the
+    # one legend holds for every panel.
+    style = {pe: i for i, pe in enumerate(ordered({p for table in data.values() for p in table}))}
+    fig, axes = plt.subplots(
+        1,
+        len(tasks),
+        figsize=(4.6 * len(tasks) + 2.4, 4.2),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     for ax, task in zip(axes[0], tasks, strict=True):
         sizes = sorted({n for by in data[task].values() for n in by})
-        for i, pe in enumerate(ordered(data[task])):
-            pts = sorted(data[task][pe].items())
-            ax.plot(*zip(*pts, strict=True), marker=MARKERS[i % len(MARKERS)],
-                    linestyle=DASHES[i % len(DASHES)], label=PE_LABEL.get(pe, pe))
-        ax.axvspan(top[0], top[1], color="grey", alpha=0.12, label=f"training sizes {top[0]}–{top[1]}")
+        for pe in ordered(data[task]):
+            pts, i = sorted(data[task][pe].items()), style[pe]
+            ax.plot(
+                *zip(*pts, strict=True),
+                marker=MARKERS[i % len(MARKERS)],
+                color=f"C{i % 10}",
+                linestyle=DASHES[i % len(DASHES)],
+                label=pe.label,
+            )
+        ax.axvspan(
+            top[0], top[1], color="grey", alpha=0.12, label=f"training sizes {top[0]}–{top[1]}"
+        )
         ax.set_xticks(sizes)
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(task, fontsize=11)
         ax.set_xlabel("test size (symbols / digits per operand)")
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("exact-match accuracy")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=9)
-    fig.suptitle("Length generalization: test accuracy against size, per positional encoding",
-                 fontsize=11)
+    legend: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    lines = [pe.label for pe in style]
+    shown = lines + [label for label in legend if label not in lines]  # then the shaded span
+    fig.legend([legend[label] for label in shown], shown, loc="outside right upper", fontsize=9)
+    fig.suptitle(
+        "Length generalization: test accuracy against size, per positional encoding", fontsize=11
+    )
     return ctx.save_figure(fig, "report_length_generalization.png")
 
 
@@ -158,35 +225,77 @@ def render(ctx: ReportContext) -> str:
     data = collect(jobs)
     top = train_sizes(jobs[0])
     examples = max((r.get("examples") or 0) for j in jobs for r in task_records(j))
-    out = ["## Length generalization (exact-match accuracy)", "",
-           f"Trained on sizes {top[0]}–{top[1]}; {examples} fixed test instances per size; greedy "
-           f"answers scored by exact match; no extension method. Sizes marked * were trained on.", ""]
+    out = [
+        "## Length generalization (exact-match accuracy)",
+        "",
+        f"Trained on sizes {top[0]}–{top[1]}; {examples} fixed test instances per size; greedy "
+        f"answers scored by exact match; no extension method. Sizes marked * were trained on.",
+        "",
+    ]
     rows_csv, summary = [], {}
     for task, table in data.items():
         pes = ordered(table)
         sizes = sorted({n for by in table.values() for n in by})
-        rows = [[f"{n}{'*' if top[0] <= n <= top[1] else ''}",
-                 *(fmt(table[p].get(n)) for p in pes)] for n in sizes]
-        out += [f"### {task}", "", md_table(["size", *(PE_LABEL.get(p, p) for p in pes)], rows,
-                                            ["l", *"r" * len(pes)]), ""]
-        rows_csv += [{"task": task, "pe": p, "size": n, "accuracy": table[p].get(n)}
-                     for p in pes for n in sizes]
+        rows = [
+            [f"{n}{'*' if top[0] <= n <= top[1] else ''}", *(fmt(table[p].get(n)) for p in pes)]
+            for n in sizes
+        ]
+        out += [
+            f"### {task}",
+            "",
+            md_table(["size", *(p.label for p in pes)], rows, ["l", *"r" * len(pes)]),
+            "",
+        ]
+        rows_csv += [
+            {
+                "task": task,
+                "pe": p.name,
+                "randomized": p.randomized,
+                "size": n,
+                "accuracy": table[p].get(n),
+            }
+            for p in pes
+            for n in sizes
+        ]
         summary[task] = beyond_means(table, top[1])
     all_pes = ordered({p for s in summary.values() for p in s})
-    header = ["task", *(PE_LABEL.get(p, p) for p in all_pes)]
+    header = ["task", *(p.label for p in all_pes)]
     reach = {t: frontier(table) for t, table in data.items()}
-    out += ["### Mean accuracy past the training sizes", "",
-            md_table(header, [[t, *(fmt(s.get(p)) for p in all_pes)] for t, s in summary.items()],
-                     ["l", *"r" * len(all_pes)]), "",
-            "### Largest test size answered with at least 50% accuracy", "",
-            md_table(header, [[t, *(fmt(r.get(p)) for p in all_pes)] for t, r in reach.items()],
-                     ["l", *"r" * len(all_pes)]), "", "Reading the tables:", "", *reading(summary), ""]
-    csv = ctx.write_csv("report_length_generalization.csv", rows_csv, ["task", "pe", "size", "accuracy"])
+    out += [
+        "### Mean accuracy past the training sizes",
+        "",
+        md_table(
+            header,
+            [[t, *(fmt(s.get(p)) for p in all_pes)] for t, s in summary.items()],
+            ["l", *"r" * len(all_pes)],
+        ),
+        "",
+        "### Largest test size answered with at least 50% accuracy",
+        "",
+        md_table(
+            header,
+            [[t, *(fmt(r.get(p)) for p in all_pes)] for t, r in reach.items()],
+            ["l", *"r" * len(all_pes)],
+        ),
+        "",
+        "Reading the tables:",
+        "",
+        *reading(summary),
+        "",
+    ]
+    csv = ctx.write_csv(
+        "report_length_generalization.csv",
+        rows_csv,
+        ["task", "pe", "randomized", "size", "accuracy"],
+    )
     png = plot(ctx, data, top)
     out += [f"![accuracy against size]({png.name})", "", f"Data: `{csv.name}`."]
     return "\n".join(out)
 
 
-register_report_view("length_generalization",
-                     lambda jobs: any(task_records(j) and task_of(j) != "passkey" for j in jobs),
-                     render, order=12)
+register_report_view(
+    "length_generalization",
+    lambda jobs: any(task_records(j) and task_of(j) != "passkey" for j in jobs),
+    render,
+    order=12,
+)

@@ -1,0 +1,85 @@
+"""Checks on the Hydra overrides of ``posexp train`` and ``posexp finetune``, made before Hydra
+runs: Hydra creates the run dir first thing, so a refused command line must never reach it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from posexp.errors import PosexpError
+from posexp.paths import config_dir
+
+
+def check_overrides(args: list[str]) -> None:
+    """Every check below, in the order a user would want to hear of them."""
+    check_resume_arg(args)
+    check_experiment_arg(args)
+    check_output_arg(args)
+    check_run_dir_arg(args)
+
+
+def check_output_arg(args: list[str]) -> None:
+    """Refuse a run or sweep dir that cannot be written (a file in the way, read-only) up front."""
+    from posexp.files import check_writable
+
+    if any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for a in args):
+        return
+    values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if values.get("resume") not in (None, "", "null"):
+        check_writable(values["resume"], "resume=")
+    elif key in values:
+        check_writable(values[key], key)
+    else:
+        check_writable("outputs", "the output folder")
+
+
+def check_run_dir_arg(args: list[str]) -> None:
+    """Refuse, before Hydra touches it, a run dir another process writes or an explicit one in use.
+
+    ``resume=<dir>`` while another process writes that dir, or ``hydra.run.dir=<dir>`` of an
+    existing run (continue that one with ``resume=``) or of a run starting there now. Sweep jobs
+    are checked one by one in their task, so a busy job fails alone.
+    """
+    from posexp.rundir import RunDir
+
+    if any(
+        a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-m", "--multirun")
+        for a in args
+    ):
+        return
+    values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    if values.get("resume") not in (None, "", "null"):
+        RunDir(Path(values["resume"])).check_free("resume=")
+    elif values.get("hydra.run.dir"):
+        run = RunDir(Path(values["hydra.run.dir"]))
+        run.check_free("hydra.run.dir=")
+        if run.is_run():
+            raise PosexpError(
+                f"hydra.run.dir={str(run.path)!r} already holds a run; continue it "
+                f"with `posexp train resume={run.path}` or choose a new dir"
+            )
+
+
+def check_experiment_arg(args: list[str]) -> None:
+    """Refuse an unknown ``experiment=`` (the group is optional, so Hydra would skip it silently)."""
+    allowed = sorted(p.stem for p in (Path(config_dir()) / "experiment").glob("*.yaml"))
+    for arg in args:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key != "experiment" or value in ("", "null"):
+            continue
+        for name in value.split(","):  # a sweep: experiment=a,b
+            if name not in allowed:
+                raise PosexpError(f"unknown experiment {name!r}; allowed: {', '.join(allowed)}")
+
+
+def check_resume_arg(args: list[str]) -> None:
+    """Reject a bad ``resume=`` before Hydra creates (and so half-writes) its run dir."""
+    from posexp.rundir import RunDir
+
+    for arg in args:
+        if arg.startswith("resume="):
+            value = arg.split("=", 1)[1]
+            if value in ("", "null"):
+                continue
+            RunDir.open(value, "resume=").meta()  # one-line error unless it holds a checkpoint

@@ -1,0 +1,49 @@
+"""Published numbers and findings the report sets its own beside (``configs/findings.yaml``),
+and how a run's positional encoding is shown (what the encoding declares, posexp/pe).
+
+The views import it; it registers no view of its own.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from posexp.commands.report.jobs import Job
+from posexp.errors import PosexpError
+from posexp.paths import config_dir
+from posexp.pe.base import PEDisplay, describe_pe
+
+FINDINGS_FILE = "findings.yaml"
+
+
+@cache
+def findings() -> dict[str, Any]:
+    """``configs/findings.yaml``, read once per process (shared: callers must not change it)."""
+    path = Path(config_dir()) / FINDINGS_FILE
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise PosexpError(f"report: cannot read the published findings {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise PosexpError(
+            f"report: {path} must be a mapping of sections, got {type(data).__name__}"
+        )
+    return data
+
+
+def job_pe(job: Job) -> PEDisplay:
+    """How the report shows the job's PE: its declared label and order, randomized positions
+    marked (``pe=rope_randomized`` is rope with ``pe.randomized``; see configs/pe/)."""
+    return describe_pe(job.pe, bool(job.config and job.config.positions.randomized))
+
+
+def selects(selector: dict[str, Any], pe: PEDisplay) -> bool:
+    """True when a finding's selector names ``pe`` by name (``pes``) or family (``families``);
+    randomized positions are a different method from what the papers ranked, so never match."""
+    return not pe.randomized and (
+        pe.name in selector.get("pes", ()) or pe.family in selector.get("families", ())
+    )

@@ -1,0 +1,83 @@
+"""The ``extrapolate`` section (a preset's defaults for ``posexp eval-extrapolate``), which is
+also what the command's options build: one dataclass and one checker for both."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from posexp import checks
+from posexp.errors import PosexpError, choose
+from posexp.extension import EXTENSIONS, check_factor
+
+
+@dataclass(frozen=True)
+class ExtrapolateConfig:
+    """``posexp eval-extrapolate``'s settings: a preset's ``extrapolate`` section, or the options.
+
+    One name per knob: ``extrapolate.len`` in a preset is ``--len`` on the command line and
+    ``len`` here. Every field is optional (None: the preset's value, else the command's
+    default); ``eval-extrapolate`` checks the values against each run when it plans.
+    """
+
+    PROTOCOLS = ("nonoverlap", "sliding", "both")  # both: one record per protocol
+    BAKED = "baked"  # a method name: the extension a fine-tuned run was trained with
+
+    len: int | None = None
+    lengths: list[int] | None = None
+    method: list[str] | None = None
+    factor: float | None = None
+    protocol: str | None = None
+    stride: int | None = None
+    tokens: int | None = None
+
+    @classmethod
+    def from_dict(cls, value: Any, prefix: str = "extrapolate.") -> ExtrapolateConfig:
+        """Check and normalise the knobs (absent ones stay None); errors name them ``prefix``+key:
+        ``extrapolate.len`` in a preset, ``--len`` for the command's options."""
+        d = checks.mapping(prefix.rstrip("."), value)
+        checks.known_keys("extrapolate", d, [f.name for f in dataclasses.fields(cls)])
+        null = prefix.endswith(".")  # a preset may write null; an option is just left out
+
+        def count(key: str) -> int | None:
+            v = d.get(key)
+            return None if v is None else checks.positive_int(prefix + key, v, allow_none=null)
+
+        methods = cls._names(d.get("method"))
+        for m in methods or ():
+            choose("method", m, [*EXTENSIONS, cls.BAKED])
+        if d.get("protocol") is not None:
+            choose("protocol", d["protocol"], cls.PROTOCOLS)
+        factor = d.get("factor")
+        return cls(
+            len=count("len"),
+            lengths=cls._lengths(prefix + "lengths", d.get("lengths")),
+            method=methods,
+            protocol=d.get("protocol"),
+            stride=count("stride"),
+            factor=None if factor is None else check_factor(factor, prefix + "factor"),
+            tokens=count("tokens"),
+        )
+
+    @staticmethod
+    def _lengths(name: str, value: Any) -> list[int] | None:
+        # "64,128,256" (a string) or [64, 128] (a list).
+        if value is None:
+            return None
+        items = value.split(",") if isinstance(value, str) else value
+        items = items if isinstance(items, (list, tuple)) else [items]
+        try:
+            out = [int(text) for text in (str(item).strip() for item in items) if text]
+        except ValueError:
+            raise PosexpError(f"{name} takes integers like 64,128,256, got {value!r}") from None
+        if not out or min(out) <= 0:
+            raise PosexpError(f"{name} must be positive integers, got {out}")
+        return out
+
+    @staticmethod
+    def _names(value: Any) -> list[str] | None:
+        # Comma lists and repeated options, in order, without duplicates; none at all is None.
+        values = [] if value is None else [value] if isinstance(value, str) else list(value)
+        names = [n.strip() for v in values for n in str(v).split(",")]
+        return list(dict.fromkeys(n for n in names if n)) or None

@@ -1,0 +1,186 @@
+"""The run config, typed: one frozen dataclass per section, built and validated in one place.
+
+The YAML files under ``configs/`` stay the user's interface and the one home of every default;
+Hydra composes them, and ``RunConfig.from_dict`` turns the composed (plain) mapping into these
+objects, refusing any bad value with a one-line error that names it. Every task receives a
+``RunConfig``; a run dir saves ``RunConfig.to_dict()`` and reads it back with ``from_saved``,
+which fills sections added to ``train.yaml`` since the run was made from ``train.yaml`` itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from posexp import checks
+from posexp.checks import positive_int
+from posexp.config.extrapolate import ExtrapolateConfig
+from posexp.config.sections import (
+    DEVICES,
+    SEED_MAX,
+    AttentionConfig,
+    ModelSpec,
+    NamedConfig,
+    PlacementConfig,
+    TrainConfig,
+    TranslateConfig,
+    named_entry,
+)
+from posexp.errors import PosexpError, choose
+from posexp.extension import ExtensionConfig
+from posexp.positions import PositionSampling
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run is made of, validated; ``to_dict`` gives back the YAML layout."""
+
+    model: ModelSpec
+    pe: NamedConfig
+    extension: ExtensionConfig
+    data: NamedConfig
+    tokenizer: NamedConfig
+    train: TrainConfig
+    translate: TranslateConfig
+    attention: AttentionConfig
+    placement: PlacementConfig
+    extrapolate: ExtrapolateConfig
+    heads: int
+    seed: int
+    device: str
+    cache_dir: str
+    resume: str | None = None
+    parent: str | None = None
+    train_length: int | None = None  # a fine-tune's parent length L0; None = train.seq_len
+    positions: PositionSampling = PositionSampling()
+
+    @property
+    def length0(self) -> int:
+        """The training length L0 the positions were learned at (a fine-tune's parent's)."""
+        return self.train_length or self.train.seq_len
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> RunConfig:
+        """Validate a composed, resolved config mapping; the one place a run config is built."""
+        from posexp.data import check_dataset, check_tokenizer
+        from posexp.pe import check_extension, get_pe
+
+        d = {str(k): v for k, v in value.items() if k != "hydra"}
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        for key in d:
+            if key not in allowed:
+                raise PosexpError(
+                    f"unknown setting {key}; allowed at the top level: {', '.join(allowed)}"
+                )
+        seed = checks.integer("seed", d.get("seed"))
+        if not 0 <= seed <= SEED_MAX:
+            raise PosexpError(
+                f"seed must be in [0, 2**63 - 1] (what torch and numpy both accept), got {seed}"
+            )
+        choose("device", d.get("device"), DEVICES)
+        model = ModelSpec.from_dict(d.get("model"))
+        train = TrainConfig.from_dict(d.get("train"))
+        train_length = positive_int("train_length", d.get("train_length"), allow_none=True)
+        pe_name, pe_params = named_entry("pe", d.get("pe"), "name")
+        pe_cls = get_pe(pe_name)  # unknown pe: one-line error naming the registered ones
+        pe_cls.check_params(pe_params, train.seq_len)
+        ext = ExtensionConfig.from_dict(d.get("extension") or {"method": "none"})
+        check_extension(pe_name, ext.method)
+        tok_name, tok_params = named_entry("tokenizer", d.get("tokenizer"), "name")
+        check_tokenizer(tok_name, tok_params)
+        data_name, data_params = named_entry("data", d.get("data"), "source")
+        rows = check_dataset(data_name, data_params, tok_name, train.seq_len)
+        # Randomized positions cover the rows actually trained on (a task's can be shorter).
+        positions = PositionSampling.from_pe(
+            pe_name, pe_params, train.seq_len, rows or train.seq_len
+        )
+        for key in ("resume", "parent", "cache_dir"):
+            checks.path(key, d.get(key))
+        return cls(
+            model=model,
+            pe=NamedConfig(pe_name, pe_params),
+            extension=ext.with_original_length(train_length or train.seq_len),
+            data=NamedConfig(data_name, data_params),
+            tokenizer=NamedConfig(tok_name, tok_params),
+            train=train,
+            translate=TranslateConfig.from_dict(d.get("translate")),
+            attention=AttentionConfig.from_dict(d.get("attention")),
+            placement=PlacementConfig.from_dict(d.get("placement")),
+            extrapolate=ExtrapolateConfig.from_dict(d.get("extrapolate")),
+            heads=model.n_heads,
+            seed=seed,
+            device=d["device"],
+            cache_dir=str(d.get("cache_dir") or "outputs/.cache"),
+            resume=d.get("resume"),
+            parent=d.get("parent"),
+            train_length=train_length,
+            positions=positions,
+        )
+
+    @classmethod
+    def from_saved(cls, value: Mapping[str, Any]) -> RunConfig:
+        """A run dir's saved config, with sections newer than the run filled from ``train.yaml``."""
+        merged = dict(value)
+        for key, default in saved_defaults().items():
+            if isinstance(default, dict):
+                merged[key] = {**default, **(merged.get(key) or {})}
+            else:
+                merged.setdefault(key, default)
+        return cls.from_dict(merged)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data in the YAML layout (what a checkpoint's ``meta.json`` stores)."""
+        return {
+            "model": dataclasses.asdict(self.model),
+            "pe": {**self.pe.to_dict(), **dataclasses.asdict(self.positions)},
+            "extension": self.extension.to_dict(),
+            "data": self.data.to_dict("source"),
+            "tokenizer": self.tokenizer.to_dict(),
+            "train": {**dataclasses.asdict(self.train), "betas": list(self.train.betas)},
+            "translate": dataclasses.asdict(self.translate),
+            "attention": dataclasses.asdict(self.attention),
+            "placement": dataclasses.asdict(self.placement),
+            "extrapolate": {
+                k: v for k, v in dataclasses.asdict(self.extrapolate).items() if v is not None
+            },
+            "heads": self.heads,
+            "seed": self.seed,
+            "device": self.device,
+            "cache_dir": self.cache_dir,
+            "resume": self.resume,
+            "parent": self.parent,
+            "train_length": self.train_length,
+        }
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with top-level fields changed (e.g. ``resume``, ``cache_dir``)."""
+        return dataclasses.replace(self, **changes)
+
+
+def from_composed(cfg: Any) -> RunConfig:
+    """The typed config of a Hydra-composed DictConfig (interpolations resolved)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        raise PosexpError(f"config: {str(e).splitlines()[0]}") from None
+    return RunConfig.from_dict(plain)
+
+
+@cache
+def saved_defaults() -> dict[str, Any]:
+    """The sections of ``train.yaml`` with fixed keys (train, translate, ...), as plain data."""
+    from omegaconf import OmegaConf
+
+    from posexp.paths import config_dir
+
+    yaml = OmegaConf.load(f"{config_dir()}/train.yaml")
+    return {
+        key: OmegaConf.to_container(yaml[key], resolve=False)
+        for key in ("train", "translate", "attention", "placement")
+    } | {"device": "auto", "resume": None, "parent": None}

@@ -1,0 +1,232 @@
+"""The run config's sections, one frozen dataclass each, every value checked where it is built.
+
+A section refuses keys it does not have and names each bad value (``train.lr``, ``heads``) in a
+one-line error; ``posexp/config/run.py`` assembles them into the ``RunConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from posexp import checks
+from posexp.checks import number, positive_int
+from posexp.errors import PosexpError, choose
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+# Config roots that define the network and its data: a fine-tune keeps its parent's.
+NETWORK_ROOTS = ("model", "pe", "heads", "data", "tokenizer")
+# A resumed run must not change them, nor the extension its weights were trained with.
+RESUME_ROOTS = (*NETWORK_ROOTS, "extension")
+MISSING = "???"  # Hydra's mark for a value the user must give
+SEED_MAX = (
+    2**63 - 1
+)  # numpy takes no negative seed, torch none past 2**64 - 1; int64 keeps it exact
+THREADS_MAX = 1024  # more CPU threads than any machine has: torch spawns them and the OS refuses
+
+
+def _section(name: str, value: Any, cls: type) -> dict[str, Any]:
+    """A section's mapping, refusing keys the dataclass ``cls`` does not have or lacks."""
+    d = checks.mapping(name, value)
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    checks.known_keys(name, d, allowed)
+    for key in allowed:
+        if key not in d:
+            raise PosexpError(f"missing setting {name}.{key}")
+    return d
+
+
+def named_entry(group: str, value: Any, key: str) -> tuple[str, dict[str, Any]]:
+    """(name, params) of a config-group entry such as ``pe`` ({name: rope, base: ...})."""
+    if not isinstance(value, Mapping) or not isinstance(value.get(key), str):
+        raise PosexpError(
+            f"{group} must name its {key} (e.g. {group}={_EXAMPLES[group]}), got {value!r}"
+        )
+    params = {str(k): v for k, v in value.items() if k != key}
+    for k, v in params.items():
+        if v == MISSING:
+            raise PosexpError(
+                f"{group}.{k} must be set for {group}={value[key]} (e.g. {group}.{k}=...)"
+            )
+    return value[key], params
+
+
+_EXAMPLES = {"pe": "rope", "data": "kjv", "tokenizer": "byte", "model": "small"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The ``model`` group: a named size (tiny, small, base) and its dimensions."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int | None
+    dropout: float
+
+    @classmethod
+    def from_dict(cls, value: Any) -> ModelSpec:
+        """Validate the ``model`` mapping (``n_heads`` is the user's ``heads``)."""
+        d = _section("model", value, cls)
+        return cls(
+            name=str(d["name"]),
+            d_model=positive_int("model.d_model", d["d_model"]),
+            n_layers=positive_int("model.n_layers", d["n_layers"]),
+            n_heads=positive_int("heads", d["n_heads"]),
+            d_ff=positive_int("model.d_ff", d["d_ff"], allow_none=True),
+            dropout=number("model.dropout", d["dropout"], "in [0, 1)"),
+        )
+
+
+@dataclass(frozen=True)
+class NamedConfig:
+    """A config-group entry chosen by name (pe, data, tokenizer) plus its own parameters."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, key: str = "name") -> dict[str, Any]:
+        """The YAML layout: ``{name: ..., **params}``."""
+        return {key: self.name, **self.params}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The ``train`` section: optimisation, lengths and intervals."""
+
+    max_steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    weight_decay: float
+    betas: tuple[float, float]
+    grad_clip: float
+    eval_interval: int
+    eval_tokens: int
+    log_interval: int
+    checkpoint_interval: int
+    compile: bool
+    threads: int | None
+
+    @classmethod
+    def from_dict(cls, value: Any) -> TrainConfig:
+        """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1)."""
+        d = _section("train", value, cls)
+        for key in (
+            "max_steps",
+            "batch_size",
+            "seq_len",
+            "eval_interval",
+            "eval_tokens",
+            "log_interval",
+            "checkpoint_interval",
+        ):
+            positive_int(f"train.{key}", d[key])
+        checks.integer("train.warmup_steps", d["warmup_steps"], low=0)
+        betas = d["betas"]
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            raise PosexpError(f"train.betas must be two numbers in [0, 1), got {betas!r}")
+        checks.boolean("train.compile", d["compile"])
+        if d["eval_tokens"] <= d["seq_len"]:
+            raise PosexpError(
+                f"train.eval_tokens={d['eval_tokens']} is too few for one validation window of "
+                f"train.seq_len={d['seq_len']}; allowed: train.eval_tokens > {d['seq_len']}"
+            )
+        return cls(
+            **{
+                k: d[k]
+                for k in (
+                    "max_steps",
+                    "batch_size",
+                    "seq_len",
+                    "warmup_steps",
+                    "eval_interval",
+                    "eval_tokens",
+                    "log_interval",
+                    "checkpoint_interval",
+                    "compile",
+                )
+            },
+            lr=number("train.lr", d["lr"], "> 0"),
+            min_lr=number("train.min_lr", d["min_lr"], ">= 0"),
+            weight_decay=number("train.weight_decay", d["weight_decay"], ">= 0"),
+            grad_clip=number("train.grad_clip", d["grad_clip"], "> 0"),
+            betas=(
+                number("train.betas[0]", betas[0], "in [0, 1)"),
+                number("train.betas[1]", betas[1], "in [0, 1)"),
+            ),
+            threads=_threads(d["threads"]),
+        )
+
+
+def _threads(value: Any) -> int | None:
+    """``train.threads``: null, or a positive integer up to ``THREADS_MAX``."""
+    threads = positive_int("train.threads", value, allow_none=True)
+    if threads is not None and threads > THREADS_MAX:
+        raise PosexpError(f"train.threads must be at most {THREADS_MAX} (or null), got {threads}")
+    return threads
+
+
+@dataclass(frozen=True)
+class TranslateConfig:
+    """The ``translate`` section: decoding for BLEU/chrF on parallel corpora."""
+
+    bleu_examples: int
+    test_examples: int | None
+    max_new_tokens: int | None
+    batch_size: int
+    samples: int
+    beam_size: int
+    length_penalty: float
+
+    @classmethod
+    def from_dict(cls, value: Any) -> TranslateConfig:
+        """Validate ``translate.*``."""
+        d = _section("translate", value, cls)
+        return cls(
+            bleu_examples=positive_int("translate.bleu_examples", d["bleu_examples"]),
+            test_examples=positive_int(
+                "translate.test_examples", d["test_examples"], allow_none=True
+            ),
+            max_new_tokens=positive_int(
+                "translate.max_new_tokens", d["max_new_tokens"], allow_none=True
+            ),
+            batch_size=positive_int("translate.batch_size", d["batch_size"]),
+            samples=checks.integer("translate.samples", d["samples"], low=0),
+            beam_size=positive_int("translate.beam_size", d["beam_size"]),
+            length_penalty=number("translate.length_penalty", d["length_penalty"], "any"),
+        )
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/flex.py``)."""
+
+    backend: str
+
+    @classmethod
+    def from_dict(cls, value: Any) -> AttentionConfig:
+        """Validate ``attention.*``."""
+        from posexp.flex import BACKENDS
+
+        d = _section("attention", value, cls)
+        choose("attention.backend", d["backend"], BACKENDS)
+        return cls(backend=d["backend"])
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """The ``placement`` section: how parallel sweep jobs share GPUs."""
+
+    jobs_per_gpu: int
+
+    @classmethod
+    def from_dict(cls, value: Any) -> PlacementConfig:
+        """Validate ``placement.*``."""
+        d = _section("placement", value, cls)
+        return cls(jobs_per_gpu=positive_int("placement.jobs_per_gpu", d["jobs_per_gpu"]))

@@ -1,0 +1,22 @@
+"""Static NTK-aware scaling (bloc97 2023): a larger base, so low frequencies stretch by s."""
+
+from __future__ import annotations
+
+import torch
+
+from posexp.errors import PosexpError
+from posexp.extension.registry import RopeSpec, register_extension
+
+
+def ntk_exponent(spec: RopeSpec, method: str) -> float:
+    """d/(d-2): makes the lowest frequency scale by exactly 1/s (YaRN paper Eq. 16)."""
+    # Undefined at d = 2; the head dim is the model's, so it is only known here.
+    if spec.head_dim < 4:
+        raise PosexpError(f"extension {method!r} needs head_dim >= 4, got {spec.head_dim}")
+    return spec.head_dim / (spec.head_dim - 2)
+
+
+@register_extension("ntk")
+def ntk(spec: RopeSpec) -> tuple[torch.Tensor, float]:
+    """Static NTK-aware scaling: base' = base·s^(d/(d-2))."""
+    return spec.theta(spec.base * spec.factor ** ntk_exponent(spec, "ntk")), 1.0

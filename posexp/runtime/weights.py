@@ -1,0 +1,81 @@
+"""Starting from saved weights (``resume=``, ``parent=``): does the saved network fit this run's?
+
+Checked from the saved run's ``meta.json`` before the data is built (a BPE trained, three splits
+tokenized), so a mismatch is one line naming the first difference, not a late load error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from posexp.config import RunConfig
+from posexp.data.tokenizers import LEARNED_VOCABULARY
+from posexp.errors import PosexpError
+from posexp.model import ModelConfig
+from posexp.pe import get_pe
+from posexp.rundir import RunDir
+from posexp.runtime.build import model_config
+
+# ModelConfig fields that change how a network runs, not its weights: a run started from
+# another's weights may change them. Every other field (a new one too) must match the parent's.
+RUNTIME_FIELDS = frozenset({"dropout", "extension", "train_length", "attention"})
+NETWORK_FIELDS = tuple(
+    f.name for f in dataclasses.fields(ModelConfig) if f.name not in RUNTIME_FIELDS
+)
+
+
+def check_same_network(parent: dict[str, Any], mcfg: ModelConfig) -> None:
+    """Refuse to load a parent's weights into a network of another shape (one line, the first key)."""
+    mine = mcfg.to_dict()
+    for key in NETWORK_FIELDS:
+        if parent.get(key) != mine[key]:
+            raise PosexpError(
+                f"parent run has {key}={parent.get(key)!r}, this run {key}={mine[key]!r}; "
+                f"a run started from another's weights keeps its network (model, pe, "
+                f"heads, tokenizer)"
+            )
+
+
+def check_start_weights(cfg: RunConfig) -> None:
+    """Refuse a resume or parent whose saved network does not fit this run's (from its meta only)."""
+    what, path = ("resume=", cfg.resume) if cfg.resume else ("parent=", cfg.parent)
+    if not path:
+        return
+    meta = RunDir.open(path, what).meta()
+    saved, model = meta["config"], meta["model"]
+    if cfg.parent and not cfg.resume:
+        mine, theirs = cfg.tokenizer.to_dict(), dict(saved.get("tokenizer") or {})
+        if mine != theirs:
+            raise PosexpError(
+                f"parent run has tokenizer {_spec(theirs)}, this run {_spec(mine)}; a run "
+                f"started from another's weights keeps its tokenizer (drop tokenizer=)"
+            )
+        data = dict(saved.get("data") or {})
+        if cfg.tokenizer.name in LEARNED_VOCABULARY and cfg.data.to_dict("source") != data:
+            raise PosexpError(
+                f"tokenizer={cfg.tokenizer.name} learns its vocabulary from the data: the parent's "
+                f"(data {_spec(data)}) is not this run's (data {_spec(cfg.data.to_dict('source'))}); "
+                f"use the parent's data, or tokenizer=byte for both"
+            )
+        check_same_network(model, model_config(cfg, vocab_size=int(model["vocab_size"])))
+    # A learned position table's rows follow the training length when pe.max_len is null.
+    pe_cls = get_pe(model["pe"])
+    have = pe_cls.position_limit(dict(model.get("pe_params") or {}), int(model["train_length"]))
+    want = pe_cls.position_limit(dict(cfg.pe.params), cfg.length0)
+    if have != want:
+        raise PosexpError(
+            f"{what}{str(path)!r} has a pe={model['pe']} table of {have} positions "
+            f"(trained at length {model['train_length']}); this run's would have {want} "
+            f"(train.seq_len={cfg.train.seq_len}); keep train.seq_len={model['train_length']}"
+            + ("" if cfg.resume else ", or extend it with `posexp finetune`")
+        )
+
+
+def _spec(section: dict[str, Any]) -> str:
+    """``byte``, or ``bpe(vocab_size=512)``: a config group entry in one word."""
+    items = list(section.items())
+    if not items:
+        return "?"
+    extra = ", ".join(f"{k}={v}" for k, v in items[1:])
+    return f"{items[0][1]}({extra})" if extra else str(items[0][1])

@@ -1,0 +1,41 @@
+"""eval-extrapolate's settings: one typed config, one checker, for the options and the preset."""
+
+from __future__ import annotations
+
+import pytest
+
+from posexp.commands.extrapolate.plan import Settings
+from posexp.config import ExtrapolateConfig
+from posexp.errors import PosexpError
+from tests.helpers import run_config
+
+
+def test_options_and_preset_are_checked_by_one_checker_under_their_own_names():
+    with pytest.raises(PosexpError, match=r"^--stride must be a positive integer, got 0$"):
+        ExtrapolateConfig.from_dict({"stride": 0}, prefix="--")
+    with pytest.raises(
+        PosexpError, match=r"^extrapolate.stride must be a positive integer or null, got 0$"
+    ):
+        ExtrapolateConfig.from_dict({"stride": 0})
+    with pytest.raises(
+        PosexpError, match=r"^--lengths takes integers like 64,128,256, got '64,x'$"
+    ):
+        ExtrapolateConfig.from_dict({"lengths": "64,x"}, prefix="--")
+    with pytest.raises(
+        PosexpError, match=r"^extrapolate.factor must be a finite number >= 1, got 0.5$"
+    ):
+        ExtrapolateConfig.from_dict({"factor": 0.5})
+    # Comma lists and repeated options alike, in order, without duplicates.
+    knobs = ExtrapolateConfig.from_dict(
+        {"lengths": "64, 128", "method": ["none,pi", "pi"]}, prefix="--"
+    )
+    assert knobs.lengths == [64, 128] and knobs.method == ["none", "pi"]
+    assert ExtrapolateConfig.from_dict({"method": "none,yarn"}).method == ["none", "yarn"]
+
+
+def test_options_given_replace_the_preset_and_len_goes_with_lengths():
+    cfg = run_config("experiment=extrapolation")
+    assert cfg.extrapolate == ExtrapolateConfig(len=1024, protocol="both", stride=64, tokens=8192)
+    knobs = Settings(ExtrapolateConfig(lengths=[64], stride=8)).for_run(cfg)
+    assert knobs == ExtrapolateConfig(lengths=[64], protocol="both", stride=8, tokens=8192)
+    assert Settings().for_run(cfg) == cfg.extrapolate

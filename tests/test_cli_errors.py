@@ -1,0 +1,65 @@
+"""The `posexp` entry point: usage errors are one line like every other error; help is unchanged."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from posexp.cli import main
+
+
+def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """``posexp ARGS`` in-process: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["posexp", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        # Were 5-6 line framed blocks (usage, a hint, a box around the message).
+        (
+            ["eval-extrapolate", "--len", "abc"],
+            ["posexp eval-extrapolate:", "'--len'", "got 'abc'", "posexp eval-extrapolate --help"],
+        ),
+        (
+            ["trian"],
+            ["No such command 'trian'", "Did you mean 'train'", "commands: train, generate"],
+        ),
+        (["runs", "--bogus"], ["posexp runs:", "No such option: --bogus"]),
+        (["generate"], ["posexp generate:", "Missing argument"]),
+    ],
+)
+def test_usage_errors_are_one_line(monkeypatch, capsys, args, words):
+    code, out, err = run_main(monkeypatch, capsys, *args)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for word in words:
+        assert word in err
+
+
+def test_help_is_unchanged(monkeypatch, capsys):
+    code, out, err = run_main(monkeypatch, capsys, "eval-extrapolate", "--help")
+    assert code == 0 and "--len" in out and "--lengths" in out and err == ""
+    code, out, _ = run_main(monkeypatch, capsys, "--version")
+    assert code == 0 and out.startswith("posexp ")
+
+
+def test_a_cuda_build_without_a_driver_prints_no_warning():
+    # torch's two-line "CUDA initialization: Found no NVIDIA driver" warning, printed before the
+    # one-line "device 'cuda' requested but no CUDA GPU is visible" (or before a CPU run). A fresh
+    # process: pytest resets warning filters that a module installs while a test runs.
+    code = (
+        "import warnings, posexp.runtime.device; warnings.warn('CUDA initialization: Found no "
+        "NVIDIA driver on your system.', UserWarning); warnings.warn('other', UserWarning)"
+    )
+    err = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stderr
+    assert "CUDA initialization" not in err and "UserWarning: other" in err

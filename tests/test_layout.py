@@ -1,0 +1,134 @@
+"""The package's architecture, read from the source (nothing is imported): no import cycle,
+dependencies that point one way, and modules a reader can hold in mind."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "posexp"
+MAX_LINES = 420  # "about 400": a module past this is doing two jobs
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def resolve(name: str) -> str | None:
+    """The posexp module an import names (``posexp.pe.get_pe`` -> ``posexp.pe``)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """Every posexp module ``module`` imports, at any depth of its code (lazy imports too)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        for name in names:
+            target = resolve(name) if name.split(".")[0] == "posexp" else None
+            # A module importing its own package (to reach a sibling) is not a dependency on itself.
+            if target and target != module and not module.startswith(target + "."):
+                found.add(target)
+    return found
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_reader_sees_the_real_graph():
+    # The reader must find lazy imports too, or the cycle test below could pass by blindness.
+    assert "posexp.commands.train" in GRAPH["posexp.cli"]  # imported inside a function
+    assert "posexp.pe" in GRAPH["posexp.model"]
+
+
+def test_no_import_cycle_inside_posexp():
+    assert cycles() == []
+
+
+# Layers from the bottom up: a module may import its own layer and those below, never above.
+LOWER_MUST_NOT_IMPORT = {
+    "posexp.extension": ("posexp.pe", "posexp.model", "posexp.data", "posexp.config"),
+    "posexp.pe": ("posexp.model", "posexp.data", "posexp.config"),
+    "posexp.data": ("posexp.model", "posexp.pe", "posexp.extension", "posexp.objectives"),
+    "posexp.model": ("posexp.config", "posexp.data", "posexp.rundir", "hydra", "omegaconf"),
+    "posexp.objectives": ("posexp.commands", "posexp.cli"),
+    "posexp.runtime": ("posexp.commands", "posexp.cli"),
+}
+ABOVE_ALL = ("posexp.commands", "posexp.cli")
+
+
+@pytest.mark.parametrize("layer", sorted(LOWER_MUST_NOT_IMPORT))
+def test_dependencies_point_one_way(layer):
+    forbidden = (*LOWER_MUST_NOT_IMPORT[layer], *ABOVE_ALL)
+    bad = sorted(
+        f"{m} -> {t}"
+        for m in GRAPH
+        if m == layer or m.startswith(layer + ".")
+        for t in GRAPH[m]
+        if t.startswith(forbidden)
+    )
+    assert bad == []
+
+
+def test_the_model_knows_nothing_of_hydra_the_cli_or_tensorboard():
+    source = MODULES["posexp.model"].read_text()
+    for word in ("hydra", "omegaconf", "typer", "tensorboard", "SummaryWriter"):
+        assert f"import {word}" not in source and f"from {word}" not in source
+
+
+def test_no_module_is_too_long_to_read():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
