@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from posexp.errors import PosexpError
-from posexp.files import staged_dir
+from posexp.files import disk_full, staged_dir
 
 CHECKPOINT = "checkpoint"
 
@@ -69,14 +69,22 @@ def save_checkpoint(
 ) -> Path:
     """Write ``<run>/checkpoint`` atomically; ``state`` holds optimizer/scheduler/RNG if training."""
     final = Path(run_dir) / CHECKPOINT
-    with staged_dir(final) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
-        if state is not None:
-            torch.save(state, tmp / "state.pt")
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
-        mode = 0o666 & ~_umask()
-        for f in tmp.iterdir():
-            os.chmod(f, mode)  # safetensors writes 0600; every file gets the usual mode
+    try:
+        with staged_dir(final) as tmp:
+            save_model(model, str(tmp / "model.safetensors"))
+            if state is not None:
+                torch.save(state, tmp / "state.pt")
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=str))
+            mode = 0o666 & ~_umask()
+            for f in tmp.iterdir():
+                os.chmod(f, mode)  # safetensors writes 0600; every file gets the usual mode
+    except Exception as e:
+        if not disk_full(e):
+            raise
+        kept = "the previous checkpoint is kept" if has_checkpoint(run_dir) else "no checkpoint yet"
+        raise PosexpError(
+            f"no space left on device writing {str(final)!r} ({kept}); free some space, then resume"
+        ) from None
     return final
 
 
@@ -108,9 +116,26 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     """The checkpoint's metadata (model config, step, ...)."""
     path = checkpoint_dir(run_dir) / "meta.json"
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PosexpError(f"corrupt checkpoint {str(path)!r}: {e}") from None
+    problem = meta_problem(meta)
+    if problem:
+        raise PosexpError(f"corrupt checkpoint {str(path)!r}: {problem}")
+    return meta
+
+
+def meta_problem(meta: Any) -> str | None:
+    """What is wrong with a loaded ``meta.json`` (None: nothing): a step and mappings."""
+    if not isinstance(meta, dict):
+        return f"expected a mapping, found {type(meta).__name__}"
+    step = meta.get("step")
+    if "step" in meta and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        return f"step must be an integer >= 0, found {step!r}"
+    for key in ("model", "config"):
+        if key in meta and not isinstance(meta[key], dict):
+            return f"{key} must be a mapping, found {type(meta[key]).__name__}"
+    return None
 
 
 def load_weights(run_dir: Path, model: torch.nn.Module) -> None:

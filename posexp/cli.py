@@ -286,6 +286,8 @@ def main() -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from posexp.files import disk_full
+
     # Hydra then re-raises instead of printing its own multi-line report, so we can print one line.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     # provenance.json records the command as typed (posexp.runtime.provenance.COMMAND_ENV).
@@ -319,6 +321,12 @@ def main() -> None:
         typer.echo(f"error: {_one_line(e)}", err=True)
         raise SystemExit(2) from None
     except OSError as e:
+        if disk_full(e) and not is_sweep(sys.argv):
+            where = f" writing {str(e.filename)!r}" if e.filename else ""
+            typer.echo(
+                f"error: no space left on device{where}; free some space, then retry", err=True
+            )
+            raise SystemExit(2) from None
         if not e.filename or is_sweep(sys.argv):
             raise
         # A path given on the command line that the OS refuses (e.g. a run dir under /proc).
@@ -330,6 +338,12 @@ def main() -> None:
     except Exception as e:
         from posexp.hardware import out_of_memory
 
+        if disk_full(e) and not is_sweep(sys.argv):  # torch's writer hides the OS error
+            typer.echo(
+                f"error: no space left on device ({_one_line(e)}); free some space, then retry",
+                err=True,
+            )
+            raise SystemExit(2) from None
         if out_of_memory(e) and not is_sweep(sys.argv):  # sizes the machine cannot hold
             typer.echo(f"error: {out_of_memory(e)}; lower the sizes asked for", err=True)
             raise SystemExit(2) from None

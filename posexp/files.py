@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import os
@@ -105,6 +106,25 @@ def staged_current(final: Path) -> Path:
     final = Path(final)
     old = final.with_name(final.name + ".old")
     return old if not final.exists() and old.is_dir() else final
+
+
+# What torch's and safetensors' writers say when a write comes up short: they wrap the OS
+# error in their own exception types, so its text is all there is to go by.
+WRITE_FAILURES = (
+    "unexpected pos",
+    "file write failed",
+    "failed writing file",
+    "No space left on device",
+    "os error 28",
+    "Disk quota exceeded",
+)
+
+
+def disk_full(e: BaseException) -> bool:
+    """True when ``e`` is a write that failed for want of space (or quota) on the device."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(e, Exception) and any(m in str(e) for m in WRITE_FAILURES)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -120,17 +120,41 @@ def test_a_save_cut_at_any_step_of_the_swap_leaves_a_whole_checkpoint(tmp_path, 
     assert calls["checked"] > 50
 
 
-def test_a_failed_write_leaves_no_staging_folder(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(28, "No space left on device"),
+        RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 1216 vs 1104"),
+        RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),
+    ],
+)
+def test_a_full_disk_is_one_line_and_leaves_the_previous_checkpoint_alone(
+    tmp_path, monkeypatch, failure
+):
     save_checkpoint(tmp_path, linear_at(1), {"step": 1})
 
     def full_disk(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+        raise failure
 
     monkeypatch.setattr(checkpoint, "save_model", full_disk)
-    with pytest.raises(OSError):
+    with pytest.raises(
+        PosexpError,
+        match=r"^no space left on device writing '.*checkpoint' "
+        r"\(the previous checkpoint is kept\)",
+    ):
         save_checkpoint(tmp_path, linear_at(2), {"step": 2})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # no checkpoint.tmp
     assert whole_checkpoint_step(tmp_path) == 1
+
+
+def test_any_other_write_error_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(checkpoint, "save_model", broken)
+    with pytest.raises(PermissionError):
+        save_checkpoint(tmp_path, linear_at(1), {"step": 1})
+    assert list(tmp_path.iterdir()) == []
 
 
 def trained_state(model: torch.nn.Module, step: int) -> dict:
@@ -194,3 +218,21 @@ def test_a_zero_byte_state_is_refused_in_one_line(tmp_path):
     with pytest.raises(PosexpError, match=r"^corrupt checkpoint '.*state.pt': \w+") as e:
         load_state(tmp_path)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "meta, message",
+    [
+        ("[1, 2]", r"expected a mapping, found list"),
+        ('{"step": "3"}', r"step must be an integer >= 0, found '3'"),
+        ('{"step": -1}', r"step must be an integer >= 0, found -1"),
+        ('{"step": 3, "model": "gpt"}', r"model must be a mapping, found str"),
+        ('{"step": 3, "config": [1]}', r"config must be a mapping, found list"),
+        ("{not json", r"Expecting property name"),
+    ],
+)
+def test_a_damaged_meta_is_refused_naming_the_file(tmp_path, meta, message):
+    save_checkpoint(tmp_path, linear_at(3), {"step": 3})
+    (tmp_path / "checkpoint" / "meta.json").write_text(meta)
+    with pytest.raises(PosexpError, match=rf"^corrupt checkpoint '.*meta.json': {message}"):
+        read_meta(tmp_path)

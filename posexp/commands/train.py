@@ -29,7 +29,7 @@ from posexp.checkpoint import load_state, load_weights, rng_state, save_checkpoi
 from posexp.config import RunConfig, from_composed
 from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError
-from posexp.files import write_text_atomic
+from posexp.files import disk_full, write_text_atomic
 from posexp.hardware import out_of_memory
 from posexp.model import GPT, ModelConfig
 from posexp.objectives import OBJECTIVES, Objective, build_objective
@@ -397,6 +397,10 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
             discard_interrupted(run_dir)
         raise
     except Exception as e:
+        if disk_full(e):  # a log, event or provenance write on a full disk: one line, not a bug
+            where = getattr(e, "filename", None) or run_dir
+            full = PosexpError(f"no space left on device writing {str(where)!r}; free some space")
+            fail_run(run_dir, full, multirun, discard=fresh)
         if multirun:  # an unexpected error fails this job only; Hydra runs the others
             record_failure(run_dir, e)
         raise

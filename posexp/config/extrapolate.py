@@ -44,7 +44,12 @@ class ExtrapolateConfig:
             v = d.get(key)
             return None if v is None else checks.positive_int(prefix + key, v, allow_none=null)
 
-        methods = cls._names(d.get("method"))
+        if d.get("len") is not None and d.get("lengths") is not None:
+            raise PosexpError(
+                f"{prefix}len and {prefix}lengths both given; use one ({prefix}len "
+                f"doubles from the training length, {prefix}lengths lists them)"
+            )
+        methods = cls._names(prefix + "method", d.get("method"))
         for m in methods or ():
             choose("method", m, [*EXTENSIONS, cls.BAKED])
         if d.get("protocol") is not None:
@@ -67,8 +72,13 @@ class ExtrapolateConfig:
             return None
         items = value.split(",") if isinstance(value, str) else value
         items = items if isinstance(items, (list, tuple)) else [items]
+        texts = [str(item).strip() for item in items]
+        if "" in texts:
+            raise PosexpError(
+                f"{name} has an empty item in {value!r}; give integers like 64,128,256"
+            )
         try:
-            out = [int(text) for text in (str(item).strip() for item in items) if text]
+            out = [int(text) for text in texts]
         except ValueError:
             raise PosexpError(f"{name} takes integers like 64,128,256, got {value!r}") from None
         if not out or min(out) <= 0:
@@ -76,8 +86,13 @@ class ExtrapolateConfig:
         return out
 
     @staticmethod
-    def _names(value: Any) -> list[str] | None:
+    def _names(name: str, value: Any) -> list[str] | None:
         # Comma lists and repeated options, in order, without duplicates; none at all is None.
         values = [] if value is None else [value] if isinstance(value, str) else list(value)
         names = [n.strip() for v in values for n in str(v).split(",")]
-        return list(dict.fromkeys(n for n in names if n)) or None
+        if "" in names:  # `--method ''` or `none,,pi`: a typo, not "every method"
+            raise PosexpError(
+                f"{name} has an empty name in {value!r}; allowed: "
+                f"{', '.join(sorted([*EXTENSIONS, ExtrapolateConfig.BAKED]))}"
+            )
+        return list(dict.fromkeys(names)) or None

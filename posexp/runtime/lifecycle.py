@@ -44,6 +44,12 @@ def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> No
     if discard and distributed.is_main() and not RunDir(run_dir).has_checkpoint():
         release_log_files(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)  # nothing half-written stays behind
+    elif distributed.is_main() and provenance.opened_here(run_dir):
+        # Training began here and a checkpoint stays (a full disk at step 200): the dir says the
+        # session failed and why, as best it can on a disk that may still be full.
+        with contextlib.suppress(OSError, RuntimeError):
+            record_failure(run_dir, e)
+            provenance.finish(run_dir, "failed")
     raise Abort(str(e)) from None
 
 

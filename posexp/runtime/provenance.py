@@ -95,11 +95,21 @@ def _read(run_dir: Path) -> dict[str, Any]:
         return {"sessions": []}
 
 
+# The run dirs whose session this process opened: only those may be stamped as it ends.
+_opened: set[Path] = set()
+
+
 def start(run_dir: Path) -> None:
     """Append this session to ``provenance.json``."""
     data = _read(run_dir)
     data["sessions"].append(session())
     write_json_atomic(run_dir / FILE, data)
+    _opened.add(Path(run_dir).resolve())
+
+
+def opened_here(run_dir: Path) -> bool:
+    """True when this process started a session in ``run_dir`` (so training has begun there)."""
+    return Path(run_dir).resolve() in _opened
 
 
 def finish(run_dir: Path, status: str) -> None:

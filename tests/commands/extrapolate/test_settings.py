@@ -39,3 +39,17 @@ def test_options_given_replace_the_preset_and_len_goes_with_lengths():
     knobs = Settings(ExtrapolateConfig(lengths=[64], stride=8)).for_run(cfg)
     assert knobs == ExtrapolateConfig(lengths=[64], protocol="both", stride=8, tokens=8192)
     assert Settings().for_run(cfg) == cfg.extrapolate
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"lengths": "64,,128"}, r"^--lengths has an empty item in '64,,128'; give integers"),
+        ({"method": ""}, r"^--method has an empty name in ''; allowed: baked, dynamic_ntk, "),
+        ({"method": ["none", ""]}, r"^--method has an empty name in \['none', ''\]; allowed: "),
+        ({"len": 256, "lengths": "64,128"}, r"^--len and --lengths both given; use one"),
+    ],
+)
+def test_options_that_would_silently_mean_something_else_are_refused(options, message):
+    with pytest.raises(PosexpError, match=message):
+        ExtrapolateConfig.from_dict(options, prefix="--")
