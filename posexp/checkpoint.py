@@ -81,10 +81,12 @@ def save_checkpoint(
     except Exception as e:
         if not disk_full(e):
             raise
-        kept = "the previous checkpoint is kept" if has_checkpoint(run_dir) else "no checkpoint yet"
-        raise PosexpError(
-            f"no space left on device writing {str(final)!r} ({kept}); free some space, then resume"
-        ) from None
+        then = (
+            "the previous checkpoint is kept); free some space, then resume"
+            if has_checkpoint(run_dir)
+            else "no checkpoint yet); free some space, then rerun"
+        )
+        raise PosexpError(f"no space left on device writing {str(final)!r} ({then}") from None
     return final
 
 

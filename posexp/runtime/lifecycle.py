@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from posexp.errors import Abort, PosexpError
-from posexp.files import write_text_atomic
+from posexp.files import disk_full, write_text_atomic
 from posexp.rundir import HYDRA, OWNER, RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.sweeps import record_failure
@@ -69,13 +69,27 @@ def own_run_dir(run_dir: Path, cfg: DictConfig, multirun: bool) -> Iterator[Path
             owned = claim_run_dir(run_dir) if fresh else RunDir(run_dir).lock().path
         except PosexpError as e:
             refused = str(e)
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            refused = f"no space left on device writing {str(run_dir)!r}; free some space"
+            if fresh and {p.name for p in run_dir.iterdir()} <= {OWNER}:  # only what we made
+                shutil.rmtree(run_dir, ignore_errors=True)
     refused = distributed.broadcast_object(refused)
     if refused is not None:
         release_log_files(run_dir)  # Hydra's log handler points at the other writer's train.log
         raise PosexpError(refused) if multirun else Abort(refused)
     try:
         if owned is not None:
-            write_hydra_record(owned, cfg, replace=not cfg.resume)
+            try:
+                write_hydra_record(owned, cfg, replace=not cfg.resume)
+            except OSError as e:
+                if not disk_full(e):
+                    raise
+                full = PosexpError(
+                    f"no space left on device writing {str(owned / HYDRA)!r}; free some space"
+                )
+                fail_run(owned, full, multirun, discard=fresh)
         yield distributed.agree_on_run_dir(owned or run_dir)
     finally:
         if owned is not None:

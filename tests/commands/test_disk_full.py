@@ -70,3 +70,36 @@ def test_a_full_disk_ends_every_command_in_one_line_and_the_run_dir_tells_the_tr
         assert "no space left on device" in last_line(proc), command
         assert not any(p.name.endswith(".tmp") for p in run.iterdir()), command
     assert json.loads((run / "checkpoint" / "meta.json").read_text())["step"] == 3
+
+
+def test_a_new_run_that_cannot_write_leaves_nothing_behind(small_disk, tmp_path, cache):
+    fill = subprocess.run(
+        ["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=1k", "count=1100"],
+        capture_output=True,
+    )
+    assert fill.returncode == 0  # room left for the run's record, not for its first checkpoint
+    run = small_disk / "run"
+    proc = posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert last_line(proc) == (
+        f"error: no space left on device writing '{run}/checkpoint' (no checkpoint yet); free "
+        f"some space, then rerun"
+    )
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no half-written run dir
+
+    subprocess.run(
+        [
+            "dd",
+            "if=/dev/zero",
+            f"of={small_disk / 'filler'}",
+            "bs=4k",
+            "oflag=append",
+            "conv=notrunc",
+        ],
+        capture_output=True,
+    )  # now nothing fits
+    proc = posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: no space left on device writing '{run}'; free some space"
+    ]
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
