@@ -61,3 +61,20 @@ def out_of_memory(e: BaseException) -> str | None:
             None if n < 2**20 else f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
         )
     return f"out of memory (tried to allocate {shown})" if shown else "out of memory"
+
+
+def available_memory(device_type: str = "cpu") -> int | None:
+    """Bytes free for new tensors on ``device_type`` (cuda: the current GPU; cpu: Linux's
+    MemAvailable); None where this cannot be read."""
+    if device_type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0]) if torch.cuda.is_available() else None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

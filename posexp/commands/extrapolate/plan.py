@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from posexp import checks
+from posexp.attention import BIAS_QUERY_CHUNK
 from posexp.commands.extrapolate.tasks import PROTOCOL as TASK_PROTOCOL
 from posexp.commands.extrapolate.tasks import task_data
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig, get_extension
 from posexp.files import check_writable
+from posexp.hardware import available_memory
 from posexp.pe import accepted_extensions, check_extension
 from posexp.rundir import RunDir, latest_run
 from posexp.rundir import find_runs as find_run_dirs
@@ -197,6 +199,28 @@ def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
     return runs
 
 
+def forward_bytes(length: int, batch_tokens: int, mcfg: Any) -> int:
+    """About what one scoring forward pass at ``length`` holds at once (float32, no gradients):
+    its logits and their log-softmax, one layer's activations, and one query block of bias per
+    head (the SDPA path; FlexAttention needs less). An underestimate: it refuses only what
+    cannot fit."""
+    tokens = max(1, batch_tokens // length) * length
+    per_token = 2 * mcfg.vocab_size + 8 * mcfg.d_model
+    return 4 * (tokens * per_token + 2 * mcfg.n_heads * BIAS_QUERY_CHUNK * length)
+
+
+def check_fits(length: int, settings: Settings, mcfg: Any, run_dir: Path) -> None:
+    """Refuse, before anything is allocated, a length whose forward pass cannot fit in memory."""
+    device = resolve_device(settings.device)
+    need, have = forward_bytes(length, settings.batch_tokens, mcfg), available_memory(device.type)
+    if have is not None and need > have:
+        raise PosexpError(
+            f"length {length:,} needs about {need / 2**30:.1f} GiB for one forward pass of "
+            f"{str(run_dir)!r}, and {device.type} has {have / 2**30:.1f} GiB free; allowed: "
+            f"shorter --len / --lengths"
+        )
+
+
 def plan_lengths(knobs: ExtrapolateConfig, train_length: int, run_dir: Path) -> list[int]:
     """Explicit --lengths, else doubling from the training length up to --len (inclusive)."""
     if knobs.lengths:
@@ -266,6 +290,8 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         )
     # A preset's token count (or the default) grows to one full window at the longest length.
     n_tokens = max(s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths)), max(lengths))
+    if task is None:
+        check_fits(max(lengths), settings, mcfg, run_dir)
 
     unfinished = unfinished_note(run, meta, cfg)
     if unfinished:
