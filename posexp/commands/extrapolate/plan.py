@@ -42,7 +42,7 @@ DEFAULT_LEN = 4096
 DEFAULT_TOKENS = 16384
 DEFAULT_BATCH_TOKENS = 8192
 PER_POSITION_BUCKETS = 64
-# TensorBoard events go into the run dir itself, in files with this suffix (see write_tensorboard).
+# The columns of extrapolate.json / .csv, one record per method x length x protocol.
 FIELDS = (
     "method",
     "length",

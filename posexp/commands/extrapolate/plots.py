@@ -34,6 +34,24 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def method_lines(ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str) -> None:
+    """One line per method of ``metric`` against length, each with its own marker and dash."""
+    for i, method in enumerate(methods):
+        pts = sorted(
+            (r["length"], r[metric])
+            for r in records
+            if r["method"] == method and r[metric] is not None
+        )
+        if pts:
+            ax.plot(
+                *zip(*pts, strict=True),
+                marker=MARKERS[i % len(MARKERS)],
+                linestyle=DASHES[i % len(DASHES)],
+                markersize=8 - 1.5 * (i % 4),
+                label=method,
+            )
+
+
 def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> Any:
     """ppl against length (log-log, plain ticks), one line per method, one panel per protocol."""
     import matplotlib
@@ -52,20 +70,7 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> An
     lengths = sorted({r["length"] for r in records})
     for ax, protocol in zip(axes[0], protocols, strict=True):
         methods = list(dict.fromkeys(r["method"] for r in records if r["protocol"] == protocol))
-        for i, method in enumerate(methods):
-            pts = sorted(
-                (r["length"], r["ppl"])
-                for r in records
-                if r["protocol"] == protocol and r["method"] == method and r["ppl"] is not None
-            )
-            if pts:
-                ax.plot(
-                    *zip(*pts, strict=True),
-                    marker=MARKERS[i % len(MARKERS)],
-                    linestyle=DASHES[i % len(DASHES)],
-                    markersize=8 - 1.5 * (i % 4),
-                    label=method,
-                )
+        method_lines(ax, [r for r in records if r["protocol"] == protocol], methods, "ppl")
         ax.axvline(
             train_length,
             color="grey",
@@ -162,20 +167,7 @@ def plot_accuracy(
     lengths = sorted({r["length"] for r in records})
     for ax, name in zip(axes[0], panels, strict=True):
         methods = list(dict.fromkeys(r["method"] for r in records if panel(r) == name))
-        for i, method in enumerate(methods):
-            pts = sorted(
-                (r["length"], r["accuracy"])
-                for r in records
-                if panel(r) == name and r["method"] == method and r["accuracy"] is not None
-            )
-            if pts:
-                ax.plot(
-                    *zip(*pts, strict=True),
-                    marker=MARKERS[i % len(MARKERS)],
-                    linestyle=DASHES[i % len(DASHES)],
-                    markersize=8 - 1.5 * (i % 4),
-                    label=method,
-                )
+        method_lines(ax, [r for r in records if panel(r) == name], methods, "accuracy")
         ax.axvspan(
             train_sizes[0],
             train_sizes[1],
