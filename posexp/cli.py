@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import typer
 
@@ -46,6 +49,21 @@ def _root(
 
 
 # Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
+def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C in any command: the line "interrupted" and exit status 130 (Typer would exit 130
+    silently); the command has said what it kept, e.g. a run's last checkpoint."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    return run
+
+
 HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
@@ -59,15 +77,12 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     sys.argv = ["posexp" if completion else saved[0], *args]
     try:
         hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()
-    except KeyboardInterrupt:
-        # Typer would turn it into a silent exit 130: say so (the task said what it kept).
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(130) from None
     finally:
         sys.argv = saved
 
 
 @app.command(context_settings=HYDRA_COMMAND)
+@says_interrupted
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
     from posexp.commands.train import train_task
@@ -77,6 +92,7 @@ def train(ctx: typer.Context) -> None:
 
 
 @app.command()
+@says_interrupted
 def generate(
     prompts: list[str] = typer.Argument(
         ..., help="Texts: sources to translate (pairs run) or to continue (lm run)."
@@ -125,6 +141,7 @@ def generate(
 
 
 @app.command("eval-extrapolate")
+@says_interrupted
 def eval_extrapolate(
     run: Path | None = typer.Option(
         None,
@@ -185,6 +202,7 @@ def eval_extrapolate(
 
 
 @app.command(context_settings=HYDRA_COMMAND)
+@says_interrupted
 def finetune(
     ctx: typer.Context,
     run: Path | None = typer.Option(
@@ -203,6 +221,7 @@ def finetune(
 
 
 @app.command()
+@says_interrupted
 def report(
     target: Path = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
     evaluate: bool = typer.Option(
@@ -221,6 +240,7 @@ def report(
 
 
 @app.command()
+@says_interrupted
 def runs(
     root: Path = typer.Argument(
         Path("outputs"), help="Folder to search (runs and sweeps below it)."

@@ -63,3 +63,14 @@ def test_a_cuda_build_without_a_driver_prints_no_warning():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stderr
     assert "CUDA initialization" not in err and "UserWarning: other" in err
+
+
+def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(monkeypatch, capsys, tmp_path):
+    from posexp.commands import runs as runs_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs_mod, "list_runs", interrupted)
+    code, out, err = run_main(monkeypatch, capsys, "runs", str(tmp_path))
+    assert (code, err) == (130, "interrupted\n")
