@@ -119,10 +119,16 @@ def _static_captures(score_mod: ScoreMod) -> None:
     that does not compile once a kernel has ten or more: it renames its block-size symbol (say
     ``ks1``) by plain text replacement, so ``ks10`` becomes an undeclared ``cur_kvSplitSize0``.
     Only the sequence length needs to be dynamic."""
-    for cell in score_mod.__closure__ or ():
-        value = cell.cell_contents
+
+    def mark(value: Any) -> None:
         if isinstance(value, torch.Tensor):
             torch._dynamo.mark_static(value)
+        elif isinstance(value, (list, tuple)):  # FIRE keeps its units' tensors in a list
+            for item in value:
+                mark(item)
+
+    for cell in score_mod.__closure__ or ():
+        mark(cell.cell_contents)
 
 
 def flex_causal_attention(

@@ -141,7 +141,9 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
         "--reps",
         str(args.reps),
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # The repo first, then whatever PYTHONPATH already holds (packages carried beside it).
+    paths = (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", ""))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in paths if x)}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"measurement {pe} L={length} failed:\n{proc.stderr[-2000:]}")

@@ -41,7 +41,7 @@ def flex_parity(device_name: str = "cpu", length: int = 300) -> list[dict[str, A
         }
         with torch.set_grad_enabled(trains):
             la, lb = a(x, x)["logits"], b(x, x)["logits"]
-        row["logits_max_abs_diff"] = float((la - lb).abs().max())
+        row["logits_max_abs_diff"] = float((la - lb).detach().abs().max())
         if trains:
             a(x, x)["loss"].backward()
             b(x, x)["loss"].backward()

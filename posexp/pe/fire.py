@@ -69,21 +69,30 @@ class FIRE(PositionalEncoding):
             bends = (kink > 0) & (kink < 1)
             linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
             intercept, slope = b2 + w2[:, linear] @ b1[linear], w2[:, linear] @ w1[linear]
-        # Only tensors are captured (posexp/flex.py fixes their shapes); the unit count is a loop
-        # bound, so the kernel is compiled for it.
-        w_in, b_in, w_out = w1[bends], b1[bends], w2[:, bends].t().contiguous()
-        c_and_threshold = torch.stack([self.log_c.exp(), self.threshold.abs()])
-        units = int(w_in.numel())
+        # Only tensors are captured (posexp/flex.py fixes their shapes). FlexAttention's CUDA
+        # backward lets each captured tensor that needs a gradient be indexed once per score, so
+        # every scalar becomes its own (heads,) tensor read at [h], and every unit its own three:
+        # one indexing each. The unit count is a loop bound, so the kernel is compiled for it.
+        heads = w2.shape[0]
+
+        def per_head(x: torch.Tensor) -> torch.Tensor:
+            return x.expand(heads).contiguous()
+
+        c, threshold = per_head(self.log_c.exp()), per_head(self.threshold.abs())
+        units = [
+            (per_head(w), per_head(bias), w2[:, k].contiguous())
+            for w, bias, k in zip(w1[bends], b1[bends], bends.nonzero()[:, 0].tolist(), strict=True)
+        ]
 
         def fire_score(score, b, h, q_idx, kv_idx):
-            c, threshold = c_and_threshold[0], c_and_threshold[1]
+            c_h, threshold_h = c[h], threshold[h]
             distance = (q_idx - kv_idx).clamp(min=0).float()
-            u = torch.log(c * distance + 1) / torch.log(
-                c * torch.maximum(threshold, q_idx.float()) + 1
+            u = torch.log(c_h * distance + 1) / torch.log(
+                c_h * torch.maximum(threshold_h, q_idx.float()) + 1
             )
             out = intercept[h] + slope[h] * u
-            for k in range(units):
-                out = out + w_out[k, h] * torch.relu(w_in[k] * u + b_in[k])
+            for w_in, b_in, w_out in units:
+                out = out + w_out[h] * torch.relu(w_in[h] * u + b_in[h])
             return score + out
 
         return fire_score

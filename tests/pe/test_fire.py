@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import inspect
 import math
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from posexp.errors import PosexpError
 from posexp.pe import PEContext, build_pe
@@ -73,10 +75,10 @@ def test_score_mod_folds_units_that_do_not_bend_in_the_unit_interval():
     pos = torch.arange(9)
     with torch.no_grad():
         want = pe.bias(pos, pos, torch.float32)
-        assert inspect.getclosurevars(pe.score_mod()).nonlocals["units"] == 1
+        assert len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) == 1
         assert torch.allclose(_score_grid(pe, 9), want, atol=1e-6)
     # With gradients every unit stays, so the gradient reaches every weight.
-    assert inspect.getclosurevars(pe.score_mod()).nonlocals["units"] == 4
+    assert len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) == 4
     grid = _score_grid(pe, 9)
     assert torch.allclose(grid.detach(), want, atol=1e-6)
     grid.sum().backward()
@@ -88,5 +90,36 @@ def test_folded_score_mod_equals_the_bias_at_initialisation():
     pe = build_pe("fire", PEContext(d_model=32, n_heads=4, head_dim=8, train_length=16))
     pos = torch.arange(40)  # past the threshold too
     with torch.no_grad():
-        assert 0 < inspect.getclosurevars(pe.score_mod()).nonlocals["units"] < 32
+        assert 0 < len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) < 32
         assert torch.allclose(_score_grid(pe, 40), pe.bias(pos, pos, torch.float32), atol=1e-5)
+
+
+def test_score_mod_gradients_equal_the_bias_gradients():
+    torch.manual_seed(2)
+    pe = build_pe("fire", PEContext(d_model=32, n_heads=4, head_dim=8, train_length=16))
+    pos, weights = torch.arange(24), torch.randn(4, 24, 24)
+    (pe.bias(pos, pos, torch.float32) * weights).sum().backward()
+    want = {n: p.grad.clone() for n, p in pe.named_parameters()}
+    pe.zero_grad()
+    (_score_grid(pe, 24) * weights).sum().backward()
+    for name, param in pe.named_parameters():
+        assert torch.allclose(param.grad, want[name], rtol=1e-4, atol=1e-5), name
+
+
+def test_score_mod_indexes_each_trainable_capture_at_most_once():
+    # FlexAttention's CUDA backward refuses a score_mod that indexes one tensor needing a
+    # gradient more than once (it cannot accumulate that tensor's gradient); count the reads.
+    pe = build_pe("fire", PEContext(d_model=32, n_heads=4, head_dim=8, train_length=16))
+    reads: collections.Counter[int] = collections.Counter()
+
+    class CountReads(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.__getitem__ and args[0].requires_grad:
+                reads[id(args[0])] += 1
+            return func(*args, **(kwargs or {}))
+
+    score_mod = pe.score_mod()
+    with CountReads():
+        score_mod(torch.zeros(()), 0, torch.tensor(1), torch.tensor(20), torch.tensor(3))
+    assert len(reads) == 3 * 32 + 3  # c, threshold, the output bias; three per unit
+    assert max(reads.values()) == 1
