@@ -1,20 +1,24 @@
-"""Training throughput: bare step vs the full `posexp train` loop, and model-FLOPs utilisation.
+"""Training throughput against a plain PyTorch baseline, in fp32 and bf16, and model-FLOPs utilisation.
 
     python scripts/bench_train.py                         # d128, 4 layers, 4 heads, 256 x 32, byte
+    python scripts/bench_train.py --model medium --batch 8  # d512, 4 layers
     python scripts/bench_train.py --pe rope,alibi,t5,fire --no-loop   # bare steps side by side
     python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --compile
     python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --sdpa flash
 
-On CUDA the step runs as `posexp train` does: bf16 autocast, fused AdamW, SDPA with is_causal (no
-mask tensor, so the flash kernel applies), pinned host batches copied without blocking, and
-torch.compile with --compile. --sdpa flash|efficient|cudnn|math forces one SDPA kernel in (a)
-(an error if it cannot run this shape), to check that flash attention is what runs.
+Every rate is a ratio against the baseline measured in the same run:
 
-(a) bare step: forward, backward, clip, AdamW on random tokens, nothing else; with several PEs
-    (--pe a,b,c), each one's bare step in the same run, the first measured again at the end,
-    and ratios against the mean of its two measurements;
-(b) full loop: `posexp train` in a subprocess (data, logging, eval, checkpoints included), its
-    steady-state tokens/s read from its TensorBoard log.
+(0) plain GPT: a nanoGPT-style model of the same shape written here (pre-norm blocks, fused QKV,
+    SDPA is_causal, GELU MLP, tied embeddings, learned positions, init N(0, 0.02)), AdamW, in
+    the precision nanoGPT uses (fp32 on the CPU, bf16 autocast on CUDA); measured first and last,
+    the ratios use the mean of the two;
+(a) bare step: posexp's forward, backward, clip, AdamW on random tokens, nothing else, in each
+    precision of --precision; with several PEs (--pe a,b,c), each one's bare step too;
+(b) full loop: `posexp train` in a subprocess (data, logging, eval, checkpoints included) in each
+    precision, its steady-state tokens/s read from its TensorBoard log.
+
+It also prints the bf16 / fp32 rate of a matmul of the model's MLP shape: where bf16 is not
+faster there (a CPU with avx512_bf16 but no AMX, on Intel cores), no bf16 training step can be.
 MFU = achieved model FLOP/s / the matmul rate measured here in the same run (fp32 on CPU,
 bf16 on CUDA), with model FLOPs per token = 6·(matmul weights) + 12·layers·seq_len·d_model.
 """
@@ -38,7 +42,7 @@ from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
 from posexp.runtime.optim import build_optimizer
 
-SIZES = {"tiny": (64, 2), "small": (128, 4), "base": (768, 12)}
+SIZES = {"tiny": (64, 2), "small": (128, 4), "medium": (512, 4), "base": (768, 12)}
 
 
 def matmul_rate(
@@ -107,6 +111,65 @@ def flash_usable(cfg: ModelConfig, batch: int, seq_len: int, device: torch.devic
         return f"no ({str(e).splitlines()[0][:80]})"
 
 
+class PlainBlock(torch.nn.Module):
+    """nanoGPT's block: pre-norm, fused QKV, SDPA is_causal, GELU MLP, no biases."""
+
+    def __init__(self, d_model: int, heads: int) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d_model, bias=False), nn.LayerNorm(d_model, bias=False)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.fc = nn.Linear(d_model, 4 * d_model, bias=False)
+        self.down = nn.Linear(4 * d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x + attn(ln(x)), then + mlp(ln(x))."""
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+            for t in self.qkv(self.ln1(x)).split(C, dim=2)
+        )
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.down(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+
+class PlainGPT(torch.nn.Module):
+    """The baseline: a nanoGPT-style GPT in plain PyTorch, the shape of posexp's model."""
+
+    def __init__(self, vocab: int, d_model: int, layers: int, heads: int, length: int) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.tok, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(length, d_model)
+        self.blocks = nn.ModuleList(PlainBlock(d_model, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d_model, bias=False)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.tok.weight
+        for p in self.parameters():  # N(0, 0.02) as nanoGPT (N(0, 1) makes denormal gradients)
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Logits and the mean cross-entropy, computed in fp32."""
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().view(-1, logits.size(-1)), targets.reshape(-1)
+        )
+        return {"logits": logits, "loss": loss}
+
+
+def autocast_for(precision: str, device: torch.device):
+    """A factory of the step's autocast context (nothing for fp32)."""
+    if precision == "bf16":
+        return functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
 def bare_step_rate(
     cfg: ModelConfig,
     batch: int,
@@ -115,19 +178,22 @@ def bare_step_rate(
     steps: int,
     compile_model: bool,
     sdpa: str = "auto",
-) -> tuple[float, GPT]:
-    """Tokens/s of forward + backward + clip + AdamW on random data."""
+    precision: str | None = None,
+    plain: bool = False,
+) -> tuple[float, torch.nn.Module]:
+    """Tokens/s of forward + backward + clip + AdamW on random data (posexp's GPT, or the plain
+    baseline); ``precision`` None: bf16 on CUDA, fp32 on the CPU (nanoGPT's choice)."""
     from omegaconf import OmegaConf
 
-    model = GPT(cfg).to(device)
+    if plain:
+        model = PlainGPT(cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, seq_len)
+    else:
+        model = GPT(cfg)
+    model = model.to(device)
     train = OmegaConf.create({"weight_decay": 0.1, "lr": 1e-3, "betas": [0.9, 0.95]})
     opt = build_optimizer(model, train, device)
     step_model = torch.compile(model) if compile_model else model
-    autocast = (
-        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
-        if device.type == "cuda"
-        else contextlib.nullcontext
-    )
+    autocast = autocast_for(precision or ("bf16" if device.type == "cuda" else "fp32"), device)
     x = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
     kernel = sdpa_context(sdpa)
 
@@ -154,17 +220,20 @@ def bare_step_rate(
     return statistics.median(rates), model
 
 
-def full_loop_rate(args: argparse.Namespace, steps: int) -> float:
+def full_loop_rate(args: argparse.Namespace, steps: int, precision: str) -> float:
     """Steady-state tokens/s that `posexp train` logs (first logging window skipped as warm-up)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    d_model, n_layers = SIZES[args.model]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable,
             "-m",
             "posexp",
             "train",
-            f"model={args.model}",
+            "model=small",
+            f"model.d_model={d_model}",
+            f"model.n_layers={n_layers}",
             f"heads={args.heads}",
             f"pe={args.pe}",
             f"train.batch_size={args.batch}",
@@ -173,12 +242,15 @@ def full_loop_rate(args: argparse.Namespace, steps: int) -> float:
             "train.log_interval=5",
             f"train.eval_interval={steps}",
             f"train.checkpoint_interval={steps}",
+            f"train.precision={precision}",
             f"device={args.device}",
             f"train.compile={str(args.compile).lower()}",
             f"hydra.run.dir={tmp}/run",
         ]
         env = {**os.environ, "POSEXP_CACHE": str(Path("outputs/.cache").resolve())}
-        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"posexp train failed:\n{proc.stderr[-2000:]}")
         events = EventAccumulator(f"{tmp}/run").Reload()
         rates = [e.value for e in events.Scalars("train/tokens_per_s")]
     # Drop the first window (compilation, caches) and the last (includes eval + checkpoint).
@@ -200,6 +272,7 @@ def main() -> None:
         "--steps", type=int, default=6, help="timed bare steps per block (median of 5 blocks)"
     )
     p.add_argument("--loop-steps", type=int, default=60, help="steps of the full training loop")
+    p.add_argument("--precision", default="fp32,bf16", help="posexp's precisions to measure")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", action="store_true", help="torch.compile (train.compile=true)")
     p.add_argument(
@@ -214,6 +287,7 @@ def main() -> None:
     device = resolve_device(args.device)
     d_model, n_layers = SIZES[args.model]
     pes = [pe for pe in args.pe.split(",") if pe]
+    precisions = [x for x in args.precision.split(",") if x]
     args.pe = pes[0]
     configs = {
         pe: ModelConfig(
@@ -227,54 +301,53 @@ def main() -> None:
         for pe in pes
     }
     cfg = configs[pes[0]]
+    shape = (args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     peak = matmul_rate(device, dtype, n=8192 if device.type == "cuda" else 1024)
-    bare, model = bare_step_rate(
-        cfg, args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa
-    )
-    others = {
-        pe: bare_step_rate(
-            configs[pe], args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa
-        )[0]
-        for pe in pes[1:]
-    }
-    bare_again = (
-        bare_step_rate(cfg, args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa)[
-            0
-        ]
-        if others
-        else None
-    )
-    loop = None if args.no_loop else full_loop_rate(args, args.loop_steps)
+    base_first, model = bare_step_rate(cfg, *shape, plain=True)
+    rows: list[tuple[str, float]] = []
+    for precision in precisions:
+        rows.append((f"(a) posexp step, {precision}", bare_step_rate(cfg, *shape, precision)[0]))
+    for pe in pes[1:]:
+        rows.append((f"(a) posexp step, {pe}", bare_step_rate(configs[pe], *shape)[0]))
+    if not args.no_loop:
+        for precision in precisions:
+            rows.append(
+                (f"(b) posexp train, {precision}", full_loop_rate(args, args.loop_steps, precision))
+            )
+    base_last = bare_step_rate(cfg, *shape, plain=True)[0]
+    baseline = (base_first + base_last) / 2
     fpt = flops_per_token(model, cfg, args.seq_len)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device {device} ({name}), threads {torch.get_num_threads()}, torch {torch.__version__}")
     if device.type == "cuda":
         print(
-            f"bf16 autocast, fused AdamW, SDPA {args.sdpa} (flash usable: "
+            f"fused AdamW, SDPA {args.sdpa} (flash usable: "
             f"{flash_usable(cfg, args.batch, args.seq_len, device)}), peak memory "
             f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
         )
     print(
-        f"config: model={args.model} (d_model {d_model}, {n_layers} layers), heads {args.heads}, "
-        f"pe {args.pe}, seq_len {args.seq_len}, batch {args.batch}, byte vocab, compile {args.compile}"
+        f"config: d_model {d_model}, {n_layers} layers, heads {args.heads}, pe {args.pe}, "
+        f"seq_len {args.seq_len}, batch {args.batch}, byte vocab, compile {args.compile}"
     )
+    if device.type == "cpu":
+        from posexp.runtime.precision import cpu_bf16_feature, matmul_speedup
+
+        print(
+            f"native bf16: {cpu_bf16_feature() or 'none'}; bf16 / fp32 matmul rate at the "
+            f"MLP's shape ({args.batch * args.seq_len} x {d_model} x {4 * d_model}): "
+            f"{matmul_speedup(d_model, tokens=args.batch * args.seq_len):.2f}x"
+        )
     print(f"measured matmul rate ({str(dtype).removeprefix('torch.')}): {peak / 1e9:,.1f} GFLOP/s")
     print(f"model FLOPs per token: {fpt / 1e6:,.2f} MFLOP")
-    print(f"{'':18}{'tokens/s':>12}{'MFU':>8}")
-    print(f"{'(a) bare step':18}{bare:>12,.0f}{bare * fpt / peak:>8.1%}")
-    if loop is not None:
-        print(f"{'(b) posexp train':18}{loop:>12,.0f}{loop * fpt / peak:>8.1%}")
-        print(f"ratio (b)/(a): {loop / bare:.3f}")
-    if others:
-        baseline = (bare + bare_again) / 2
-        print(
-            f"\nbare step side by side (÷ {pes[0]}: the mean of its two measurements, "
-            f"{bare:,.0f} before and {bare_again:,.0f} after the others)"
-        )
-        print(f"{'pe':18}{'tokens/s':>12}{'÷ ' + pes[0]:>10}")
-        for pe, rate in [(pes[0], baseline), *others.items()]:
-            print(f"{pe:18}{rate:>12,.0f}{rate / baseline:>10.2f}")
+    plain_precision = "bf16" if device.type == "cuda" else "fp32"
+    print(f"{'':34}{'tokens/s':>10}{'× plain':>9}{'MFU':>8}")
+    print(
+        f"{'(0) plain GPT, ' + plain_precision + ' (baseline)':34}{baseline:>10,.0f}{1:>9.2f}"
+        f"{baseline * fpt / peak:>8.1%}   ({base_first:,.0f} first, {base_last:,.0f} last)"
+    )
+    for label, rate in rows:
+        print(f"{label:34}{rate:>10,.0f}{rate / baseline:>9.2f}{rate * fpt / peak:>8.1%}")
 
 
 if __name__ == "__main__":

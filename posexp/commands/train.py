@@ -2,12 +2,12 @@
 
 A run dir holds ``.hydra/`` (the composed config), ``train.log``, TensorBoard event files and
 ``checkpoint/``. The loop is plain PyTorch: AdamW, linear warmup then cosine decay, gradient
-clipping, periodic evaluation on a fixed validation slice, bf16 autocast on CUDA.
+clipping, periodic evaluation on a fixed validation slice, bf16 autocast where it is faster
+(``train.precision``; evaluation during training runs in the same precision).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import sys
@@ -40,6 +40,8 @@ from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, to_device
 from posexp.runtime.lifecycle import Diverged, discard_interrupted, fail_run, own_run_dir
 from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups
+from posexp.runtime.precision import autocast as precision_autocast
+from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
 from posexp.runtime.sweeps import completed_results, continue_unfinished, record_failure
 from posexp.runtime.tensorboard import trial_name, write_hparams
@@ -60,6 +62,7 @@ class Trainer:
     objective: Objective
     writer: SummaryWriter
     autocast: Any
+    precision: str = "fp32"
     step: int = 0
     best_val: float = float("inf")
     last_val: float = float("nan")
@@ -106,6 +109,7 @@ class Trainer:
             "config": self.cfg.to_dict(),
             "val_loss": self.last_val,
             "params": self.raw_model.num_params(),
+            "precision": self.precision,
         }
         save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
         log.info("checkpoint saved at step %d", self.step)
@@ -242,11 +246,15 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
     model = GPT(mcfg)
-    autocast = (
-        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
-        if device.type == "cuda"
-        else contextlib.nullcontext
+    precision, why = run_precision(
+        cfg.train.precision,
+        device,
+        mcfg.d_model,
+        Path(cfg.cache_dir),
+        recorded=RunDir(run_dir).meta().get("precision") if cfg.resume else None,
+        resuming=bool(cfg.resume),
     )
+    autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
     state = None
     if cfg.resume:
@@ -264,8 +272,8 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         else distributed.NullWriter()
     )
     if distributed.is_main():
-        provenance.start(run_dir)
-    trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast)
+        provenance.start(run_dir, precision=precision, precision_reason=why)
+    trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast, precision)
     if state:
         trainer.restore(state)
         log.info("resumed %s at step %d", run_dir, trainer.step)
@@ -282,6 +290,7 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         device,
         flex.describe(mcfg.attention, device, model.pe.has_bias),
     )
+    log.info("precision: %s (%s)", precision, why)
     try:
         trainer.fit()
     except KeyboardInterrupt:
@@ -302,7 +311,7 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     if not distributed.is_main():
         return {}
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
-    params = {**hparam_dict(cfg, mcfg), "params": n_params}
+    params = {**hparam_dict(cfg, mcfg), "params": n_params, "precision": precision}
     write_hparams(writer, params, metrics, trial=trial_name(params, run_dir))
     writer.close()
     RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})

@@ -7,6 +7,7 @@ from posexp.config.sections import (
     DEVICES,
     MISSING,
     NETWORK_ROOTS,
+    PRECISIONS,
     RESUME_ROOTS,
     SEED_MAX,
     THREADS_MAX,
@@ -20,6 +21,7 @@ from posexp.config.sections import (
 
 __all__ = [
     "DEVICES",
+    "PRECISIONS",
     "MISSING",
     "NETWORK_ROOTS",
     "RESUME_ROOTS",

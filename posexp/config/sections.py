@@ -16,6 +16,7 @@ from posexp.checks import number, positive_int
 from posexp.errors import PosexpError, choose
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "fp32", "bf16")  # train.precision: posexp/runtime/precision.py
 # Config roots that define the network and its data: a fine-tune keeps its parent's.
 NETWORK_ROOTS = ("model", "pe", "heads", "data", "tokenizer")
 # A resumed run must not change them, nor the extension its weights were trained with.
@@ -27,9 +28,14 @@ SEED_MAX = (
 THREADS_MAX = 1024  # more CPU threads than any machine has: torch spawns them and the OS refuses
 
 
-def _section(name: str, value: Any, cls: type) -> dict[str, Any]:
-    """A section's mapping, refusing keys the dataclass ``cls`` does not have or lacks."""
-    d = checks.mapping(name, value)
+def _section(
+    name: str, value: Any, cls: type, added: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A section's mapping, refusing keys the dataclass ``cls`` does not have or lacks.
+
+    ``added``: settings newer than some saved run configs, with the value they mean when absent.
+    """
+    d = {**(added or {}), **checks.mapping(name, value)}
     allowed = [f.name for f in dataclasses.fields(cls)]
     checks.known_keys(name, d, allowed)
     for key in allowed:
@@ -112,11 +118,13 @@ class TrainConfig:
     checkpoint_interval: int
     compile: bool
     threads: int | None
+    precision: str
 
     @classmethod
     def from_dict(cls, value: Any) -> TrainConfig:
         """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1)."""
-        d = _section("train", value, cls)
+        # Runs saved before train.precision existed mean auto (see runtime/precision.py).
+        d = _section("train", value, cls, added={"precision": "auto"})
         for key in (
             "max_steps",
             "batch_size",
@@ -132,6 +140,7 @@ class TrainConfig:
         if not isinstance(betas, (list, tuple)) or len(betas) != 2:
             raise PosexpError(f"train.betas must be two numbers in [0, 1), got {betas!r}")
         checks.boolean("train.compile", d["compile"])
+        choose("train.precision", d["precision"], PRECISIONS)
         if d["eval_tokens"] <= d["seq_len"]:
             raise PosexpError(
                 f"train.eval_tokens={d['eval_tokens']} is too few for one validation window of "
@@ -161,6 +170,7 @@ class TrainConfig:
                 number("train.betas[1]", betas[1], "in [0, 1)"),
             ),
             threads=_threads(d["threads"]),
+            precision=d["precision"],
         )
 
 

@@ -99,10 +99,10 @@ def _read(run_dir: Path) -> dict[str, Any]:
 _opened: set[Path] = set()
 
 
-def start(run_dir: Path) -> None:
-    """Append this session to ``provenance.json``."""
+def start(run_dir: Path, **facts: Any) -> None:
+    """Append this session to ``provenance.json``, with run facts only known now (precision)."""
     data = _read(run_dir)
-    data["sessions"].append(session())
+    data["sessions"].append({**session(), **facts})
     write_json_atomic(run_dir / FILE, data)
     _opened.add(Path(run_dir).resolve())
 

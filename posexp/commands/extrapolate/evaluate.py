@@ -25,7 +25,6 @@ baked-in method as ``baked:<method>``, with the factor it was fine-tuned with.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -62,6 +61,8 @@ from posexp.pe import PositionOutOfRange
 from posexp.rundir import RunDir
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.device import resolve_device
+from posexp.runtime.precision import autocast as precision_autocast
+from posexp.runtime.precision import recorded_precision
 
 # ---- running -------------------------------------------------------------------------------
 
@@ -214,11 +215,6 @@ def evaluate_locked(
         skipped.guard(plan.run_dir, lambda plan=plan: test_data(plan), several) for plan in plans
     ]
     plans, tests = [p for p, _ in filter(None, prepared)], [t for _, t in filter(None, prepared)]
-    autocast = (
-        (lambda: torch.autocast("cuda", dtype=torch.bfloat16))
-        if device.type == "cuda"
-        else contextlib.nullcontext
-    )
     total = sum(item.work for plan in plans for item in plan.items)
     results = []
     with tqdm(
@@ -233,7 +229,7 @@ def evaluate_locked(
             result = skipped.guard(
                 plan.run_dir,
                 lambda plan=plan, test=test: evaluate_plan(
-                    plan, test, device, settings.batch_tokens, autocast, bar
+                    plan, test, device, settings.batch_tokens, bar
                 ),
                 several,
             )
@@ -249,11 +245,13 @@ def evaluate_plan(
     test: np.ndarray | None,
     device: torch.device,
     batch_tokens: int,
-    autocast: Callable[[], Any],
     bar: Any,
 ) -> RunResult:
     """Score every item of one run, then write its JSON, CSV, plots and TensorBoard scalars."""
     mdict = dict(plan.meta["model"])
+    # The model is measured in the arithmetic it trained in; each record says which.
+    precision = recorded_precision(plan.meta, device)
+    autocast = precision_autocast(precision, device)
     tokens = (
         None
         if test is None
@@ -292,6 +290,7 @@ def evaluate_plan(
             "accuracy": None,
             "examples": None,
             "depth": item.depth,
+            "precision": precision,
         }
         if not item.skip:
             start, done = time.perf_counter(), scored[0]

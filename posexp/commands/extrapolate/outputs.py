@@ -136,10 +136,12 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     lengths = sorted({r["length"] for r in result.records})
     accuracy = any(r.get("metric") == "accuracy" for r in result.records)
     what = "test exact-match accuracy" if accuracy else "test ppl"
+    precision = next((r["precision"] for r in result.records if r.get("precision")), None)
     console.print(
         f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {what}, "
         f"pe={result.pe}, trained at {result.train_length}"
-        + (" tokens (longest row)" if accuracy else ""),
+        + (" tokens (longest row)" if accuracy else "")
+        + (f", {precision} as trained" if precision else ""),
         soft_wrap=True,
     )
     table = Table()

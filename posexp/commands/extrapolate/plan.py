@@ -58,6 +58,7 @@ FIELDS = (
     "accuracy",
     "examples",
     "depth",
+    "precision",
 )
 
 

@@ -20,3 +20,39 @@ def mean_std_text(m: float, s: float, n: int, digits: int) -> str:
     if n == 0 or math.isnan(m):
         return "–"
     return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+# A difference is "beyond seed noise" when it exceeds this many seed standard deviations, with at
+# least MIN_SEEDS seeds on each side (the head-count ablation's verdict uses the same rule).
+NOISE_STDS = 2.0
+MIN_SEEDS = 3
+
+
+def beyond_noise(gap: float, stds: list[float], n: int) -> str:
+    """Words for whether ``gap`` exceeds NOISE_STDS × the largest of ``stds`` over ``n`` seeds."""
+    if n < MIN_SEEDS:
+        return f"no verdict on seed noise ({n} seed{'s' if n != 1 else ''}; it needs {MIN_SEEDS})"
+    noise = max(stds)
+    ratio = abs(gap) / noise if noise > 0 else math.inf
+    side = "beyond" if ratio > NOISE_STDS else "within"
+    return f"{side} seed noise ({ratio:.1f}× the larger seed std, n = {n})"
+
+
+def paired_differences(a: list[float], b: list[float]) -> tuple[float, float, int]:
+    """Mean and sample std of the per-seed differences a_i - b_i, and n."""
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    mean, std = mean_std(diffs)
+    return mean, std, len(diffs)
+
+
+def decimals_for(value: float, significant: int = 4) -> int:
+    """Decimal places that show ``value`` to ``significant`` digits (20.95 → 2, 6.040 → 3)."""
+    if value == 0 or not math.isfinite(value):
+        return significant - 1
+    return max(0, significant - 1 - math.floor(math.log10(abs(value))))
+
+
+def mean_std_cell(m: float, s: float, n: int) -> str:
+    """``m ± s`` with both at the mean's 4-significant-digit decimals (trailing zeros kept)."""
+    d = decimals_for(m)
+    return f"{m:.{d}f}" if n <= 1 else f"{m:.{d}f} ± {s:.{d}f}"

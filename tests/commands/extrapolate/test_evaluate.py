@@ -41,10 +41,10 @@ ROPE = [
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache):
-    """A trained tiny rope run and a barely trained learned run, both at length 32."""
+    """A trained tiny rope run and a barely trained learned run (in bf16), both at length 32."""
     cwd = tmp_path_factory.mktemp("extrapolate")
     posexp(cwd, cache, "train", *ROPE)
-    posexp(cwd, cache, "train", "pe=learned", *TINY)
+    posexp(cwd, cache, "train", "pe=learned", "train.precision=bf16", *TINY)
     rope, learned = run_dirs(cwd)
     return cwd, rope, learned
 
@@ -149,8 +149,12 @@ def test_rope_every_method_length_protocol(runs, cache):
 
 def test_learned_past_its_table_is_null_with_reason(runs, cache):
     cwd, _, learned = runs
-    posexp(cwd, cache, "eval-extrapolate", "--run", str(learned), "--len", "128", "--tokens", "512")
+    proc = posexp(
+        cwd, cache, "eval-extrapolate", "--run", str(learned), "--len", "128", "--tokens", "512"
+    )
     by = {(r["method"], r["length"]): r for r in records(learned)}
+    # Measured in the precision it trained in, and said so.
+    assert {r["precision"] for r in by.values()} == {"bf16"} and "bf16 as trained" in proc.stdout
     assert set(by) == set(itertools.product(["none", "pi"], [32, 64, 128]))
     assert by["none", 32]["ppl"] is not None
     for n in (64, 128):

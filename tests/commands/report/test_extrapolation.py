@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from posexp.commands.report.views.extrapolation import Column, reading_sentences
+from types import SimpleNamespace
+
+import pytest
+
+from posexp.commands.report.stats import mean_std
+from posexp.commands.report.views.extrapolation import (
+    Column,
+    ranking_sentence,
+    ratio_table,
+    reading_sentences,
+    seed_records,
+)
 
 
-def columns(ppl: dict[str, dict[int, float]], protocol: str = "nonoverlap") -> list[Column]:
-    job = object()  # one job: its methods are compared with each other
+def record(values: float | list[float]) -> dict:
+    """A column's cell: one seed's ppl, or several seeds' (mean, std, n, per seed)."""
+    ppls = values if isinstance(values, list) else [values]
+    mean, std = mean_std(ppls)
+    return {"ppl": mean, "ppl_std": std, "n": len(ppls), "ppls": ppls}
+
+
+def columns(ppl: dict[str, dict[int, float | list[float]]], protocol="nonoverlap") -> list[Column]:
+    jobs = [object()]  # one PE's seeds: its methods are compared with each other
     return [
-        Column(m, job, m, {(protocol, n): {"ppl": v} for n, v in by_len.items()})
+        Column(m, jobs[0], m, {(protocol, n): record(v) for n, v in by_len.items()}, jobs=jobs)
         for m, by_len in ppl.items()
     ]
 
@@ -30,7 +48,8 @@ def test_zero_shot_pi_is_judged_from_the_cells_past_the_training_length():
     )
     assert reading_sentences(worse, ["nonoverlap"], 64) == [
         "applied zero-shot (no fine-tuning), pi is worse than no extension in 2 of 2 cells past "
-        "the training length (nonoverlap); `posexp finetune` trains at the longer length first."
+        "the training length (nonoverlap) (one seed per cell: no verdict on seed noise); "
+        "`posexp finetune` trains at the longer length first."
     ]
     better = columns({"none": {128: 20.0, 256: 40.0}, "pi": {128: 15.0, 256: 30.0}})
     (sentence,) = reading_sentences(better, ["nonoverlap"], 64)
@@ -63,3 +82,65 @@ def test_the_protocol_sentence_follows_the_ratio():
         [Column("alibi", job, "none", recs)], ["nonoverlap", "sliding"], 64
     )
     assert "in 0 of 2 cells" in sentence and "helps a model that extrapolates" in sentence
+
+
+def test_zero_shot_pi_says_how_many_cells_differ_beyond_the_seeds_own_spread():
+    # At 128 pi is worse in every seed by about 5 (std of the differences 0.1): beyond noise.
+    # At 256 the per-seed differences are +3, -2, +1: their mean is within 2 of their std.
+    cols = columns(
+        {
+            "none": {64: [10.0, 10.1, 9.9], 128: [20.0, 21.0, 19.0], 256: [40.0, 41.0, 39.0]},
+            "pi": {64: [9.0, 9.1, 8.9], 128: [25.0, 26.1, 23.9], 256: [43.0, 39.0, 40.0]},
+        }
+    )
+    (sentence,) = reading_sentences(cols, ["nonoverlap"], 64)
+    assert "pi is worse than no extension in 2 of 2 cells" in sentence
+    assert "exceeds 2 std of itself in 1 of 2 cells (n = 3 seeds)" in sentence
+
+
+def test_seed_records_average_each_cell_and_mark_a_cell_missing_in_one_seed():
+    def job(ppl128, ppl256):
+        recs = [
+            {"method": "none", "protocol": "nonoverlap", "length": 128, "ppl": ppl128},
+            {"method": "none", "protocol": "nonoverlap", "length": 256, "ppl": ppl256},
+        ]
+        return SimpleNamespace(extrapolate=recs)
+
+    recs = seed_records([job(4.0, 8.0), job(6.0, None), job(5.0, 9.0)], "none")
+    cell = recs[("nonoverlap", 128)]
+    assert cell["ppl"] == 5.0 and cell["ppl_std"] == pytest.approx(1.0) and cell["n"] == 3
+    assert cell["ppls"] == [4.0, 6.0, 5.0]
+    missing = recs[("nonoverlap", 256)]
+    assert missing["ppl"] is None and missing["note"] == "scored in 2 of 3 seeds"
+
+
+def test_the_ratio_table_pairs_each_seed_with_its_own_training_length_ppl():
+    (col,) = columns({"none": {64: [10.0, 20.0, 40.0], 128: [11.0, 22.0, 44.0]}})
+    table = ratio_table([col], "nonoverlap", [64, 128], 64)
+    # Every seed's ratio is 1.10, so the spread is 0 although the seeds' ppls differ 4x.
+    assert "| 128 | 2 | 1.10 ± 0.00 |" in table
+
+
+def test_the_ranking_names_the_gap_in_seed_std():
+    jobs_a, jobs_b = [object()], [object()]
+    alibi = Column(
+        "ALiBi", jobs_a[0], "none", {("nonoverlap", 1024): record([6.0, 6.1, 5.9])}, jobs=jobs_a
+    )
+    rope = Column(
+        "RoPE", jobs_b[0], "none", {("nonoverlap", 1024): record([8.0, 8.4, 7.6])}, jobs=jobs_b
+    )
+    (sentence,) = ranking_sentence([rope, alibi], "nonoverlap")
+    assert sentence.startswith("at 1,024 tokens (nonoverlap), ALiBi has the lowest ppl")
+    assert (
+        "(6.000), ahead of RoPE (8.000) by 2.000: beyond seed noise (5.0× the larger seed std, n = 3)"
+        in sentence
+    )
+    close = Column(
+        "RoPE", jobs_b[0], "none", {("nonoverlap", 1024): record([6.2, 7.0, 5.4])}, jobs=jobs_b
+    )
+    assert "within seed noise" in ranking_sentence([close, alibi], "nonoverlap")[0]
+    one = Column("RoPE", jobs_b[0], "none", {("nonoverlap", 1024): record(8.0)}, jobs=jobs_b)
+    assert (
+        "no verdict on seed noise (1 seed; it needs 3)"
+        in ranking_sentence([one, alibi], "nonoverlap")[0]
+    )

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from posexp.commands.report.views.tasks import beyond_means, frontier, reading
+from types import SimpleNamespace
+
+from posexp.commands.report.views.tasks import (
+    beyond_means,
+    frontier,
+    reading,
+    seed_summary,
+    spread_sentence,
+    summary_cell,
+)
 from posexp.commands.train import check_same_network
 from posexp.errors import PosexpError
 from posexp.model import ModelConfig
@@ -55,6 +64,41 @@ def test_summaries_use_only_sizes_past_training():
     table = {"rope": {4: 1.0, 8: 0.9, 12: 0.5, 16: 0.1}, "none": {4: 1.0, 8: 1.0, 12: 0.7, 16: 0.6}}
     assert beyond_means(table, 8) == pytest.approx({"rope": 0.3, "none": 0.65})
     assert frontier(table) == {"rope": 12, "none": 16}
+
+
+def job(pe: str, accuracies: dict[int, float]) -> SimpleNamespace:
+    """A copy-task job of one seed: its accuracy records per test size."""
+    recs = [
+        {"metric": "accuracy", "method": "none", "length": n, "accuracy": a}
+        for n, a in accuracies.items()
+    ]
+    return SimpleNamespace(
+        extrapolate=recs,
+        params={"data": "copy", "pe": pe},
+        config=SimpleNamespace(pe=SimpleNamespace(name=pe, params={})),
+    )
+
+
+def test_the_summary_averages_each_seed_past_training_then_over_seeds(monkeypatch):
+    import posexp.commands.report.views.tasks as tasks
+
+    monkeypatch.setattr(tasks, "job_pe", lambda j: describe_pe(j.params["pe"]))
+    jobs = [
+        job("none", {8: 1.0, 9: 0.8, 10: 0.6}),  # past 8: 0.7
+        job("none", {8: 1.0, 9: 0.6, 10: 0.4}),  # 0.5
+        job("none", {8: 1.0, 9: 0.7, 10: 0.5}),  # 0.6
+        job("rope", {8: 1.0, 9: 0.0, 10: 0.0}),
+        job("rope", {8: 1.0, 9: 0.1, 10: 0.1}),
+        job("rope", {8: 1.0, 9: 0.0, 10: 0.2}),
+    ]
+    seeds = seed_summary(jobs, 8)["copy"]
+    assert seeds[NOPE] == pytest.approx([0.7, 0.5, 0.6])
+    assert summary_cell(seeds[NOPE]) == "0.600 ± 0.100" and summary_cell([0.25]) == "0.250"
+    sentence = spread_sentence("copy", seeds)
+    assert sentence.startswith("- **copy**: NoPE leads RoPE past the training sizes by 0.533: ")
+    assert "beyond seed noise (5.3× the larger seed std, n = 3)" in sentence
+    close = {NOPE: [0.7, 0.5, 0.6], ROPE: [0.6, 0.4, 0.5]}
+    assert "within seed noise" in spread_sentence("copy", close)
 
 
 def test_a_parent_run_must_have_the_same_network():

@@ -124,6 +124,7 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
         "-m",
         "experiment=extrapolation",
         "pe=learned,rope,alibi",
+        "seed=0",  # the preset sweeps 3 seeds; one keeps this test short
         *TINY,
         "train.max_steps=4",
         "extrapolate.len=64",
@@ -135,6 +136,7 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
     assert "evaluating 3 run(s)" in proc.stdout
     md = (sweep / "report.md").read_text()
     assert "## Length extrapolation" in md
+    assert "Cells: one seed per column (no spread: sweep `seed=0,1,2` for mean ± std)." in md
     # Columns carry the labels the PEs declare (posexp/pe), in their declared order.
     header = (
         "| length | × L_train | learned (APE) | learned (APE)+pi | RoPE | RoPE+pi | RoPE+ntk | "
@@ -152,7 +154,7 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
         ("sliding", "32"),
         ("sliding", "64"),
     ]
-    assert rows[1]["learned"] == "" and float(rows[1]["alibi"]) > 1
+    assert rows[1]["learned"] == "" and float(rows[1]["alibi"]) > 1 and rows[1]["alibi n"] == "1"
     for p in ("nonoverlap", "sliding"):
         assert (sweep / f"report_extrapolation_{p}.png").read_bytes()[:4] == b"\x89PNG"
     # A second report finds the evaluations and would not redo them.

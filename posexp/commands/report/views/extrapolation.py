@@ -7,63 +7,109 @@ Rows = evaluation length, columns = PE (and PE+method), from each job's
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from posexp.commands.extrapolate.plan import PROTOCOLS
 from posexp.commands.report.jobs import Job, natural_order
-from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
-from posexp.commands.report.views.findings import findings, job_pe
-from posexp.pe.base import PEDisplay, describe_pe
-
-# How a ppl ratio to the training length reads, below each bound (else "explodes").
-SHAPES = ((1.25, "stays flat"), (5.0, "degrades"))
+from posexp.commands.report.stats import (
+    MIN_SEEDS,
+    NOISE_STDS,
+    beyond_noise,
+    decimals_for,
+    mean_std,
+    mean_std_cell,
+    paired_differences,
+)
+from posexp.commands.report.view import ReportContext, md_table, register_report_view
+from posexp.commands.report.views.extrapolation_paper import (
+    published_section,
+    seed_ratios,
+    shape_sentences,
+)
+from posexp.commands.report.views.extrapolation_plot import extrapolation_plot
+from posexp.commands.report.views.findings import job_pe
+from posexp.pe.base import PEDisplay
 
 
 @dataclass
 class Column:
-    """One column of the extrapolation table: a job's PE with one method."""
+    """One column of the extrapolation table: a PE with one method, over its seeds' jobs.
+
+    ``records[(protocol, length)]`` is the first seed's record with ``ppl`` replaced by the mean
+    over seeds, plus ``ppl_std`` (sample std), ``n`` and ``ppls`` (per seed, in ``jobs`` order).
+    """
 
     label: str  # shown in tables and legends (the PE's declared label)
-    job: Job
+    job: Job  # the first seed's job
     method: str
     records: dict[tuple[str, int], dict[str, Any]]
     key: str = ""  # its CSV column (the PE's registered name); "": the label
     pe: PEDisplay | None = None
+    jobs: list[Job] = field(default_factory=list)
+
+
+def seed_records(jobs: list[Job], method: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """One method's records over several seeds' jobs: mean, std and n of ppl per cell; a cell
+    missing or unscored in any seed is unscored, with the first reason given."""
+    per_job = [
+        {(r["protocol"], r["length"]): r for r in job.extrapolate if r["method"] == method}
+        for job in jobs
+    ]
+    out = {}
+    for cell in dict.fromkeys(k for recs in per_job for k in recs):
+        recs = [recs.get(cell) for recs in per_job]
+        first = next(r for r in recs if r)
+        ppls = [r["ppl"] for r in recs if r and r.get("ppl") is not None]
+        if len(ppls) == len(recs):
+            mean, std = mean_std(ppls)
+            out[cell] = {**first, "ppl": mean, "ppl_std": std, "n": len(ppls), "ppls": ppls}
+        else:
+            note = next((r.get("note") for r in recs if r and r.get("note")), None)
+            missing = f"scored in {len(ppls)} of {len(recs)} seeds"
+            out[cell] = {
+                **first,
+                "ppl": None,
+                "n": len(ppls),
+                "ppls": ppls,
+                "note": note or missing,
+            }
+    return out
 
 
 def extrapolation_columns(ctx: ReportContext) -> list[Column]:
-    """Columns in the PEs' declared order (posexp/pe), each PE's methods in registry order."""
+    """Columns in the PEs' declared order (posexp/pe), each PE's methods in registry order; the
+    jobs of one PE that differ only in ``seed`` share a column."""
     from posexp.extension import EXTENSIONS
 
-    jobs = perplexity_jobs(ctx.jobs)
-    pes = [job_pe(j) for j in jobs]
-    method_order = ["none", *EXTENSIONS]
-    columns = []
-    for job in sorted(
-        jobs,
+    jobs = sorted(
+        perplexity_jobs(ctx.jobs),
         key=lambda j: (
             job_pe(j).sort_key,
             tuple(natural_order(j.params.get(k)) for k in ctx.swept),
         ),
-    ):
-        pe = job_pe(job)
+    )
+    groups: dict[tuple[Any, str], list[Job]] = {}
+    for job in jobs:
+        rest = " ".join(
+            f"{k}={job.params[k]}" for k in ctx.swept if k in job.params and k not in ("pe", "seed")
+        )
+        groups.setdefault((job_pe(job), rest), []).append(job)
+    pes = [pe for pe, _ in groups]
+    method_order = ["none", *EXTENSIONS]
+    columns = []
+    for (pe, extra), seeds in groups.items():
         base, key = pe.label, pe.name + (" randomized" if pe.randomized else "")
-        if pes.count(pe) > 1:  # several jobs per PE: name them by their other swept params
-            extra = ctx.label(job, exclude=("pe",))
-            base, key = (f"{base} [{extra}]", f"{key} [{extra}]") if extra else (base, key)
-        methods = list(dict.fromkeys(r["method"] for r in job.extrapolate))
+        if pes.count(pe) > 1 and extra:  # several columns per PE: name them by the rest
+            base, key = f"{base} [{extra}]", f"{key} [{extra}]"
+        methods = list(dict.fromkeys(r["method"] for job in seeds for r in job.extrapolate))
         methods.sort(
             key=lambda m: -1 if ":" in m else method_order.index(m) if m in method_order else 99
         )
         for method in methods:
-            recs = {
-                (r["protocol"], r["length"]): r for r in job.extrapolate if r["method"] == method
-            }
             suffix = "" if method == "none" else f"+{method}"
-            columns.append(Column(base + suffix, job, method, recs, key + suffix, pe))
+            recs = seed_records(seeds, method)
+            columns.append(Column(base + suffix, seeds[0], method, recs, key + suffix, pe, seeds))
     return columns
 
 
@@ -75,7 +121,20 @@ def _cell(record: dict[str, Any] | None, notes: list[str]) -> str:
         if note not in notes:
             notes.append(note)
         return f"n/a [{notes.index(note) + 1}]"
-    return fmt(float(record["ppl"]))
+    return mean_std_cell(float(record["ppl"]), record.get("ppl_std", 0.0), record.get("n", 1))
+
+
+def seeds_text(columns: list[Column]) -> str:
+    """How many seeds the cells average, for the tables' captions."""
+    counts = sorted({len(c.jobs) for c in columns})
+    if counts == [1]:
+        return "one seed per column (no spread: sweep `seed=0,1,2` for mean ± std)"
+    shown = (
+        " to ".join(str(n) for n in (counts[0], counts[-1]) if n)
+        if len(counts) > 1
+        else str(counts[0])
+    )
+    return f"mean ± sample std over n = {shown} seeds per column"
 
 
 def render_extrapolation(ctx: ReportContext) -> str:
@@ -91,7 +150,7 @@ def render_extrapolation(ctx: ReportContext) -> str:
         f"{'trained at ' + str(l0) + ' tokens' if l0 else 'training lengths differ'}. "
         "Columns: PE, and PE+method for context-extension methods applied at evaluation time "
         "(factor = length / training length unless the run says otherwise). "
-        "Lower is better; a flat column extrapolates.",
+        f"Lower is better; a flat column extrapolates. Cells: {seeds_text(columns)}.",
     ]
     notes: list[str] = []
     csv_rows = []
@@ -108,8 +167,11 @@ def render_extrapolation(ctx: ReportContext) -> str:
                     "length": n,
                     **({"multiple": n / l0} if l0 else {}),
                     **{
-                        c.key or c.label: (c.records.get((protocol, n)) or {}).get("ppl")
+                        f"{c.key or c.label}{suffix}": (c.records.get((protocol, n)) or {}).get(
+                            field_name
+                        )
                         for c in columns
+                        for suffix, field_name in (("", "ppl"), (" std", "ppl_std"), (" n", "n"))
                     },
                 }
             )
@@ -161,19 +223,14 @@ def render_extrapolation(ctx: ReportContext) -> str:
     return "\n".join(md)
 
 
-def shape(ratio: float) -> str:
-    """How a ppl ratio to the training length reads: stays flat, degrades or explodes."""
-    return next((words for bound, words in SHAPES if ratio < bound), "explodes")
-
-
 def _pairs(
     columns: list[Column], a: str, b: str, protocol: str, past: int | None
-) -> list[tuple[float, float]]:
-    """(ppl of method a, ppl of method b) of the same job at each length past ``past``."""
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(record of method a, record of method b) of the same jobs at each length past ``past``."""
     out = []
     for ca in columns:
         for cb in columns:
-            if ca.job is cb.job and (ca.method, cb.method) == (a, b):
+            if ca.jobs is cb.jobs and (ca.method, cb.method) == (a, b):
                 for (p, n), ra in ca.records.items():
                     rb = cb.records.get((p, n))
                     if (
@@ -183,7 +240,7 @@ def _pairs(
                         and ra.get("ppl") is not None
                         and rb.get("ppl") is not None
                     ):
-                        out.append((ra["ppl"], rb["ppl"]))
+                        out.append((ra, rb))
     return out
 
 
@@ -193,7 +250,7 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
     first = "nonoverlap" if "nonoverlap" in protocols else protocols[0]
     same = _pairs(columns, "dynamic_ntk", "ntk", first, None)
     if same:
-        gap = max(abs(a / b - 1) for a, b in same)
+        gap = max(abs(a["ppl"] / b["ppl"] - 1) for a, b in same)
         if gap < 0.005:
             out.append(
                 f"dynamic_ntk equals ntk here (largest difference {gap:.2%} over {len(same)} "
@@ -236,146 +293,83 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
     for method in ("pi", "yarn"):
         pairs = _pairs(columns, method, "none", first, l0)
         if pairs:
-            worse = sum(a > b for a, b in pairs)
+            worse = sum(a["ppl"] > b["ppl"] for a, b in pairs)
             verdict = "worse" if worse > len(pairs) / 2 else "better"
             k = worse if verdict == "worse" else len(pairs) - worse
             out.append(
                 f"applied zero-shot (no fine-tuning), {method} is {verdict} than no "
                 f"extension in {k} of {len(pairs)} cells past the training length "
-                f"({first}); `posexp finetune` trains at the longer length first."
+                f"({first}){noise_clause(pairs)}; `posexp finetune` trains at the longer "
+                "length first."
             )
     if l0:
         out += shape_sentences(columns, first, l0)
+    out += ranking_sentence(columns, first)
     return out
 
 
-def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
-    """The shape of each PE's column without extension, beside the paper's for the same PE at
-    the published length nearest in multiples of the training length (configs/findings.yaml)."""
-    paper = findings()["extrapolation"]
-    p0 = paper["train_length"]
-    clauses = []
+def noise_clause(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """How many of the paired differences exceed 2 std of their own per-seed differences."""
+    seeds = min(len(a.get("ppls", [a["ppl"]])) for a, _ in pairs)
+    if seeds < MIN_SEEDS:
+        return " (one seed per cell: no verdict on seed noise)" if seeds == 1 else ""
+    beyond = 0
+    for a, b in pairs:
+        mean, std, _ = paired_differences(a["ppls"], b["ppls"])
+        beyond += abs(mean) > NOISE_STDS * std
+    return (
+        f"; the per-seed difference exceeds {NOISE_STDS:g} std of itself in {beyond} of "
+        f"{len(pairs)} cells (n = {seeds} seeds)"
+    )
+
+
+def ranking_sentence(columns: list[Column], protocol: str) -> list[str]:
+    """At the longest length, the best and second-best PE without extension, and whether their
+    gap exceeds the seeds' spread."""
+    scored = []
     for c in columns:
-        published = paper["ppl"].get(c.pe.name) if c.pe and not c.pe.randomized else None
-        base = c.records.get((protocol, l0), {}).get("ppl")
-        past = [
-            (n, r["ppl"])
-            for (p, n), r in c.records.items()
-            if p == protocol and n > l0 and r.get("ppl") is not None
-        ]
-        if c.method != "none" or not published or not base or not past:
+        if c.method != "none":
             continue
-        n, ppl = max(past)
-        i = min(
-            (i for i, v in enumerate(published) if i and v is not None),
-            key=lambda i: abs(math.log(paper["lengths"][i] / p0 * l0 / n)),
-        )
-        mine, theirs = ppl / base, published[i] / published[0]
-        clauses.append(
-            f"{c.label} {shape(mine)} here ({mine:.2f}× at {n / l0:g}× L_train; in the "
-            f"paper it {shape(theirs)}, {theirs:.2f}× at {paper['lengths'][i] / p0:.1f}×)"
-        )
-    if not clauses:
+        cells = [(n, r) for (p, n), r in c.records.items() if p == protocol]
+        longest = max(cells, default=None, key=lambda x: x[0])
+        if longest and longest[1].get("ppl") is not None:
+            scored.append((longest[1]["ppl"], longest[0], c))
+    lengths = {n for _, n, _ in scored}
+    if len(scored) < 2 or len(lengths) != 1:
         return []
+    scored.sort(key=lambda x: x[0])
+    (best, n, a), (second, _, b) = scored[0], scored[1]
+    ra, rb = a.records[(protocol, n)], b.records[(protocol, n)]
+    d = decimals_for(best)
+    words = beyond_noise(
+        second - best,
+        [ra.get("ppl_std", 0.0), rb.get("ppl_std", 0.0)],
+        min(ra.get("n", 1), rb.get("n", 1)),
+    )
     return [
-        f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
-        f"{'; '.join(clauses)}."
+        f"at {n:,} tokens ({protocol}), {a.label} has the lowest ppl without extension "
+        f"({best:.{d}f}), ahead of {b.label} ({second:.{d}f}) by {second - best:.{d}f}: {words}."
     ]
 
 
 def ratio_table(columns: list[Column], protocol: str, lengths: list[int], l0: int) -> str:
-    """ppl(L) / ppl(L_train) per column."""
+    """ppl(L) / ppl(L_train) per column: the mean over seeds of each seed's own ratio, ± std."""
     rows = []
     for n in lengths:
         row: list[Any] = [n, f"{n / l0:g}"]
         for c in columns:
-            base, rec = c.records.get((protocol, l0)), c.records.get((protocol, n))
-            ok = base and rec and base.get("ppl") and rec.get("ppl") is not None
-            row.append(f"{rec['ppl'] / base['ppl']:.2f}" if ok else "—")
+            ratios = seed_ratios(c, protocol, n, l0)
+            mean, std = mean_std(ratios)
+            row.append(
+                "—"
+                if not ratios
+                else f"{mean:.2f} ± {std:.2f}"
+                if len(ratios) > 1
+                else f"{mean:.2f}"
+            )
         rows.append(row)
     header = ["length", "× L_train", *(c.label for c in columns)]
     return md_table(header, rows, ["r"] * len(header))
-
-
-def published_section() -> str:
-    """The ALiBi paper's numbers (configs/findings.yaml), with ratios to the training length."""
-    paper = findings()["extrapolation"]
-    p0, series = paper["train_length"], paper["ppl"]
-    pes = sorted((describe_pe(name) for name in series), key=lambda d: d.sort_key)
-    rows = []
-    for i, n in enumerate(paper["lengths"]):
-        cells = []
-        for pe in pes:
-            v, v0 = series[pe.name][i], series[pe.name][0]
-            cells.append("OOM" if v is None else f"{v:.2f} ({v / v0:.2f}×)")
-        rows.append([n, f"{n / p0:.1f}", *cells])
-    shapes = []
-    for pe in pes:
-        i = max(i for i, v in enumerate(series[pe.name]) if v is not None)
-        ratio = series[pe.name][i] / series[pe.name][0]
-        oom = ", out of memory past it" if i < len(paper["lengths"]) - 1 else ""
-        shapes.append(
-            f"{pe.label} {shape(ratio)} ({ratio:.2f}× at {paper['lengths'][i] / p0:.1f}×{oom})"
-        )
-    return "\n".join(
-        [
-            "### Published, for shape comparison",
-            "",
-            f"{paper['cite']}, {paper['setting']} (ratio to L = {p0}). Absolute numbers differ by "
-            f"design (corpus, size); compare the shape: {', '.join(shapes)}.",
-            "",
-            md_table(
-                ["L_valid", "× L_train", *(pe.label for pe in pes)], rows, ["r"] * (len(pes) + 2)
-            ),
-        ]
-    )
-
-
-def extrapolation_plot(
-    ctx: ReportContext, columns: list[Column], protocol: str, l0: int | None
-) -> Path:
-    """ppl against length (log-log, plain ticks), one line per column, styles that stay distinct."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
-
-    fig, ax = plt.subplots(figsize=(9.5, 5.0), layout="constrained")
-    palette = plt.get_cmap("tab10" if len(columns) <= 10 else "tab20").colors
-    lengths: set[int] = set()
-    for i, c in enumerate(columns):
-        pts = sorted(
-            (n, r["ppl"])
-            for (p, n), r in c.records.items()
-            if p == protocol and r.get("ppl") is not None
-        )
-        if pts:
-            lengths.update(n for n, _ in pts)
-            style = "-" if c.method == "none" else "--"
-            ax.plot(
-                *zip(*pts, strict=True),
-                style,
-                marker=MARKERS[i % len(MARKERS)],
-                markersize=8 - 1.5 * (i % 4),
-                label=c.label,
-                color=palette[i % len(palette)],
-            )
-    if l0:
-        ax.axvline(l0, color="grey", linestyle=":", linewidth=1, label=f"training length ({l0:,})")
-    if lengths:
-        plain_log_axes(ax, sorted(lengths))
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("test perplexity (log scale)")
-    ax.set_title(
-        f"Test perplexity against evaluation length ({protocol} windows); "
-        "solid: no extension, dashed: with one",
-        fontsize=10,
-    )
-    ax.grid(True, which="major", alpha=0.3)
-    fig.legend(loc="outside right upper", fontsize=8)
-    return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")
 
 
 def perplexity_jobs(jobs: list[Job]) -> list[Job]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from posexp.commands.report.jobs import Job
+from posexp.commands.report.stats import beyond_noise, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
 from posexp.pe.base import PEDisplay, describe_pe
@@ -56,6 +57,34 @@ def collect(jobs: list[Job]) -> dict[str, dict[PEDisplay, dict[int, float]]]:
         values = sums[task, pe, size]
         out.setdefault(task, {}).setdefault(pe, {})[size] = sum(values) / len(values)
     return out
+
+
+def seed_summary(jobs: list[Job], top: int) -> dict[str, dict[PEDisplay, list[float]]]:
+    """task -> PE -> each seed's (job's) mean accuracy over the sizes past the training range."""
+    out: dict[str, dict[PEDisplay, list[float]]] = {}
+    for job in jobs:
+        values = [
+            r["accuracy"]
+            for r in task_records(job)
+            if r.get("accuracy") is not None and r["length"] > top
+        ]
+        if values:
+            per_pe = out.setdefault(task_label(job), {})
+            per_pe.setdefault(job_pe(job), []).append(sum(values) / len(values))
+    return out
+
+
+def spread_sentence(task: str, seeds: dict[PEDisplay, list[float]]) -> str:
+    """Whether the best PE's lead over the second past the training sizes exceeds seed noise."""
+    if len(seeds) < 2:
+        return ""
+    stats = sorted(((*mean_std(v), len(v), pe) for pe, v in seeds.items()), key=lambda x: -x[0])
+    (m1, s1, n1, a), (m2, s2, n2, b) = stats[0], stats[1]
+    words = beyond_noise(m1 - m2, [s1, s2], min(n1, n2))
+    return (
+        f"- **{task}**: {a.label} leads {b.label} past the training sizes by {m1 - m2:.3f}: "
+        f"{words}."
+    )
 
 
 def ordered(pes: Any) -> list[PEDisplay]:
@@ -261,12 +290,21 @@ def render(ctx: ReportContext) -> str:
     all_pes = ordered({p for s in summary.values() for p in s})
     header = ["task", *(p.label for p in all_pes)]
     reach = {t: frontier(table) for t, table in data.items()}
+    seeds = seed_summary(jobs, top[1])
+    counts = sorted({len(v) for by_pe in seeds.values() for v in by_pe.values()})
     out += [
         "### Mean accuracy past the training sizes",
         "",
+        "Each seed's mean over the sizes past training, then "
+        + (
+            f"mean ± sample std over n = {'–'.join(map(str, (counts[0], counts[-1])))} seeds."
+            if counts and counts[-1] > 1
+            else "one seed per PE (no spread: sweep `seed=0,1,2` for mean ± std)."
+        ),
+        "",
         md_table(
             header,
-            [[t, *(fmt(s.get(p)) for p in all_pes)] for t, s in summary.items()],
+            [[t, *(summary_cell(seeds.get(t, {}).get(p)) for p in all_pes)] for t in summary],
             ["l", *"r" * len(all_pes)],
         ),
         "",
@@ -281,6 +319,7 @@ def render(ctx: ReportContext) -> str:
         "Reading the tables:",
         "",
         *reading(summary),
+        *filter(None, (spread_sentence(t, seeds.get(t, {})) for t in summary)),
         "",
     ]
     csv = ctx.write_csv(
@@ -291,6 +330,14 @@ def render(ctx: ReportContext) -> str:
     png = plot(ctx, data, top)
     out += [f"![accuracy against size]({png.name})", "", f"Data: `{csv.name}`."]
     return "\n".join(out)
+
+
+def summary_cell(values: list[float] | None) -> str:
+    """Mean ± std of the seeds' values to 3 places (the mean alone for one seed)."""
+    if not values:
+        return "—"
+    m, sd = mean_std(values)
+    return f"{m:.3f}" if len(values) == 1 else f"{m:.3f} ± {sd:.3f}"
 
 
 register_report_view(

@@ -1,0 +1,103 @@
+"""The extrapolation view beside the ALiBi paper (Press et al. 2022, ``configs/findings.yaml``):
+the published table, and how each PE's curve compares in shape."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from posexp.commands.report.stats import mean_std, mean_std_text
+from posexp.commands.report.view import md_table
+from posexp.commands.report.views.findings import findings
+from posexp.pe.base import describe_pe
+
+if TYPE_CHECKING:
+    from posexp.commands.report.views.extrapolation import Column
+
+# How a ppl ratio to the training length reads, below each bound (else "explodes").
+SHAPES = ((1.25, "stays flat"), (5.0, "degrades"))
+
+
+def shape(ratio: float) -> str:
+    """How a ppl ratio to the training length reads: stays flat, degrades or explodes."""
+    return next((words for bound, words in SHAPES if ratio < bound), "explodes")
+
+
+def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
+    """The shape of each PE's column without extension, beside the paper's for the same PE at
+    the published length nearest in multiples of the training length (configs/findings.yaml)."""
+    paper = findings()["extrapolation"]
+    p0 = paper["train_length"]
+    clauses = []
+    for c in columns:
+        published = paper["ppl"].get(c.pe.name) if c.pe and not c.pe.randomized else None
+        base = c.records.get((protocol, l0), {}).get("ppl")
+        past = [
+            (n, r["ppl"])
+            for (p, n), r in c.records.items()
+            if p == protocol and n > l0 and r.get("ppl") is not None
+        ]
+        if c.method != "none" or not published or not base or not past:
+            continue
+        n, _ = max(past)
+        i = min(
+            (i for i, v in enumerate(published) if i and v is not None),
+            key=lambda i: abs(math.log(paper["lengths"][i] / p0 * l0 / n)),
+        )
+        ratios = seed_ratios(c, protocol, n, l0)
+        mine, spread = mean_std(ratios)
+        theirs = published[i] / published[0]
+        clauses.append(
+            f"{c.label} {shape(mine)} here ({mean_std_text(mine, spread, len(ratios), 2)}× at "
+            f"{n / l0:g}× L_train{f', {len(ratios)} seeds' if len(ratios) > 1 else ''}; in the "
+            f"paper it {shape(theirs)}, {theirs:.2f}× at {paper['lengths'][i] / p0:.1f}×)"
+        )
+    if not clauses:
+        return []
+    return [
+        f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
+        f"{'; '.join(clauses)}."
+    ]
+
+
+def published_section() -> str:
+    """The ALiBi paper's numbers (configs/findings.yaml), with ratios to the training length."""
+    paper = findings()["extrapolation"]
+    p0, series = paper["train_length"], paper["ppl"]
+    pes = sorted((describe_pe(name) for name in series), key=lambda d: d.sort_key)
+    rows = []
+    for i, n in enumerate(paper["lengths"]):
+        cells = []
+        for pe in pes:
+            v, v0 = series[pe.name][i], series[pe.name][0]
+            cells.append("OOM" if v is None else f"{v:.2f} ({v / v0:.2f}×)")
+        rows.append([n, f"{n / p0:.1f}", *cells])
+    shapes = []
+    for pe in pes:
+        i = max(i for i, v in enumerate(series[pe.name]) if v is not None)
+        ratio = series[pe.name][i] / series[pe.name][0]
+        oom = ", out of memory past it" if i < len(paper["lengths"]) - 1 else ""
+        shapes.append(
+            f"{pe.label} {shape(ratio)} ({ratio:.2f}× at {paper['lengths'][i] / p0:.1f}×{oom})"
+        )
+    return "\n".join(
+        [
+            "### Published, for shape comparison",
+            "",
+            f"{paper['cite']}, {paper['setting']} (ratio to L = {p0}). Absolute numbers differ by "
+            f"design (corpus, size); compare the shape: {', '.join(shapes)}.",
+            "",
+            md_table(
+                ["L_valid", "× L_train", *(pe.label for pe in pes)], rows, ["r"] * (len(pes) + 2)
+            ),
+        ]
+    )
+
+
+def seed_ratios(column: Column, protocol: str, length: int, l0: int) -> list[float]:
+    """ppl(length) / ppl(l0) of each seed of a column (seeds paired, so the ratio's spread is the
+    seeds' own)."""
+    at, base = column.records.get((protocol, length)), column.records.get((protocol, l0))
+    if not at or not base or at.get("ppl") is None or not base.get("ppl"):
+        return []
+    return [a / b for a, b in zip(at["ppls"], base["ppls"], strict=True)]

@@ -1,0 +1,210 @@
+"""Training precision: fp32, or bf16 autocast where the hardware makes it faster.
+
+``train.precision=auto`` picks bf16 on a CUDA GPU that supports it. On a CPU it first reads
+whether the CPU computes bf16 natively (x86 ``avx512_bf16`` or AMX, Arm ``bf16``): without that,
+bf16 is emulated and always slower. With it, the flag alone does not say bf16 is faster: on Intel
+cores without AMX ``vdpbf16ps`` issues on one port where fp32 FMAs use two, so bf16 matmuls can
+run below fp32's rate (measured 0.53-0.70x on a Xeon model 207, 2 cores), while other CPUs with
+the same flag run them up to 1.8x faster. So ``auto`` times one bf16 and one fp32 matmul of the
+model's width on this CPU, picks bf16 only if it is clearly faster, and caches the verdict per
+CPU, torch version and thread count, so every run on one machine makes the same choice.
+
+Autocast only changes the compute dtype of matmul-like ops: weights, gradients and AdamW's state
+stay fp32, and the model computes its loss from fp32 logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posexp.config import PRECISIONS
+from posexp.errors import PosexpError, choose
+from posexp.files import write_json_atomic
+
+Autocast = Callable[[], Any]
+# bf16 must beat fp32 by this much for auto to take it: a CPU near parity gains nothing, and a
+# verdict near the threshold could flip with noise.
+BF16_MIN_SPEEDUP = 1.15
+
+
+@functools.cache
+def cpu_bf16_feature() -> str | None:
+    """The CPU feature that gives native bf16 dot products (``amx``, ``avx512_bf16``, ``bf16``),
+    or None; read from the CPU itself, never assumed from its model name."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64", "i386", "i686"):
+        cpu = getattr(torch, "cpu", None)
+        if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+            return "amx"
+        if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+            return "avx512_bf16"
+        return None
+    if machine in ("arm64", "aarch64"):
+        if platform.system() == "Darwin":  # Apple M2 and later report FEAT_BF16
+            try:
+                out = subprocess.run(
+                    ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                    check=False,
+                ).stdout.strip()
+            except OSError:
+                return None
+            return "bf16" if out == "1" else None
+        return "bf16" if "bf16" in _linux_cpu_flags() else None
+    return None
+
+
+def _linux_cpu_flags() -> set[str]:
+    """Every flag /proc/cpuinfo lists (x86 ``flags``, Arm ``Features``); empty elsewhere."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    return flags
+
+
+def matmul_speedup(width: int, tokens: int = 2048, reps: int = 5) -> float:
+    """Measured bf16 / fp32 rate of a (tokens x width) @ (width x 4·width) matmul, the shape of
+    the model's MLP; the median of ``reps`` interleaved timings of each."""
+    a = torch.randn(tokens, width)
+    b = torch.randn(width, 4 * width)
+    pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
+    times: dict[torch.dtype, list[float]] = {dtype: [] for dtype in pairs}
+    for rep in range(reps + 1):
+        for dtype, (x, y) in pairs.items():
+            start = time.perf_counter()
+            x @ y
+            if rep:  # the first round only warms up (oneDNN builds its kernels then)
+                times[dtype].append(time.perf_counter() - start)
+    median = {dtype: sorted(t)[len(t) // 2] for dtype, t in times.items()}
+    return median[torch.float32] / median[torch.bfloat16]
+
+
+def _cpu_name() -> str:
+    """The CPU's model as the OS names it (x86 ``model name``, Arm ``CPU part``)."""
+    fields: dict[str, str] = {}
+    for line in _cpu_info_lines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    for key in ("model name", "cpu part"):
+        if fields.get(key):
+            return fields[key] + (f" model {fields['model']}" if fields.get("model") else "")
+    return platform.processor() or platform.machine()
+
+
+def _cpu_info_lines() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()[:30]
+    except OSError:
+        return []
+
+
+def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
+    """bf16's measured speedup over fp32 for this model width on this CPU, cached per CPU, torch
+    version, thread count and width so that runs on one machine agree."""
+    threads = torch.get_num_threads()
+    key = f"{_cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    path = cache_dir / "precision" / f"cpu_bf16_{digest}.json" if cache_dir else None
+    if path is not None:
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("key") == key:
+                return float(cached["speedup"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    speedup = matmul_speedup(width)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, {"key": key, "speedup": speedup})
+        except OSError:
+            pass  # a read-only cache only costs the measurement next time
+    return speedup
+
+
+def resolve_precision(
+    choice: str, device: torch.device, width: int = 128, cache_dir: Path | None = None
+) -> tuple[str, str]:
+    """``fp32`` or ``bf16`` for this device, and why (for the run's log and provenance)."""
+    choose("train.precision", choice, PRECISIONS)
+    if choice == "fp32":
+        return "fp32", "train.precision=fp32"
+    if choice == "bf16":
+        if device.type not in ("cuda", "cpu"):
+            raise PosexpError(
+                f"train.precision=bf16 runs on cpu or cuda, not {device.type}; "
+                "allowed here: auto, fp32"
+            )
+        return "bf16", "train.precision=bf16"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if torch.cuda.is_bf16_supported():
+            return "bf16", f"auto: {name} supports bf16"
+        return "fp32", f"auto: {name} has no bf16"
+    if device.type != "cpu":
+        return "fp32", f"auto: fp32 on {device.type}"
+    feature = cpu_bf16_feature()
+    if not feature:
+        return "fp32", "auto: this CPU has no native bf16 (no avx512_bf16, AMX or Arm bf16)"
+    speedup = cpu_bf16_speedup(width, cache_dir)
+    verdict = "bf16" if speedup >= BF16_MIN_SPEEDUP else "fp32"
+    return verdict, (
+        f"auto: this CPU has {feature}; a bf16 matmul of width {width} ran at {speedup:.2f}x "
+        f"fp32 on {torch.get_num_threads()} threads ({verdict}: bf16 needs "
+        f">= {BF16_MIN_SPEEDUP:.2f}x)"
+    )
+
+
+def autocast(precision: str, device: torch.device) -> Autocast:
+    """A factory of the context every forward pass runs in: bf16 autocast, or nothing."""
+    if precision == "bf16" and device.type in ("cuda", "cpu"):
+        return functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def run_precision(
+    choice: str,
+    device: torch.device,
+    width: int,
+    cache_dir: Path | None,
+    recorded: str | None = None,
+    resuming: bool = False,
+) -> tuple[str, str]:
+    """A run's precision and why: a resume keeps the one its checkpoint recorded (an exact
+    resume needs the same arithmetic), unless ``train.precision`` names another on purpose."""
+    if resuming and choice == "auto":
+        if recorded in ("fp32", "bf16"):
+            return recorded, "the precision this run was trained in (resume)"
+        # Runs from before train.precision: bf16 autocast on CUDA, fp32 everywhere else.
+        legacy = "bf16" if device.type == "cuda" else "fp32"
+        return legacy, "this run predates train.precision; as it was trained (resume)"
+    return resolve_precision(choice, device, width, cache_dir)
+
+
+def recorded_precision(meta: dict[str, Any], device: torch.device) -> str:
+    """The precision a saved run trained in (its checkpoint's meta.json): evaluations measure the
+    model in the arithmetic it was trained with. Runs from before ``train.precision`` trained in
+    bf16 on CUDA and fp32 elsewhere."""
+    recorded = meta.get("precision")
+    if recorded in ("fp32", "bf16"):
+        return recorded
+    return "bf16" if device.type == "cuda" else "fp32"

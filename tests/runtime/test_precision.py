@@ -1,0 +1,167 @@
+"""train.precision: what auto picks (detection forced both ways), bf16 training that keeps fp32
+weights, optimizer state and loss, and an exact resume in bf16."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from posexp.commands import train as train_module
+from posexp.commands.train import run_training
+from posexp.errors import PosexpError
+from posexp.model import GPT, ModelConfig
+from posexp.runtime import precision
+from tests.helpers import TINY, run_config
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """Replace the matmul timing with a fixed speedup; count the measurements."""
+    calls = []
+
+    def fake(speedup):
+        def measure(width, tokens=2048, reps=5):
+            calls.append(width)
+            return speedup
+
+        monkeypatch.setattr(precision, "matmul_speedup", measure)
+        return calls
+
+    return fake
+
+
+def test_auto_keeps_fp32_on_a_cpu_without_native_bf16(monkeypatch, measured):
+    monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: None)
+    calls = measured(9.0)  # even a (fake) fast bf16 is not tried without the feature
+    chosen, why = precision.resolve_precision("auto", CPU)
+    assert chosen == "fp32" and "no native bf16" in why and calls == []
+
+
+@pytest.mark.parametrize(("speedup", "expected"), [(1.6, "bf16"), (1.15, "bf16"), (0.6, "fp32")])
+def test_auto_on_a_cpu_with_native_bf16_takes_bf16_only_where_it_is_faster(
+    monkeypatch, measured, tmp_path, speedup, expected
+):
+    monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: "avx512_bf16")
+    calls = measured(speedup)
+    chosen, why = precision.resolve_precision("auto", CPU, 256, tmp_path)
+    assert chosen == expected and f"{speedup:.2f}x" in why and "avx512_bf16" in why
+    # The verdict is cached per CPU, torch and thread count: a second run does not re-measure.
+    assert precision.resolve_precision("auto", CPU, 256, tmp_path)[0] == expected
+    assert calls == [256]
+    precision.resolve_precision("auto", CPU, 512, tmp_path)  # another width is measured anew
+    assert calls == [256, 512]
+
+
+def test_a_corrupt_cache_entry_is_measured_again(monkeypatch, measured, tmp_path):
+    monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: "amx")
+    calls = measured(2.0)
+    precision.resolve_precision("auto", CPU, 128, tmp_path)
+    (entry,) = (tmp_path / "precision").iterdir()
+    entry.write_text("{not json")
+    assert precision.resolve_precision("auto", CPU, 128, tmp_path)[0] == "bf16"
+    assert len(calls) == 2 and json.loads(entry.read_text())["speedup"] == 2.0
+
+
+def test_explicit_choices_and_their_limits():
+    assert precision.resolve_precision("fp32", CPU)[0] == "fp32"
+    assert precision.resolve_precision("bf16", CPU)[0] == "bf16"
+    with pytest.raises(PosexpError, match=r"^train.precision=bf16 runs on cpu or cuda, not mps"):
+        precision.resolve_precision("bf16", torch.device("mps"))
+    with pytest.raises(PosexpError, match=r"^unknown train.precision 'fp16'; allowed: auto, bf16"):
+        precision.resolve_precision("fp16", CPU)
+
+
+def test_a_bad_precision_is_refused_where_the_config_is_built():
+    with pytest.raises(PosexpError, match=r"^unknown train.precision 'half'"):
+        run_config(*TINY, "train.precision=half")
+
+
+def test_a_resume_keeps_the_precision_its_checkpoint_recorded(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: None)
+    assert precision.run_precision("auto", CPU, 64, None, "bf16", resuming=True)[0] == "bf16"
+    # Runs saved before train.precision: bf16 on CUDA, fp32 elsewhere, as they were trained.
+    assert precision.run_precision("auto", CPU, 64, None, None, resuming=True)[0] == "fp32"
+    # Named on purpose, another precision wins (the log says why).
+    assert precision.run_precision("fp32", CPU, 64, None, "bf16", resuming=True)[0] == "fp32"
+    assert precision.recorded_precision({"precision": "bf16"}, CPU) == "bf16"
+    assert precision.recorded_precision({}, torch.device("cuda")) == "bf16"
+
+
+def test_the_cpu_feature_is_read_from_the_cpu(monkeypatch):
+    precision.cpu_bf16_feature.cache_clear()
+    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    assert precision.cpu_bf16_feature() is None
+    precision.cpu_bf16_feature.cache_clear()
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert precision.cpu_bf16_feature() == "avx512_bf16"
+    precision.cpu_bf16_feature.cache_clear()
+    monkeypatch.setattr(precision.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(precision.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(precision, "_linux_cpu_flags", lambda: {"fp", "asimd", "bf16"})
+    assert precision.cpu_bf16_feature() == "bf16"
+    precision.cpu_bf16_feature.cache_clear()
+
+
+def test_matmul_speedup_is_a_real_measurement():
+    speedup = precision.matmul_speedup(32, tokens=64, reps=3)
+    assert math.isfinite(speedup) and speedup > 0
+
+
+def test_bf16_autocast_computes_the_loss_in_fp32_from_fp32_weights():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=2, train_length=16))
+    x = torch.randint(0, 50, (2, 16))
+    with precision.autocast("bf16", CPU)():
+        out = model(x, x)
+    assert out["logits"].dtype == torch.bfloat16 and out["loss"].dtype == torch.float32
+    out["loss"].backward()
+    assert all(
+        p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in model.parameters()
+    )
+
+
+def _weights_sha256(run_dir) -> str:
+    weights = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(
+            name.encode() + weights[name].contiguous().view(torch.uint8).numpy().tobytes()
+        )
+    return digest.hexdigest()
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("chosen", ["bf16", "fp32"])
+def test_a_resume_in_the_same_precision_is_bitwise_exact(tmp_path, cache, monkeypatch, chosen):
+    cfg = run_config(*TINY, f"train.precision={chosen}", f"cache_dir={cache}")
+    run_training(cfg, tmp_path / "full")
+    save = train_module.Trainer.save
+
+    def save_then_stop(self):
+        save(self)
+        if self.step == 3:
+            raise Stop  # killed right after the middle checkpoint
+
+    monkeypatch.setattr(train_module.Trainer, "save", save_then_stop)
+    with pytest.raises(Stop):
+        run_training(cfg, tmp_path / "cut")
+    monkeypatch.undo()
+    run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
+    assert _weights_sha256(tmp_path / "full") == _weights_sha256(tmp_path / "cut")
+    meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())
+    assert meta["precision"] == chosen and meta["config"]["train"]["precision"] == chosen
+    state = torch.load(tmp_path / "cut" / "checkpoint" / "state.pt", weights_only=True)
+    moments = [s["exp_avg"] for s in state["optimizer"]["state"].values()]
+    assert moments and all(m.dtype == torch.float32 for m in moments)  # AdamW's state stays fp32
