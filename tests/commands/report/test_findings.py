@@ -100,7 +100,14 @@ def test_declared_label_and_order_drive_the_extrapolation_view(throwaway_pe, tmp
     assert "| length | × L_train | NoPE | Throwaway PE | ALiBi | removed_pe |" in md
     assert (tmp_path / "report_extrapolation_nonoverlap.png").is_file()
     csv_header = (tmp_path / "report_extrapolation.csv").read_text().splitlines()[0]
-    assert csv_header == "protocol,length,multiple,none,test_throwaway,alibi,removed_pe"
+    assert csv_header == ",".join(
+        ["protocol", "length", "multiple"]
+        + [
+            f"{pe}{s}"
+            for pe in ("none", "test_throwaway", "alibi", "removed_pe")
+            for s in ("", " std", " n")
+        ]
+    )
     # Its own shape beside the paper's, for the PEs the paper measured: ALiBi only here.
     assert (
         "- compared with Press et al. 2022 (ALiBi), ppl relative to the training length "

@@ -4,15 +4,12 @@ the published table, and how each PE's curve compares in shape."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import md_table
+from posexp.commands.report.views.extrapolation_data import Column
 from posexp.commands.report.views.findings import findings
 from posexp.pe.base import describe_pe
-
-if TYPE_CHECKING:
-    from posexp.commands.report.views.extrapolation import Column
 
 # How a ppl ratio to the training length reads, below each bound (else "explodes").
 SHAPES = ((1.25, "stays flat"), (5.0, "degrades"))

@@ -4,12 +4,9 @@ the seeds' spread as a band where a column has several."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from posexp.commands.report.view import ReportContext
-
-if TYPE_CHECKING:
-    from posexp.commands.report.views.extrapolation import Column
+from posexp.commands.report.views.extrapolation_data import Column
 
 
 def extrapolation_plot(
