@@ -246,8 +246,10 @@ def runs(
         Path("outputs"), help="Folder to search (runs and sweeps below it)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
+    wide: bool = typer.Option(False, "--wide", help="Every column, even those empty in every run."),
 ) -> None:
-    """List every run under a folder: data, pe, heads, extension, steps, status, val ppl, BLEU, time."""
+    """List every run under a folder, oldest first: data, model, seq_len, pe, heads, extension,
+    steps, status, val ppl, accuracy, BLEU, minutes."""
     import json
 
     from posexp.commands.runs import list_runs, print_runs
@@ -256,7 +258,7 @@ def runs(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
     else:
-        print_runs(rows)
+        print_runs(rows, wide=wide)
 
 
 def _one_line(e: BaseException) -> str:

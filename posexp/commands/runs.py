@@ -18,41 +18,77 @@ from posexp.rundir import RunDir
 FIELDS = (
     "run",
     "data",
+    "model",
+    "seq_len",
     "pe",
     "heads",
     "extension",
-    "steps",
+    "step",
+    "max_steps",
     "status",
     "val_ppl",
     "val_acc",
     "bleu",
     "minutes",
+    "started",
 )
+# The table's columns: (header, record keys). Steps show as step/max_steps; `started` only in
+# the JSON and the sort order.
+COLUMNS = (
+    ("run", ("run",)),
+    ("data", ("data",)),
+    ("model", ("model",)),
+    ("seq", ("seq_len",)),
+    ("pe", ("pe",)),
+    ("h", ("heads",)),
+    ("ext", ("extension",)),
+    ("steps", ("step", "max_steps")),
+    ("status", ("status",)),
+    ("val ppl", ("val_ppl",)),
+    ("val acc", ("val_acc",)),
+    ("BLEU", ("bleu",)),
+    ("min", ("minutes",)),
+)
+NUMERIC = {"seq", "h", "steps", "val ppl", "val acc", "BLEU", "min"}
+DIGITS = {"val ppl": 2, "val acc": 3, "BLEU": 2, "min": 1}
+# Hidden unless --wide when every row has nothing to show in them.
+OPTIONAL = {"val acc", "BLEU", "ext"}
+
+
+def _sessions(path: Path) -> list[dict[str, Any]]:
+    try:
+        sessions = json.loads(RunDir(path).provenance_file.read_text())["sessions"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return sessions if isinstance(sessions, list) else []
 
 
 def _minutes(path: Path) -> float | None:
     """Wall minutes over the run's training sessions (provenance.json), None if unknown."""
     try:
-        sessions = json.loads(RunDir(path).provenance_file.read_text())["sessions"]
         total = sum(
             (
                 datetime.fromisoformat(s["ended"]) - datetime.fromisoformat(s["started"])
             ).total_seconds()
-            for s in sessions
+            for s in _sessions(path)
             if s.get("ended")
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
-    return round(total / 60, 1)
+    return round(total / 60, 1) if _sessions(path) else None
+
+
+def _started(path: Path) -> str | None:
+    """When the run's first training session started (ISO time), None if unknown."""
+    first = next(iter(_sessions(path)), {})
+    return first.get("started") if isinstance(first, dict) else None
 
 
 def run_row(job: Job, root: Path) -> dict[str, Any]:
-    """One run as a flat record."""
+    """One run as a flat, typed record."""
     cfg, meta, metrics = job.config, job.meta or {}, job.metrics
     model = meta.get("model") or {}
     ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
-    total = cfg.train.max_steps if cfg else None
-    step = meta.get("step")
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
         # A synthetic run is named by its task (synthetic:copy).
@@ -63,20 +99,25 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         )
         if cfg
         else None,
+        "model": cfg.model.name if cfg else None,
+        "seq_len": cfg.train.seq_len if cfg else None,
         "pe": job.pe,
         "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": ext.get("method", "none"),
-        "steps": f"{step if step is not None else '-'}/{total if total is not None else '?'}",
+        "step": meta.get("step"),
+        "max_steps": cfg.train.max_steps if cfg else None,
         "status": job.status,
         "val_ppl": metrics.get("final/val_ppl"),
         "val_acc": metrics.get("final/val_accuracy"),
         "bleu": metrics.get("final/bleu"),
         "minutes": _minutes(job.path),
+        "started": _started(job.path),
     }
 
 
 def list_runs(root: Path | str = Path("outputs")) -> list[dict[str, Any]]:
-    """Every run under ``root``, oldest first."""
+    """Every run under ``root``, oldest first (by its first session's start; a run without a
+    provenance record by its dir's time), so evaluating a run never moves it."""
     root = Path(root)
     if root.is_file():
         raise PosexpError(
@@ -87,31 +128,63 @@ def list_runs(root: Path | str = Path("outputs")) -> list[dict[str, Any]]:
         raise PosexpError(
             f"runs: no such directory {str(root)!r} (train a run first, or pass a folder)"
         )
-    jobs = sorted(find_jobs(root), key=lambda j: j.path.stat().st_mtime)
-    return [run_row(j, root) for j in jobs]
+    rows = [(run_row(j, root), j) for j in find_jobs(root)]
+
+    def when(item: tuple[dict[str, Any], Job]) -> float:
+        row, job = item
+        try:
+            return datetime.fromisoformat(row["started"]).timestamp()
+        except (TypeError, ValueError):
+            return job.path.stat().st_mtime
+
+    return [row for row, _ in sorted(rows, key=when)]
 
 
-def print_runs(rows: list[dict[str, Any]], console: Any = None) -> None:
-    """The rows as a terminal table."""
+def _text(header: str, row: dict[str, Any], keys: tuple[str, ...]) -> str:
+    values = [row.get(k) for k in keys]
+    if header == "steps":
+        step, total = values
+        return f"{'–' if step is None else step}/{'?' if total is None else total}"
+    (v,) = values
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{DIGITS.get(header, 2)}f}"
+    return str(v)
+
+
+def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = False) -> None:
+    """The rows as a terminal table that fits the terminal: the run name wraps, columns that are
+    empty in every row are left out unless ``wide``."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(show_lines=False)
-    for name in FIELDS:
+    columns = [
+        (h, keys)
+        for h, keys in COLUMNS
+        if wide or h not in OPTIONAL or any(_shown(h, r, keys) for r in rows)
+    ]
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for header, _ in columns:
         table.add_column(
-            name,
-            no_wrap=True,
-            justify="right"
-            if name in ("heads", "steps", "val_ppl", "val_acc", "bleu", "minutes")
-            else "left",
+            header,
+            justify="right" if header in NUMERIC else "left",
+            no_wrap=header != "run",
+            overflow="fold" if header == "run" else "ellipsis",
+            ratio=1 if header == "run" else None,
+            min_width=12 if header == "run" else None,
         )
     for r in rows:
-        cells = [r[k] for k in FIELDS]
-        table.add_row(
-            *("–" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in cells)
-        )
+        table.add_row(*(_text(h, r, keys) for h, keys in columns))
     if console is None:
         console = Console()
         if not console.is_terminal:  # piped or logged: do not squeeze the table to 80 columns
-            console = Console(width=200)
+            console = Console(width=200 if wide else 120)
     console.print(table)
+
+
+def _shown(header: str, row: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    """Whether a cell has something to show (an extension other than none, a number)."""
+    value = row.get(keys[0])
+    return value not in (None, "none")

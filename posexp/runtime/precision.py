@@ -166,10 +166,11 @@ def resolve_precision(
     if not feature:
         return "fp32", "auto: this CPU has no native bf16 (no avx512_bf16, AMX or Arm bf16)"
     speedup = cpu_bf16_speedup(width, cache_dir)
+    threads = torch.get_num_threads()
     verdict = "bf16" if speedup >= BF16_MIN_SPEEDUP else "fp32"
     return verdict, (
         f"auto: this CPU has {feature}; a bf16 matmul of width {width} ran at {speedup:.2f}x "
-        f"fp32 on {torch.get_num_threads()} threads ({verdict}: bf16 needs "
+        f"fp32 on {threads} thread{'s' if threads != 1 else ''} ({verdict}: bf16 needs "
         f">= {BF16_MIN_SPEEDUP:.2f}x)"
     )
 

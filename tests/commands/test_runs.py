@@ -12,7 +12,7 @@ from posexp.model import GPT, ModelConfig
 from tests.helpers import run_config
 
 
-def make_run(path, pe, heads, step, total, results=None, minutes=None):
+def make_run(path, pe, heads, step, total, results=None, minutes=None, hour=0):
     mcfg = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=heads, pe=pe)
     config = run_config(f"heads={heads}", f"train.max_steps={total}").to_dict()
     save_checkpoint(path, GPT(mcfg), {"step": step, "model": mcfg.to_dict(), "config": config})
@@ -21,8 +21,8 @@ def make_run(path, pe, heads, step, total, results=None, minutes=None):
     if minutes is not None:
         sessions = [
             {
-                "started": "2026-01-01T00:00:00+00:00",
-                "ended": f"2026-01-01T00:{minutes:02d}:00+00:00",
+                "started": f"2026-01-01T{hour:02d}:00:00+00:00",
+                "ended": f"2026-01-01T{hour:02d}:{minutes:02d}:00+00:00",
             }
         ]
         (path / "provenance.json").write_text(json.dumps({"sessions": sessions}))
@@ -43,20 +43,27 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
     assert rows["runs/a"] == {
         "run": "runs/a",
         "data": "kjv",
+        "model": "small",
+        "seq_len": 256,
         "pe": "rope",
         "heads": 2,
         "extension": "none",
-        "steps": "10/10",
+        "step": 10,
+        "max_steps": 10,
         "status": "completed",
         "val_ppl": 3.5,
         "val_acc": None,
         "bleu": None,
         "minutes": 7.0,
+        "started": "2026-01-01T00:00:00+00:00",
     }
     assert (
         rows["sweeps/s/heads=4"]["status"] == "failed" and rows["sweeps/s/heads=4"]["pe"] == "alibi"
     )
-    assert rows["runs/b"]["status"] == "unfinished" and rows["runs/b"]["steps"] == "3/10"
+    assert rows["runs/b"]["status"] == "unfinished" and (
+        rows["runs/b"]["step"],
+        rows["runs/b"]["max_steps"],
+    ) == (3, 10)
     table = CliRunner().invoke(app, ["runs", str(tmp_path)])
     assert table.exit_code == 0 and "runs/a" in table.output and "unfinished" in table.output
 
@@ -67,3 +74,39 @@ def test_runs_on_a_missing_folder_is_a_one_line_error(tmp_path):
 
     with pytest.raises(PosexpError, match=r"^runs: no such directory .*nothing"):
         list_runs(tmp_path / "nothing")
+
+
+def test_runs_sort_by_start_time_and_fit_100_columns(tmp_path):
+    from rich.console import Console
+
+    from posexp.commands.runs import list_runs, print_runs
+
+    torch.manual_seed(0)
+    long_name = "heads=4,model=small,pe=alibi,seed=0,train.max_steps=60,train.threads=1_abc"
+    make_run(tmp_path / "late", "rope", 2, 10, 10, {"status": "completed"}, 5, hour=3)
+    make_run(
+        tmp_path / long_name,
+        "alibi",
+        4,
+        10,
+        10,
+        {"status": "completed", "final/val_ppl": 3.5},
+        5,
+        hour=1,
+    )
+    (tmp_path / "late" / "eval").mkdir()  # evaluating a run later does not move it
+    rows = list_runs(tmp_path)
+    assert [r["run"] for r in rows] == [long_name, "late"]
+    console = Console(width=100, record=True)
+    print_runs(rows, console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    header = text.splitlines()[1]
+    for column in ("pe", "h", "steps", "status", "val ppl", "model", "seq"):
+        assert f" {column} " in f" {header} "
+    assert "alibi" in text and "3.50" in text and "…" not in text
+    # Columns empty in every row (accuracy, BLEU, extensions) only with --wide.
+    assert "BLEU" not in header
+    wide = Console(width=200, record=True)
+    print_runs(rows, wide, wide=True)
+    assert "BLEU" in wide.export_text()
