@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shlex
 import sys
@@ -14,9 +15,10 @@ from typing import Any
 import typer
 
 from posexp import cli_overrides
-from posexp.cli_overrides import check_output_arg, check_overrides
+from posexp.cli_overrides import check_output_arg, check_overrides, sweep_keys
 from posexp.errors import Abort, PosexpError
 from posexp.paths import config_dir
+from posexp.resolvers import SWEEP_ENV
 
 app = typer.Typer(
     name="posexp",
@@ -71,14 +73,20 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     """Run ``task`` under ``hydra.main`` with ``args`` as its command line."""
     import hydra
 
-    saved = sys.argv
+    saved, saved_env = sys.argv, os.environ.get(SWEEP_ENV)
     # Hydra names the completion it installs after argv[0]: `posexp`, also under `python -m`.
     completion = any(a in ("-sc", "--shell-completion") for a in args)
     sys.argv = ["posexp" if completion else saved[0], *args]
+    if any(a in ("-m", "--multirun") for a in args):  # job dirs named by the swept keys
+        os.environ[SWEEP_ENV] = json.dumps(sweep_keys(args))
     try:
         hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()
     finally:
         sys.argv = saved
+        if saved_env is None:
+            os.environ.pop(SWEEP_ENV, None)
+        else:
+            os.environ[SWEEP_ENV] = saved_env
 
 
 @app.command(context_settings=HYDRA_COMMAND)
@@ -250,8 +258,6 @@ def runs(
 ) -> None:
     """List every run under a folder, oldest first: data, model, seq_len, pe, heads, extension,
     steps, status, val ppl, accuracy, BLEU, minutes."""
-    import json
-
     from posexp.commands.runs import list_runs, print_runs
 
     rows = list_runs(root)

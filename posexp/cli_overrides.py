@@ -83,3 +83,20 @@ def check_resume_arg(args: list[str]) -> None:
             if value in ("", "null"):
                 continue
             RunDir.open(value, "resume=").meta()  # one-line error unless it holds a checkpoint
+
+
+def sweep_keys(args: list[str]) -> dict[str, list[str]]:
+    """The command line's override keys that sweep (``heads=1,2``) and those it fixes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    out: dict[str, list[str]] = {"swept": [], "fixed": []}
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            (override,) = parser.parse_overrides([arg])
+        except Exception:  # noqa: BLE001  Hydra reports a bad override itself
+            continue
+        out["swept" if override.is_sweep_override() else "fixed"].append(override.key_or_group)
+    return out

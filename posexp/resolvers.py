@@ -17,16 +17,57 @@ def run_dir(resume: Any, fresh: str) -> str:
     return str(resume) if resume not in (None, "", "None") else fresh
 
 
-def job_dir(override_dirname: str, limit: int = 120) -> str:
-    """``hydra.sweep.subdir``: the overrides, shortened with a stable hash past ``limit`` characters.
+# Set by the CLI for a sweep (``train -m``): which command-line overrides sweep and which fix one
+# value, as JSON. A job dir is then named after the swept keys alone.
+SWEEP_ENV = "POSEXP_SWEEP_KEYS"
 
-    File names stop at 255 bytes; a sweep with many overrides would otherwise fail to start. The
-    hash keeps the name stable, so rerunning the sweep finds (and skips) finished jobs.
+
+def job_dir(override_dirname: str, limit: int = 120, *, _root_: Any = None) -> str:
+    """``hydra.sweep.subdir``: the job's swept overrides (``heads=4,pe=rope``), else all of them,
+    shortened with a stable hash past ``limit`` characters.
+
+    Keys fixed for the whole sweep (``model=tiny``) would make every name long and alike; they
+    stay in the job's ``.hydra/overrides.yaml``. File names stop at 255 bytes, and the hash keeps
+    a long name stable, so rerunning the sweep finds (and skips) finished jobs.
     """
-    if len(override_dirname) <= limit:
-        return override_dirname or "default"
-    digest = hashlib.sha256(override_dirname.encode()).hexdigest()[:10]
-    return f"{override_dirname[: limit - 11]}_{digest}"
+    name = _swept_only(_root_) or override_dirname
+    if len(name) <= limit:
+        return name or "default"
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[: limit - 11]}_{digest}"
+
+
+def _swept_only(root: Any) -> str:
+    """``k=v,k=v`` of the job's overrides whose keys the sweep varies ('' if unknown or none)."""
+    import json
+    import os
+
+    try:
+        given = json.loads(os.environ[SWEEP_ENV])
+        task = list(OmegaConf.select(root, "hydra.overrides.task", default=[]) or [])
+        preset = OmegaConf.select(root, "hydra.sweeper.params", default=None) or {}
+        excluded = set(
+            OmegaConf.select(root, "hydra.job.config.override_dirname.exclude_keys", default=[])
+            or []
+        )
+    except (KeyError, ValueError, TypeError):
+        return ""
+    # Swept on the command line, or by the preset's sweeper unless the command line fixes it.
+    preset_swept = {str(k) for k, v in dict(preset).items() if sweeps(str(k), str(v))}
+    swept = set(given["swept"]) | (preset_swept - set(given["fixed"]))
+    chosen = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept - excluded and "=" in o]
+    return ",".join(sorted(chosen))
+
+
+def sweeps(key: str, value: str) -> bool:
+    """Whether ``key=value`` is a Hydra sweep (``1,2``, ``range(3)``, ``choice(a,b)``, ...)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        (override,) = OverridesParser.create().parse_overrides([f"{key}={value}"])
+    except Exception:  # noqa: BLE001  not parseable: Hydra itself will say why
+        return False
+    return override.is_sweep_override()
 
 
 def n_jobs(*, _root_: Any) -> int:

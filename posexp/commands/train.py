@@ -39,7 +39,7 @@ from posexp.runtime import distributed, provenance
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, to_device
 from posexp.runtime.lifecycle import Diverged, discard_interrupted, fail_run, own_run_dir
-from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups
+from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups, schedule_note
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
@@ -291,6 +291,8 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         flex.describe(mcfg.attention, device, model.pe.has_bias),
     )
     log.info("precision: %s (%s)", precision, why)
+    if note := schedule_note(cfg.train.warmup_steps, cfg.train.max_steps):
+        log.warning(note)
     try:
         trainer.fit()
     except KeyboardInterrupt:

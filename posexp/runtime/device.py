@@ -48,7 +48,8 @@ def place(cfg: RunConfig) -> torch.device:
     apply_threads(where)
     device = resolve_device(cfg.device, gpu=env.local_rank if env.enabled else where.gpu)
     if where.gpu is not None or where.threads:
-        log.info("placement: %s, %d CPU threads", device, torch.get_num_threads())
+        threads = torch.get_num_threads()
+        log.info("placement: %s, %d CPU thread%s", device, threads, "" if threads == 1 else "s")
     return device
 
 

@@ -129,7 +129,10 @@ def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
     assert [results(j)["status"] for j in ok] == ["completed", "completed"]
     (a0, a1), (b0, b1) = span(ok[0]), span(ok[1])
     assert a0 < b1 and b0 < a1, "the two jobs did not overlap in time"
-    assert all("placement: cpu, 1 CPU threads" in (j / "train.log").read_text() for j in ok)
+    assert all("placement: cpu, 1 CPU thread\n" in (j / "train.log").read_text() for j in ok)
+    # Job dirs are named after the swept key alone; the fixed overrides stay in overrides.yaml.
+    assert [j.name for j in ok] == ["model.dropout=0.0", "model.dropout=0.1"]
+    assert "model=tiny" in (ok[0] / ".hydra" / "overrides.yaml").read_text()
     bad = results(job_with(sweep, "model.dropout=2.0"))
     assert bad == {
         "status": "failed",
@@ -161,7 +164,8 @@ def test_submitit_local_sweep_end_to_end(tmp_path, cache):
         *[a for a in SHORT if not a.startswith("heads=")],
     )
     found = jobs(sweep)
-    assert len(found) == 2 and all(results(j)["status"] == "completed" for j in found.values())
+    assert sorted(found) == ["heads=2", "heads=4"]
+    assert all(results(j)["status"] == "completed" for j in found.values())
     assert (sweep / ".submitit").is_dir()
 
 
