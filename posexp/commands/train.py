@@ -44,7 +44,7 @@ from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
 from posexp.runtime.sweeps import completed_results, continue_unfinished, record_failure
-from posexp.runtime.tensorboard import trial_name, write_hparams
+from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.weights import check_same_network, check_start_weights
 
 log = logging.getLogger("posexp")
@@ -273,6 +273,7 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     )
     if distributed.is_main():
         provenance.start(run_dir, precision=precision, precision_reason=why)
+        write_config_text(writer, cfg.to_dict(), precision)
     trainer = Trainer(cfg, run_dir, model, mcfg, device, objective, writer, autocast, precision)
     if state:
         trainer.restore(state)
@@ -332,30 +333,6 @@ def _duration(seconds: float) -> str:
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
-def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
-    """The knobs people sweep, for TensorBoard's hparams table."""
-    ext = mcfg.extension.to_dict()
-    return {
-        # rope_randomized shows as "rope randomized"; a synthetic run's data as its task.
-        "pe": mcfg.pe + (" randomized" if cfg.positions.randomized else ""),
-        "heads": mcfg.n_heads,
-        "d_model": mcfg.d_model,
-        "n_layers": mcfg.n_layers,
-        "seq_len": cfg.train.seq_len,
-        "seed": cfg.seed,
-        "data": str(cfg.data.params.get("task", cfg.data.name)),
-        "tokenizer": cfg.tokenizer.name,
-        "extension": extension_label(ext),
-        "factor": float(ext.get("factor", 1.0)),
-    }
-
-
-def extension_label(ext: dict[str, Any]) -> str:
-    """``none``, or the method with its factor (``yarn x4``): one column shows both."""
-    method, factor = ext.get("method", "none"), float(ext.get("factor", 1.0))
-    return method if method == "none" else f"{method} x{factor:g}"
 
 
 def train_task(cfg: DictConfig) -> dict[str, Any] | None:

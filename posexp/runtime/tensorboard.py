@@ -6,8 +6,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
+
+from posexp.config import RunConfig
+from posexp.model import ModelConfig
 
 
 def metric_tag(key: str) -> str | None:
@@ -84,3 +88,40 @@ def write_hparams(
     for summary in (experiment, start, end):
         writer.file_writer.add_summary(summary)
     writer.flush()
+
+
+def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
+    """The knobs people sweep, for TensorBoard's hparams table (the training ones included)."""
+    ext = mcfg.extension.to_dict()
+    t = cfg.train
+    return {
+        # rope_randomized shows as "rope randomized"; a synthetic run's data as its task.
+        "pe": mcfg.pe + (" randomized" if cfg.positions.randomized else ""),
+        "heads": mcfg.n_heads,
+        "model": cfg.model.name,
+        "d_model": mcfg.d_model,
+        "n_layers": mcfg.n_layers,
+        "seq_len": t.seq_len,
+        "batch_size": t.batch_size,
+        "max_steps": t.max_steps,
+        "lr": float(t.lr),
+        "warmup_steps": t.warmup_steps,
+        "seed": cfg.seed,
+        "data": str(cfg.data.params.get("task", cfg.data.name)),
+        "tokenizer": cfg.tokenizer.name,
+        "extension": extension_label(ext),
+        "factor": float(ext.get("factor", 1.0)),
+    }
+
+
+def extension_label(ext: dict[str, Any]) -> str:
+    """``none``, or the method with its factor (``yarn x4``): one column shows both."""
+    method, factor = ext.get("method", "none"), float(ext.get("factor", 1.0))
+    return method if method == "none" else f"{method} x{factor:g}"
+
+
+def write_config_text(writer: SummaryWriter, config: dict[str, Any], precision: str) -> None:
+    """The run's resolved config in TensorBoard's Text tab (indented, so it shows as code)."""
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+    body = "\n".join(f"    {line}" for line in text.splitlines())
+    writer.add_text("config", f"Resolved config (precision: {precision}):\n\n{body}", 0)

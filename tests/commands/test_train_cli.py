@@ -47,6 +47,12 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     # The trial id says what the run is before TensorBoard's narrow column cuts it.
     assert start.group_name == f"{pe} h2 kjv seed 0 · {run.name}"
     assert hp["pe"].string_value == pe and hp["heads"].string_value == "2"  # shown as 2, not 2.000
+    # The training settings too, and the resolved config in the Text tab.
+    assert hp["max_steps"].string_value == "6" and hp["lr"].number_value == pytest.approx(3e-3)
+    assert hp["precision"].string_value in ("fp32", "bf16")
+    (text,) = events.Tensors("config/text_summary")
+    shown = text.tensor_proto.string_val[0].decode()
+    assert shown.startswith("Resolved config (precision: ") and "    pe:" in shown
     assert not any(t.startswith("final/") for t in events.Tags()["scalars"])
     (prov,) = json.loads((run / "provenance.json").read_text())["sessions"]
     assert prov["status"] == "completed" and prov["torch"] == torch.__version__
