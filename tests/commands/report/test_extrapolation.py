@@ -47,14 +47,14 @@ def test_zero_shot_pi_is_judged_from_the_cells_past_the_training_length():
         {"none": {64: 10.0, 128: 20.0, 256: 40.0}, "pi": {64: 9.0, 128: 25.0, 256: 45.0}}
     )
     assert reading_sentences(worse, ["nonoverlap"], 64) == [
-        "applied zero-shot (no fine-tuning), pi is worse than no extension in 2 of 2 cells past "
-        "the training length (nonoverlap) (one seed per cell: no verdict on seed noise); "
-        "`posexp finetune` trains at the longer length first."
+        "applied zero-shot (no fine-tuning), pi is worse than no extension for none in 2 of 2 "
+        "cells past the training length (nonoverlap) (one seed per cell: no verdict on seed "
+        "noise); `posexp finetune` trains at the longer length first."
     ]
     better = columns({"none": {128: 20.0, 256: 40.0}, "pi": {128: 15.0, 256: 30.0}})
     (sentence,) = reading_sentences(better, ["nonoverlap"], 64)
     assert sentence.startswith(
-        "applied zero-shot (no fine-tuning), pi is better than no extension "
+        "applied zero-shot (no fine-tuning), pi is better than no extension for none "
         "in 2 of 2 cells past the training length"
     )
 
@@ -94,7 +94,7 @@ def test_zero_shot_pi_says_how_many_cells_differ_beyond_the_seeds_own_spread():
         }
     )
     (sentence,) = reading_sentences(cols, ["nonoverlap"], 64)
-    assert "pi is worse than no extension in 2 of 2 cells" in sentence
+    assert "pi is worse than no extension for none in 2 of 2 cells" in sentence
     assert "exceeds 2 std of itself in 1 of 2 cells (n = 3 seeds)" in sentence
 
 

@@ -245,16 +245,19 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"{median:.2f}): {why}."
             )
     for method in ("pi", "yarn"):
-        pairs = _pairs(columns, method, "none", first, l0)
-        if pairs:
+        for base in (c for c in columns if c.method == "none"):  # one sentence per PE
+            same_pe = [c for c in columns if c.jobs is base.jobs]
+            pairs = _pairs(same_pe, method, "none", first, l0)
+            if not pairs:
+                continue
             worse = sum(a["ppl"] > b["ppl"] for a, b in pairs)
             verdict = "worse" if worse > len(pairs) / 2 else "better"
             k = worse if verdict == "worse" else len(pairs) - worse
             out.append(
                 f"applied zero-shot (no fine-tuning), {method} is {verdict} than no "
-                f"extension in {k} of {len(pairs)} cells past the training length "
-                f"({first}){noise_clause(pairs)}; `posexp finetune` trains at the longer "
-                "length first."
+                f"extension for {base.label} in {k} of {len(pairs)} cells past the training "
+                f"length ({first}){noise_clause(pairs)}; `posexp finetune` trains at the "
+                "longer length first."
             )
     if l0:
         out += shape_sentences(columns, first, l0)
