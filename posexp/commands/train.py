@@ -246,14 +246,15 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
     model = GPT(mcfg)
-    precision, why = run_precision(
-        cfg.train.precision,
-        device,
-        mcfg.d_model,
-        Path(cfg.cache_dir),
-        recorded=RunDir(run_dir).meta().get("precision") if cfg.resume else None,
-        resuming=bool(cfg.resume),
-    )
+    with distributed.rank_zero_first():  # rank 0 measures (CPU auto), the others read its cache
+        precision, why = run_precision(
+            cfg.train.precision,
+            device,
+            mcfg.d_model,
+            Path(cfg.cache_dir),
+            recorded=RunDir(run_dir).meta().get("precision") if cfg.resume else None,
+            resuming=bool(cfg.resume),
+        )
     autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
     state = None

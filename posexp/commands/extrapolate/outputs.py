@@ -50,7 +50,7 @@ def write_outputs(
         )
         with staged_dir(plan.run.eval_dir) as out:
             write_json_atomic(out / names[0], records)
-            write_csv_atomic(out / names[1], records, FIELDS)
+            write_csv_atomic(out / names[1], records, csv_fields(records))
             png = save_figure_atomic(
                 plot_accuracy(records, task.train_lengths, task.task.unit, title), out / names[3]
             )
@@ -60,7 +60,7 @@ def write_outputs(
     # One evaluation's files are swapped in together, so JSON, CSV and plots always agree.
     with staged_dir(plan.run.eval_dir) as out:
         write_json_atomic(out / names[0], records)
-        write_csv_atomic(out / names[1], records, FIELDS)
+        write_csv_atomic(out / names[1], records, csv_fields(records))
         write_json_atomic(out / names[2], per_position)
         ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), out / names[3])
         pos_png = save_figure_atomic(plot_per_position(per_position, title), out / names[4])
@@ -125,6 +125,20 @@ def remove_legacy_tensorboard(run_dir: Path) -> None:
     for old in run_dir.glob("events.out.tfevents.*.extrapolate"):
         old.unlink(missing_ok=True)
     shutil.rmtree(run_dir / "extrapolate", ignore_errors=True)
+
+
+# Columns only some evaluations fill (task runs, passkey depths, sliding windows): left out of a
+# CSV where no record has a value, so a language model's CSV has no empty task columns.
+OPTIONAL_FIELDS = ("stride", "accuracy", "examples", "depth")
+
+
+def csv_fields(records: list[dict[str, Any]]) -> list[str]:
+    """FIELDS, without the optional ones no record fills."""
+    return [
+        f
+        for f in FIELDS
+        if f not in OPTIONAL_FIELDS or any(r.get(f) not in (None, "") for r in records)
+    ]
 
 
 def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:

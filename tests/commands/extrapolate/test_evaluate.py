@@ -119,6 +119,9 @@ def test_rope_every_method_length_protocol(runs, cache):
 
     rows = list(csv.DictReader((rope / "eval" / "extrapolate.csv").open()))
     assert len(rows) == len(recs) and rows[0]["method"] == "none"
+    # A language model's CSV has no task columns (accuracy, examples, key depth) left empty.
+    assert {"accuracy", "examples", "depth"}.isdisjoint(rows[0])
+    assert {"ppl", "precision", "stride"} <= set(rows[0])
     for name in ("extrapolate.png", "per_position.png"):
         assert (rope / "eval" / name).read_bytes()[:4] == b"\x89PNG"
     per_position = json.loads((rope / "eval" / "per_position.json").read_text())
