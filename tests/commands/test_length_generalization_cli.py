@@ -43,7 +43,8 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
     assert "### copy" in report and "### addition" in report and "RoPE + randomized" in report
     assert (sweep / "report_length_generalization.png").stat().st_size > 10_000
     assert (sweep / "report_length_generalization.svg").exists()
-    (job,) = [d for d in sweep.iterdir() if "data=copy," in d.name and "pe=none," in d.name]
+    # Job dirs are named by the swept keys alone: data and pe.
+    (job,) = [d for d in sweep.iterdir() if d.name == "data=copy,pe=none"]
     records = json.loads((job / "eval" / "extrapolate.json").read_text())
     assert {(r["metric"], r["length"], r["examples"]) for r in records} == {
         ("accuracy", 4, 5),
