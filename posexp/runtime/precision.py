@@ -2,10 +2,9 @@
 
 ``train.precision=auto`` picks bf16 on a CUDA GPU that supports it. On a CPU it first reads
 whether the CPU computes bf16 natively (x86 ``avx512_bf16`` or AMX, Arm ``bf16``): without that,
-bf16 is emulated and always slower. With it, the flag alone does not say bf16 is faster: on Intel
-cores without AMX ``vdpbf16ps`` issues on one port where fp32 FMAs use two, so bf16 matmuls can
-run below fp32's rate (measured 0.53-0.70x on a Xeon model 207, 2 cores), while other CPUs with
-the same flag run them up to 1.8x faster. So ``auto`` times one bf16 and one fp32 matmul of the
+bf16 is emulated and always slower. With it, the flag alone does not say bf16 is faster: on a
+Xeon model 207 without AMX, bf16 matmuls measured 0.53-0.70x fp32's rate (2 cores), while
+another CPU with the same flag ran a bf16 training step up to 1.8x faster. So ``auto`` times one bf16 and one fp32 matmul of the
 model's width on this CPU, picks bf16 only if it is clearly faster, and caches the verdict per
 CPU, torch version and thread count, so every run on one machine makes the same choice.
 
