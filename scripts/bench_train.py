@@ -41,6 +41,7 @@ import torch
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
 from posexp.runtime.optim import build_optimizer
+from posexp.runtime.precision import autocast as precision_autocast
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "medium": (512, 4), "base": (768, 12)}
 
@@ -163,13 +164,6 @@ class PlainGPT(torch.nn.Module):
         return {"logits": logits, "loss": loss}
 
 
-def autocast_for(precision: str, device: torch.device):
-    """A factory of the step's autocast context (nothing for fp32)."""
-    if precision == "bf16":
-        return functools.partial(torch.autocast, device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext
-
-
 def bare_step_rate(
     cfg: ModelConfig,
     batch: int,
@@ -193,7 +187,9 @@ def bare_step_rate(
     train = OmegaConf.create({"weight_decay": 0.1, "lr": 1e-3, "betas": [0.9, 0.95]})
     opt = build_optimizer(model, train, device)
     step_model = torch.compile(model) if compile_model else model
-    autocast = autocast_for(precision or ("bf16" if device.type == "cuda" else "fp32"), device)
+    autocast = precision_autocast(
+        precision or ("bf16" if device.type == "cuda" else "fp32"), device
+    )
     x = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
     kernel = sdpa_context(sdpa)
 

@@ -63,24 +63,26 @@ def _sessions(path: Path) -> list[dict[str, Any]]:
     return sessions if isinstance(sessions, list) else []
 
 
-def _minutes(path: Path) -> float | None:
-    """Wall minutes over the run's training sessions (provenance.json), None if unknown."""
+def _minutes(sessions: list[dict[str, Any]]) -> float | None:
+    """Wall minutes over the run's training sessions, None if unknown."""
+    if not sessions:
+        return None
     try:
         total = sum(
             (
                 datetime.fromisoformat(s["ended"]) - datetime.fromisoformat(s["started"])
             ).total_seconds()
-            for s in _sessions(path)
+            for s in sessions
             if s.get("ended")
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return round(total / 60, 1) if _sessions(path) else None
+    return round(total / 60, 1)
 
 
-def _started(path: Path) -> str | None:
+def _started(sessions: list[dict[str, Any]]) -> str | None:
     """When the run's first training session started (ISO time), None if unknown."""
-    first = next(iter(_sessions(path)), {})
+    first = sessions[0] if sessions else {}
     return first.get("started") if isinstance(first, dict) else None
 
 
@@ -89,6 +91,7 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     cfg, meta, metrics = job.config, job.meta or {}, job.metrics
     model = meta.get("model") or {}
     ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
+    sessions = _sessions(job.path)  # provenance.json, read once
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
         # A synthetic run is named by its task (synthetic:copy).
@@ -110,8 +113,8 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         "val_ppl": metrics.get("final/val_ppl"),
         "val_acc": metrics.get("final/val_accuracy"),
         "bleu": metrics.get("final/bleu"),
-        "minutes": _minutes(job.path),
-        "started": _started(job.path),
+        "minutes": _minutes(sessions),
+        "started": _started(sessions),
     }
 
 

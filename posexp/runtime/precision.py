@@ -66,18 +66,23 @@ def cpu_bf16_feature() -> str | None:
     return None
 
 
-def _linux_cpu_flags() -> set[str]:
-    """Every flag /proc/cpuinfo lists (x86 ``flags``, Arm ``Features``); empty elsewhere."""
+def _cpuinfo() -> dict[str, str]:
+    """The first CPU's /proc/cpuinfo fields, keys lowercased ({} where there is none)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
-    flags: set[str] = set()
-    for line in text.splitlines():
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
         key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            flags.update(value.split())
-    return flags
+        fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def _linux_cpu_flags() -> set[str]:
+    """Every flag /proc/cpuinfo lists (x86 ``flags``, Arm ``Features``); empty elsewhere."""
+    info = _cpuinfo()
+    return set((info.get("flags") or info.get("features") or "").split())
 
 
 def matmul_speedup(width: int, tokens: int = 2048, reps: int = 5) -> float:
@@ -99,21 +104,11 @@ def matmul_speedup(width: int, tokens: int = 2048, reps: int = 5) -> float:
 
 def _cpu_name() -> str:
     """The CPU's model as the OS names it (x86 ``model name``, Arm ``CPU part``)."""
-    fields: dict[str, str] = {}
-    for line in _cpu_info_lines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip().lower(), value.strip())
+    fields = _cpuinfo()
     for key in ("model name", "cpu part"):
         if fields.get(key):
             return fields[key] + (f" model {fields['model']}" if fields.get("model") else "")
     return platform.processor() or platform.machine()
-
-
-def _cpu_info_lines() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()[:30]
-    except OSError:
-        return []
 
 
 def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:

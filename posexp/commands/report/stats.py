@@ -50,9 +50,3 @@ def decimals_for(value: float, significant: int = 4) -> int:
     if value == 0 or not math.isfinite(value):
         return significant - 1
     return max(0, significant - 1 - math.floor(math.log10(abs(value))))
-
-
-def mean_std_cell(m: float, s: float, n: int) -> str:
-    """``m ± s`` with both at the mean's 4-significant-digit decimals (trailing zeros kept)."""
-    d = decimals_for(m)
-    return f"{m:.{d}f}" if n <= 1 else f"{m:.{d}f} ± {s:.{d}f}"

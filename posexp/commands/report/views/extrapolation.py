@@ -17,7 +17,7 @@ from posexp.commands.report.stats import (
     beyond_noise,
     decimals_for,
     mean_std,
-    mean_std_cell,
+    mean_std_text,
     paired_differences,
 )
 from posexp.commands.report.view import ReportContext, md_table, register_report_view
@@ -75,7 +75,8 @@ def _cell(record: dict[str, Any] | None, notes: list[str]) -> str:
         if note not in notes:
             notes.append(note)
         return f"n/a [{notes.index(note) + 1}]"
-    return mean_std_cell(float(record["ppl"]), record.get("ppl_std", 0.0), record.get("n", 1))
+    mean = float(record["ppl"])
+    return mean_std_text(mean, record.get("ppl_std", 0.0), record.get("n", 1), decimals_for(mean))
 
 
 def seeds_text(columns: list[Column]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from posexp.commands.report.jobs import Job
-from posexp.commands.report.stats import beyond_noise, mean_std
+from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
 from posexp.pe.base import PEDisplay, describe_pe
@@ -336,8 +336,7 @@ def summary_cell(values: list[float] | None) -> str:
     """Mean ± std of the seeds' values to 3 places (the mean alone for one seed)."""
     if not values:
         return "—"
-    m, sd = mean_std(values)
-    return f"{m:.3f}" if len(values) == 1 else f"{m:.3f} ± {sd:.3f}"
+    return mean_std_text(*mean_std(values), len(values), 3)
 
 
 register_report_view(
