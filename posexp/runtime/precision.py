@@ -85,9 +85,13 @@ def _linux_cpu_flags() -> set[str]:
     return set((info.get("flags") or info.get("features") or "").split())
 
 
-def matmul_speedup(width: int, tokens: int = 2048, reps: int = 5) -> float:
+def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: int = 3) -> float:
     """Measured bf16 / fp32 rate of a (tokens x width) @ (width x 4·width) matmul, the shape of
-    the model's MLP; the median of ``reps`` interleaved timings of each."""
+    the model's MLP: the median over ``reps`` interleaved rounds, each timing ``inner`` products
+    of each dtype. Milliseconds-long single products were too noisy (thread wake-up) to decide
+    on, so each timing spans several."""
+    if tokens is None:  # about a GFLOP per product, whatever the width
+        tokens = max(512, min(8192, 2**27 // (width * width)))
     a = torch.randn(tokens, width)
     b = torch.randn(width, 4 * width)
     pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
@@ -95,11 +99,31 @@ def matmul_speedup(width: int, tokens: int = 2048, reps: int = 5) -> float:
     for rep in range(reps + 1):
         for dtype, (x, y) in pairs.items():
             start = time.perf_counter()
-            x @ y
+            for _ in range(inner):
+                x @ y
             if rep:  # the first round only warms up (oneDNN builds its kernels then)
                 times[dtype].append(time.perf_counter() - start)
     median = {dtype: sorted(t)[len(t) // 2] for dtype, t in times.items()}
     return median[torch.float32] / median[torch.bfloat16]
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first CPU's /proc/cpuinfo fields, keys lowercased ({} where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def _linux_cpu_flags() -> set[str]:
+    """Every flag /proc/cpuinfo lists (x86 ``flags``, Arm ``Features``); empty elsewhere."""
+    info = _cpuinfo()
+    return set((info.get("flags") or info.get("features") or "").split())
 
 
 def _cpu_name() -> str:
@@ -115,7 +139,8 @@ def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
     """bf16's measured speedup over fp32 for this model width on this CPU, cached per CPU, torch
     version, thread count and width so that runs on one machine agree."""
     threads = torch.get_num_threads()
-    key = f"{_cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
+    # v2: timings over several products (v1 timed single, noisy ones; its verdicts are stale).
+    key = f"v2|{_cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir / "precision" / f"cpu_bf16_{digest}.json" if cache_dir else None
     if path is not None:
