@@ -1,7 +1,7 @@
 """Passkey retrieval end to end (experiment=passkey), through the real `posexp` commands.
 
-    python scripts/passkey.py                      # outputs/passkey/<time>/, then its report.md
-    python scripts/passkey.py --methods pi,yarn --factor 4 --finetune-steps 300
+    python scripts/passkey.py                      # seeds 0, 1, 2 in outputs/passkey/<time>/seed<N>
+    python scripts/passkey.py --seeds 0 --methods pi,yarn --factor 4 --finetune-steps 300
 
 1. ``lm``: a RoPE language model on the KJV Bible at L0 = 128 tokens;
 2. ``passkey``: that model trained further on passkey rows of at most L0 tokens
@@ -11,9 +11,13 @@
 4. ``ft_<method>``: a short ``posexp finetune`` of the passkey run with each method at
    ``--factor`` on passkey rows from the shortest up to factor x L0 (``none``: the same
    fine-tune without a method, the baseline), then its evaluation with the baked-in method;
-5. ``posexp report``: the length x method table and the depth x length heat maps.
+5. ``posexp report``: the length x method table over the seeds (mean ± std, n) and the
+   depth x length heat maps.
 
-Every step is a plain command (printed before it runs), so any of them can be rerun by hand.
+Steps 1-4 run for each seed in ``<out>/seed<N>/``; the report covers them all. Every step is a
+plain command (printed before it runs), so any of them can be rerun by hand, and rerunning the
+script skips the runs and evaluations that already finished (a stopped script picks up where
+it stopped).
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ import time
 from pathlib import Path
 
 L0 = 128  # training length of the language model and the passkey rows (configs/experiment/passkey.yaml)
+
+
+def finished(run: Path, evaluated: bool = False) -> bool:
+    """True when ``run`` completed training (and, with ``evaluated``, its evaluation)."""
+    from posexp.rundir import EVAL, RunDir
+
+    if RunDir(run).status() != "completed":
+        return False
+    return not evaluated or (run / EVAL / "extrapolate.json").exists()
 
 
 def posexp(*args: str) -> None:
@@ -52,13 +65,29 @@ def main() -> None:
     p.add_argument("--model", default="small", help="model size (configs/model)")
     p.add_argument("--examples", type=int, default=50, help="test instances per length and depth")
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of every run (test instances stay the same)"
+        "--seeds",
+        default="0,1,2",
+        help="comma-separated seeds, one full pipeline each (the test instances stay the same)",
     )
     p.add_argument("--device", default="auto")
     a = p.parse_args()
+    try:
+        seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--seeds takes comma-separated integers, got {a.seeds!r}")
+    if not seeds:
+        p.error("--seeds needs at least one seed")
     out = a.out or Path("outputs/passkey") / time.strftime("%Y-%m-%d_%H-%M-%S")
-    common = [f"device={a.device}", f"model={a.model}", f"seed={a.seed}"]
-    posexp(
+    for seed in seeds:
+        pipeline(a, seed, out / f"seed{seed}")
+    posexp("report", str(out), "--no-eval", "--device", a.device)
+
+
+def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
+    """Steps 1-4 for one seed in ``out``, skipping what already finished."""
+    common = [f"device={a.device}", f"model={a.model}", f"seed={seed}"]
+    train_once(
+        out / "lm",
         "train",
         "data=kjv",
         "pe=rope",
@@ -68,18 +97,17 @@ def main() -> None:
         "train.eval_interval=250",
         "train.checkpoint_interval=500",
         *common,
-        f"hydra.run.dir={out / 'lm'}",
     )
-    posexp(
+    train_once(
+        out / "passkey",
         "train",
         "experiment=passkey",
         f"parent={out / 'lm'}",
         f"train.max_steps={a.passkey_steps}",
         f"data.test_examples={a.examples}",
         *common,
-        f"hydra.run.dir={out / 'passkey'}",
     )
-    posexp("eval-extrapolate", "--run", str(out / "passkey"), "--device", a.device)
+    evaluate_once(out / "passkey", "--device", a.device)
     # A gentle fine-tune (lr 1e-4, batch 8): at lr 1e-3 on 4 long rows 100 steps erased retrieval.
     # Rows from the shortest passkey size (76 prompt tokens) up to factor x L0 keep the skill in view.
     longest = a.factor * L0
@@ -90,7 +118,8 @@ def main() -> None:
             if method == "none"
             else [f"extension={method}", f"extension.factor={a.factor}"]
         )
-        posexp(
+        train_once(
+            run,
             "finetune",
             "--run",
             str(out / "passkey"),
@@ -105,18 +134,29 @@ def main() -> None:
             "train.eval_interval=100",
             f"train.checkpoint_interval={a.finetune_steps}",
             *common,
-            f"hydra.run.dir={run}",
         )
-        posexp(
-            "eval-extrapolate",
-            "--run",
-            str(run),
-            "--method",
-            "none" if method == "none" else "baked",
-            "--device",
-            a.device,
-        )
-    posexp("report", str(out), "--no-eval", "--device", a.device)
+        method_flag = "none" if method == "none" else "baked"
+        evaluate_once(run, "--method", method_flag, "--device", a.device)
+
+
+def train_once(run: Path, *args: str) -> None:
+    """Train ``run`` with ``args``; resume it if a checkpoint is there; skip it if completed."""
+    from posexp.rundir import RunDir
+
+    if finished(run):
+        print(f"# {run}: completed, skipped", flush=True)
+    elif RunDir(run).has_checkpoint():
+        posexp("train", f"resume={run}")
+    else:
+        posexp(*args, f"hydra.run.dir={run}")
+
+
+def evaluate_once(run: Path, *args: str) -> None:
+    """``posexp eval-extrapolate`` of ``run`` unless its evaluation is already written."""
+    if finished(run, evaluated=True):
+        print(f"# {run}: evaluated, skipped", flush=True)
+    else:
+        posexp("eval-extrapolate", "--run", str(run), *args)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 
@@ -149,3 +150,62 @@ def test_finetune_help_says_how_to_call_it_and_what_it_keeps(tmp_path, cache):
     methods = sorted(p.stem for p in (Path(config_dir()) / "extension").glob("*.yaml"))
     assert f"extension: {', '.join(methods)}" in out  # the groups, discovered
     assert not list(tmp_path.glob("outputs/runs/*"))  # help starts no run
+
+
+def independent_inv_freq(method: str, d: int, base: float, s: float, l0: int) -> tuple:
+    """PI and YaRN frequencies written out here from the papers' formulas (YaRN as its reference
+    code: correction dims floored/ceiled, a linear ramp over pair index), plus the factor that
+    multiplies q and k."""
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    if method == "pi":
+        return theta / s, 1.0
+
+    def dim_turning(turns: float) -> float:  # the pair index that turns `turns` times over l0
+        return d * math.log(l0 / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(math.floor(dim_turning(32)), 0), min(math.ceil(dim_turning(1)), d - 1)
+    ramp = ((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    return theta / s * ramp + theta * (1 - ramp), 0.1 * math.log(s) + 1
+
+
+@pytest.mark.parametrize("method", ["pi", "yarn"])
+def test_finetuned_model_rotates_q_and_k_as_written_in_the_paper(parent, cache, method):
+    """The fine-tune's model, loaded as eval-extrapolate loads it, rotates queries and keys by
+    the angles computed independently at the fine-tune's factor and the parent's length."""
+    cwd, run = parent
+    out = cwd / f"rot_{method}"
+    posexp(
+        cwd,
+        cache,
+        "finetune",
+        "--run",
+        str(run),
+        f"extension={method}",
+        "extension.factor=2",
+        *FT,
+        f"hydra.run.dir={out}",
+    )
+    model = RunDir(out).load_model(torch.device("cpu")).eval()
+    pe = model.pe
+    seen = []
+
+    def spy(q, k, q_pos, k_pos, state=None):
+        rotated = type(pe).rotate(pe, q, k, q_pos, k_pos, state)
+        seen.append((q, k, q_pos, *rotated))
+        return rotated
+
+    pe.rotate = spy
+    for length in (64, 128):  # the fine-tune's length and past it
+        seen.clear()
+        with torch.no_grad():
+            model(torch.randint(0, 256, (1, length)))
+        inv_freq, factor = independent_inv_freq(method, 32, 10000.0, 2.0, l0=32)
+        angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq
+        cos, sin = angles.cos() * factor, angles.sin() * factor
+        assert len(seen) == 2  # one call per layer
+        for q, k, q_pos, q_rot, k_rot in seen:
+            assert torch.equal(q_pos, torch.arange(length))
+            for x, rotated in ((q, q_rot), (k, k_rot)):
+                x1, x2 = x.double().chunk(2, dim=-1)
+                expected = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+                torch.testing.assert_close(rotated.double(), expected, atol=2e-5, rtol=2e-5)

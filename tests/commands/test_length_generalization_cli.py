@@ -54,33 +54,33 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
 
 
 def test_passkey_script_into_the_report(tmp_path, cache):
+    command = [
+        sys.executable,
+        str(Path(__file__).parents[2] / "scripts" / "passkey.py"),
+        "--out",
+        str(tmp_path / "pk"),
+        "--model",
+        "tiny",
+        "--lm-steps",
+        "2",
+        "--passkey-steps",
+        "2",
+        "--finetune-steps",
+        "1",
+        "--methods",
+        "none,yarn",
+        "--examples",
+        "2",
+        "--seeds",
+        "3",
+        "--device",
+        "cpu",
+    ]
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).parents[2] / "scripts" / "passkey.py"),
-            "--out",
-            str(tmp_path / "pk"),
-            "--model",
-            "tiny",
-            "--lm-steps",
-            "2",
-            "--passkey-steps",
-            "2",
-            "--finetune-steps",
-            "1",
-            "--methods",
-            "none,yarn",
-            "--examples",
-            "2",
-            "--device",
-            "cpu",
-        ],
-        env=posexp_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        command, env=posexp_env(cache), capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "pk" / "seed3" / "ft_yarn" / "eval" / "extrapolate.json").exists()
     report = (tmp_path / "pk" / "report.md").read_text()
     assert "## Passkey retrieval" in report
     for row in (
@@ -93,3 +93,14 @@ def test_passkey_script_into_the_report(tmp_path, cache):
         assert f"| {row} |" in report
     assert "1,024 (8×)" in report
     assert (tmp_path / "pk" / "report_passkey.png").exists()
+    assert "n = 1 seed(s)" in report and "Retrieval was learned" in report
+    # A second call finds every run and evaluation done and only writes the report again.
+    again = subprocess.run(
+        command, env=posexp_env(cache), capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    skipped = [line for line in again.stdout.splitlines() if line.endswith("skipped")]
+    assert len(skipped) == 7  # lm, passkey and its evaluation, two fine-tunes and theirs
+    assert [line for line in again.stdout.splitlines() if line.startswith("$ posexp")] == [
+        f"$ posexp report {tmp_path / 'pk'} --no-eval --device cpu"
+    ]

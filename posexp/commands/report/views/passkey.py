@@ -3,7 +3,9 @@
 For a folder holding a passkey run (``experiment=passkey``) and its fine-tunes (scripts/passkey.py):
 a table with one row per method, zero-shot on the passkey run and after each fine-tune (its
 baked-in method), and one column per length as a multiple of L0; cells are accuracy averaged
-over key depths. A figure holds one depth × length heat map per row of the table.
+over key depths, then mean ± sample std over the seeds (scripts/passkey.py --seeds). Sentences say
+on how many seeds retrieval was learned and whether each fine-tune's gain over the plain
+fine-tune exceeds seed noise. A figure holds one depth × length heat map per row (seed mean).
 """
 
 from __future__ import annotations
@@ -11,10 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from posexp.commands.report.jobs import Job
-from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
+from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
+from posexp.commands.report.view import ReportContext, md_table, register_report_view
 from posexp.commands.report.views.tasks import task_of
 
-Cell = dict[tuple[float, int], float]  # (depth, size) -> accuracy
+Cell = dict[tuple[float, int], dict[int, float]]  # (depth, size) -> seed -> accuracy
+# Zero-shot accuracy at L0 from which a seed counts as having learned retrieval (chance: 1e-5).
+LEARNED = 0.5
+BASELINE = "none + fine-tune"
 
 
 def passkey_jobs(jobs: list[Job]) -> list[Job]:
@@ -33,9 +39,14 @@ def is_finetune(job: Job) -> bool:
     return bool(job.config and job.config.parent and job.config.train_length)
 
 
+def seed_of(job: Job) -> int:
+    """The job's seed (0 when its config is unreadable)."""
+    return int(job.config.seed) if job.config else 0
+
+
 def rows_of(jobs: list[Job]) -> dict[str, Cell]:
-    """Row label -> accuracies: zero-shot methods of un-fine-tuned runs, baked methods of
-    fine-tunes, and ``none`` for a fine-tune without a method (the baseline)."""
+    """Row label -> accuracies per seed: zero-shot methods of un-fine-tuned runs, baked methods
+    of fine-tunes, and ``none`` for a fine-tune without a method (the baseline)."""
     out: dict[str, Cell] = {}
     for job in sorted(jobs, key=lambda j: (is_finetune(j), j.name)):  # zero-shot rows first
         tuned = is_finetune(job)
@@ -51,8 +62,56 @@ def rows_of(jobs: list[Job]) -> dict[str, Cell]:
             if tuned and method != trained_with:
                 continue
             label = f"{method.split(':')[-1]} + fine-tune" if tuned else f"{method} (zero-shot)"
-            out.setdefault(label, {})[(float(r["depth"]), int(r["length"]))] = float(r["accuracy"])
+            cell = out.setdefault(label, {}).setdefault((float(r["depth"]), int(r["length"])), {})
+            cell[seed_of(job)] = float(r["accuracy"])
     return out
+
+
+def per_seed(cell: Cell, size: int) -> dict[int, float]:
+    """Seed -> accuracy at ``size`` averaged over the key depths that seed was scored at."""
+    by_seed: dict[int, list[float]] = {}
+    for (_, n), seeds in cell.items():
+        if n == size:
+            for seed, v in seeds.items():
+                by_seed.setdefault(seed, []).append(v)
+    return {seed: sum(v) / len(v) for seed, v in sorted(by_seed.items())}
+
+
+def learned_sentence(rows: dict[str, Cell], l0_size: int) -> str:
+    """On how many seeds the passkey run retrieves keys at L0 zero-shot."""
+    accs = per_seed(rows.get("none (zero-shot)", {}), l0_size)
+    if not accs:
+        return ""
+    k = sum(v >= LEARNED for v in accs.values())
+    values = ", ".join(f"seed {s}: {v:.2f}" for s, v in accs.items())
+    return (
+        f"- Retrieval was learned (zero-shot accuracy at L0 ≥ {LEARNED}) on {k} of {len(accs)} "
+        f"seed{'s' if len(accs) != 1 else ''} ({values})."
+    )
+
+
+def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[str]:
+    """Each method's fine-tune against the plain fine-tune at ``size``, paired by seed."""
+    base = per_seed(rows.get(BASELINE, {}), size)
+    out = []
+    for label, cell in rows.items():
+        if not label.endswith("+ fine-tune") or label == BASELINE or not base:
+            continue
+        mine = per_seed(cell, size)
+        seeds = sorted(set(mine) & set(base))
+        if not seeds:
+            continue
+        gap, std, n = paired_differences([mine[s] for s in seeds], [base[s] for s in seeds])
+        out.append(
+            f"- At {length_text}, {label} minus {BASELINE}: {gap:+.2f} "
+            f"({beyond_noise(gap, [std], n)})."
+        )
+    return out
+
+
+def seed_mean(seeds: dict[int, float] | None) -> float:
+    """Mean over seeds; nan for a cell no seed scored."""
+    return sum(seeds.values()) / len(seeds) if seeds else float("nan")
 
 
 def heat_maps(
@@ -78,7 +137,7 @@ def heat_maps(
     for ax, (label, cell) in zip(axes.flat, rows.items(), strict=False):
         depths = sorted({d for d, _ in cell})
         sizes = sorted({s for _, s in cell})
-        values = [[cell.get((d, s), float("nan")) for s in sizes] for d in depths]
+        values = [[seed_mean(cell.get((d, s))) for s in sizes] for d in depths]
         image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for i, row in enumerate(values):
             for j, v in enumerate(row):
@@ -117,19 +176,32 @@ def render(ctx: ReportContext) -> str:
     row_tokens = {s: task.task.row_tokens(s) for s in sizes}
     table = []
     csv = []
+    counts: set[int] = set()
     for label, cell in rows.items():
-        means = []
+        cells = []
         for s in sizes:
-            values = [v for (d, n), v in cell.items() if n == s]
-            means.append(sum(values) / len(values) if values else None)
+            accs = list(per_seed(cell, s).values())
+            counts.add(len(accs))
+            cells.append(mean_std_text(*mean_std(accs), len(accs), 2))
             csv += [
-                {"row": label, "length": row_tokens[s], "depth": d, "accuracy": v}
-                for (d, n), v in sorted(cell.items())
+                {"row": label, "length": row_tokens[s], "depth": d, "seed": seed, "accuracy": v}
+                for (d, n), seeds in sorted(cell.items())
                 if n == s
+                for seed, v in sorted(seeds.items())
             ]
-        table.append([label, *(fmt(m) for m in means)])
+        table.append([label, *cells])
     header = ["method", *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes)]
-    path = ctx.write_csv("report_passkey.csv", csv, ["row", "length", "depth", "accuracy"])
+    fields = ["row", "length", "depth", "seed", "accuracy"]
+    path = ctx.write_csv("report_passkey.csv", csv, fields)
+    n_text = "–".join(map(str, sorted({min(counts), max(counts)}))) if counts else "0"
+    l0_size = min(sizes, key=lambda s: abs(row_tokens[s] - l0)) if sizes else 0
+    tuned_sizes = [s for s in sizes if row_tokens[s] > l0]
+    reading = [learned_sentence(rows, l0_size)]
+    if tuned_sizes:
+        s2 = tuned_sizes[0]
+        reading += gain_sentences(
+            rows, s2, f"{row_tokens[s2]:,} tokens ({row_tokens[s2] / l0:.3g}× L0)"
+        )
     png = heat_maps(ctx, rows, row_tokens, l0)
     return "\n".join(
         [
@@ -138,10 +210,12 @@ def render(ctx: ReportContext) -> str:
             f"Accuracy of the 5-digit key, averaged over key depths; rows of L0 = {l0} "
             f"tokens during training; zero-shot rows apply the method at evaluation only, "
             f"fine-tune rows continued training on longer rows with it baked in "
-            f"(none + fine-tune: the same fine-tune without a method).",
+            f"(none + fine-tune: the same fine-tune without a method). Mean ± sample std over "
+            f"n = {n_text} seed(s).",
             "",
             md_table(header, table, ["l", *"r" * len(sizes)]),
             "",
+            *(["Reading the table:", "", *filter(None, reading), ""] if any(reading) else []),
             f"![passkey heat maps]({png.name})",
             "",
             f"Data: `{path.name}`.",

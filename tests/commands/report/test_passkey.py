@@ -1,0 +1,77 @@
+"""The passkey report view: rows over seeds, and sentences computed from the per-seed numbers."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from posexp.commands.report.views.passkey import (
+    gain_sentences,
+    learned_sentence,
+    per_seed,
+    rows_of,
+)
+
+
+def job(seed: int, accuracies: dict[tuple[str, float, int], float], tuned: bool = False):
+    """A stand-in for a report Job: its seed, whether it is a fine-tune, its passkey records."""
+    config = SimpleNamespace(
+        seed=seed,
+        parent="lm" if tuned else None,
+        train_length=128 if tuned else None,
+        data=SimpleNamespace(params={"task": "passkey"}),
+    )
+    records = [
+        {"metric": "accuracy", "method": m, "depth": d, "length": n, "accuracy": a}
+        for (m, d, n), a in accuracies.items()
+    ]
+    return SimpleNamespace(
+        config=config, extrapolate=records, name=f"s{seed}{'ft' if tuned else ''}"
+    )
+
+
+def test_rows_keep_every_seed_and_average_depths_per_seed():
+    jobs = [
+        job(0, {("none", 0.0, 122): 1.0, ("none", 1.0, 122): 0.5, ("pi", 0.0, 122): 0.2}),
+        job(1, {("none", 0.0, 122): 0.0, ("none", 1.0, 122): 0.25, ("pi", 0.0, 122): 0.4}),
+        job(0, {("baked:pi", 0.0, 250): 0.9, ("none", 0.0, 250): 0.1}, tuned=True),
+    ]
+    rows = rows_of(jobs)
+    assert per_seed(rows["none (zero-shot)"], 122) == {0: 0.75, 1: 0.125}
+    assert per_seed(rows["pi (zero-shot)"], 122) == {0: 0.2, 1: 0.4}
+    # A fine-tune shows only the method it was trained with.
+    assert set(rows) == {"none (zero-shot)", "pi (zero-shot)", "pi + fine-tune"}
+    assert per_seed(rows["pi + fine-tune"], 250) == {0: 0.9}
+
+
+def test_learned_sentence_counts_seeds_at_l0():
+    jobs = [job(s, {("none", 0.5, 122): a}) for s, a in ((0, 0.9), (1, 0.1), (2, 0.6))]
+    assert learned_sentence(rows_of(jobs), 122) == (
+        "- Retrieval was learned (zero-shot accuracy at L0 ≥ 0.5) on 2 of 3 seeds "
+        "(seed 0: 0.90, seed 1: 0.10, seed 2: 0.60)."
+    )
+
+
+def test_gain_sentence_pairs_seeds_and_calls_noise():
+    base = {0: 0.0, 1: 0.1, 2: 0.05}
+    ntk = {0: 0.8, 1: 0.9, 2: 0.85}  # +0.8 on every seed: differences have std 0
+    pi = {0: 0.5, 1: 0.0, 2: 0.0}  # +0.12 on average, std of the differences 0.30
+    jobs = [job(s, {("none", 0.5, 250): a}, tuned=True) for s, a in base.items()]
+    jobs += [job(s, {("baked:ntk", 0.5, 250): a}, tuned=True) for s, a in ntk.items()]
+    jobs += [job(s, {("baked:pi", 0.5, 250): a}, tuned=True) for s, a in pi.items()]
+    lines = gain_sentences(rows_of(jobs), 250, "256 tokens (2× L0)")
+    assert lines[0].startswith(
+        "- At 256 tokens (2× L0), ntk + fine-tune minus none + fine-tune: +0.80 (beyond seed noise"
+    )
+    assert lines[1].startswith(
+        "- At 256 tokens (2× L0), pi + fine-tune minus none + fine-tune: +0.12 (within seed noise (0.4×"
+    )
+    assert lines[1].endswith("n = 3)).")
+
+
+def test_one_seed_gets_no_verdict():
+    jobs = [
+        job(0, {("none", 0.5, 250): 0.0}, tuned=True),
+        job(0, {("baked:ntk", 0.5, 250): 1.0}, tuned=True),
+    ]
+    (line,) = gain_sentences(rows_of(jobs), 250, "2×")
+    assert "no verdict on seed noise (1 seed; it needs 3)" in line
