@@ -1,4 +1,5 @@
-"""Translation metrics: sacrebleu corpus BLEU and chrF, and the copy baseline beside them.
+"""Translation metrics (sacrebleu corpus BLEU and chrF, the copy baseline beside them), and how
+every metric is written in logs and tables: a fixed number of decimals per kind of metric.
 
 Both are sacrebleu's defaults (BLEU: 13a tokenisation, exponential smoothing, one reference;
 chrF: character 6-grams, beta 2), on a 0..100 scale. The copy baseline scores the source
@@ -8,6 +9,17 @@ sentences themselves as hypotheses: a model that does not beat it has learned no
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+# Decimals per metric kind (by the name's ending), so a column or a log reads 10.80 beside 10.82.
+DECIMALS = {"loss": 4, "ppl": 2, "accuracy": 3, "bleu": 2, "chrf": 2}
+
+
+def metric_text(name: str, value: float) -> str:
+    """``value`` with the fixed decimals of its metric kind (4 significant digits otherwise)."""
+    kind = next((k for k in DECIMALS if name.lower().endswith(k)), None)
+    if kind is None or abs(value) >= 1e6:
+        return f"{value:.4g}"
+    return f"{value:.{DECIMALS[kind]}f}"
 
 
 def _check(hypotheses: Sequence[str], references: Sequence[str]) -> None:

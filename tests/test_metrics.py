@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import sacrebleu
 
-from posexp.metrics import copy_baseline, corpus_bleu, corpus_chrf, translation_scores
+from posexp.metrics import (
+    copy_baseline,
+    corpus_bleu,
+    corpus_chrf,
+    metric_text,
+    translation_scores,
+)
 
 SOURCES = [
     "Forsothe the Lord puttide a word in his mouth, and seide, Turne ayen to Balaach",
@@ -38,3 +44,11 @@ def test_mismatched_lengths_and_empty_lists():
     with pytest.raises(ValueError):
         corpus_bleu(["a"], ["a", "b"])
     assert corpus_bleu([], []) == 0.0 and corpus_chrf([], []) == 0.0
+
+
+def test_metric_text_keeps_fixed_decimals_per_kind():
+    assert metric_text("val/ppl", 10.8) == "10.80" and metric_text("val/ppl", 10.82) == "10.82"
+    assert metric_text("final/val_loss", 2.88) == "2.8800"
+    assert metric_text("val/accuracy", 0.5) == "0.500"
+    assert metric_text("final/bleu", 6.0) == "6.00"
+    assert metric_text("tokens_per_s", 12345.0) == "1.234e+04"  # unknown kind: 4 significant

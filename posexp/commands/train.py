@@ -31,6 +31,7 @@ from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.hardware import out_of_memory
+from posexp.metrics import metric_text
 from posexp.model import GPT, ModelConfig
 from posexp.objectives import OBJECTIVES, Objective, build_objective
 from posexp.positions import random_positions
@@ -207,7 +208,7 @@ class Trainer:
                     self.best_val = min(self.best_val, self.last_val)
                     for tag, value in metrics.items():
                         self.writer.add_scalar(tag, value, self.step)
-                    shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+                    shown = "  ".join(f"{k} {metric_text(k, v)}" for k, v in metrics.items())
                     log.info("step %d  train/loss %.4f  %s", self.step, train_loss, shown)
             if (
                 self.step % t.checkpoint_interval == 0 or self.step == t.max_steps
@@ -320,8 +321,10 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     writer.close()
     RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})
     provenance.finish(run_dir, "completed")
+    # Named as the log lines name them: final/val_loss -> val/loss.
+    names = {k: k.removeprefix("final/").replace("_", "/", 1) for k in metrics}
     shown = "  ".join(
-        f"{k.removeprefix('final/')} {v:.4g}" for k, v in metrics.items() if k != "final/params"
+        f"{names[k]} {metric_text(k, v)}" for k, v in metrics.items() if k != "final/params"
     )
     log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
     log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)

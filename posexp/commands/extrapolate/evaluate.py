@@ -334,7 +334,7 @@ def evaluate_plan(
                     if record["ppl"] is None
                     else f"accuracy {record['accuracy']:.3f}"
                     if item.examples is not None
-                    else f"ppl {record['ppl']:.4g}"
+                    else f"ppl {record['ppl']:.2f}"
                 )
                 where = item.protocol if item.depth is None else f"key depth {item.depth:g}"
                 print(

@@ -193,8 +193,8 @@ def fmt_accuracy(record: dict[str, Any] | None) -> str:
 
 
 def fmt_ppl(record: dict[str, Any] | None) -> str:
-    """ppl with 4 significant digits, '—' when missing or not applicable."""
+    """ppl with 2 decimals (one column, one format), '—' when missing or not applicable."""
     if record is None or record["ppl"] is None:
         return "—"
     ppl = record["ppl"]
-    return f"{ppl:.4g}" if ppl < 1e5 else f"{ppl:.2e}"
+    return f"{ppl:,.2f}" if ppl < 1e5 else f"{ppl:.2e}"

@@ -29,8 +29,10 @@ class ReportContext:
     files: list[Path] = field(default_factory=list)
 
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
-        """The job's swept params as ``k=v k=v`` (its dir name when nothing is swept)."""
-        parts = [f"{k}={job.params[k]}" for k in self.swept if k in job.params and k not in exclude]
+        """The job's swept params as ``k=v k=v``, each its override or else its resolved
+        config's value (its dir name when nothing is swept)."""
+        values = {k: job.params.get(k) or job.setting(k) for k in self.swept if k not in exclude}
+        parts = [f"{k}={v}" for k, v in values.items() if v]
         return " ".join(parts) or job.name
 
     def write_csv(

@@ -76,7 +76,7 @@ def test_rope_every_method_length_protocol(runs, cache):
     yarn = next(
         r for r in recs if (r["method"], r["length"], r["protocol"]) == ("yarn", 128, "sliding")
     )
-    assert f"{rope.name}: yarn at 128 (sliding): ppl {yarn['ppl']:.4g}  [" in proc.stderr
+    assert f"{rope.name}: yarn at 128 (sliding): ppl {yarn['ppl']:.2f}  [" in proc.stderr
     assert proc.stderr.count(f"{rope.name}: ") == len(recs)
     # JSON and CSV of one evaluation agree, and no staging folder or temp file is left.
     assert len((rope / "eval" / "extrapolate.csv").read_text().splitlines()) == len(recs) + 1

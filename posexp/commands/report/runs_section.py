@@ -1,0 +1,252 @@
+"""The report's generic "Runs" section: one row per job, for any sweep or run dir.
+
+Rows are keyed by the swept parameters (their resolved values), metrics get readable names and
+a fixed number of decimals per column, settings shared by every run (config and constant
+metrics) move to one "Fixed settings" line, and a sentence computed from the numbers names the
+best and worst runs and whether their gap exceeds the seed spread.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from posexp.commands.report.jobs import Job, natural_order
+from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
+from posexp.commands.report.view import ReportContext, fmt, md_table
+
+# What a reader needs to know of every run, in this order (flattened config keys).
+SETTINGS = (
+    ("model.name", "model"),
+    ("model.d_model", "d_model"),
+    ("model.n_layers", "layers"),
+    ("heads", "heads"),
+    ("pe.name", "pe"),
+    ("extension.method", "extension"),
+    ("data.source", "data"),
+    ("tokenizer.name", "tokenizer"),
+    ("train.max_steps", "steps"),
+    ("train.batch_size", "batch"),
+    ("train.seq_len", "seq_len"),
+    ("train.lr", "lr"),
+    ("seed", "seed"),
+)
+
+# Long names for plots and sentences; the table uses metric_name's short ones.
+METRIC_LABELS = {
+    "final/val_ppl": "validation perplexity",
+    "final/val_loss": "validation loss (nats/token)",
+    "final/bleu": "test BLEU",
+    "final/chrf": "test chrF",
+}
+LOWER_IS_BETTER = ("ppl", "loss")
+
+
+def metric_name(key: str) -> str:
+    """A results.json key as a column name: ``final/val_ppl`` → ``val ppl``, ``final/bleu`` → ``BLEU``."""
+    name = key.removeprefix("final/").replace("_", " ")
+    return {"bleu": "BLEU", "chrf": "chrF", "params": "parameters"}.get(name, name)
+
+
+def column_decimals(values: list[Any]) -> int | None:
+    """Decimals that show the column's largest float to 4 significant digits; None for ints."""
+    floats = [abs(v) for v in values if isinstance(v, float) and math.isfinite(v)]
+    return min(decimals_for(max(floats)), 6) if floats else None
+
+
+def cell(value: Any, decimals: int | None) -> str:
+    """A metric cell: floats to the column's decimals, everything else as ``fmt`` shows it."""
+    if decimals is not None and isinstance(value, float) and math.isfinite(value):
+        return f"{value:,.{decimals}f}"
+    return fmt(value)
+
+
+def job_value(job: Job, key: str) -> str:
+    """A swept key's value for ``job``: its override, else its resolved config's value."""
+    return job.params.get(key) or job.setting(key)
+
+
+def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
+    """The table of every job: swept params, status, step, metrics, errors when there are any."""
+    jobs = sorted(
+        ctx.jobs,
+        key=lambda j: (*(natural_order(job_value(j, k)) for k in ctx.swept), j.name),
+    )
+    metric_keys: list[str] = list(dict.fromkeys(k for job in jobs for k in job.metrics))
+    # A metric every completed run shares (the parameter count of one model) is a setting.
+    constant = {
+        k: values[0]
+        for k in metric_keys
+        if len(jobs) > 1
+        and len(values := [j.metrics.get(k) for j in jobs if j.status == "completed"]) > 1
+        and all(v == values[0] for v in values)
+    }
+    shown = [k for k in metric_keys if k not in constant]
+    keys = ctx.swept or ["run"]
+    labels = [tuple(job_value(j, k) for k in ctx.swept) or (j.name,) for j in jobs]
+    with_dir = len(set(labels)) < len(labels)  # rows that would look alike get their folder
+    with_error = any(j.error for j in jobs)
+    decimals = {k: column_decimals([j.metrics.get(k) for j in jobs]) for k in shown}
+    header = [*keys, *(["dir"] if with_dir else []), "status", *map(metric_name, shown)]
+    header += ["error"] if with_error else []
+    rows, csv_rows = [], []
+    for job, values in zip(jobs, labels, strict=True):
+        metrics = job.metrics
+        rows.append(
+            [
+                *values,
+                *([job.name] if with_dir else []),
+                job.status,
+                *(cell(metrics.get(k), decimals[k]) for k in shown),
+                *([job.error] if with_error else []),
+            ]
+        )
+        csv_rows.append(
+            {
+                **dict(zip(keys, values, strict=True)),
+                "status": job.status,
+                **{k: metrics.get(k) for k in metric_keys},
+                "error": job.error,
+                "dir": job.name,
+            }
+        )
+    align = ["l"] * (len(keys) + with_dir + 1) + ["r"] * len(shown) + ["l"] * with_error
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.status] = counts.get(job.status, 0) + 1
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if constant.get("step") is not None and all(
+        j.flat_config.get("train.max_steps") == constant["step"] for j in jobs if j.config
+    ):
+        del constant["step"]  # every run trained to its max_steps: "steps" already says it
+    extra = [f"{metric_name(k)} {fmt(v)}" for k, v in constant.items()]
+    settings = settings_line(jobs, ctx.swept, extra)
+    md = [
+        f"{len(jobs)} run{'s' if len(jobs) != 1 else ''}: {summary}.",
+        "",
+        *([settings, ""] if settings else []),
+        md_table(header, rows, align),
+    ]
+    if sentence := comparison_sentence(ctx, jobs):
+        md += ["", sentence]
+    plot = runs_plot(ctx, jobs)
+    if plot:
+        md += ["", f"![final metric per run]({plot.name})"]
+    return "\n".join(md), csv_rows
+
+
+def settings_line(jobs: list[Job], swept: list[str], extra: list[str]) -> str:
+    """The settings every run shares, and every setting or swept key that varies."""
+    configs = [j.flat_config for j in jobs if j.config]
+    if not configs:
+        return ""
+    fixed, varying = [], []
+    for key, name in SETTINGS:
+        values = {repr(c.get(key)) for c in configs}
+        if len(values) == 1:
+            fixed.append(f"{name} {configs[0].get(key)}")
+        else:
+            varying.append(name)
+    names = {key.removesuffix(".name") for key, _ in SETTINGS} | {n for _, n in SETTINGS}
+    varying += [k for k in swept if k not in names and k not in varying]
+    line = f"Fixed settings: {', '.join(fixed + extra)}."
+    return line + (f" Varying: {', '.join(varying)}." if varying and len(jobs) > 1 else "")
+
+
+def headline_metric(jobs: list[Job]) -> str | None:
+    """The metric runs are compared by: validation ppl, else loss, else BLEU."""
+    names = [k for j in jobs for k in j.metrics if k.startswith("final/")]
+    for suffix in ("ppl", "loss", "bleu"):
+        for key in names:
+            if key.endswith(suffix):
+                return key
+    return None
+
+
+def comparison_sentence(ctx: ReportContext, jobs: list[Job]) -> str:
+    """Best vs worst setting on the headline metric, over seeds when seeds were swept."""
+    key = headline_metric(jobs)
+    if key is None:
+        return ""
+    groups: dict[str, list[float]] = {}
+    for job in jobs:
+        value = job.metrics.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            groups.setdefault(ctx.label(job, exclude=("seed",)) or job.name, []).append(value)
+    if len(groups) < 2:
+        return ""
+    lower = key.endswith(LOWER_IS_BETTER)
+    stats = sorted(((*mean_std(v), len(v), g) for g, v in groups.items()), reverse=not lower)
+    (m1, s1, n1, best), (m2, s2, n2, worst) = stats[0], stats[-1]
+    n = min(n1, n2)
+    digits = decimals_for(max(abs(m1), abs(m2)))
+    gap = abs(m2 - m1)
+    relative = f" ({gap / abs(m1):.1%})" if m1 else ""
+    mean = "mean " if n > 1 else ""
+    if n == 1:
+        noise = (
+            "one run per setting cannot tell that from seed noise "
+            f"(sweep seed=0,1,2: a verdict needs {MIN_SEEDS} seeds)"
+        )
+    else:
+        noise = beyond_noise(gap, [s1, s2], n)
+    return (
+        f"Best {METRIC_LABELS.get(key, metric_name(key))}: {best} ({mean}{m1:.{digits}f}); "
+        f"worst: {worst} ({mean}{m2:.{digits}f}), {gap:.{digits}f} apart{relative}: {noise}."
+    )
+
+
+def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
+    """The final validation ppl (or loss) of each completed job, as points on a zoomed axis;
+    none for fewer than two runs (one dot compares nothing)."""
+    names = [k for j in jobs for k in j.metrics if k.startswith("final/")]
+    candidates = [k for k in names if k.endswith("ppl")] + [k for k in names if k.endswith("loss")]
+    for key in dict.fromkeys(candidates):
+        points = [
+            (ctx.label(j), j.metrics[key])
+            for j in jobs
+            if isinstance(j.metrics.get(key), (int, float)) and math.isfinite(j.metrics[key])
+        ]
+        if points:
+            break
+    else:
+        return None
+    if len(points) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    label = METRIC_LABELS.get(key, metric_name(key))
+    names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _ in points]
+    values = [v for _, v in points]
+    digits = column_decimals([float(v) for v in values]) or 0
+    lines = sum(n.count("\n") + 1 for n in names)
+    fig, ax = plt.subplots(
+        figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(points)), layout="constrained"
+    )
+    # Runs down the y axis (their labels stay readable), points on a zoomed x axis: the
+    # differences between runs are what a reader compares, not the distance from 0.
+    ys = list(range(len(values)))[::-1]
+    ax.plot(values, ys, "o", color="tab:blue", markersize=7)
+    for y, v in zip(ys, values, strict=True):
+        ax.annotate(
+            f"{v:.{digits}f}",
+            (v, y),
+            textcoords="offset points",
+            xytext=(7, 0),
+            va="center",
+            fontsize=8,
+        )
+    low, high = min(values), max(values)
+    pad = (high - low) * 0.1 or abs(high) * 0.05 or 1.0
+    ax.set_xlim(low - pad, high + 2.5 * pad)
+    ax.set_ylim(-0.6, len(values) - 0.4)
+    ax.set_yticks(ys, names, fontsize=8)
+    ax.set_xlabel(label + (" (axis not from 0)" if low - pad > 0 else ""))
+    ax.set_title(f"Final {label} per run", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    return ctx.save_figure(fig, "report_runs.png")
