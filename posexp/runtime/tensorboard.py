@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -28,19 +29,22 @@ SHOWN_BY_DEFAULT = ("data", "extension", "heads", "pe", "seed")
 
 
 def trial_name(params: dict[str, Any], run_dir: Path) -> str:
-    """The hparams table's trial id: what the run is first (pe, heads, extension, data, seed),
-    then where it lives, which makes it unique.
+    """The hparams table's trial id: a short tag unique to the run dir, what the run is (pe,
+    heads, seed, extension, data), then where it lives.
 
-    TensorBoard cuts the column to its first characters; run dirs start with their timestamp
-    and sweep jobs with their first override, so those alone would all read alike.
+    TensorBoard cuts the column to its first ~20 characters; run dirs start with their timestamp
+    and sweep jobs with their first override, so those alone would all read alike, and so would
+    two runs that differ in a setting the id does not name: the tag keeps every row apart.
     """
     ext = str(params.get("extension", "none"))
+    tag = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]
     what = [
+        f"#{tag}",
         str(params.get("pe", "?")),
         f"h{params.get('heads', '?')}",
+        f"s{params.get('seed', '?')}",
         *([ext] if ext != "none" else []),
         str(params.get("data", "?")),
-        f"seed {params.get('seed', '?')}",
     ]
     where = (
         run_dir.name

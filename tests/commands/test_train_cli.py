@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import platform
@@ -45,7 +46,8 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
     ).session_start_info
     hp = start.hparams
     # The trial id says what the run is before TensorBoard's narrow column cuts it.
-    assert start.group_name == f"{pe} h2 kjv seed 0 · {run.name}"
+    tag = hashlib.sha1(str(run.resolve()).encode()).hexdigest()[:4]
+    assert start.group_name == f"#{tag} {pe} h2 s0 kjv · {run.name}"
     assert hp["pe"].string_value == pe and hp["heads"].string_value == "2"  # shown as 2, not 2.000
     # The training settings too, and the resolved config in the Text tab.
     assert hp["max_steps"].string_value == "6" and hp["lr"].number_value == pytest.approx(3e-3)

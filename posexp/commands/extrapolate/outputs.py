@@ -39,14 +39,13 @@ def write_outputs(
     model = plan.meta["model"]
     title = (
         f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
-        f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens\n{plan.run_dir.name}"
+        f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens"
     )
     if plan.task is not None:  # a task run: accuracy records and their plot, no token positions
         task = plan.task
         title = (
             f"{task.task.name}, pe={plan.pe}, {model['n_layers']} layers, {model['n_heads']} "
-            f"heads, trained on sizes {task.train_lengths[0]}–{task.train_lengths[1]}\n"
-            f"{plan.run_dir.name}"
+            f"heads, trained on sizes {task.train_lengths[0]}–{task.train_lengths[1]}"
         )
         with staged_dir(plan.run.eval_dir) as out:
             write_json_atomic(out / names[0], records)
@@ -111,6 +110,9 @@ def write_tensorboard(
     writer = SummaryWriter(str(folder))
     try:
         step = max((r["length"] for r in records), default=0)
+        # The measured numbers as a table: the charts' default smoothing (0.6) draws values
+        # between the few lengths that were never measured; the Text tab shows them exactly.
+        writer.add_text("extrapolate/table", markdown_table(records), step)
         for tag, png in images.items():  # the PNGs already rendered, not a second rendering
             writer.add_image(
                 tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
@@ -165,10 +167,7 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         table.add_column(
             f"{n}" if accuracy else f"{n}\n×{n / result.train_length:g}", justify="right"
         )
-    rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for r in result.records:
-        rows.setdefault((r["method"], panel(r)), {})[r["length"]] = r
-    for (method, protocol), by_len in rows.items():
+    for (method, protocol), by_len in table_rows(result.records).items():
         cells = (
             fmt_accuracy(by_len.get(n)) if accuracy else fmt_ppl(by_len.get(n)) for n in lengths
         )
@@ -183,6 +182,34 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         soft_wrap=True,
         highlight=False,
     )
+
+
+def table_rows(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+    """(method, protocol or key depth) -> length -> record: the rows of the eval tables."""
+    rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in records:
+        rows.setdefault((r["method"], panel(r)), {})[r["length"]] = r
+    return rows
+
+
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    """Rows method × protocol, columns lengths, cells ppl (or accuracy), as Markdown."""
+    lengths = sorted({r["length"] for r in records})
+    accuracy = any(r.get("metric") == "accuracy" for r in records)
+    rows = table_rows(records)
+    what = "exact-match accuracy" if accuracy else "perplexity"
+    lines = [
+        f"Measured {what} by evaluation length (exact values; the charts are smoothed).",
+        "",
+        "| method | protocol | " + " | ".join(f"{n:,}" for n in lengths) + " |",
+        "|---|---|" + "---:|" * len(lengths),
+    ]
+    for (method, protocol), by_len in rows.items():
+        fmt = fmt_accuracy if accuracy else fmt_ppl
+        lines.append(
+            f"| {method} | {protocol} | " + " | ".join(fmt(by_len.get(n)) for n in lengths) + " |"
+        )
+    return "\n".join(lines)
 
 
 def fmt_accuracy(record: dict[str, Any] | None) -> str:

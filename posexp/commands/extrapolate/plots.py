@@ -12,11 +12,34 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 DASHES = ("-", "--", "-.", ":")
 
 
+def decimals_needed(value: float, most: int = 4) -> int:
+    """The fewest decimals (at most ``most``) that write ``value`` without rounding it."""
+    for k in range(most + 1):
+        if abs(round(value, k) - value) <= 1e-9 * max(1.0, abs(value)):
+            return k
+    return most
+
+
+def same_decimals_formatter() -> Any:
+    """A tick formatter that writes every tick of an axis with the same number of decimals
+    (5.00, 5.02, 5.04 rather than 5, 5.02, 5.04)."""
+    from matplotlib.ticker import Formatter
+
+    class SameDecimals(Formatter):
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return f"{x:,.{decimals_needed(x)}f}"
+
+        def format_ticks(self, values: Any) -> list[str]:
+            digits = max((decimals_needed(v) for v in values), default=0)
+            return [f"{v:,.{digits}f}" for v in values]
+
+    return SameDecimals()
+
+
 def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     """Log axes with the lengths themselves as x ticks and plain numbers on y."""
     from matplotlib.ticker import (
         FixedLocator,
-        FuncFormatter,
         LogLocator,
         NullFormatter,
         NullLocator,
@@ -30,8 +53,22 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.yaxis.set_major_locator(
         LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0), numticks=12)
     )
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_formatter(same_decimals_formatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+# Below this relative spread a fitted y axis turns a change of a fraction of a percent into what
+# looks like a steep fall: the axis label then says how small the spread is.
+ZOOM_NOTE_BELOW = 0.02
+
+
+def zoom_note(values: list[float]) -> str:
+    """`` (values span only 0.3%)`` when the plotted values differ by under ZOOM_NOTE_BELOW."""
+    finite = [v for v in values if v is not None and v == v and v > 0]
+    if len(finite) < 2:
+        return ""
+    spread = max(finite) / min(finite) - 1
+    return f" (values span only {spread:.1%})" if spread < ZOOM_NOTE_BELOW else ""
 
 
 def method_lines(ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str) -> None:
@@ -80,7 +117,8 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> An
         )
         plain_log_axes(ax, lengths)
         ax.set_xlabel("evaluation length (tokens)")
-        ax.set_ylabel("test perplexity (log scale)")
+        shown = [r["ppl"] for r in records if r["protocol"] == protocol]
+        ax.set_ylabel("test perplexity (log scale)" + zoom_note(shown))
         ax.set_title(f"test perplexity, {protocol} windows", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -99,19 +137,24 @@ def smooth(values: list[float], width: int = 5) -> list[float]:
 
 
 def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
-    """Mean loss by position bucket at the longest length: raw buckets faint, a moving average bold."""
+    """Mean loss by position bucket at the longest length: a moving average per method, and the
+    raw buckets faint when there are at most two methods (more would pile up in one colour)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9.2, 4.6), layout="constrained")
-    for i, (method, curve) in enumerate(per_position["methods"].items()):
+    curves = per_position["methods"]
+    raw = len(curves) <= 2
+    plotted: list[float] = []
+    for i, (method, curve) in enumerate(curves.items()):
         xs = [(a + b - 1) / 2 for a, b in zip(curve["start"], curve["end"], strict=True)]
         pts = [(x, y) for x, y in zip(xs, curve["loss"], strict=True) if y is not None]
         if not pts:
             continue
         x, y = zip(*pts, strict=True)
+        plotted += smooth(list(y)) + (list(y) if raw else [])
         (line,) = ax.plot(
             x,
             smooth(list(y)),
@@ -119,7 +162,8 @@ def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
             linewidth=1.8,
             label=f"{method} ({curve['protocol']})",
         )
-        ax.plot(x, y, color=line.get_color(), linewidth=0.6, alpha=0.3)
+        if raw:
+            ax.plot(x, y, color=line.get_color(), linewidth=0.6, alpha=0.3)
     ax.axvline(
         per_position["train_length"],
         color="grey",
@@ -128,10 +172,10 @@ def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
         label=f"training length ({per_position['train_length']:,})",
     )
     ax.set_xlabel("position in the window (tokens)")
-    ax.set_ylabel("mean loss (nats/token)")
+    ax.set_ylabel("mean loss (nats/token)" + zoom_note(plotted))
+    how = "faint: per bucket; bold: " if raw else ""
     ax.set_title(
-        f"loss by position at length {per_position['length']:,} (faint: per bucket; "
-        "bold: 5-bucket moving average)",
+        f"loss by position at length {per_position['length']:,} ({how}5-bucket moving average)",
         fontsize=10,
     )
     ax.grid(True, alpha=0.3)

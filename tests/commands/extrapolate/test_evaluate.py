@@ -147,6 +147,14 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
     events = EventAccumulator(str(rope / "eval"), size_guidance={"images": 0}).Reload()
     assert {"extrapolate/ppl_plot", "extrapolate/per_position_loss"} <= set(events.Tags()["images"])
+    # The exact numbers in the Text tab, which no chart smoothing touches.
+    (text,) = events.Tensors("extrapolate/table/text_summary")
+    table = text.tensor_proto.string_val[0].decode()
+    none_sliding = {
+        r["length"]: r["ppl"] for r in recs if (r["method"], r["protocol"]) == ("none", "sliding")
+    }
+    expected = " | ".join(f"{none_sliding[n]:,.2f}" for n in sorted(none_sliding))
+    assert f"| none | sliding | {expected} |" in table
     assert "dynamic_ntk" in proc.stdout and "128" in proc.stdout  # the printed table
 
 

@@ -1,0 +1,58 @@
+"""The eval figures: tick labels with one number of decimals, a note on zoomed axes, no piles."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from posexp.commands.extrapolate.plots import (  # noqa: E402
+    decimals_needed,
+    plot_per_position,
+    plot_ppl,
+    same_decimals_formatter,
+    zoom_note,
+)
+
+
+def test_ticks_of_one_axis_share_their_decimals():
+    assert decimals_needed(5.0) == 0 and decimals_needed(10.72) == 2
+    assert same_decimals_formatter().format_ticks([10.7, 10.72, 10.8]) == [
+        "10.70",
+        "10.72",
+        "10.80",
+    ]
+    assert same_decimals_formatter().format_ticks([5, 10, 20]) == ["5", "10", "20"]
+
+
+def test_zoomed_axes_say_how_small_the_spread_is():
+    assert zoom_note([10.0, 10.03]) == " (values span only 0.3%)"
+    assert zoom_note([10.0, 12.0]) == ""
+
+
+def records(ppls):
+    return [
+        {"method": "none", "protocol": "nonoverlap", "length": n, "ppl": p}
+        for n, p in zip((64, 128, 256), ppls, strict=True)
+    ]
+
+
+def test_ppl_plot_labels_its_ticks_and_a_flat_axis():
+    fig = plot_ppl(records([5.0, 5.01, 5.02]), 64, "t")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and len({len(t.split(".")[-1]) for t in labels}) == 1  # same decimals
+    assert ax.get_ylabel().endswith("(values span only 0.4%)")
+
+
+def curve(n):
+    return {"start": [0, 8], "end": [8, 16], "loss": [2.0 + n, 2.5 + n], "protocol": "nonoverlap"}
+
+
+def test_per_position_draws_raw_buckets_only_for_two_methods_or_fewer():
+    two = {"length": 16, "train_length": 8, "methods": {"a": curve(0), "b": curve(1)}}
+    three = {**two, "methods": {"a": curve(0), "b": curve(1), "c": curve(2)}}
+    assert len(plot_per_position(two, "t").axes[0].lines) == 2 * 2 + 1  # + the training line
+    fig = plot_per_position(three, "t")
+    assert len(fig.axes[0].lines) == 3 + 1 and "faint" not in fig.axes[0].get_title()
