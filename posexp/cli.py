@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from posexp import cli_overrides
+from posexp.cli_help import Command, Group
 from posexp.cli_overrides import check_output_arg, check_overrides, sweep_keys
 from posexp.errors import Abort, PosexpError
 from posexp.paths import config_dir
@@ -22,6 +23,7 @@ from posexp.resolvers import SWEEP_ENV
 
 app = typer.Typer(
     name="posexp",
+    cls=Group,
     help="Train tiny decoder-only transformers and compare positional encodings.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -89,7 +91,7 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
             os.environ[SWEEP_ENV] = saved_env
 
 
-@app.command(context_settings=HYDRA_COMMAND)
+@app.command(cls=Command, context_settings=HYDRA_COMMAND)
 @says_interrupted
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
@@ -99,7 +101,7 @@ def train(ctx: typer.Context) -> None:
     run_hydra(train_task, "train", ctx.args)
 
 
-@app.command()
+@app.command(cls=Command)
 @says_interrupted
 def generate(
     prompts: list[str] = typer.Argument(
@@ -148,7 +150,7 @@ def generate(
         typer.echo(text)
 
 
-@app.command("eval-extrapolate")
+@app.command("eval-extrapolate", cls=Command)
 @says_interrupted
 def eval_extrapolate(
     run: Path | None = typer.Option(
@@ -209,7 +211,7 @@ def eval_extrapolate(
     evaluate_runs(run, settings)
 
 
-@app.command(context_settings=HYDRA_COMMAND)
+@app.command(cls=Command, context_settings=HYDRA_COMMAND)
 @says_interrupted
 def finetune(
     ctx: typer.Context,
@@ -228,7 +230,7 @@ def finetune(
     run_hydra(finetune_task, "finetune", finetune_args(run, ctx.args))
 
 
-@app.command()
+@app.command(cls=Command)
 @says_interrupted
 def report(
     target: Path = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
@@ -247,7 +249,7 @@ def report(
     write_report(target, evaluate=evaluate, device=device)
 
 
-@app.command()
+@app.command(cls=Command)
 @says_interrupted
 def runs(
     root: Path = typer.Argument(

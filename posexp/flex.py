@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,19 @@ BACKENDS = ("auto", "flex", "sdpa")
 ScoreMod = Callable[..., torch.Tensor]  # (score, batch, head, q_idx, kv_idx) -> score
 
 _broken: list[str] = []  # set once when compiling fails, so later calls go straight to SDPA
+_compile_seconds = [0.0]  # wall time of the calls that compiled a kernel, this process
+
+
+def compile_seconds() -> float:
+    """Seconds this process spent in FlexAttention calls that compiled a kernel (timings that
+    should not count the compiler subtract the growth of this across what they time)."""
+    return _compile_seconds[0]
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def available() -> bool:
@@ -139,10 +153,25 @@ def flex_causal_attention(
         return None
     mask = causal_block_mask(q.shape[2], str(q.device))
     _static_captures(score_mod)
+    # Batch and length vary together in an evaluation (a token budget per batch): dynamic from
+    # the first call, so a new length reuses the kernel (sizes 1 still get their own).
+    for t in (q, k, v):
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+        torch._dynamo.maybe_mark_dynamic(t, 2)
+    graphs, start = _graphs_compiled(), time.perf_counter()
+    if graphs == 0:  # the first call freezes for seconds: say why before it does
+        log.info("compiling FlexAttention for the attention bias (once per process and dtype)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on CPU support; not the user's concern
-            return _compiled()(q, k, v, score_mod=score_mod, block_mask=mask)
+            out = _compiled()(q, k, v, score_mod=score_mod, block_mask=mask)
+        if _graphs_compiled() > graphs:
+            took = time.perf_counter() - start
+            _compile_seconds[0] += took
+            log.info(
+                "FlexAttention compiled in %.1f s (%s)", took, str(q.dtype).removeprefix("torch.")
+            )
+        return out
     except Exception as e:  # noqa: BLE001  e.g. no C++ compiler for the CPU kernel
         _broken.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         log.warning(

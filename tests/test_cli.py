@@ -1,9 +1,11 @@
 """The `posexp` command itself: version, help without torch, shell completion."""
 
 import os
+import re
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from posexp import __version__
@@ -51,3 +53,21 @@ def test_shell_completion_answers_for_commands_and_each_commands_config(tmp_path
     assert complete("posexp train pe=r") == ["pe=rope", "pe=rope_randomized"]
     assert "extension=yarn" in complete("posexp finetune extension=")
     assert complete("posexp report ") == []  # no Hydra overrides for the other commands
+
+
+@pytest.mark.parametrize(
+    ("args", "usage"),
+    [
+        ([], "Usage: posexp [OPTIONS] COMMAND [ARGS]..."),
+        (["report"], "Usage: posexp report [OPTIONS] TARGET"),
+        (["runs"], "Usage: posexp runs [OPTIONS] [ROOT]"),
+        (["generate"], "Usage: posexp generate [OPTIONS] PROMPTS..."),
+        (["eval-extrapolate"], "Usage: posexp eval-extrapolate [OPTIONS]"),
+    ],
+)
+def test_help_labels_read_as_words_not_python_types(args, usage):
+    out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "100"}).output
+    assert usage in out
+    assert "<bool>" not in out and "<list[" not in out and "{" not in out
+    if args == ["eval-extrapolate"]:
+        assert re.search(r"--method +METHOD +Extension methods", out)

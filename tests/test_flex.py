@@ -111,3 +111,19 @@ def test_the_causal_block_mask_needs_no_dense_mask():
     # mask at all shows that its size follows (L / 128)^2.
     mask = flex.causal_block_mask(2**18, "cpu")
     assert mask.shape[-2:] == (2**18, 2**18) and mask.kv_indices.numel() == (2**18 // 128) ** 2
+
+
+def test_a_call_that_compiles_is_announced_and_timed_apart(monkeypatch, caplog):
+    graphs = iter([0, 1, 1, 1])  # the first call compiles one graph, the second none
+    monkeypatch.setattr(flex, "_graphs_compiled", lambda: next(graphs))
+    monkeypatch.setattr(flex, "_compiled", lambda: lambda q, k, v, **kw: q)
+    monkeypatch.setattr(flex, "_compile_seconds", [0.0])
+    q = torch.zeros(1, 1, 4, 8)
+    with caplog.at_level("INFO", logger="posexp"):
+        flex.flex_causal_attention(q, q, q, lambda score, b, h, i, j: score)
+        first = flex.compile_seconds()
+        flex.flex_causal_attention(q, q, q, lambda score, b, h, i, j: score)
+    assert first > 0 and flex.compile_seconds() == first  # only the compiling call counts
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith("compiling FlexAttention for the attention bias")
+    assert messages[1].startswith("FlexAttention compiled in ") and len(messages) == 2

@@ -131,7 +131,7 @@ def remove_legacy_tensorboard(run_dir: Path) -> None:
 
 # Columns only some evaluations fill (task runs, passkey depths, sliding windows): left out of a
 # CSV where no record has a value, so a language model's CSV has no empty task columns.
-OPTIONAL_FIELDS = ("stride", "accuracy", "examples", "depth")
+OPTIONAL_FIELDS = ("stride", "accuracy", "examples", "depth", "compile_seconds")
 
 
 def csv_fields(records: list[dict[str, Any]]) -> list[str]:

@@ -51,7 +51,8 @@ FIELDS = (
     "ppl",
     "loss",
     "tokens",
-    "seconds",
+    "seconds",  # scoring time of this item, a FlexAttention compile inside it excluded
+    "compile_seconds",  # that compile, when one happened during this item
     "note",
     "stride",
     "metric",
