@@ -76,7 +76,8 @@ def _cell(record: dict[str, Any] | None, notes: list[str]) -> str:
             notes.append(note)
         return f"n/a [{notes.index(note) + 1}]"
     mean = float(record["ppl"])
-    return mean_std_text(mean, record.get("ppl_std", 0.0), record.get("n", 1), decimals_for(mean))
+    # Perplexities to 2 decimals in every cell: a column reads 5.74 beside 20.95.
+    return mean_std_text(mean, record.get("ppl_std", 0.0), record.get("n", 1), 2)
 
 
 def seeds_text(columns: list[Column]) -> str:

@@ -266,7 +266,10 @@ def render(ctx: ReportContext) -> str:
         pes = ordered(table)
         sizes = sorted({n for by in table.values() for n in by})
         rows = [
-            [f"{n}{'*' if top[0] <= n <= top[1] else ''}", *(fmt(table[p].get(n)) for p in pes)]
+            [
+                f"{n}{'*' if top[0] <= n <= top[1] else ''}",
+                *(accuracy_cell(table[p].get(n)) for p in pes),
+            ]
             for n in sizes
         ]
         out += [
@@ -330,6 +333,11 @@ def render(ctx: ReportContext) -> str:
     png = plot(ctx, data, top)
     out += [f"![accuracy against size]({png.name})", "", f"Data: `{csv.name}`."]
     return "\n".join(out)
+
+
+def accuracy_cell(value: float | None) -> str:
+    """An accuracy with 2 decimals (0.50 beside 0.51), '—' when not measured."""
+    return "—" if value is None else f"{value:.2f}"
 
 
 def summary_cell(values: list[float] | None) -> str:
