@@ -39,11 +39,18 @@ from posexp.rundir import RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, to_device
-from posexp.runtime.lifecycle import Diverged, discard_interrupted, fail_run, own_run_dir
+from posexp.runtime.lifecycle import (
+    Diverged,
+    discard_interrupted,
+    fail_run,
+    own_run_dir,
+    report_stop,
+)
 from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups, schedule_note
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
+from posexp.runtime.signals import GracefulStop, StopRequested
 from posexp.runtime.sweeps import completed_results, continue_unfinished, record_failure
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.weights import check_same_network, check_start_weights
@@ -67,6 +74,7 @@ class Trainer:
     step: int = 0
     best_val: float = float("inf")
     last_val: float = float("nan")
+    stop: GracefulStop | None = None  # set by fit: stop signals end the loop after a step
 
     def __post_init__(self) -> None:
         t = self.cfg.train
@@ -115,8 +123,10 @@ class Trainer:
         save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
         log.info("checkpoint saved at step %d", self.step)
 
-    def fit(self) -> float:
-        """Train to ``train.max_steps``; returns the final validation loss."""
+    def fit(self, stop: GracefulStop | None = None) -> float:
+        """Train to ``train.max_steps`` (or to the step a stop signal arrives in); returns the
+        final validation loss."""
+        self.stop = stop
         t = self.cfg.train
         # A task's rows can be shorter than seq_len: count the tokens actually read.
         tokens_per_step = t.batch_size * getattr(self.objective, "row_tokens", t.seq_len)
@@ -215,6 +225,10 @@ class Trainer:
             ) and distributed.is_main():
                 self.save()
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
+            if self.stop and (signum := self.stop.requested(self.device)):
+                if distributed.is_main() and RunDir(self.run_dir).step() != self.step:
+                    self.save()
+                raise self.stop.stop(signum, self.step)
 
 
 def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
@@ -297,21 +311,11 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     if note := schedule_note(cfg.train.warmup_steps, cfg.train.max_steps):
         log.warning(note)
     try:
-        trainer.fit()
-    except KeyboardInterrupt:
+        with GracefulStop() as stop:
+            trainer.fit(stop)
+    except (StopRequested, KeyboardInterrupt) as e:
         if distributed.is_main():
-            provenance.finish(run_dir, "interrupted")
-            saved = RunDir(run_dir).step()
-            if saved is None:
-                log.warning("interrupted at step %d, before the first checkpoint", trainer.step)
-            else:
-                log.warning(
-                    "interrupted at step %d; the checkpoint of step %d is kept; resume "
-                    "with: posexp train resume=%s",
-                    trainer.step,
-                    saved,
-                    run_dir,
-                )
+            report_stop(run_dir, e, trainer.step)
         raise
     if not distributed.is_main():
         return {}
@@ -352,6 +356,9 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
     with distributed.session(cfg.device), own_run_dir(run_dir, cfg, multirun) as run_dir:
         try:
             return _train_task(cfg, run_dir, multirun)
+        except StopRequested as e:
+            e.forward()  # to submitit's handler (it requeues the job) or exit 128 + signal
+            raise
         finally:
             if multirun and torch.cuda.is_available():
                 torch.cuda.empty_cache()  # a joblib worker may run its next job on another GPU

@@ -209,6 +209,15 @@ def global_mean(local_mean: torch.Tensor, weight: float | None) -> float:
     return float(t) / world_size()
 
 
+def global_max(value: int, device: torch.device) -> int:
+    """The largest of every rank's ``value`` (a collective); ``value`` itself without torchrun."""
+    if not active():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
 def check_batch_size(batch_size: int) -> None:
     """The global batch must split evenly over the ranks."""
     from posexp.errors import PosexpError

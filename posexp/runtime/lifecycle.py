@@ -18,6 +18,7 @@ from posexp.errors import Abort, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.rundir import HYDRA, OWNER, RunDir
 from posexp.runtime import distributed, provenance
+from posexp.runtime.signals import StopRequested
 from posexp.runtime.sweeps import record_failure
 
 log = logging.getLogger("posexp")
@@ -29,6 +30,30 @@ SAME_TIME_S = 60.0
 
 class Diverged(PosexpError):
     """Training produced a non-finite loss: the run stops as failed, its dir kept to inspect."""
+
+
+def report_stop(run_dir: Path, e: BaseException, step: int) -> None:
+    """Record a stopped run as interrupted and log what was kept and how to resume it."""
+    provenance.finish(run_dir, "interrupted")
+    if isinstance(e, StopRequested):  # the loop checkpointed the step it stopped after
+        log.warning(
+            "stopped by %s at step %d, checkpoint saved; resume with: posexp train resume=%s",
+            e.name,
+            e.step,
+            run_dir,
+        )
+        return
+    saved = RunDir(run_dir).step()
+    if saved is None:
+        log.warning("interrupted at step %d, before the first checkpoint", step)
+    else:
+        log.warning(
+            "interrupted at step %d; the checkpoint of step %d is kept; resume "
+            "with: posexp train resume=%s",
+            step,
+            saved,
+            run_dir,
+        )
 
 
 def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:

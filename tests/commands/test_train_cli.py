@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -173,6 +174,40 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, cache):
     assert f"resume with: posexp train resume={run}" in rest and "Traceback" not in rest
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
     assert sessions[-1]["status"] == "interrupted"
+
+
+def weights_sha256(run):
+    return hashlib.sha256((run / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_sigterm_checkpoints_the_step_exits_143_and_resumes_to_the_same_weights(tmp_path, cache):
+    args = ["train", "pe=rope", *TINY, "train.max_steps=12", "train.checkpoint_interval=3"]
+    full = tmp_path / "full"
+    posexp(tmp_path, cache, *args, f"hydra.run.dir={full}")
+    run = tmp_path / "run"
+    proc, rest = signal_after(
+        tmp_path,
+        cache,
+        [*args, f"hydra.run.dir={run}"],
+        "checkpoint saved at step 3",
+        signal.SIGTERM,
+    )
+    assert proc.returncode == 143, rest
+    assert "Traceback" not in rest and "received SIGTERM: stopping after this step" in rest
+    stopped = re.search(
+        r"stopped by SIGTERM at step (\d+), checkpoint saved; resume with: "
+        r"posexp train resume=(\S+)",
+        rest,
+    )
+    assert stopped and stopped[2] == str(run), rest
+    assert json.loads((run / "checkpoint" / "meta.json").read_text())["step"] == int(stopped[1])
+    assert (
+        json.loads((run / "provenance.json").read_text())["sessions"][-1]["status"] == "interrupted"
+    )
+    posexp(tmp_path, cache, "train", f"resume={run}")
+    assert weights_sha256(run) == weights_sha256(full)
+    sessions = json.loads((run / "provenance.json").read_text())["sessions"]
+    assert [s["status"] for s in sessions] == ["interrupted", "completed"]
 
 
 def test_two_runs_started_together_never_share_a_run_dir(tmp_path, cache):
