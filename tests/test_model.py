@@ -154,7 +154,7 @@ def test_generate_greedy_matches_argmax_of_full_recompute():
         ({"n_heads": -2}, "heads must be a positive integer"),
         (
             {"pe": "nope"},
-            "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, sinusoidal",
+            f"unknown pe 'nope'; allowed: {', '.join(sorted(PE_REGISTRY))}$",
         ),
     ],
 )
