@@ -53,6 +53,10 @@ NUMERIC = {"seq", "h", "steps", "val ppl", "val acc", "BLEU", "min"}
 DIGITS = {"val ppl": 2, "val acc": 3, "BLEU": 2, "min": 1}
 # Hidden unless --wide when every row has nothing to show in them.
 OPTIONAL = {"val acc", "BLEU", "ext"}
+# Left out, in this order, while the table is wider than the terminal (unless --wide); the run
+# name, pe, heads, extension, steps, status and val ppl always stay.
+DROP_FIRST = ("min", "seq", "model", "data", "BLEU", "val acc")
+RUN_MIN_WIDTH = 12
 
 
 def _sessions(path: Path) -> list[dict[str, Any]]:
@@ -168,6 +172,19 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
         for h, keys in COLUMNS
         if wide or h not in OPTIONAL or any(_shown(h, r, keys) for r in rows)
     ]
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # piped or logged: do not squeeze the table to 80 columns
+            console = Console(width=200 if wide else 120)
+    texts = {h: [_text(h, r, keys) for r in rows] for h, keys in columns}
+    hidden = []
+    if not wide:
+        for header in DROP_FIRST:
+            if _table_width(texts, [h for h, _ in columns]) <= console.width:
+                break
+            if header in texts:
+                columns = [(h, k) for h, k in columns if h != header]
+                hidden.append(header)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for header, _ in columns:
         table.add_column(
@@ -176,15 +193,23 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
             no_wrap=header != "run",
             overflow="fold" if header == "run" else "ellipsis",
             ratio=1 if header == "run" else None,
-            min_width=12 if header == "run" else None,
+            min_width=RUN_MIN_WIDTH if header == "run" else None,
         )
-    for r in rows:
-        table.add_row(*(_text(h, r, keys) for h, keys in columns))
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # piped or logged: do not squeeze the table to 80 columns
-            console = Console(width=200 if wide else 120)
+    for i in range(len(rows)):
+        table.add_row(*(texts[h][i] for h, _ in columns))
     console.print(table)
+    if hidden:
+        console.print(
+            f"(hidden at this width: {', '.join(hidden)}; --wide shows every column)",
+            highlight=False,
+        )
+
+
+def _table_width(texts: dict[str, list[str]], headers: list[str]) -> int:
+    """The table's width with these columns: each at its widest cell (the run name folded to
+    RUN_MIN_WIDTH), plus three characters between columns (padding, the box's gap, padding)."""
+    widths = [RUN_MIN_WIDTH if h == "run" else max([len(h), *map(len, texts[h])]) for h in headers]
+    return sum(widths) + 3 * (len(widths) - 1)
 
 
 def _shown(header: str, row: dict[str, Any], keys: tuple[str, ...]) -> bool:

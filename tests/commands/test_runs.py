@@ -110,3 +110,34 @@ def test_runs_sort_by_start_time_and_fit_100_columns(tmp_path):
     wide = Console(width=200, record=True)
     print_runs(rows, wide, wide=True)
     assert "BLEU" in wide.export_text()
+
+
+def test_a_table_with_every_column_still_fits_100_columns():
+    from rich.console import Console
+
+    from posexp.commands.runs import print_runs
+
+    row = {
+        "run": "pe=alibi,seed=0",
+        "data": "wyc2kjv_translation_pairs",
+        "model": "head-ablation",
+        "seq_len": 96,
+        "pe": "sinusoidal",
+        "heads": 16,
+        "extension": "yarn x4",
+        "step": 1200,
+        "max_steps": 1200,
+        "status": "completed",
+        "val_ppl": 46.91,
+        "val_acc": 0.512,
+        "bleu": 3.47,
+        "minutes": 6.2,
+    }
+    console = Console(width=100, record=True)
+    print_runs([row], console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    for column in ("run", "pe", "h", "ext", "steps", "status", "val ppl"):
+        assert f" {column} " in f" {lines[1]} "
+    assert "yarn x4" in lines[3] and "46.91" in lines[3] and "1200/1200" in lines[3]
+    assert lines[-1].startswith("(hidden at this width: min") and "--wide" in lines[-1]
