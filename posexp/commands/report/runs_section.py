@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.report.jobs import Job, natural_order
+from posexp.commands.report.jobs import HIDDEN_PARAMS, Job, natural_order
 from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table
 
@@ -151,6 +151,16 @@ def settings_line(jobs: list[Job], swept: list[str], extra: list[str]) -> str:
             varying.append(name)
     names = {key.removesuffix(".name") for key, _ in SETTINGS} | {n for _, n in SETTINGS}
     varying += [k for k in swept if k not in names and k not in varying]
+    # Overrides every job was given alike that the list above does not show (pe.num_buckets=16).
+    shared = [
+        f"{k}={v}"
+        for k, v in jobs[0].params.items()
+        if k not in names
+        and k not in swept
+        and not k.startswith(HIDDEN_PARAMS)
+        and all(j.params.get(k) == v for j in jobs)
+    ]
+    fixed += shared
     line = f"Fixed settings: {', '.join(fixed + extra)}."
     return line + (f" Varying: {', '.join(varying)}." if varying and len(jobs) > 1 else "")
 

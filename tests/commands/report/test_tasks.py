@@ -79,10 +79,11 @@ def job(pe: str, accuracies: dict[int, float]) -> SimpleNamespace:
     )
 
 
-def test_the_summary_averages_each_seed_past_training_then_over_seeds(monkeypatch):
-    import posexp.commands.report.views.tasks as tasks
+def by_pe(j):
+    return describe_pe(j.params["pe"])
 
-    monkeypatch.setattr(tasks, "job_pe", lambda j: describe_pe(j.params["pe"]))
+
+def test_the_summary_averages_each_seed_past_training_then_over_seeds():
     jobs = [
         job("none", {8: 1.0, 9: 0.8, 10: 0.6}),  # past 8: 0.7
         job("none", {8: 1.0, 9: 0.6, 10: 0.4}),  # 0.5
@@ -91,7 +92,7 @@ def test_the_summary_averages_each_seed_past_training_then_over_seeds(monkeypatc
         job("rope", {8: 1.0, 9: 0.1, 10: 0.1}),
         job("rope", {8: 1.0, 9: 0.0, 10: 0.2}),
     ]
-    seeds = seed_summary(jobs, 8)["copy"]
+    seeds = seed_summary(jobs, 8, by_pe)["copy"]
     assert seeds[NOPE] == pytest.approx([0.7, 0.5, 0.6])
     assert summary_cell(seeds[NOPE]) == "0.600 ± 0.100" and summary_cell([0.25]) == "0.250"
     sentence = spread_sentence("copy", seeds)
@@ -99,6 +100,21 @@ def test_the_summary_averages_each_seed_past_training_then_over_seeds(monkeypatc
     assert "beyond seed noise (5.3× the larger seed std, n = 3)" in sentence
     close = {NOPE: [0.7, 0.5, 0.6], ROPE: [0.6, 0.4, 0.5]}
     assert "within seed noise" in spread_sentence("copy", close)
+
+
+def test_a_setting_swept_beside_the_pe_gets_its_own_column_not_a_mean(monkeypatch):
+    import posexp.commands.report.views.tasks as tasks
+    from posexp.commands.report.view import ReportContext
+
+    monkeypatch.setattr(tasks, "job_pe", by_pe)
+    jobs = [job("t5", {9: 0.4}), job("t5", {9: 0.0})]
+    jobs[0].params["pe.max_distance"], jobs[1].params["pe.max_distance"] = "128", "16"
+    ctx = ReportContext(None, jobs, ["pe.max_distance"])
+    seeds = seed_summary(jobs, 8, tasks.column_key(ctx))["copy"]
+    assert {pe.label: v for pe, v in seeds.items()} == {
+        "T5 bias (pe.max_distance=128)": [0.4],
+        "T5 bias (pe.max_distance=16)": [0.0],
+    }
 
 
 def test_a_parent_run_must_have_the_same_network():

@@ -9,6 +9,8 @@ reading sentences computed from that summary and set against the papers' finding
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from posexp.commands.report.jobs import Job
@@ -43,15 +45,29 @@ def train_sizes(job: Job) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def collect(jobs: list[Job]) -> dict[str, dict[PEDisplay, dict[int, float]]]:
+Column = Callable[[Job], PEDisplay]
+
+
+def column_key(ctx: ReportContext) -> Column:
+    """What a table column is: the PE, and every other swept setting but the task and the seed
+    (a sweep over ``pe.max_distance`` gets one column per value, not a mean over them)."""
+    others = [k for k in ctx.swept if k not in ("data", "seed", "pe")]
+
+    def key(job: Job) -> PEDisplay:
+        pe = job_pe(job)
+        values = [f"{k}={job.params.get(k) or job.setting(k)}" for k in others]
+        return replace(pe, label=f"{pe.label} ({', '.join(values)})") if values else pe
+
+    return key
+
+
+def collect(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, dict[int, float]]]:
     """task -> PE (randomized positions apart) -> size -> accuracy (mean over seeds)."""
     sums: dict[tuple[str, PEDisplay, int], list[float]] = {}
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is not None:
-                sums.setdefault((task_label(job), job_pe(job), r["length"]), []).append(
-                    r["accuracy"]
-                )
+                sums.setdefault((task_label(job), key(job), r["length"]), []).append(r["accuracy"])
     out: dict[str, dict[PEDisplay, dict[int, float]]] = {}
     for task, pe, size in sorted(sums, key=lambda k: (k[0], k[1].sort_key, k[2])):
         values = sums[task, pe, size]
@@ -59,7 +75,9 @@ def collect(jobs: list[Job]) -> dict[str, dict[PEDisplay, dict[int, float]]]:
     return out
 
 
-def seed_summary(jobs: list[Job], top: int) -> dict[str, dict[PEDisplay, list[float]]]:
+def seed_summary(
+    jobs: list[Job], top: int, key: Column = job_pe
+) -> dict[str, dict[PEDisplay, list[float]]]:
     """task -> PE -> each seed's (job's) mean accuracy over the sizes past the training range."""
     out: dict[str, dict[PEDisplay, list[float]]] = {}
     for job in jobs:
@@ -70,7 +88,7 @@ def seed_summary(jobs: list[Job], top: int) -> dict[str, dict[PEDisplay, list[fl
         ]
         if values:
             per_pe = out.setdefault(task_label(job), {})
-            per_pe.setdefault(job_pe(job), []).append(sum(values) / len(values))
+            per_pe.setdefault(key(job), []).append(sum(values) / len(values))
     return out
 
 
@@ -251,7 +269,8 @@ def plot(
 def render(ctx: ReportContext) -> str:
     """The section's Markdown (and its CSV and figure)."""
     jobs = [j for j in ctx.jobs if task_records(j) and task_of(j) != "passkey"]
-    data = collect(jobs)
+    key = column_key(ctx)
+    data = collect(jobs, key)
     top = train_sizes(jobs[0])
     examples = max((r.get("examples") or 0) for j in jobs for r in task_records(j))
     out = [
@@ -293,7 +312,7 @@ def render(ctx: ReportContext) -> str:
     all_pes = ordered({p for s in summary.values() for p in s})
     header = ["task", *(p.label for p in all_pes)]
     reach = {t: frontier(table) for t, table in data.items()}
-    seeds = seed_summary(jobs, top[1])
+    seeds = seed_summary(jobs, top[1], key)
     counts = sorted({len(v) for by_pe in seeds.values() for v in by_pe.values()})
     out += [
         "### Mean accuracy past the training sizes",
