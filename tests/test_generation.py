@@ -8,8 +8,7 @@ import torch
 from posexp.errors import PosexpError
 from posexp.generation import generate_ids
 from posexp.model import GPT, ModelConfig
-from posexp.pe import PE_REGISTRY
-from posexp.pe.learned import PositionOutOfRange
+from posexp.pe import PE_REGISTRY, PositionOutOfRange
 
 PES = sorted(PE_REGISTRY)
 VOCAB = 50

@@ -4,6 +4,7 @@ from posexp.pe.base import (
     PE_REGISTRY,
     PEContext,
     PositionalEncoding,
+    PositionOutOfRange,
     accepted_extensions,
     build_pe,
     check_extension,
@@ -16,7 +17,6 @@ from posexp.registry import discover
 discover(__name__, __path__, skip=("base",))
 
 from posexp.pe.alibi import alibi_slopes  # noqa: E402
-from posexp.pe.learned import PositionOutOfRange  # noqa: E402
 from posexp.pe.sinusoidal import sinusoidal_table  # noqa: E402
 
 __all__ = [

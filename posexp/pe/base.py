@@ -60,6 +60,10 @@ class PEContext:
         self.extension = self.extension.with_original_length(self.train_length)
 
 
+class PositionOutOfRange(PosexpError):
+    """A position the encoding cannot represent (past a learned table, past xPos's range)."""
+
+
 class PositionalEncoding(nn.Module):
     """Base class: no position information at all (NoPE behaviour)."""
 

@@ -7,11 +7,13 @@ from torch import nn
 
 from posexp.checks import positive_int
 from posexp.errors import PosexpError
-from posexp.pe.base import PEContext, PositionalEncoding, position_divisor, register_pe
-
-
-class PositionOutOfRange(PosexpError):
-    """A position has no row in the learned table."""
+from posexp.pe.base import (
+    PEContext,
+    PositionalEncoding,
+    PositionOutOfRange,
+    position_divisor,
+    register_pe,
+)
 
 
 @register_pe("learned")

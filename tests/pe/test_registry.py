@@ -68,8 +68,8 @@ def test_even_head_dim_is_enforced_only_where_declared(pe):
 
 
 def test_unknown_pe_and_bad_registrations():
-    with pytest.raises(PosexpError, match=r"^unknown pe 'xpos'; allowed: "):
-        check_extension("xpos", "none")
+    with pytest.raises(PosexpError, match=r"^unknown pe 'nope'; allowed: "):
+        check_extension("nope", "none")
     with pytest.raises(ValueError, match="registered twice"):
         register_pe("rope")(type("Again", (PositionalEncoding,), {}))
     with pytest.raises(ValueError, match="kind must be one of"):
