@@ -8,12 +8,13 @@ import re
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from posexp.paths import config_dir
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
 CASES = {
     "unknown pe": (
         ["pe=nope"],
-        "unknown pe 'nope'; allowed: alibi, fire, learned, none, rope, rope_randomized, sinusoidal, t5",
+        f"unknown pe 'nope'; allowed: {', '.join(sorted(p.stem for p in (config_dir() / 'pe').glob('*.yaml')))}",
     ),
     "unknown experiment": (
         ["experiment=bogus"],
