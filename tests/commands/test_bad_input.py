@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -14,7 +15,7 @@ from tests.helpers import TINY, posexp, run_config, run_dirs
 CASES = {
     "unknown pe": (
         ["pe=nope"],
-        f"unknown pe 'nope'; allowed: {', '.join(sorted(p.stem for p in (config_dir() / 'pe').glob('*.yaml')))}",
+        f"unknown pe 'nope'; allowed: {', '.join(sorted(p.stem for p in (Path(config_dir()) / 'pe').glob('*.yaml')))}",
     ),
     "unknown experiment": (
         ["experiment=bogus"],
