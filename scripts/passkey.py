@@ -60,6 +60,12 @@ def main() -> None:
     p.add_argument("--lm-steps", type=int, default=1000, help="steps of the KJV language model")
     p.add_argument("--passkey-steps", type=int, default=4000, help="steps on passkey rows at L0")
     p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
+    p.add_argument(
+        "--finetune-lr",
+        type=float,
+        default=1e-4,
+        help="peak learning rate of each fine-tune (min lr a tenth of it)",
+    )
     p.add_argument("--factor", type=int, default=2, help="fine-tune length as a multiple of L0")
     p.add_argument("--methods", default="none,pi,ntk,yarn", help="methods to fine-tune with")
     p.add_argument("--model", default="small", help="model size (configs/model)")
@@ -127,8 +133,8 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
             f"data.train_lengths=[76,{longest - 6}]",
             f"train.seq_len={longest}",
             "train.batch_size=8",
-            "train.lr=1e-4",
-            "train.min_lr=1e-5",
+            f"train.lr={a.finetune_lr:g}",
+            f"train.min_lr={a.finetune_lr / 10:g}",
             "train.warmup_steps=50",
             f"train.max_steps={a.finetune_steps}",
             "train.eval_interval=100",
