@@ -114,7 +114,8 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
         *common,
     )
     evaluate_once(out / "passkey", "--device", a.device)
-    # A gentle fine-tune (lr 1e-4, batch 8): at lr 1e-3 on 4 long rows 100 steps erased retrieval.
+    # A gentle fine-tune by default (lr 1e-4, batch 8, 600 steps): enough for no method, NTK and
+    # YaRN; PI moves the model furthest and needs lr 1e-3 or 1,800 steps (README, Passkey).
     # Rows from the shortest passkey size (76 prompt tokens) up to factor x L0 keep the skill in view.
     longest = a.factor * L0
     for method in [m for m in a.methods.split(",") if m]:
