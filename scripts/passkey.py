@@ -58,7 +58,7 @@ def main() -> None:
         help="folder for the runs (default outputs/passkey/<time>)",
     )
     p.add_argument("--lm-steps", type=int, default=1000, help="steps of the KJV language model")
-    p.add_argument("--passkey-steps", type=int, default=4000, help="steps on passkey rows at L0")
+    p.add_argument("--passkey-steps", type=int, default=6000, help="steps on passkey rows at L0")
     p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
     p.add_argument(
         "--finetune-lr",
