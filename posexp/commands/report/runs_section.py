@@ -42,6 +42,7 @@ METRIC_LABELS = {
     "final/chrf": "test chrF",
 }
 LOWER_IS_BETTER = ("ppl", "loss")
+MAX_KEY_COLUMNS = 5  # more swept keys than this: rows are named by their dir instead
 
 
 def metric_name(key: str) -> str:
@@ -70,9 +71,13 @@ def job_value(job: Job, key: str) -> str:
 
 def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     """The table of every job: swept params, status, step, metrics, errors when there are any."""
+    # A folder of different runs (a passkey folder: language model, passkey run, fine-tunes)
+    # differs in many overrides: name each row by its dir, and list those keys as varying.
+    by_key = 0 < len(ctx.swept) <= MAX_KEY_COLUMNS
+    keys = ctx.swept if by_key else ["run"]
     jobs = sorted(
         ctx.jobs,
-        key=lambda j: (*(natural_order(job_value(j, k)) for k in ctx.swept), j.name),
+        key=lambda j: (*(natural_order(job_value(j, k)) for k in ctx.swept if by_key), j.name),
     )
     metric_keys: list[str] = list(dict.fromkeys(k for job in jobs for k in job.metrics))
     # A metric every completed run shares (the parameter count of one model) is a setting.
@@ -84,8 +89,7 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         and all(v == values[0] for v in values)
     }
     shown = [k for k in metric_keys if k not in constant]
-    keys = ctx.swept or ["run"]
-    labels = [tuple(job_value(j, k) for k in ctx.swept) or (j.name,) for j in jobs]
+    labels = [tuple(job_value(j, k) for k in keys) if by_key else (j.name,) for j in jobs]
     with_dir = len(set(labels)) < len(labels)  # rows that would look alike get their folder
     with_error = any(j.error for j in jobs)
     decimals = {k: column_decimals([j.metrics.get(k) for j in jobs]) for k in shown}
@@ -129,7 +133,7 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         *([settings, ""] if settings else []),
         md_table(header, rows, align),
     ]
-    if sentence := comparison_sentence(ctx, jobs):
+    if by_key and (sentence := comparison_sentence(ctx, jobs)):
         md += ["", sentence]
     plot = runs_plot(ctx, jobs)
     if plot:

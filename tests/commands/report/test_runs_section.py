@@ -102,3 +102,14 @@ def test_one_run_draws_no_one_dot_plot(tmp_path):
     jobs = [job("a", {"pe": "rope"}, {"final/val_ppl": 10.0})]
     md, _ = runs_section(ReportContext(tmp_path, jobs, ["pe"]))
     assert "report_runs.png" not in md and not (tmp_path / "report_runs.png").exists()
+
+
+def test_a_folder_of_different_runs_names_rows_by_their_dir(tmp_path):
+    keys = ["data", "parent", "train.lr", "train.seq_len", "extension", "seed"]
+    jobs = [
+        job(f"seed0/{name}", {k: f"{name}-{k}" for k in keys}, {"final/val_loss": 1.0 + i})
+        for i, name in enumerate(("lm", "passkey"))
+    ]
+    md, _ = runs_section(ReportContext(tmp_path, jobs, keys))
+    assert "| run | status | val loss |" in md and "| seed0/lm | completed | 1.000 |" in md
+    assert "Varying: " in md and "train.seq_len" in md  # the keys that differ are still named
