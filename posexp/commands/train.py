@@ -225,7 +225,10 @@ class Trainer:
             ) and distributed.is_main():
                 self.save()
                 window_start = time.perf_counter()  # checkpoint time is not training throughput
-            if self.stop and (signum := self.stop.requested(self.device)):
+            # Under torchrun the ranks agree on a stop through a collective, so only at log
+            # steps (which sync anyway); alone, the flag is a plain read every step.
+            agree = not distributed.active() or self.step % t.log_interval == 0
+            if self.stop and agree and (signum := self.stop.requested(self.device)):
                 if distributed.is_main() and RunDir(self.run_dir).step() != self.step:
                     self.save()
                 raise self.stop.stop(signum, self.step)

@@ -3,8 +3,8 @@
 Slurm, Kubernetes and ``kill`` send SIGTERM first (Slurm at a job's time limit, after
 ``scancel``, on preemption), and submitit asks Slurm for SIGUSR2 shortly before the limit. A
 training that dies on them loses every step since its last periodic checkpoint. Inside
-``GracefulStop`` the signal only sets a flag; the training loop reads it once per step (agreed
-across torchrun ranks), writes a checkpoint at that step and raises ``StopRequested``. Whoever
+``GracefulStop`` the signal only sets a flag; the training loop reads it after each step (under
+torchrun at logging steps, where the ranks agree on it), writes a checkpoint at that step and raises ``StopRequested``. Whoever
 listened to the signal before (submitit's handler, which requeues the job) then gets it; with
 nobody, the process exits with 128 + the signal number (143 for SIGTERM, 140 for SIGUSR2).
 """

@@ -120,6 +120,11 @@ def find_jobs(target: Path) -> list[Job]:
     ]
 
 
+def swept_value(job: Job, key: str) -> str:
+    """A swept key's value for ``job``: its override, else its resolved config's value."""
+    return job.params.get(key) or job.setting(key)
+
+
 def swept_keys(jobs: list[Job]) -> list[str]:
     """Override keys whose values differ between jobs (all of them for a single job)."""
     keys: list[str] = []

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.report.jobs import HIDDEN_PARAMS, Job, natural_order
+from posexp.commands.report.jobs import HIDDEN_PARAMS, Job, natural_order, swept_value
 from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table
 
@@ -64,11 +64,6 @@ def cell(value: Any, decimals: int | None) -> str:
     return fmt(value)
 
 
-def job_value(job: Job, key: str) -> str:
-    """A swept key's value for ``job``: its override, else its resolved config's value."""
-    return job.params.get(key) or job.setting(key)
-
-
 def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     """The table of every job: swept params, status, step, metrics, errors when there are any."""
     # A folder of different runs (a passkey folder: language model, passkey run, fine-tunes)
@@ -77,7 +72,7 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     keys = ctx.swept if by_key else ["run"]
     jobs = sorted(
         ctx.jobs,
-        key=lambda j: (*(natural_order(job_value(j, k)) for k in ctx.swept if by_key), j.name),
+        key=lambda j: (*(natural_order(swept_value(j, k)) for k in ctx.swept if by_key), j.name),
     )
     metric_keys: list[str] = list(dict.fromkeys(k for job in jobs for k in job.metrics))
     # A metric every completed run shares (the parameter count of one model) is a setting.
@@ -89,7 +84,7 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         and all(v == values[0] for v in values)
     }
     shown = [k for k in metric_keys if k not in constant]
-    labels = [tuple(job_value(j, k) for k in keys) if by_key else (j.name,) for j in jobs]
+    labels = [tuple(swept_value(j, k) for k in keys) if by_key else (j.name,) for j in jobs]
     with_dir = len(set(labels)) < len(labels)  # rows that would look alike get their folder
     with_error = any(j.error for j in jobs)
     decimals = {k: column_decimals([j.metrics.get(k) for j in jobs]) for k in shown}

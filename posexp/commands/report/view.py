@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.report.jobs import Job
+from posexp.commands.report.jobs import Job, swept_value
 from posexp.files import save_figure_atomic, write_csv_atomic
 from posexp.registry import Registry
 
@@ -31,7 +31,7 @@ class ReportContext:
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
         """The job's swept params as ``k=v k=v``, each its override or else its resolved
         config's value (its dir name when nothing is swept)."""
-        values = {k: job.params.get(k) or job.setting(k) for k in self.swept if k not in exclude}
+        values = {k: swept_value(job, k) for k in self.swept if k not in exclude}
         parts = [f"{k}={v}" for k, v in values.items() if v]
         return " ".join(parts) or job.name
 

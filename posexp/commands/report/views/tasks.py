@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from posexp.commands.report.jobs import Job
+from posexp.commands.report.jobs import Job, swept_value
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
@@ -55,7 +55,7 @@ def column_key(ctx: ReportContext) -> Column:
 
     def key(job: Job) -> PEDisplay:
         pe = job_pe(job)
-        values = [f"{k}={job.params.get(k) or job.setting(k)}" for k in others]
+        values = [f"{k}={swept_value(job, k)}" for k in others]
         return replace(pe, label=f"{pe.label} ({', '.join(values)})") if values else pe
 
     return key
