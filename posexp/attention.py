@@ -1,14 +1,17 @@
 """The attention kernels the model calls outside FlexAttention (``posexp/flex.py``): torch's
-SDPA, with an encoding's bias added one query block at a time, and the explicit softmax that
-also returns the weights (attention maps, and the reference the tests compare SDPA against)."""
+SDPA, with an encoding's bias added one query block at a time, the explicit softmax that
+also returns the weights (attention maps, and the reference the tests compare SDPA against), and
+the two-position attention of the training-free methods that remap relative positions."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from posexp.extension.attention import AttentionPlan
 from posexp.pe import PositionalEncoding
 
 # Queries are processed in blocks of this many when an additive bias goes through SDPA, so a long
@@ -82,3 +85,53 @@ def explicit_attention(
         scores = scores.masked_fill(~causal_mask(q_pos, k_pos), float("-inf"))
     weights = scores.softmax(dim=-1)
     return weights @ v, weights
+
+
+def remapped_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    plan: AttentionPlan,
+    rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention over unrotated ``q``, ``k`` where pairs closer than ``plan.window`` are
+    rotated at their positions and the others at ``plan.far``'s (Self-Extend, ReRoPE), in one
+    softmax, one block of queries at a time (no L x L tensor at long lengths).
+
+    A block's scores come from the far rotation for every key up to its end, then the last
+    ``window`` keys (the only ones that can be near) are rescored with the own rotation where
+    their distance says so. Written out rather than through SDPA: a pair takes one of two
+    scores, which SDPA can only express with a doubled head dim and a dense mask (measured
+    1.4x slower on the CPU, scripts/bench_eval.py).
+    """
+    window, scale = plan.window, 1.0 / math.sqrt(q.shape[-1])
+    far_q_pos, far_k_pos = plan.far(q_pos, k_pos)
+    # The scale goes on the queries: one pass over (T, d) instead of one over each block's scores.
+    q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
+    q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
+    # Training and evaluation windows (positions 0..T-1 on both sides): a query block sees keys
+    # up to its end, every key before its band is far and visible. Otherwise (a KV cache,
+    # per-row positions) the band is every key and the distances decide.
+    aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and q.shape[2] == k.shape[2]
+    outputs, weights = [], []
+    for start in range(0, q.shape[2], BIAS_QUERY_CHUNK):
+        end = min(start + BIAS_QUERY_CHUNK, q.shape[2])
+        k_end = end if aligned else k.shape[2]
+        band_from = max(0, start - window + 1) if aligned else 0
+        scores = q_far[:, :, start:end] @ k_far[:, :, :k_end].transpose(-2, -1)
+        distance = q_pos[..., start:end, None] - k_pos[..., None, band_from:k_end]
+        if distance.dim() == 3:  # per-row positions: a head axis
+            distance = distance[:, None]
+        band = scores[..., band_from:]
+        own = q_own[:, :, start:end] @ k_own[:, :, band_from:k_end].transpose(-2, -1)
+        band.copy_(torch.where(distance < window, own, band))
+        band.masked_fill_(distance < 0, float("-inf"))
+        block = scores.softmax(dim=-1)
+        outputs.append(block @ v[:, :, :k_end])
+        if need_weights:
+            weights.append(F.pad(block, (0, k.shape[2] - k_end)))
+    y = torch.cat(outputs, dim=2)
+    return y, torch.cat(weights, dim=2) if need_weights else None

@@ -9,12 +9,12 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import typer
 
 from posexp import cli_overrides
+from posexp.cli_errors import click_exceptions, is_sweep, one_line, usage_line
 from posexp.cli_help import Command, Group
 from posexp.cli_overrides import check_output_arg, check_overrides, sweep_keys
 from posexp.errors import Abort, PosexpError
@@ -127,6 +127,14 @@ def generate(
         "--length-penalty",
         help="Beam search's GNMT length penalty alpha; default: the run's translate.length_penalty (0.6).",
     ),
+    method: str | None = typer.Option(
+        None,
+        "--method",
+        help="Extension method instead of the run's own, e.g. self_extend, rerope, yarn.",
+    ),
+    factor: float | None = typer.Option(
+        None, "--factor", help="Its factor s; default (prompt + new tokens) / training length."
+    ),
 ) -> None:
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
     from posexp.commands.generate import generate_text
@@ -146,6 +154,8 @@ def generate(
         beam_size=beam,
         length_penalty=length_penalty,
         announce=announce,
+        method=method,
+        factor=factor,
     ):
         typer.echo(text)
 
@@ -269,17 +279,6 @@ def runs(
         print_runs(rows, wide=wide)
 
 
-def _one_line(e: BaseException) -> str:
-    """Hydra's config errors are multi-line; users get one line naming the value and the options."""
-    from hydra.errors import MissingConfigException
-
-    if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options:
-        group, _, name = str(e.missing_cfg_file).rpartition("/")
-        return f"unknown {group or 'config'} {name!r}; allowed: {', '.join(sorted(e.options))}"
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return " ".join(lines[:3]) or type(e).__name__
-
-
 def complete_command_line(args: list[str]) -> None:
     """Answer the shell-completion script of ``posexp train|finetune --shell-completion install=``.
 
@@ -348,7 +347,7 @@ def main() -> None:
         typer.echo("interrupted", err=True)  # the task has said where its checkpoint is
         raise SystemExit(130) from None
     except (HydraException, OmegaConfBaseException) as e:
-        typer.echo(f"error: {_one_line(e)}", err=True)
+        typer.echo(f"error: {one_line(e)}", err=True)
         raise SystemExit(2) from None
     except OSError as e:
         if disk_full(e) and not is_sweep(sys.argv):
@@ -370,7 +369,7 @@ def main() -> None:
 
         if disk_full(e) and not is_sweep(sys.argv):  # torch's writer hides the OS error
             typer.echo(
-                f"error: no space left on device ({_one_line(e)}); free some space, then retry",
+                f"error: no space left on device ({one_line(e)}); free some space, then retry",
                 err=True,
             )
             raise SystemExit(2) from None
@@ -381,40 +380,8 @@ def main() -> None:
             raise  # a bug, not bad input: keep the traceback
         # The sweep ran every job; each failed one holds results.json and a log with the details.
         typer.echo(
-            f"error: a sweep job failed ({type(e).__name__}: {_one_line(e)}); the other "
+            f"error: a sweep job failed ({type(e).__name__}: {one_line(e)}); the other "
             "jobs ran; see results.json in each job dir or run `posexp report <sweep dir>`",
             err=True,
         )
         raise SystemExit(1) from None
-
-
-def click_exceptions() -> ModuleType:
-    """The module of the Click exceptions Typer raises (newer Typer releases bundle Click)."""
-    try:
-        from typer._click import exceptions
-    except ImportError:
-        from click import exceptions
-    return exceptions
-
-
-def usage_line(e: Exception) -> str:
-    """A Click usage error as one line: the command, what is wrong, the value, where help is."""
-    # Instead of Click's framed block (usage, a hint, a box): every other posexp error is one line.
-    ctx = getattr(e, "ctx", None)
-    command = ctx.command_path if ctx is not None else "posexp"
-    message = " ".join(e.format_message().split()).rstrip(".")
-    # Typer checks values with pydantic, whose message does not repeat the value.
-    errors = getattr(e.__cause__, "errors", None)
-    if callable(errors):
-        try:
-            message += f", got {errors()[0]['input']!r}"
-        except (LookupError, TypeError):
-            pass
-    if ctx is not None and hasattr(ctx.command, "list_commands") and "No such command" in message:
-        message += f"; commands: {', '.join(ctx.command.list_commands(ctx))}"
-    return f"{command}: {message} (see `{command} --help`)"
-
-
-def is_sweep(argv: list[str]) -> bool:
-    """True for `posexp train -m ...` / `--multirun`."""
-    return any(a in ("-m", "--multirun") for a in argv[1:])

@@ -16,10 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from posexp import flex
-from posexp.attention import explicit_attention, sdpa_attention
+from posexp.attention import explicit_attention, remapped_attention, sdpa_attention
 from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
+from posexp.extension.attention import AttentionPlan
 from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
 
 
@@ -107,9 +108,12 @@ class KVCache:
 class CausalSelfAttention(nn.Module):
     """Multi-head attention: 3·d² for Q/K/V plus d² for W^O, whatever the head count."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, plan: AttentionPlan | None = None) -> None:
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        # A training-free extension method's change to attention (posexp/extension/attention.py).
+        self.query_scale = plan.query_scale if plan is not None else None
+        self.remap = plan if plan is not None and plan.remaps_positions else None
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
@@ -131,7 +135,14 @@ class CausalSelfAttention(nn.Module):
             for t in self.qkv(x).split(C, dim=2)
         )
         k_pos = q_pos if cache is None else self._append(cache, "pos", q_pos)
-        if pe.rotates_cached_keys and cache is not None:
+        if self.query_scale is not None:
+            scale = self.query_scale(q_pos).to(q.dtype)
+            q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
+        if self.remap is not None:
+            # Each pair is rotated at positions that depend on both sides: keys are kept raw.
+            if cache is not None:
+                k = self._append(cache, "k", k)
+        elif pe.rotates_cached_keys and cache is not None:
             # The rotation depends on the current length: cache raw keys, rotate them all now.
             k = self._append(cache, "k", k)
             q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
@@ -142,7 +153,11 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             v = self._append(cache, "v", v)
         y, weights = None, None
-        if need_weights:
+        if self.remap is not None:
+            y, weights = remapped_attention(
+                q, k, v, q_pos, k_pos, self.remap, pe.rotate_at, need_weights
+            )
+        elif need_weights:
             y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
         elif score_mod is not None:  # the bias inside the kernel (None back: compiling failed)
             y = flex.flex_causal_attention(q, k, v, score_mod)
@@ -192,10 +207,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, plan: AttentionPlan | None = None) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model, bias=False)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, plan)
         self.ln2 = nn.LayerNorm(cfg.d_model, bias=False)
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -228,7 +243,8 @@ class GPT(nn.Module):
             PEContext(cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length, cfg.extension),
             **cfg.pe_params,
         )
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        plan = cfg.extension.attention_plan()  # training-free methods only, else None
+        self.blocks = nn.ModuleList(Block(cfg, plan) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight

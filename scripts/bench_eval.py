@@ -1,11 +1,15 @@
 """Evaluation speed and memory by length: RoPE's SDPA against the bias PEs (ALiBi, T5, FIRE) through
-FlexAttention and through the chunked SDPA-with-bias path, side by side in one run.
+FlexAttention and through the chunked SDPA-with-bias path, and against the training-free
+extension methods (Self-Extend, ReRoPE, log scaling), side by side in one run.
 
     python scripts/bench_eval.py                         # small model, 1024..4096, CPU
     python scripts/bench_eval.py --device cuda --lengths 1024,4096,16384
+    python scripts/bench_eval.py --pes rope,rope+self_extend,rope+rerope,rope+logn \
+        --lengths 1024,4096,16384 --baseline 1024
 
-A variant is ``pe`` or ``pe:backend`` (backend ``flex`` or ``sdpa``, the model's ``attention``
-setting). ``compile s``: the first pass minus a later one, i.e. FlexAttention's one-off
+A variant is ``pe``, ``pe:backend`` (backend ``flex`` or ``sdpa``, the model's ``attention``
+setting) or ``pe+method`` (an extension method set up for L tokens after training at
+``--train-length``). ``compile s``: the first pass minus a later one, i.e. FlexAttention's one-off
 compilation (dynamic shapes: later lengths in the same process reuse it).
 
 What is measured: one sequence (batch 1) of L tokens through the same code as
@@ -53,20 +57,30 @@ def _status_kib(field: str) -> int:
 
 
 def child(
-    variant: str, length: int, model_size: str, heads: int, device_name: str, reps: int
+    variant: str,
+    length: int,
+    model_size: str,
+    heads: int,
+    device_name: str,
+    reps: int,
+    train_length: int,
 ) -> dict:
     """One measurement point (runs in its own process)."""
     import torch
 
     from posexp.commands.extrapolate.plan import nonoverlap_windows
     from posexp.commands.extrapolate.score import score_windows
+    from posexp.extension import ExtensionConfig
     from posexp.model import GPT, ModelConfig
     from posexp.runtime.device import resolve_device
 
     device = resolve_device(device_name)
     d_model, n_layers = SIZES[model_size]
     torch.manual_seed(0)
-    pe, _, backend = variant.partition(":")
+    pe, _, method = variant.partition("+")
+    pe, _, backend = pe.partition(":")
+    l0 = min(length, train_length)
+    extension = ExtensionConfig.for_length(method or "none", length, l0)[0]
     model = (
         GPT(
             ModelConfig(
@@ -75,7 +89,8 @@ def child(
                 n_layers=n_layers,
                 n_heads=heads,
                 pe=pe,
-                train_length=length,
+                train_length=l0,
+                extension=extension,
                 attention=backend or "auto",
             )
         )
@@ -140,6 +155,8 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
         args.device,
         "--reps",
         str(args.reps),
+        "--train-length",
+        str(args.train_length),
     ]
     # The repo first, then whatever PYTHONPATH already holds (packages carried beside it).
     paths = (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", ""))
@@ -161,12 +178,27 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument(
+        "--train-length", type=int, default=1024, help="L0 of a pe+method variant (min with L)"
+    )
     p.add_argument("--json", type=Path, help="also write the rows here")
     p.add_argument("--child", nargs=2, metavar=("PE", "LENGTH"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         pe, length = args.child
-        print(json.dumps(child(pe, int(length), args.model, args.heads, args.device, args.reps)))
+        print(
+            json.dumps(
+                child(
+                    pe,
+                    int(length),
+                    args.model,
+                    args.heads,
+                    args.device,
+                    args.reps,
+                    args.train_length,
+                )
+            )
+        )
         return
 
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -183,7 +215,7 @@ def main() -> None:
             rows.append(measure(args, pe, length))
             r = rows[-1]
             print(
-                f"  measured {pe:6s} L={length:6d}: {r['tok_s']:10.0f} tok/s  "
+                f"  measured {pe:16s} L={length:6d}: {r['tok_s']:10.0f} tok/s  "
                 f"pass {r['pass_mib']:8.1f} MiB  peak {r['peak_mib']:8.1f} MiB",
                 file=sys.stderr,
             )

@@ -314,8 +314,9 @@ def part_train(c: Check) -> dict[str, Any]:
 
 
 def part_eval(c: Check) -> dict[str, Any]:
-    """Forward-pass tokens/s and memory at long lengths: rope, and the bias PEs through
-    FlexAttention and through the chunked SDPA path (bench_eval's points)."""
+    """Forward-pass tokens/s and memory at long lengths: rope, the bias PEs through
+    FlexAttention and through the chunked SDPA path, and the training-free methods that remap
+    positions (bench_eval's points)."""
     from bench_eval import measure
 
     s = c.sizes
@@ -324,11 +325,22 @@ def part_eval(c: Check) -> dict[str, Any]:
         heads=8 if not c.smoke else 2,
         device=s.device,
         reps=3 if not c.smoke else 1,
+        train_length=1024,  # L0 of the training-free methods' variants
     )
     variants = (
         ("rope", "alibi:flex")
         if c.smoke
-        else ("rope", "alibi:flex", "alibi:sdpa", "t5:flex", "t5:sdpa", "fire:flex", "fire:sdpa")
+        else (
+            "rope",
+            "alibi:flex",
+            "alibi:sdpa",
+            "t5:flex",
+            "t5:sdpa",
+            "fire:flex",
+            "fire:sdpa",
+            "rope+self_extend",
+            "rope+rerope",
+        )
     )
     rows = [measure(args, pe, length) for pe in variants for length in s.eval_lengths]
     for r in rows:

@@ -7,7 +7,8 @@
 2. ``passkey``: that model trained further on passkey rows of at most L0 tokens
    (``posexp train experiment=passkey parent=<lm>``);
 3. zero-shot: ``posexp eval-extrapolate`` of the passkey run at 1x, 2x, 4x and 8x L0 with
-   none / pi / ntk / yarn, at key depths 0, 0.5 and 1;
+   none / pi / ntk / yarn and the training-free self_extend / rerope / logn (the preset's
+   ``extrapolate.method``), at key depths 0, 0.5 and 1;
 4. ``ft_<method>``: a short ``posexp finetune`` of the passkey run with each method at
    ``--factor`` on passkey rows from the shortest up to factor x L0 (``none``: the same
    fine-tune without a method, the baseline), then its evaluation with the baked-in method;

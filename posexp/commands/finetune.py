@@ -31,6 +31,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from posexp.commands.train import run_training
 from posexp.config import NETWORK_ROOTS, from_composed
+from posexp.config.run import check_trainable
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.files import write_text_atomic
@@ -120,6 +121,7 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     merged.train_length = l0
     # The extension's original_length is the parent's training length unless given.
     extension = ExtensionConfig.from_dict(_plain(merged.extension)).with_original_length(l0)
+    check_trainable(meta["model"]["pe"], extension.method)
     merged.extension = extension.to_dict()
     merged.parent = str(parent)
     merged.resume = None

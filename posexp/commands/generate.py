@@ -83,6 +83,21 @@ def check_options(
 ANSWERING = ("pairs", "synthetic")
 
 
+def method_for(run_dir: Any, method: str | None, factor: float | None, length: int) -> Any:
+    """The extension ``--method`` asks for at ``length`` tokens, checked against the run's pe; None
+    keeps the run's own (a ``--factor`` alone is refused: it needs a method)."""
+    from posexp.extension import ExtensionConfig
+    from posexp.pe import check_extension
+
+    if method is None:
+        if factor is not None:
+            raise PosexpError(f"--factor {factor:g} needs --method (e.g. --method yarn)")
+        return None
+    mcfg = run_dir.model_config()
+    check_extension(mcfg.pe, method)
+    return ExtensionConfig.for_length(method, length, mcfg.train_length, factor)[0]
+
+
 def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
     """Token ids of a prompt: ``source <sep>`` for translation and tasks, the text for an lm."""
     ids = tokenizer.encode(text)
@@ -101,12 +116,15 @@ def generate_text(
     beam_size: int | None = None,
     length_penalty: float | None = None,
     announce: Callable[[Path], None] | None = None,
+    method: str | None = None,
+    factor: float | None = None,
 ) -> list[str]:
     """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt.
 
     Beam size and length penalty default to the run's ``translate`` settings for a translation
     run, and to greedy decoding for a language model. ``announce`` is told which run dir is
-    used (the newest one when ``run`` is None).
+    used (the newest one when ``run`` is None). ``method`` replaces the run's extension (none, a
+    RoPE method, or a training-free one), set up for prompt + new tokens unless ``factor`` is given.
     """
     from posexp.rundir import RunDir, latest_run
     from posexp.runtime.device import resolve_device
@@ -125,10 +143,12 @@ def generate_text(
             f"{str(run_dir.path)!r} has no trained model (no checkpoint; status "
             f"{run_dir.status()}{f': {error}' if error else ''}); pass a trained run"
         )
-    model = run_dir.load_model(dev)
     cfg = run_dir.config()
     tokenizer, kind = run_tokenizer(cfg)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
+    model = run_dir.load_model(
+        dev, method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens)
+    )
     reach, longest = model.pe.max_positions, max(len(i) for i in ids)
     if reach is not None and longest >= reach:
         raise PosexpError(

@@ -66,7 +66,7 @@ class RunConfig:
     def from_dict(cls, value: Mapping[str, Any]) -> RunConfig:
         """Validate a composed, resolved config mapping; the one place a run config is built."""
         from posexp.data import check_dataset, check_tokenizer
-        from posexp.pe import check_extension, get_pe
+        from posexp.pe import get_pe
 
         d = {str(k): v for k, v in value.items() if k != "hydra"}
         allowed = [f.name for f in dataclasses.fields(cls)]
@@ -88,7 +88,7 @@ class RunConfig:
         pe_cls = get_pe(pe_name)  # unknown pe: one-line error naming the registered ones
         pe_cls.check_params(pe_params, train.seq_len)
         ext = ExtensionConfig.from_dict(d.get("extension") or {"method": "none"})
-        check_extension(pe_name, ext.method)
+        check_trainable(pe_name, ext.method)
         tok_name, tok_params = named_entry("tokenizer", d.get("tokenizer"), "name")
         check_tokenizer(tok_name, tok_params)
         data_name, data_params = named_entry("data", d.get("data"), "source")
@@ -158,6 +158,21 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with top-level fields changed (e.g. ``resume``, ``cache_dir``)."""
         return dataclasses.replace(self, **changes)
+
+
+def check_trainable(pe: str, method: str) -> None:
+    """Refuse an extension method ``pe`` cannot take, or one no run can train with (one line)."""
+    from posexp.extension import get_extension
+    from posexp.pe import accepted_extensions, check_extension
+
+    check_extension(pe, method)
+    if get_extension(method).training_free:
+        trainable = [m for m in accepted_extensions(pe) if not get_extension(m).training_free]
+        raise PosexpError(
+            f"extension {method!r} is training-free (it changes attention at evaluation); "
+            f"use it with eval-extrapolate or generate --method {method}; "
+            f"a run trains with: {', '.join(trainable)}"
+        )
 
 
 def from_composed(cfg: Any) -> RunConfig:

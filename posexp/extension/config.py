@@ -9,6 +9,7 @@ from typing import Any
 
 from posexp import checks
 from posexp.errors import PosexpError
+from posexp.extension.attention import AttentionPlan, AttentionSpec
 from posexp.extension.registry import ExtensionMethod, check_factor, get_extension, method_params
 
 _COMMON_KEYS = ("method", "factor", "original_length")
@@ -49,10 +50,42 @@ class ExtensionConfig:
         common = {k: flat.pop(k) for k in _COMMON_KEYS if k in flat}
         return cls(**common, params=flat)
 
+    @classmethod
+    def for_length(
+        cls, method: str, length: int, train_length: int, factor: float | None = None
+    ) -> tuple[ExtensionConfig, str]:
+        """The method set up for sequences of ``length`` after training at ``train_length``, and
+        a note: s = length / L0 unless ``factor`` fixes it; 1 for none, for dynamic NTK (which
+        scales itself) and for the methods that ignore s. Checked now, a training-free plan too."""
+        ext, note = get_extension(method), ""
+        if method == "none":
+            s = 1.0
+        elif factor is not None:
+            s = float(factor)
+        elif ext.dynamic:
+            # Dynamic NTK already scales with the length l; s = l/L0 on top would count it twice.
+            s, note = 1.0, "dynamic: base follows the window length"
+        elif not ext.uses_factor:
+            s = 1.0  # ReRoPE, log scaling: the same at every length
+        else:
+            s = max(1.0, length / train_length)
+        config = cls(method, s, train_length)
+        config.attention_plan()
+        return config, note
+
     @property
     def registered(self) -> ExtensionMethod:
         """The registered method object (its frequency function and what it acts on)."""
         return get_extension(self.method)
+
+    def attention_plan(self) -> AttentionPlan | None:
+        """A training-free method's plan for attention (one-line error for bad params); else None."""
+        ext = self.registered
+        if ext.attention is None:
+            return None
+        if self.original_length is None:
+            raise PosexpError(f"extension {self.method!r} needs original_length, got None")
+        return ext.attention(AttentionSpec(self.factor, self.original_length), **self.params)
 
     def with_original_length(self, train_length: int) -> ExtensionConfig:
         """Fill a null original_length with the run's training length; keep an explicit one."""

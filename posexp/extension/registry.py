@@ -21,8 +21,10 @@ from posexp.registry import Registry
 
 # What a method changes. A positional encoding declares which of these it has (posexp/pe/base.py),
 # so neither side names the other: "nothing" (method none) suits every encoding, "positions"
-# (position interpolation) suits any encoding that reads positions, "frequencies" only rotations.
-ACTS_ON = ("nothing", "positions", "frequencies")
+# (position interpolation) suits any encoding that reads positions, "frequencies" only rotations;
+# "relative_positions" (Self-Extend, ReRoPE) remaps the distance a rotation sees per query-key
+# pair, and "logits" (log-length scaling) rescales the scores of any attention.
+ACTS_ON = ("nothing", "positions", "frequencies", "relative_positions", "logits")
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,25 @@ class ExtensionMethod:
     acts_on: str
     needs_original_length: bool
     check: ParamCheck | None = None
+    # Training-free methods (posexp/extension/attention.py) change attention itself, at evaluation:
+    # the function that builds their AttentionPlan, else None.
+    attention: Callable[..., Any] | None = None
+    # False when the method ignores the factor s (evaluations then record s = 1).
+    uses_factor: bool = True
+
+    @property
+    def training_free(self) -> bool:
+        """True for methods that change attention at evaluation only (no run trains with them)."""
+        return self.attention is not None
 
     def __call__(
         self, spec: RopeSpec, params: Mapping[str, Any] | None = None
     ) -> tuple[torch.Tensor, float]:
         """(float32 inv_freq, attention_factor) for checked inputs, method defaults filled in."""
-        # Computed in float64 so that float32 rounding happens once, at the end.
-        inv_freq, attention_factor = self.frequencies(spec, **{**self.params, **(params or {})})
+        # Computed in float64 so that float32 rounding happens once, at the end. A training-free
+        # method's params are its attention plan's, not the frequencies'.
+        kwargs = {} if self.training_free else {**self.params, **(params or {})}
+        inv_freq, attention_factor = self.frequencies(spec, **kwargs)
         return inv_freq.to(torch.float32), float(attention_factor)
 
     def position_divisor(self, factor: float) -> float:
@@ -93,10 +107,14 @@ def register_extension(
     acts_on: str = "frequencies",
     needs_original_length: bool = False,
     check: ParamCheck | None = None,
+    attention: Callable[..., Any] | None = None,
+    uses_factor: bool = True,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
     """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`.
 
     ``check`` validates the method's param values once, when a config or a call names them.
+    ``attention`` (training-free methods) builds the method's AttentionPlan; its keyword-only
+    params are the method's params.
     """
 
     def decorate(fn: FrequencyFn) -> FrequencyFn:
@@ -109,11 +127,13 @@ def register_extension(
             ExtensionMethod(
                 name=name,
                 frequencies=fn,
-                params=MappingProxyType(_keyword_defaults(fn)),
+                params=MappingProxyType(_keyword_defaults(attention or fn)),
                 dynamic=dynamic,
                 acts_on=acts_on,
                 needs_original_length=needs_original_length,
                 check=check,
+                attention=attention,
+                uses_factor=uses_factor,
             ),
         )
         return fn

@@ -33,11 +33,13 @@ from posexp.registry import Registry
 
 KINDS = ("none", "embedding", "rotation", "bias")
 # What the extension methods may change, for each kind (see posexp/extension/registry.py).
+# Scaling the logits ("logits") suits any attention; remapping relative distances
+# ("relative_positions") needs a rotation that can be applied at any position (``rotate_at``).
 ACCEPTS_BY_KIND = {
-    "none": frozenset(),
-    "bias": frozenset(),
-    "embedding": frozenset({"positions"}),
-    "rotation": frozenset({"positions", "frequencies"}),
+    "none": frozenset({"logits"}),
+    "bias": frozenset({"logits"}),
+    "embedding": frozenset({"positions", "logits"}),
+    "rotation": frozenset({"positions", "frequencies", "relative_positions", "logits"}),
 }
 
 
@@ -132,6 +134,11 @@ class PositionalEncoding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return queries and keys (B, H, T, head_dim) with position information applied."""
         return q, k
+
+    def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate queries or keys (B, H, T, head_dim) at any (float) positions (T,): what a
+        method remapping relative positions (Self-Extend, ReRoPE) needs from a rotation."""
+        raise NotImplementedError(f"pe {self.name!r} has no rotation to apply at other positions")
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Return the additive logit bias (H, Tq, Tk) or (B, H, Tq, Tk), causal part excluded."""

@@ -94,6 +94,16 @@ class RotaryEncoding(PositionalEncoding):
             rotate_half(k, *self._at(cos, sin, k_pos, k.dtype)),
         )
 
+    def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x`` at float positions (T,) or (B, T) with the training-length frequencies."""
+        inv_freq, attention_factor = self.frequencies(self.extension.original_length)
+        angles = positions.double()[..., None] * inv_freq.double().to(positions.device)
+        cos = (angles.cos() * attention_factor).to(x.dtype)
+        sin = (angles.sin() * attention_factor).to(x.dtype)
+        if positions.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]
+        return rotate_half(x, cos, sin)
+
     @staticmethod
     def _at(cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype):
         # Positions (T,) broadcast over (B, H); per-row positions (B, T) need a head axis.

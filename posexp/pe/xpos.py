@@ -31,6 +31,9 @@ class XPos(RotaryEncoding):
     """RoPE times ζ_i^(n/B) on queries and ζ_i^(-m/B) on keys, per rotation pair."""
 
     label, order, family = "xPos", 33, "rotary"
+    # Its decay reads the raw positions, so a remapped relative distance (Self-Extend, ReRoPE)
+    # would rotate and decay by two different distances: those methods are not offered.
+    accepts = frozenset({"positions", "frequencies", "logits"})
 
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:

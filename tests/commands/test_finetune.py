@@ -105,6 +105,11 @@ BAD = {
         "extension.factor must be a finite number >= 1, got 0.5",
     ),
     "parent given twice": (["parent=x"], "finetune sets parent= from --run"),
+    "a training-free method": (
+        ["extension=self_extend", "extension.factor=2"],
+        "extension 'self_extend' is training-free (it changes attention at evaluation); use it "
+        "with eval-extrapolate or generate --method self_extend; a run trains with: none, pi,",
+    ),
 }
 
 

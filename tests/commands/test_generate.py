@@ -114,3 +114,39 @@ def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, 
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("generate: ")]
     # 2 prompts x 600 tokens: a line at every tenth (no eos in a byte-level lm run).
     assert lines == [f"generate: {n:,}/1,200 tokens" for n in range(120, 1201, 120)]
+
+
+def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
+    tmp_path, cache, monkeypatch
+):
+    from posexp.rundir import RunDir
+
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=16
+    )
+    config = run_config(f"cache_dir={cache}").to_dict()
+    save_checkpoint(
+        tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config}
+    )
+    seen = []
+    load = RunDir.load_model
+
+    def spy(self, device, extension=None):
+        seen.append(extension)
+        return load(self, device, extension)
+
+    monkeypatch.setattr(RunDir, "load_model", spy)
+    out = generate_text(tmp_path / "lm", ["And God"], 40, device="cpu", method="self_extend")
+    assert out[0].startswith("And God") and len(out[0]) > len("And God")
+    # 7 prompt bytes + 40 new = 47 positions after training at 16: s = 47/16.
+    ext = seen[-1]
+    assert (ext.method, ext.original_length) == ("self_extend", 16)
+    assert ext.factor == pytest.approx(47 / 16)
+    generate_text(tmp_path / "lm", ["And God"], 40, device="cpu", method="yarn", factor=4)
+    assert (seen[-1].method, seen[-1].factor) == ("yarn", 4.0)
+    generate_text(tmp_path / "lm", ["And God"], 5, device="cpu")
+    assert seen[-1] is None  # the run's own extension
+    with pytest.raises(PosexpError, match="^--factor 2 needs --method"):
+        generate_text(tmp_path / "lm", ["x"], 5, device="cpu", factor=2)
+    with pytest.raises(PosexpError, match="^unknown extension 'selfextend'; allowed: "):
+        generate_text(tmp_path / "lm", ["x"], 5, device="cpu", method="selfextend")

@@ -20,8 +20,13 @@ def assert_rel_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float =
     assert rel <= rtol, f"max relative error {rel:.3g} > {rtol}"
 
 
-def test_registry_holds_exactly_the_six_methods():
-    assert set(EXTENSIONS) == set(METHODS)
+def test_registry_holds_the_six_frequency_methods_and_the_training_free_ones():
+    assert {n for n, m in EXTENSIONS.items() if not m.training_free} == set(METHODS)
+    assert {n for n, m in EXTENSIONS.items() if m.training_free} == {
+        "self_extend",
+        "rerope",
+        "logn",
+    }
     assert {name for name, m in EXTENSIONS.items() if m.dynamic} == {"dynamic_ntk"}
 
 

@@ -36,6 +36,9 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
             m.acts_on == "nothing"
             or (m.acts_on == "positions" and cls.kind in ("embedding", "rotation"))
             or (m.acts_on == "frequencies" and cls.kind == "rotation")
+            or m.acts_on == "logits"
+            # xPos decays by the raw distance, so it declines remapped ones.
+            or (m.acts_on == "relative_positions" and cls.kind == "rotation" and pe != "xpos")
         )
         assert (method in allowed) == expected, (pe, method)
         if expected:
@@ -50,8 +53,9 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
 
 
 def test_known_pairs():
-    assert accepted_extensions("learned") == ["none", "pi"]
-    assert accepted_extensions("alibi") == ["none"]
+    assert accepted_extensions("learned") == ["none", "pi", "logn"]
+    assert accepted_extensions("alibi") == ["none", "logn"]
+    assert "self_extend" not in accepted_extensions("xpos")
     assert set(accepted_extensions("rope")) == set(EXTENSIONS)
 
 

@@ -25,7 +25,7 @@ from posexp.commands.extrapolate.tasks import PROTOCOL as TASK_PROTOCOL
 from posexp.commands.extrapolate.tasks import task_data
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
-from posexp.extension import ExtensionConfig, get_extension
+from posexp.extension import ExtensionConfig
 from posexp.files import check_writable
 from posexp.hardware import available_memory
 from posexp.pe import accepted_extensions, check_extension
@@ -395,15 +395,5 @@ def method_extension(
     method: str, length: int, train_length: int, fixed: float | None
 ) -> tuple[float, ExtensionConfig, str]:
     """(factor, extension, note) for a method evaluated at ``length``."""
-    note = ""
-    if method == "none":
-        factor = 1.0
-    elif fixed is not None:
-        factor = float(fixed)
-    elif get_extension(method).dynamic:
-        # Dynamic NTK already scales with the window length l; s = l/L0 on top would count it twice.
-        factor, note = 1.0, "dynamic: base follows the window length"
-    else:
-        factor = max(1.0, length / train_length)
-    # Built (and so checked) while planning, not mid-evaluation.
-    return factor, ExtensionConfig(method, factor, train_length), note
+    extension, note = ExtensionConfig.for_length(method, length, train_length, fixed)
+    return extension.factor, extension, note

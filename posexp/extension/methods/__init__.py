@@ -2,7 +2,9 @@
 
 Each module registers one function with ``register_extension``: it takes a checked ``RopeSpec``
 plus its own keyword-only params (whose defaults the registry reads as the method's allowed
-params) and returns (float64 inv_freq, attention_factor). A new method is one module here plus
+params) and returns (float64 inv_freq, attention_factor). Training-free methods, which change
+attention instead, register an ``AttentionPlan`` builder with ``register_attention_method``
+(posexp/extension/attention.py). A new method is one module here plus
 ``configs/extension/<name>.yaml``.
 """
 
@@ -12,7 +14,17 @@ from posexp.registry import discover
 
 # The built-in methods first, in the order tables and plots show them (plainest first); any
 # other module of this package follows, in name order.
-_SHOWN_FIRST = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+_SHOWN_FIRST = (
+    "none",
+    "pi",
+    "ntk",
+    "dynamic_ntk",
+    "yarn",
+    "llama3",
+    "self_extend",
+    "rerope",
+    "logn",
+)
 for _name in _SHOWN_FIRST:
     importlib.import_module(f"{__name__}.{_name}")
 discover(__name__, __path__)

@@ -18,7 +18,7 @@ from posexp.model import GPT, ModelConfig
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
-METHODS = ["none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3"]
+METHODS = ["none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "self_extend", "rerope", "logn"]
 # Measured (1 thread, seed 0): a tiny rope model trained like this (400 steps of 32 x 32 bytes,
 # ~20 s) has test ppl ~6.4 at its training length and ~16 at 4x without extension (ratio ~2.5;
 # ~1.5 with 4 heads). 150 steps are not enough (ratio ~1.0: the model barely uses context yet).
@@ -95,15 +95,17 @@ def test_rope_every_method_length_protocol(runs, cache):
         }
         assert r["tokens"] == 2048  # the same scored count at every length
         assert math.isclose(r["ppl"], math.exp(r["loss"]), rel_tol=1e-9)
-        expected_factor = 1.0 if r["method"] in ("none", "dynamic_ntk") else r["length"] / 32
+        unscaled = ("none", "dynamic_ntk", "rerope", "logn")  # these ignore s, recorded as 1
+        expected_factor = 1.0 if r["method"] in unscaled else r["length"] / 32
         assert r["factor"] == expected_factor
     by = {(r["method"], r["length"], r["protocol"]): r for r in recs}
     # Sliding (stride 16) and non-overlapping windows agree at the training length (sliding gives
     # every token >= 16 tokens of context, so it is a little lower; measured ~3%).
     slide, nonover = by["none", 32, "sliding"]["ppl"], by["none", 32, "nonoverlap"]["ppl"]
     assert slide == pytest.approx(nonover, rel=0.06) and slide < nonover * 1.01
-    # At factor 1 every static method is plain RoPE.
-    for m in ("pi", "ntk", "yarn", "llama3"):
+    # At factor 1 every static method is plain RoPE, and so are Self-Extend (G = 1 at s = 1) and
+    # log scaling (every query within L0).
+    for m in ("pi", "ntk", "yarn", "llama3", "self_extend", "logn"):
         assert by[m, 32, "nonoverlap"]["ppl"] == pytest.approx(
             by["none", 32, "nonoverlap"]["ppl"], rel=1e-5
         )
@@ -166,10 +168,11 @@ def test_learned_past_its_table_is_null_with_reason(runs, cache):
     by = {(r["method"], r["length"]): r for r in records(learned)}
     # Measured in the precision it trained in, and said so.
     assert {r["precision"] for r in by.values()} == {"bf16"} and "bf16 as trained" in proc.stdout
-    assert set(by) == set(itertools.product(["none", "pi"], [32, 64, 128]))
+    assert set(by) == set(itertools.product(["none", "pi", "logn"], [32, 64, 128]))
     assert by["none", 32]["ppl"] is not None
     for n in (64, 128):
-        assert by["none", n]["ppl"] is None and "learned" in by["none", n]["note"]
+        for method in ("none", "logn"):  # log scaling does not move the positions
+            assert by[method, n]["ppl"] is None and "learned" in by[method, n]["note"]
         assert by["pi", n]["ppl"] is not None and by["pi", n]["factor"] == n / 32
 
 
@@ -199,7 +202,7 @@ def test_default_is_newest_run_and_a_new_evaluation_replaces_the_old(runs, cache
 BAD = {
     "unknown method": (
         ["--method", "none,rope2x"],
-        "unknown method 'rope2x'; allowed: baked, dynamic_ntk, llama3, none, ntk, pi, yarn",
+        "unknown method 'rope2x'; allowed: baked, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn",
     ),
     "factor below 1": (["--factor", "0.5"], "--factor must be a finite number >= 1, got 0.5"),
     "len below training length": (["--len", "16"], "--len 16 is below the training length 32"),

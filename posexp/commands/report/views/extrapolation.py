@@ -29,6 +29,7 @@ from posexp.commands.report.views.extrapolation_paper import (
 )
 from posexp.commands.report.views.extrapolation_plot import extrapolation_plot
 from posexp.commands.report.views.findings import job_pe
+from posexp.extension import EXTENSIONS
 
 
 def extrapolation_columns(ctx: ReportContext) -> list[Column]:
@@ -246,7 +247,13 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"non-overlapping ones in {higher} of {len(both)} cells (median ratio "
                 f"{median:.2f}): {why}."
             )
-    for method in ("pi", "yarn"):
+    training_free = [n for n, m in EXTENSIONS.items() if m.training_free]
+    for method in ("pi", "yarn", *training_free):
+        after = (
+            "it needs no fine-tuning (it changes attention, not the weights)"
+            if method in training_free
+            else "`posexp finetune` trains at the longer length first"
+        )
         for base in (c for c in columns if c.method == "none"):  # one sentence per PE
             same_pe = [c for c in columns if c.jobs is base.jobs]
             pairs = _pairs(same_pe, method, "none", first, l0)
@@ -258,8 +265,7 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
             out.append(
                 f"applied zero-shot (no fine-tuning), {method} is {verdict} than no "
                 f"extension for {base.label} in {k} of {len(pairs)} cells past the training "
-                f"length ({first}){noise_clause(pairs)}; `posexp finetune` trains at the "
-                "longer length first."
+                f"length ({first}){noise_clause(pairs)}; {after}."
             )
     if l0:
         out += shape_sentences(columns, first, l0)

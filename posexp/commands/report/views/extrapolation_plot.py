@@ -1,18 +1,48 @@
-"""The extrapolation view's figure: test perplexity against length, one line per column, with
-the seeds' spread as a band where a column has several."""
+"""The extrapolation view's figure: test perplexity against length, as small multiples.
+
+The first panel compares the encodings without extension; each encoding evaluated with
+extension methods then gets a panel of its own (its plain line and one line per method), so no
+panel holds more than one encoding's methods. A method keeps its colour in every panel, the
+y axis is shared, and the seeds' spread is a band around each plain line.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 
 
+def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
+    return sorted(
+        (n, r["ppl"])
+        for (p, n), r in c.records.items()
+        if p == protocol and r.get("ppl") is not None
+    )
+
+
+def _seeds(c: Column) -> int:
+    return max((r.get("n", 1) for r in c.records.values()), default=1)
+
+
+def _band(ax: Any, c: Column, protocol: str, color: Any) -> None:
+    band = sorted(
+        (n, r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
+        for (p, n), r in c.records.items()
+        if p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
+    )
+    if band:
+        xs, lo, hi = zip(*band, strict=True)
+        ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+
+
 def extrapolation_plot(
     ctx: ReportContext, columns: list[Column], protocol: str, l0: int | None
 ) -> Path:
-    """ppl against length (log-log, plain ticks), one line per column, styles that stay distinct."""
+    """ppl against length (log-log, plain ticks): all encodings, then one panel per encoding's methods."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,49 +50,72 @@ def extrapolation_plot(
 
     from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
 
-    fig, ax = plt.subplots(figsize=(9.5, 5.0), layout="constrained")
-    palette = plt.get_cmap("tab10" if len(columns) <= 10 else "tab20").colors
-    lengths: set[int] = set()
-    for i, c in enumerate(columns):
-        pts = sorted(
-            (n, r["ppl"])
-            for (p, n), r in c.records.items()
-            if p == protocol and r.get("ppl") is not None
-        )
-        if pts:
-            lengths.update(n for n, _ in pts)
-            style = "-" if c.method == "none" else "--"
-            color = palette[i % len(palette)]
-            seeds = max((r.get("n", 1) for r in c.records.values()), default=1)
-            ax.plot(
-                *zip(*pts, strict=True),
-                style,
-                marker=MARKERS[i % len(MARKERS)],
-                markersize=8 - 1.5 * (i % 4),
-                label=c.label + (f" (n = {seeds})" if seeds > 1 else ""),
-                color=color,
-            )
-            band = sorted(
-                (n, r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
-                for (p, n), r in c.records.items()
-                if p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
-            )
-            if band and c.method == "none":  # mean ± one seed std (methods' would pile up)
-                xs, lo, hi = zip(*band, strict=True)
-                ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
-    if l0:
-        ax.axvline(l0, color="grey", linestyle=":", linewidth=1, label=f"training length ({l0:,})")
-    if lengths:
-        plain_log_axes(ax, sorted(lengths))
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("test perplexity (log scale)")
-    several = any(r.get("n", 1) > 1 for c in columns for r in c.records.values())
-    ax.set_title(
-        f"Test perplexity against evaluation length ({protocol} windows)\n"
-        "solid: no extension, dashed: with one"
-        + ("; lines: seed mean, bands: ± one seed std" if several else ""),
-        fontsize=10,
+    plain = [c for c in columns if c.method == "none"]
+    with_methods = [
+        (base, [c for c in columns if c.jobs is base.jobs and c.method != "none"]) for base in plain
+    ]
+    with_methods = [(base, methods) for base, methods in with_methods if methods]
+    method_names = list(dict.fromkeys(c.method for _, ms in with_methods for c in ms))
+    panels = 1 + len(with_methods)
+    cols = min(panels, 4)
+    rows = math.ceil(panels / cols)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(4.2 * cols + (2.5 if panels == 1 else 0), 3.6 * rows + 0.6),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
     )
-    ax.grid(True, which="major", alpha=0.3)
-    fig.legend(loc="outside right upper", fontsize=8)
+    flat = list(axes.flat)
+    pe_colors = plt.get_cmap("tab10").colors
+    method_colors = plt.get_cmap("tab10").colors[1:]  # C0 stays the plain line's colour
+    lengths = sorted({n for c in columns for n, _ in _points(c, protocol)})
+
+    def draw(ax: Any, c: Column, label: str, color: Any, marker: str, style: str) -> None:
+        pts = _points(c, protocol)
+        if not pts:
+            return
+        seeds = _seeds(c)
+        ax.plot(
+            *zip(*pts, strict=True),
+            style,
+            marker=marker,
+            markersize=5,
+            color=color,
+            label=label + (f" (n = {seeds})" if seeds > 1 else ""),
+        )
+
+    ax = flat[0]
+    for i, c in enumerate(plain):
+        color = pe_colors[i % len(pe_colors)]
+        draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], "-")
+        _band(ax, c, protocol, color)
+    ax.set_title("every encoding, no extension", fontsize=10)
+    for ax, (base, methods) in zip(flat[1:], with_methods, strict=False):
+        draw(ax, base, "no extension", "black", "o", "-")
+        _band(ax, base, protocol, "black")
+        for c in methods:
+            k = method_names.index(c.method)
+            draw(ax, c, c.method, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
+        ax.set_title(f"{base.label} with extension methods", fontsize=10)
+    for ax in flat[:panels]:
+        if l0:
+            ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
+        if lengths:
+            plain_log_axes(ax, lengths)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.set_xlabel("evaluation length (tokens)")
+    for ax in flat[panels:]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("test perplexity (log scale)")
+    several = any(r.get("n", 1) > 1 for c in columns for r in c.records.values())
+    fig.suptitle(
+        f"Test perplexity against evaluation length ({protocol} windows)"
+        + (f"; dotted: training length {l0:,}" if l0 else "")
+        + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else ""),
+        fontsize=11,
+    )
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")

@@ -1,0 +1,48 @@
+"""How the `posexp` command turns Click's, Hydra's and OmegaConf's errors into one line."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+
+def one_line(e: BaseException) -> str:
+    """Hydra's config errors are multi-line; users get one line naming the value and the options."""
+    from hydra.errors import MissingConfigException
+
+    if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options:
+        group, _, name = str(e.missing_cfg_file).rpartition("/")
+        return f"unknown {group or 'config'} {name!r}; allowed: {', '.join(sorted(e.options))}"
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return " ".join(lines[:3]) or type(e).__name__
+
+
+def click_exceptions() -> ModuleType:
+    """The module of the Click exceptions Typer raises (newer Typer releases bundle Click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def usage_line(e: Exception) -> str:
+    """A Click usage error as one line: the command, what is wrong, the value, where help is."""
+    # Instead of Click's framed block (usage, a hint, a box): every other posexp error is one line.
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path if ctx is not None else "posexp"
+    message = " ".join(e.format_message().split()).rstrip(".")
+    # Typer checks values with pydantic, whose message does not repeat the value.
+    errors = getattr(e.__cause__, "errors", None)
+    if callable(errors):
+        try:
+            message += f", got {errors()[0]['input']!r}"
+        except (LookupError, TypeError):
+            pass
+    if ctx is not None and hasattr(ctx.command, "list_commands") and "No such command" in message:
+        message += f"; commands: {', '.join(ctx.command.list_commands(ctx))}"
+    return f"{command}: {message} (see `{command} --help`)"
+
+
+def is_sweep(argv: list[str]) -> bool:
+    """True for `posexp train -m ...` / `--multirun`."""
+    return any(a in ("-m", "--multirun") for a in argv[1:])
