@@ -135,3 +135,32 @@ def remapped_attention(
             weights.append(F.pad(block, (0, k.shape[2] - k_end)))
     y = torch.cat(outputs, dim=2)
     return y, torch.cat(weights, dim=2) if need_weights else None
+
+
+def content_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention whose logits get a term computed from the scores themselves
+    (``pe.score_bias``, CoPE), one block of queries at a time (no L x L tensor kept)."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and q.shape[2] == k.shape[2]
+    outputs, weights = [], []
+    for start in range(0, q.shape[2], BIAS_QUERY_CHUNK):
+        end = min(start + BIAS_QUERY_CHUNK, q.shape[2])
+        k_end = end if aligned else k.shape[2]
+        qb, qp, kp = q[:, :, start:end], q_pos[..., start:end], k_pos[..., :k_end]
+        scores = (qb @ k[:, :, :k_end].transpose(-2, -1) * scale).masked_fill(
+            ~causal_mask(qp, kp), float("-inf")
+        )
+        block = (scores + pe.score_bias(qb, scores)).softmax(dim=-1)
+        outputs.append(block @ v[:, :, :k_end])
+        if need_weights:
+            weights.append(F.pad(block, (0, k.shape[2] - k_end)))
+    y = torch.cat(outputs, dim=2)
+    return y, torch.cat(weights, dim=2) if need_weights else None

@@ -16,7 +16,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from posexp import flex
-from posexp.attention import explicit_attention, remapped_attention, sdpa_attention
+from posexp.attention import (
+    content_attention,
+    explicit_attention,
+    remapped_attention,
+    sdpa_attention,
+)
 from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
@@ -157,6 +162,8 @@ class CausalSelfAttention(nn.Module):
             y, weights = remapped_attention(
                 q, k, v, q_pos, k_pos, self.remap, pe.rotate_at, need_weights
             )
+        elif pe.kind == "content":  # the logits depend on the scores themselves (CoPE)
+            y, weights = content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
         elif need_weights:
             y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
         elif score_mod is not None:  # the bias inside the kernel (None back: compiling failed)

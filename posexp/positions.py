@@ -2,12 +2,15 @@
 
 Each training row of length T gets T distinct positions drawn uniformly from [0, M) and sorted,
 so a model trained on short rows still sees (and learns to use) the position values, and the
-gaps between them, that longer test rows will have; evaluation uses 0..L-1. The draw is a pure
-function of (seed, step), so a resumed run draws the same positions.
+gaps between them, that longer test rows will have. The draw is a pure function of (seed, step),
+so a resumed run draws the same positions. Task rows are scored with positions drawn the same
+way (``scoring_positions``), as the method's reference implementation does at test time too:
+consecutive positions 0..T-1, all gaps 1, are a draw training almost never made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +35,7 @@ def random_positions(
 @dataclass(frozen=True)
 class PositionSampling:
     """``pe.randomized`` / ``pe.max_position``: train on sorted random positions below M
-    (Ruoss et al. 2023, posexp/positions.py); evaluation always uses 0..L-1."""
+    (Ruoss et al. 2023); scored task rows are positioned the same way (``scoring_positions``)."""
 
     randomized: bool = False
     max_position: int | None = None
@@ -47,7 +50,7 @@ class PositionSampling:
             if max_position is not None:
                 raise PosexpError("pe.max_position only applies with pe.randomized=true")
             return cls()
-        if get_pe(pe).kind == "none":
+        if get_pe(pe).kind in ("none", "content"):  # no position input to randomize
             raise PosexpError(
                 f"pe.randomized=true needs a PE that takes positions; pe={pe} has none"
             )
@@ -69,3 +72,26 @@ class PositionSampling:
                 f"positions); allowed: pe.max_position <= {rows}"
             )
         return cls(True, m)
+
+
+# (rows, length, batch index) -> positions (rows, length) for one scored batch.
+PositionDraw = Callable[[int, int, int], torch.Tensor]
+SCORING_SEED = 0x5C0BE  # fixed: every evaluation of a run scores the same draws
+
+
+def scoring_positions(sampling: PositionSampling) -> PositionDraw | None:
+    """How to position scored task rows: drawn as in training for a randomized run (a fixed
+    seed, one draw per batch), None (0..T-1) for any other run."""
+    if not sampling.randomized:
+        return None
+    m = sampling.max_position
+
+    def draw(rows: int, length: int, batch: int) -> torch.Tensor:
+        if length > m:
+            raise PosexpError(
+                f"a scored row of {length} tokens is longer than pe.max_position={m}, the range "
+                f"its positions are drawn from; train with pe.max_position >= {length}"
+            )
+        return random_positions(rows, length, m, SCORING_SEED, batch)
+
+    return draw

@@ -55,3 +55,48 @@ def test_the_setting_reaches_the_run_config_and_back():
     assert cfg.positions.randomized and cfg.positions.max_position == 200
     assert "randomized" not in cfg.pe.params  # not handed to the PE's constructor
     assert cfg.to_dict()["pe"]["max_position"] == 200
+
+
+def test_scored_rows_of_a_randomized_run_get_positions_drawn_as_in_training():
+    from posexp.positions import PositionSampling, scoring_positions
+
+    assert scoring_positions(PositionSampling()) is None  # any other run: 0..T-1
+    draw = scoring_positions(PositionSampling(True, 64))
+    p = draw(8, 20, 0)
+    assert p.shape == (8, 20) and (p[:, 1:] > p[:, :-1]).all() and p.max() < 64
+    assert torch.equal(draw(8, 20, 0), p)  # every evaluation scores the same draws
+    assert not torch.equal(draw(8, 20, 1), p)  # each batch its own
+    with pytest.raises(
+        PosexpError, match="a scored row of 65 tokens is longer than pe.max_position=64"
+    ):
+        draw(1, 65, 0)
+
+
+def test_task_scoring_passes_the_drawn_positions_to_the_model():
+    from posexp.objectives.synthetic import score_examples
+    from posexp.positions import PositionSampling, scoring_positions
+
+    class Spy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def forward(self, x, positions=None):
+            self.seen.append(positions)
+            return {"logits": torch.zeros(*x.shape, 260)}
+
+    from posexp.data.tokenizers import ByteTokenizer
+
+    tok = ByteTokenizer()
+    spy = Spy()
+    examples = [("abc", "cba"), ("abcd", "dcba")]
+    score_examples(spy, examples, tok, torch.device("cpu"))
+    assert spy.seen == [None]
+    score_examples(
+        spy,
+        examples,
+        tok,
+        torch.device("cpu"),
+        positions=scoring_positions(PositionSampling(True, 32)),
+    )
+    assert spy.seen[-1].shape == (2, 9) and spy.seen[-1].max() < 32  # inputs: 4 + sep + 4

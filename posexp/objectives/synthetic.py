@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from posexp.config import RunConfig
 from posexp.data.pairs import IGNORE, collate_rows
 from posexp.objectives.base import Autocast, register_objective
+from posexp.positions import PositionDraw, scoring_positions
 
 Example = tuple[str, str]
 
@@ -69,8 +70,10 @@ def score_examples(
     batch_tokens: int = 8192,
     autocast: Callable[[], Any] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    positions: PositionDraw | None = None,
 ) -> TaskScore:
-    """Teacher-forced exact-match accuracy and answer loss of ``model`` on ``examples``."""
+    """Teacher-forced exact-match accuracy and answer loss of ``model`` on ``examples``;
+    ``positions`` draws each batch's positions (randomized runs), else 0..T-1."""
     was_training = model.training
     model.eval()
     ids = encode_examples(examples, tokenizer)
@@ -81,8 +84,9 @@ def score_examples(
         batch = ids[i : i + per_batch]
         x, y = collate_rows(batch, tokenizer, width)
         x, y = x.to(device), y.to(device)
+        pos = None if positions is None else positions(*x.shape, i).to(device)
         with (autocast or contextlib.nullcontext)():
-            logits = model(x)["logits"].float()
+            logits = model(x, positions=pos)["logits"].float()
         losses = F.cross_entropy(
             logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=IGNORE, reduction="sum"
         )
@@ -106,6 +110,7 @@ class SyntheticTask:
         # Rows are padded to the longest training row, not seq_len (which only bounds it).
         self.row_tokens = self.data.longest_train_row()
         self.device, self.autocast = device, autocast
+        self.positions = scoring_positions(cfg.positions)  # randomized runs: as in training
         sizes = self.data.val_sizes()
         self.val = [
             ex for n in sizes for ex in self.data.examples("val", n, self.data.val_examples)
@@ -121,7 +126,14 @@ class SyntheticTask:
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
         """Answer-token loss and exact-match accuracy on the validation instances."""
-        score = score_examples(model, self.val, self.tokenizer, self.device, autocast=self.autocast)
+        score = score_examples(
+            model,
+            self.val,
+            self.tokenizer,
+            self.device,
+            autocast=self.autocast,
+            positions=self.positions,
+        )
         self.last = {"val/loss": score.loss, "val/accuracy": score.accuracy}
         return self.last
 

@@ -5,7 +5,9 @@ the hooks it needs (all default to "do nothing"):
 
 * ``embed``   adds position information to the token embeddings (sinusoidal, learned);
 * ``rotate``  transforms queries and keys per head (RoPE);
-* ``bias``    returns an additive attention-logit bias (ALiBi, T5).
+* ``bias``    returns an additive attention-logit bias (ALiBi, T5);
+* ``score_bias`` returns an additive logit term computed from the queries and their scores
+  (content-dependent positions: CoPE).
 
 Each encoding declares its own constraints as class attributes, so no other module names it:
 ``kind`` (none, embedding, rotation or bias), the kinds of extension method it takes
@@ -31,13 +33,14 @@ from posexp.errors import PosexpError
 from posexp.extension import EXTENSIONS, ExtensionConfig, get_extension
 from posexp.registry import Registry
 
-KINDS = ("none", "embedding", "rotation", "bias")
+KINDS = ("none", "embedding", "rotation", "bias", "content")
 # What the extension methods may change, for each kind (see posexp/extension/registry.py).
 # Scaling the logits ("logits") suits any attention; remapping relative distances
 # ("relative_positions") needs a rotation that can be applied at any position (``rotate_at``).
 ACCEPTS_BY_KIND = {
     "none": frozenset({"logits"}),
     "bias": frozenset({"logits"}),
+    "content": frozenset({"logits"}),
     "embedding": frozenset({"positions", "logits"}),
     "rotation": frozenset({"positions", "frequencies", "relative_positions", "logits"}),
 }
@@ -142,6 +145,11 @@ class PositionalEncoding(nn.Module):
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Return the additive logit bias (H, Tq, Tk) or (B, H, Tq, Tk), causal part excluded."""
+        raise NotImplementedError
+
+    def score_bias(self, q: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """Kind ``content``: the additive logit term for queries ``q`` (B, H, Tq, d) given their
+        scaled scores (B, H, Tq, Tk), -inf where the causal mask hides a key."""
         raise NotImplementedError
 
     def score_mod(self) -> Callable[..., torch.Tensor] | None:

@@ -59,6 +59,7 @@ from posexp.extension import ExtensionConfig
 from posexp.model import GPT
 from posexp.objectives.synthetic import score_examples
 from posexp.pe import PositionOutOfRange
+from posexp.positions import scoring_positions
 from posexp.rundir import RunDir
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.device import resolve_device
@@ -303,7 +304,14 @@ def evaluate_plan(
                 model = loaded[1]
                 if item.examples is not None:
                     task_score = score_examples(
-                        model, item.examples, tokenizer, device, batch_tokens, autocast, advance
+                        model,
+                        item.examples,
+                        tokenizer,
+                        device,
+                        batch_tokens,
+                        autocast,
+                        advance,
+                        scoring_positions(plan.cfg.positions),
                     )
                 else:
                     score = score_windows(
