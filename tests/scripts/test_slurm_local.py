@@ -66,3 +66,30 @@ def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, tmp_path, cache):
     assert scripts and "#SBATCH --cpus-per-task=1" in scripts[0].read_text()
     posexp(tmp_path, cache, "report", str(sweep))
     assert "2 runs: 2 completed." in (sweep / "report.md").read_text()
+
+
+def test_a_failing_job_is_recorded_and_does_not_block_the_array(slurm, tmp_path, cache):
+    sweep = tmp_path / "sweep"
+    proc = posexp(
+        tmp_path,
+        cache,
+        "train",
+        "-m",
+        "hydra/launcher=submitit_slurm_cpu",
+        "model=tiny",
+        "heads=2,3",  # 3 does not divide d_model 64: that job fails when its config is built
+        "train.max_steps=4",
+        "train.seq_len=32",
+        "train.batch_size=4",
+        f"hydra.sweep.dir={sweep}",
+        check=False,
+    )
+    # The sweep ends with the failed job's one-line error (exit 2), after the other job ran.
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "error: heads=3 does not divide d_model=64" in proc.stderr
+    good = json.loads((sweep / "heads=2" / "results.json").read_text())
+    bad = json.loads((sweep / "heads=3" / "results.json").read_text())
+    assert good["status"] == "completed"
+    assert bad["status"] == "failed" and "heads=3 does not divide d_model=64" in bad["error"]
+    posexp(tmp_path, cache, "report", str(sweep))
+    assert "2 runs: 1 completed, 1 failed." in (sweep / "report.md").read_text()
