@@ -81,8 +81,8 @@ def test_task_scoring_passes_the_drawn_positions_to_the_model():
             super().__init__()
             self.seen = []
 
-        def forward(self, x, positions=None):
-            self.seen.append(positions)
+        def forward(self, x, **kwargs):
+            self.seen.append(kwargs.get("positions"))
             return {"logits": torch.zeros(*x.shape, 260)}
 
     from posexp.data.tokenizers import ByteTokenizer

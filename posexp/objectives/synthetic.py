@@ -84,9 +84,9 @@ def score_examples(
         batch = ids[i : i + per_batch]
         x, y = collate_rows(batch, tokenizer, width)
         x, y = x.to(device), y.to(device)
-        pos = None if positions is None else positions(*x.shape, i).to(device)
+        kwargs = {} if positions is None else {"positions": positions(*x.shape, i).to(device)}
         with (autocast or contextlib.nullcontext)():
-            logits = model(x, positions=pos)["logits"].float()
+            logits = model(x, **kwargs)["logits"].float()
         losses = F.cross_entropy(
             logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=IGNORE, reduction="sum"
         )

@@ -8,7 +8,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from posexp.config import RESUME_ROOTS
+from posexp.config import RESUME_ROOTS, RunConfig
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 
@@ -20,17 +20,17 @@ def effective_config(cfg: DictConfig) -> DictConfig:
     saved = OmegaConf.create(meta["config"])
     overrides = HydraConfig.get().overrides.task
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    resolved = OmegaConf.create(
-        OmegaConf.to_container(cfg, resolve=True)
-    )  # model.n_heads: ${heads}
+    resolved = OmegaConf.to_container(cfg, resolve=True)  # model.n_heads: ${heads}
+    # Both sides in the typed config's normal form: a saved config carries every key at its
+    # effective value (pe.randomized=false for a PE whose YAML never names it), so comparing the
+    # raw composition with it would refuse the very command that made the run (a rerun sweep).
+    want_all = RunConfig.from_dict({**resolved, "resume": None}).to_dict()
+    have_all = RunConfig.from_saved(OmegaConf.to_container(saved, resolve=True)).to_dict()
     for key in keys:
         root = key.split(".")[0].split("@")[0]
         if root in RESUME_ROOTS:
-            want = OmegaConf.select(resolved, root)
-            have = OmegaConf.select(saved, root)
-            if OmegaConf.to_container(
-                OmegaConf.create({"v": want}), resolve=True
-            ) != OmegaConf.to_container(OmegaConf.create({"v": have}), resolve=True):
+            want, have = want_all.get(root), have_all.get(root)
+            if want != have:
                 raise PosexpError(
                     f"resume={cfg.resume!r} was trained with {root}={short_value(have)}, "
                     f"not {root}={short_value(want)}; drop that override or start a new run"
@@ -53,9 +53,12 @@ def short_value(value: Any) -> str:
     """`rope` for a config group entry named rope, `rope(base=500000.0)` when it has other keys."""
     if isinstance(value, DictConfig):
         value = OmegaConf.to_container(value, resolve=True)
-        if isinstance(value, dict) and "name" in value:
-            extra = ", ".join(f"{k}={v}" for k, v in value.items() if k != "name")
-            return f"{value['name']}({extra})" if extra else str(value["name"])
+    if isinstance(value, dict) and "name" in value:
+        # Settings at their off value (pe.randomized=false, a null max_position) say nothing.
+        extra = ", ".join(
+            f"{k}={v}" for k, v in value.items() if k != "name" and v is not None and v is not False
+        )
+        return f"{value['name']}({extra})" if extra else str(value["name"])
     return str(value)
 
 

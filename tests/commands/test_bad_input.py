@@ -76,6 +76,12 @@ def test_resume_errors(tmp_path, cache):
     other = posexp(tmp_path, cache, "train", f"resume={run}", "pe=alibi", check=False)
     assert other.returncode == 2
     assert "was trained with pe=rope" in other.stderr and "not pe=alibi" in other.stderr
+    # The overrides that made the run are no conflict (a sweep rerun passes them again), even
+    # for a PE whose YAML never names the keys its saved config records (pe=none).
+    nope = tmp_path / "nope"
+    posexp(tmp_path, cache, "train", "pe=none", *TINY, f"hydra.run.dir={nope}")
+    posexp(tmp_path, cache, "train", f"resume={nope}", "pe=none", "train.max_steps=8")
+    assert json.loads((nope / "results.json").read_text())["step"] == 8
 
     (run / "checkpoint" / "model.safetensors").write_bytes(b"garbage")
     corrupt = posexp(tmp_path, cache, "train", f"resume={run}", "train.max_steps=9", check=False)

@@ -36,8 +36,8 @@ def test_reading_follows_the_numbers():
     assert "every PE scores 0.10" in lines[1]
     assert lines[2].startswith("- Kazemnejad et al. 2023 find ")
     assert (
-        "NoPE or T5 bias is the best on 1, and sinusoidal (APE) among the worst on 1, of the 1 "
-        "task(s)"
+        "NoPE or T5 bias is the best on 1 of 1, and sinusoidal (APE) among the worst on 1 of 1 "
+        "task(s) where"
     ) in lines[2]
     assert lines[3].startswith("- Ruoss et al. 2023 find ")
     assert "RoPE + randomized minus RoPE" in lines[3]
@@ -45,7 +45,7 @@ def test_reading_follows_the_numbers():
     summary["copy"][ROPE] = 0.9  # now RoPE leads: the sentences change with it
     lines = reading(summary)
     assert "best past the training sizes RoPE (0.90)" in lines[0]
-    assert "NoPE or T5 bias is the best on 0" in lines[2] and "copy -0.600" in lines[3]
+    assert "NoPE or T5 bias is the best on 0 of 1," in lines[2] and "copy -0.600" in lines[3]
 
 
 def test_reading_compares_families_and_skips_findings_with_nothing_to_compare():

@@ -170,13 +170,10 @@ def rank_comparison(
         named = [p for p in measured if side in finding and selects(finding[side], p)]
         if named:
             k = sum(1 for s in spread.values() if set(named) & set(leaders(s, side == "best")))
-            parts.append(f"{names(named, ' or ')} {where} on {k}")
+            parts.append(f"{names(named, ' or ')} {where} on {k} of {len(spread)}")
     if not parts:
         return ""
-    return (
-        f"here {', and '.join(parts)}, of the {len(spread)} task(s) where the PEs differ by "
-        "at least 0.01"
-    )
+    return f"here {', and '.join(parts)} task(s) where the PEs differ by at least 0.01"
 
 
 def randomized_comparison(
