@@ -106,8 +106,11 @@ def test_rope_every_method_length_protocol(runs, cache):
     # At factor 1 every static method is plain RoPE, and so are Self-Extend (G = 1 at s = 1) and
     # log scaling (every query within L0).
     for m in ("pi", "ntk", "yarn", "llama3", "self_extend", "logn"):
+        # Self-Extend runs its own kernel (an explicit softmax, not SDPA): float32 rounding
+        # differs by ~2e-5 of the ppl between the two (measured), so it gets 1e-4.
+        rel = 1e-4 if m == "self_extend" else 1e-5
         assert by[m, 32, "nonoverlap"]["ppl"] == pytest.approx(
-            by["none", 32, "nonoverlap"]["ppl"], rel=1e-5
+            by["none", 32, "nonoverlap"]["ppl"], rel=rel
         )
     # Dynamic NTK follows the window length: plain RoPE up to L0, rescaled past it.
     assert by["dynamic_ntk", 32, "nonoverlap"]["ppl"] == pytest.approx(
