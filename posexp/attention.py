@@ -112,14 +112,10 @@ def remapped_attention(
     # The scale goes on the queries: one pass over (T, d) instead of one over each block's scores.
     q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
     q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
-    # Training and evaluation windows (positions 0..T-1 on both sides): a query block sees keys
-    # up to its end, every key before its band is far and visible. Otherwise (a KV cache,
-    # per-row positions) the band is every key and the distances decide.
-    aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and q.shape[2] == k.shape[2]
-    outputs, weights = [], []
-    for start in range(0, q.shape[2], BIAS_QUERY_CHUNK):
-        end = min(start + BIAS_QUERY_CHUNK, q.shape[2])
-        k_end = end if aligned else k.shape[2]
+
+    def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
+        # Every key before the block's band of `window` keys is far (and visible) when positions
+        # are aligned; otherwise (a KV cache, per-row positions) the band is every key.
         band_from = max(0, start - window + 1) if aligned else 0
         scores = q_far[:, :, start:end] @ k_far[:, :, :k_end].transpose(-2, -1)
         distance = q_pos[..., start:end, None] - k_pos[..., None, band_from:k_end]
@@ -129,12 +125,9 @@ def remapped_attention(
         own = q_own[:, :, start:end] @ k_own[:, :, band_from:k_end].transpose(-2, -1)
         band.copy_(torch.where(distance < window, own, band))
         band.masked_fill_(distance < 0, float("-inf"))
-        block = scores.softmax(dim=-1)
-        outputs.append(block @ v[:, :, :k_end])
-        if need_weights:
-            weights.append(F.pad(block, (0, k.shape[2] - k_end)))
-    y = torch.cat(outputs, dim=2)
-    return y, torch.cat(weights, dim=2) if need_weights else None
+        return scores.softmax(dim=-1)
+
+    return blockwise(q, k, v, q_pos, k_pos, probabilities, need_weights)
 
 
 def content_attention(
@@ -149,16 +142,36 @@ def content_attention(
     """Causal attention whose logits get a term computed from the scores themselves
     (``pe.score_bias``, CoPE), one block of queries at a time (no L x L tensor kept)."""
     scale = 1.0 / math.sqrt(q.shape[-1])
+
+    def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
+        qb, qp, kp = q[:, :, start:end], q_pos[..., start:end], k_pos[..., :k_end]
+        scores = (qb @ k[:, :, :k_end].transpose(-2, -1) * scale).masked_fill(
+            ~causal_mask(qp, kp), float("-inf")
+        )
+        return (scores + pe.score_bias(qb, scores)).softmax(dim=-1)
+
+    return blockwise(q, k, v, q_pos, k_pos, probabilities, need_weights)
+
+
+def blockwise(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    probabilities: Callable[[int, int, int, bool], torch.Tensor],
+    need_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """An explicit-softmax attention one block of queries at a time: ``probabilities(start,
+    end, k_end, aligned)`` gives the block's weights over keys ``:k_end`` (its own end when
+    query and key positions both run 0..T-1, "aligned", else every key); also the full weights
+    when asked (attention maps)."""
     aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and q.shape[2] == k.shape[2]
     outputs, weights = [], []
     for start in range(0, q.shape[2], BIAS_QUERY_CHUNK):
         end = min(start + BIAS_QUERY_CHUNK, q.shape[2])
         k_end = end if aligned else k.shape[2]
-        qb, qp, kp = q[:, :, start:end], q_pos[..., start:end], k_pos[..., :k_end]
-        scores = (qb @ k[:, :, :k_end].transpose(-2, -1) * scale).masked_fill(
-            ~causal_mask(qp, kp), float("-inf")
-        )
-        block = (scores + pe.score_bias(qb, scores)).softmax(dim=-1)
+        block = probabilities(start, end, k_end, aligned)
         outputs.append(block @ v[:, :, :k_end])
         if need_weights:
             weights.append(F.pad(block, (0, k.shape[2] - k_end)))

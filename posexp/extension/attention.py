@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.registry import RopeSpec, register_extension
 
@@ -71,6 +72,16 @@ def register_attention_method(
         return fn
 
     return decorate
+
+
+def check_window_params(params: dict[str, Any], **others: Any) -> dict[str, Any]:
+    """A position-remapping method's params checked: ``window`` a positive integer or null,
+    ``logn`` a boolean, each of ``others`` (name -> its value, already checked) as given."""
+    return {
+        "window": checks.positive_int("extension.window", params["window"], allow_none=True),
+        **others,
+        "logn": checks.boolean("extension.logn", params["logn"]),
+    }
 
 
 def window_size(window: int | None, default: int, original_length: int) -> int:

@@ -39,22 +39,27 @@ def slurm():
         assert "stopped slurmd slurmctld munged" in stopped.stdout
 
 
-def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, tmp_path, cache):
-    sweep = tmp_path / "sweep"
-    proc = posexp(
+def slurm_sweep(tmp_path: Path, cache: Path, *overrides: str, check: bool = True):
+    """`posexp train -m` of a tiny model through the local cluster, into ``tmp_path/sweep``."""
+    return posexp(
         tmp_path,
         cache,
         "train",
         "-m",
         "hydra/launcher=submitit_slurm_cpu",
         "model=tiny",
-        "heads=2",
-        "pe=rope,alibi",
-        "train.max_steps=6",
-        "train.eval_interval=3",
         "train.seq_len=32",
         "train.batch_size=4",
-        f"hydra.sweep.dir={sweep}",
+        *overrides,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        check=check,
+    )
+
+
+def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, tmp_path, cache):
+    sweep = tmp_path / "sweep"
+    proc = slurm_sweep(
+        tmp_path, cache, "heads=2", "pe=rope,alibi", "train.max_steps=6", "train.eval_interval=3"
     )
     assert proc.returncode == 0
     jobs = sorted(d.name for d in sweep.iterdir() if d.name.startswith("pe="))
@@ -70,20 +75,8 @@ def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, tmp_path, cache):
 
 def test_a_failing_job_is_recorded_and_does_not_block_the_array(slurm, tmp_path, cache):
     sweep = tmp_path / "sweep"
-    proc = posexp(
-        tmp_path,
-        cache,
-        "train",
-        "-m",
-        "hydra/launcher=submitit_slurm_cpu",
-        "model=tiny",
-        "heads=2,3",  # 3 does not divide d_model 64: that job fails when its config is built
-        "train.max_steps=4",
-        "train.seq_len=32",
-        "train.batch_size=4",
-        f"hydra.sweep.dir={sweep}",
-        check=False,
-    )
+    # heads 3 does not divide d_model 64: that job fails when its config is built.
+    proc = slurm_sweep(tmp_path, cache, "heads=2,3", "train.max_steps=4", check=False)
     # The sweep ends with the failed job's one-line error (exit 2), after the other job ran.
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "error: heads=3 does not divide d_model=64" in proc.stderr

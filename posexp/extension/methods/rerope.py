@@ -16,6 +16,7 @@ from posexp import checks
 from posexp.extension.attention import (
     AttentionPlan,
     AttentionSpec,
+    check_window_params,
     log_length_scale,
     register_attention_method,
     window_size,
@@ -24,11 +25,8 @@ from posexp.extension.attention import (
 
 def check(params: dict[str, Any]) -> dict[str, Any]:
     """window a positive integer (or null), leaky_k > 1 (or null), logn a boolean."""
-    return {
-        "window": checks.positive_int("extension.window", params["window"], allow_none=True),
-        "leaky_k": checks.number("extension.leaky_k", params["leaky_k"], "> 1", allow_none=True),
-        "logn": checks.boolean("extension.logn", params["logn"]),
-    }
+    leaky_k = checks.number("extension.leaky_k", params["leaky_k"], "> 1", allow_none=True)
+    return check_window_params(params, leaky_k=leaky_k)
 
 
 def rerope(

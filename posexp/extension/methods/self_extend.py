@@ -18,6 +18,7 @@ from posexp import checks
 from posexp.extension.attention import (
     AttentionPlan,
     AttentionSpec,
+    check_window_params,
     log_length_scale,
     register_attention_method,
     window_size,
@@ -26,11 +27,8 @@ from posexp.extension.attention import (
 
 def check(params: dict[str, Any]) -> dict[str, Any]:
     """window and group positive integers (or null), logn a boolean."""
-    return {
-        "window": checks.positive_int("extension.window", params["window"], allow_none=True),
-        "group": checks.positive_int("extension.group", params["group"], allow_none=True),
-        "logn": checks.boolean("extension.logn", params["logn"]),
-    }
+    group = checks.positive_int("extension.group", params["group"], allow_none=True)
+    return check_window_params(params, group=group)
 
 
 def smallest_group(original_length: int, window: int, target_length: float) -> int:
