@@ -1,7 +1,8 @@
 """The attention kernels the model calls outside FlexAttention (``posexp/flex.py``): torch's
 SDPA, with an encoding's bias added one query block at a time, the explicit softmax that
 also returns the weights (attention maps, and the reference the tests compare SDPA against), and
-the two-position attention of the training-free methods that remap relative positions."""
+the two-position attention of the training-free methods that remap relative positions, and
+blockwise causal attention."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
 from posexp.pe import PositionalEncoding
 
@@ -128,6 +130,44 @@ def remapped_attention(
         return scores.softmax(dim=-1)
 
     return blockwise(q, k, v, q_pos, k_pos, probabilities, need_weights)
+
+
+def block_local_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    block: int,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention in which a query at position p sees only the keys of blocks
+    ⌊p/block⌋ − 1 and ⌊p/block⌋ (Sun et al. 2022): one ordinary attention call per query block
+    over its at most 2·block keys, so the work grows linearly with the length."""
+    if q_pos.dim() != 1 or k_pos.dim() != 1:
+        raise PosexpError("extension=blockwise needs positions shared by the batch (1-D)")
+    q_block, k_block = (
+        q_pos.div(block, rounding_mode="floor"),
+        k_pos.div(block, rounding_mode="floor"),
+    )
+    outputs = []
+    weights = q.new_zeros(*q.shape[:3], k.shape[2]) if need_weights else None
+    for n in torch.unique_consecutive(q_block).tolist():
+        rows = (q_block == n).nonzero().flatten()
+        keys = ((k_block >= n - 1) & (k_block <= n)).nonzero().flatten()
+        qa, qz, ka, kz = int(rows[0]), int(rows[-1]) + 1, int(keys[0]), int(keys[-1]) + 1
+        args = (q[:, :, qa:qz], k[:, :, ka:kz], v[:, :, ka:kz], q_pos[qa:qz], k_pos[ka:kz], pe)
+        if pe.kind == "content":
+            y, w = content_attention(*args, need_weights=need_weights)
+        elif need_weights:
+            y, w = explicit_attention(*args)
+        else:
+            y, w = sdpa_attention(*args), None
+        outputs.append(y)
+        if weights is not None:
+            weights[:, :, qa:qz, ka:kz] = w
+    return torch.cat(outputs, dim=2), weights
 
 
 def content_attention(

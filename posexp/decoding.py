@@ -47,11 +47,14 @@ def length_penalty(n: int, alpha: float) -> float:
 
 
 def reorder_cache(cache: Any, index: torch.Tensor) -> None:
-    """Keep rows ``index`` (in that order, repeats allowed) of every cached key/value tensor."""
+    """Keep rows ``index`` (in that order, repeats allowed) of every cached key/value tensor
+    and of what the positional encoding carries per row."""
     for layer in cache.layers:
         for key in ("k", "v"):
             if key in layer:
                 layer[key] = layer[key].index_select(0, index)
+    for key, value in cache.memo.items():
+        cache.memo[key] = value.index_select(0, index)
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ from torch import nn
 
 from posexp import flex
 from posexp.attention import (
+    block_local_attention,
     content_attention,
     explicit_attention,
     remapped_attention,
@@ -108,6 +109,7 @@ class KVCache:
 
     layers: list[dict[str, Any]]
     length: int = 0
+    memo: dict[str, Any] = field(default_factory=dict)  # what the PE carries between steps
 
 
 class CausalSelfAttention(nn.Module):
@@ -119,6 +121,7 @@ class CausalSelfAttention(nn.Module):
         # A training-free extension method's change to attention (posexp/extension/attention.py).
         self.query_scale = plan.query_scale if plan is not None else None
         self.remap = plan if plan is not None and plan.remaps_positions else None
+        self.block = plan.block if plan is not None else None
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
@@ -158,7 +161,9 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             v = self._append(cache, "v", v)
         y, weights = None, None
-        if self.remap is not None:
+        if self.block is not None:
+            y, weights = block_local_attention(q, k, v, q_pos, k_pos, pe, self.block, need_weights)
+        elif self.remap is not None:
             y, weights = remapped_attention(
                 q, k, v, q_pos, k_pos, self.remap, pe.rotate_at, need_weights
             )
@@ -308,7 +313,12 @@ class GPT(nn.Module):
             )
         ):
             score_mod = self.pe.score_mod()
-        x = self.pe.embed(self.tok_emb(idx) * math.sqrt(self.cfg.d_model), positions)
+        x = self.pe.embed_tokens(
+            self.tok_emb(idx) * math.sqrt(self.cfg.d_model),
+            idx,
+            positions,
+            None if cache is None else cache.memo,
+        )
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layers[i]

@@ -5,7 +5,10 @@
 
 1. ``lm``: a RoPE language model on the KJV Bible at L0 = 128 tokens;
 2. ``passkey``: that model trained further on passkey rows of at most L0 tokens
-   (``posexp train experiment=passkey parent=<lm>``);
+   (``posexp train experiment=passkey parent=<lm>``), trained to a criterion: after
+   ``--passkey-steps`` it is scored at L0 at every key depth, and while the worst depth is below
+   ``--retrieval-target`` it trains ``--extend-steps`` more (``resume=``), up to
+   ``--passkey-max-steps`` (the step at which a seed learns retrieval varies: 4,000 to 8,000+);
 3. zero-shot: ``posexp eval-extrapolate`` of the passkey run at 1x, 2x, 4x and 8x L0 with
    none / pi / ntk / yarn and the training-free self_extend / rerope / logn (the preset's
    ``extrapolate.method``), at key depths 0, 0.5 and 1;
@@ -34,12 +37,21 @@ L0 = 128  # training length of the language model and the passkey rows (configs/
 
 
 def finished(run: Path, evaluated: bool = False) -> bool:
-    """True when ``run`` completed training (and, with ``evaluated``, its evaluation)."""
-    from posexp.rundir import EVAL, RunDir
+    """True when ``run`` completed training (and, with ``evaluated``, its full evaluation)."""
+    from posexp.rundir import RunDir
 
     if RunDir(run).status() != "completed":
         return False
-    return not evaluated or (run / EVAL / "extrapolate.json").exists()
+    return not evaluated or evaluated_to_8x(run)
+
+
+def evaluated_to_8x(run: Path) -> bool:
+    """True when ``run``'s evaluation is of its current weights and reaches 8x L0 (the
+    criterion check of step 2 scores L0 alone)."""
+    table = run / "eval" / "extrapolate.csv"
+    if not table.exists() or table.stat().st_mtime < (run / "results.json").stat().st_mtime:
+        return False
+    return any(line.split(",")[1:2] == [str(8 * L0 - 6)] for line in table.open())
 
 
 def posexp(*args: str) -> None:
@@ -59,7 +71,17 @@ def main() -> None:
         help="folder for the runs (default outputs/passkey/<time>)",
     )
     p.add_argument("--lm-steps", type=int, default=1000, help="steps of the KJV language model")
-    p.add_argument("--passkey-steps", type=int, default=6000, help="steps on passkey rows at L0")
+    p.add_argument("--passkey-steps", type=int, default=4000, help="steps on passkey rows at L0")
+    p.add_argument(
+        "--retrieval-target",
+        type=float,
+        default=0.9,
+        help="accuracy at L0 every key depth must reach before the passkey stage stops",
+    )
+    p.add_argument("--extend-steps", type=int, default=2000, help="steps per extension")
+    p.add_argument(
+        "--passkey-max-steps", type=int, default=10000, help="no extension past this step"
+    )
     p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
     p.add_argument(
         "--finetune-lr",
@@ -114,6 +136,7 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
         f"data.test_examples={a.examples}",
         *common,
     )
+    train_to_criterion(a, out)
     evaluate_once(out / "passkey", "--device", a.device)
     # A gentle fine-tune by default (lr 1e-4, batch 8, 600 steps): enough for no method, NTK and
     # YaRN; PI moves the model furthest and needs lr 1e-3 or 1,800 steps (README, Passkey).
@@ -145,6 +168,41 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
         )
         method_flag = "none" if method == "none" else "baked"
         evaluate_once(run, "--method", method_flag, "--device", a.device)
+
+
+def train_to_criterion(a: argparse.Namespace, out: Path) -> None:
+    """Extend the passkey run until every key depth reaches the target at L0 (or the cap)."""
+    import json
+
+    run = out / "passkey"
+    while True:
+        step = json.loads((run / "results.json").read_text())["step"]
+        worst = l0_retrieval(run, a.device)
+        print(f"# {run}: step {step}, worst depth at L0 {worst:.2f}", flush=True)
+        if worst >= a.retrieval_target or step >= a.passkey_max_steps:
+            return
+        stale = sorted(p.name for p in out.glob("ft_*"))
+        if stale:
+            sys.exit(
+                f"stopped: {run} needs more steps, but {', '.join(stale)} were fine-tuned from "
+                "its current weights; move them aside and rerun"
+            )
+        target = min(step + a.extend_steps, a.passkey_max_steps)
+        posexp("train", f"resume={run}", f"train.max_steps={target}")
+
+
+def l0_retrieval(run: Path, device: str) -> float:
+    """The lowest accuracy over key depths at L0 (no method), evaluated if not yet for these weights."""
+    import csv
+
+    table = run / "eval" / "extrapolate.csv"
+    if not table.exists() or table.stat().st_mtime < (run / "results.json").stat().st_mtime:
+        posexp("eval-extrapolate", "--run", str(run), "--lengths", str(L0 - 6), "--method", "none")
+    rows = csv.DictReader(table.open())
+    scores = [
+        float(r["accuracy"]) for r in rows if r["method"] == "none" and int(r["length"]) == L0 - 6
+    ]
+    return min(scores)
 
 
 def train_once(run: Path, *args: str) -> None:

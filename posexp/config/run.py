@@ -93,6 +93,8 @@ class RunConfig:
         check_tokenizer(tok_name, tok_params)
         data_name, data_params = named_entry("data", d.get("data"), "source")
         rows = check_dataset(data_name, data_params, tok_name, train.seq_len)
+        if pe_cls.reads_digits:
+            check_numeric(pe_name, data_name, data_params)
         # Randomized positions cover the rows actually trained on (a task's can be shorter).
         positions = PositionSampling.from_pe(
             pe_name, pe_params, train.seq_len, rows or train.seq_len
@@ -172,6 +174,21 @@ def check_trainable(pe: str, method: str) -> None:
             f"extension {method!r} is training-free (it changes attention at evaluation); "
             f"use it with eval-extrapolate or generate --method {method}; "
             f"a run trains with: {', '.join(trainable)}"
+        )
+
+
+def check_numeric(pe: str, source: str, params: Mapping[str, Any]) -> None:
+    """An encoding that reads digit tokens needs a synthetic task with numbers (synthetic
+    tasks already require the byte tokenizer, whose ids the encoding reads)."""
+    from posexp.data.synthetic.base import TASKS
+
+    numeric = sorted(name for name, task in TASKS.items() if task.numeric)
+    task = params.get("task") if source == "synthetic" else None
+    if task not in numeric:
+        got = f"data.task={task}" if source == "synthetic" else f"data={source}"
+        raise PosexpError(
+            f"pe={pe} reads digit tokens, so it needs a synthetic task with numbers, "
+            f"got {got}; allowed: data={', '.join(numeric)}"
         )
 
 

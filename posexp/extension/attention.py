@@ -1,12 +1,15 @@
 """Training-free methods that change attention itself rather than RoPE's frequencies.
 
-Such a method (Self-Extend, ReRoPE, log-length scaling; one module each in ``methods/``) builds
+Such a method (Self-Extend, ReRoPE, log-length scaling, blockwise causal attention; one module
+each in ``methods/``) builds
 an ``AttentionPlan`` once per model from its params and the training length L0:
 
 * ``window`` and ``far``: query-key pairs closer than ``window`` keep their positions; every
   other pair is rotated at the positions ``far(q_pos, k_pos)`` gives instead (a remapped relative
   distance, so only rotations take it);
-* ``query_scale``: a per-query multiplier of the logits, applied by scaling the query vector.
+* ``query_scale``: a per-query multiplier of the logits, applied by scaling the query vector;
+* ``block``: a query at position p sees only the keys of blocks ⌊p/block⌋ − 1 and ⌊p/block⌋
+  (blockwise causal attention), through ``posexp.attention.block_local_attention``.
 
 The model (posexp/model.py) applies the plan; ``posexp.attention.remapped_attention`` is the
 kernel. Nothing here is trained, so no run trains with these methods (posexp/config/run.py).
@@ -43,6 +46,7 @@ class AttentionPlan:
     window: int | None = None
     far: FarPositions | None = None
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
+    block: int | None = None
 
     @property
     def remaps_positions(self) -> bool:

@@ -77,6 +77,9 @@ class PositionalEncoding(nn.Module):
     # What extension methods may change for this encoding (None: what its kind allows).
     accepts: ClassVar[frozenset[str] | None] = None
     needs_even_head_dim: ClassVar[bool] = False
+    # True when the encoding reads digit tokens (Abacus): the run config then requires a task
+    # with numbers (``Task.numeric``) and the byte tokenizer.
+    reads_digits: ClassVar[bool] = False
     # True when cached keys must be stored before rotation and re-rotated each step, because
     # the rotation depends on the current length (dynamic NTK).
     rotates_cached_keys: bool = False
@@ -126,6 +129,17 @@ class PositionalEncoding(nn.Module):
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Return token embeddings ``x`` (B, T, d) with position information added."""
         return x
+
+    def embed_tokens(
+        self,
+        x: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        memo: dict[str, Any] | None = None,
+    ) -> torch.Tensor:
+        """``embed`` for encodings that read the tokens (B, T) too; ``memo`` (the KV cache's)
+        keeps what they carry between decoding steps. By default: ``embed``."""
+        return self.embed(x, positions)
 
     def rotate(
         self,

@@ -52,6 +52,25 @@ def test_addition_operands_have_exactly_n_digits_and_lsb_order_reverses():
         assert a == str(sum(map(int, p.split("+")))) and a2 == a[::-1]
 
 
+def test_addition_lsb_operands_reverse_every_number():
+    msb = make_data("addition", train_lengths=[1, 3], test_lengths=[7])
+    both = make_data(
+        "addition",
+        train_lengths=[1, 3],
+        test_lengths=[7],
+        answer_order="lsb",
+        operand_order="lsb",
+    )
+    for (p, a), (p2, a2) in zip(
+        msb.examples("test", 7, 20), both.examples("test", 7, 20), strict=True
+    ):
+        first, second = p2.split("+")
+        assert p == f"{first[::-1]}+{second[::-1]}" and a2 == a[::-1]
+        # the worked place values: digit k of each reversed operand is 10^k, so is the answer's
+        total = sum(int(d) * 10**k for x in (first, second) for k, d in enumerate(x))
+        assert total == int(a2[::-1])
+
+
 def test_passkey_prompt_length_depth_and_key():
     data = make_data(
         "passkey", train_lengths=[150, 200], test_lengths=[400], depths=[0.0, 0.5, 1.0]

@@ -26,6 +26,7 @@ def test_registry_holds_the_six_frequency_methods_and_the_training_free_ones():
         "self_extend",
         "rerope",
         "logn",
+        "blockwise",
     }
     assert {name for name, m in EXTENSIONS.items() if m.dynamic} == {"dynamic_ntk"}
 

@@ -25,7 +25,7 @@ def raises_one_line(match: str):
 
 def test_unknown_method_lists_allowed():
     with raises_one_line(
-        r"unknown extension 'rope2'; allowed: dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn"
+        r"unknown extension 'rope2'; allowed: blockwise, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn"
     ):
         rope_frequencies("rope2", 64)
 

@@ -34,7 +34,12 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
         # Independent of accepted_extensions: the rule written out per kind.
         expected = (
             m.acts_on == "nothing"
-            or (m.acts_on == "positions" and cls.kind in ("embedding", "rotation"))
+            # Abacus's positions are places within numbers: no position scaling.
+            or (
+                m.acts_on == "positions"
+                and cls.kind in ("embedding", "rotation")
+                and pe != "abacus"
+            )
             or (m.acts_on == "frequencies" and cls.kind == "rotation")
             or m.acts_on == "logits"
             # xPos decays by the raw distance, so it declines remapped ones.
@@ -53,8 +58,8 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
 
 
 def test_known_pairs():
-    assert accepted_extensions("learned") == ["none", "pi", "logn"]
-    assert accepted_extensions("alibi") == ["none", "logn"]
+    assert accepted_extensions("learned") == ["none", "pi", "logn", "blockwise"]
+    assert accepted_extensions("alibi") == ["none", "logn", "blockwise"]
     assert "self_extend" not in accepted_extensions("xpos")
     assert set(accepted_extensions("rope")) == set(EXTENSIONS)
 

@@ -30,6 +30,9 @@ class Task:
     name: ClassVar[str] = ""
     unit: ClassVar[str] = "symbols"  # what a length counts, for tables and axes
     min_length: ClassVar[int] = 1
+    # True when prompts and answers are numbers written in digits (encodings that read digit
+    # tokens, such as Abacus, apply only to these).
+    numeric: ClassVar[bool] = False
     # Values of the task's one evaluation variable besides length (passkey: key depth).
     variants: tuple[float, ...] = ()
 

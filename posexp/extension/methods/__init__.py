@@ -24,6 +24,7 @@ _SHOWN_FIRST = (
     "self_extend",
     "rerope",
     "logn",
+    "blockwise",
 )
 for _name in _SHOWN_FIRST:
     importlib.import_module(f"{__name__}.{_name}")

@@ -18,7 +18,18 @@ from posexp.model import GPT, ModelConfig
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
-METHODS = ["none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "self_extend", "rerope", "logn"]
+METHODS = [
+    "none",
+    "pi",
+    "ntk",
+    "dynamic_ntk",
+    "yarn",
+    "llama3",
+    "self_extend",
+    "rerope",
+    "logn",
+    "blockwise",
+]
 # Measured (1 thread, seed 0): a tiny rope model trained like this (400 steps of 32 x 32 bytes,
 # ~20 s) has test ppl ~6.4 at its training length and ~16 at 4x without extension (ratio ~2.5;
 # ~1.5 with 4 heads). 150 steps are not enough (ratio ~1.0: the model barely uses context yet).
@@ -95,7 +106,7 @@ def test_rope_every_method_length_protocol(runs, cache):
         }
         assert r["tokens"] == 2048  # the same scored count at every length
         assert math.isclose(r["ppl"], math.exp(r["loss"]), rel_tol=1e-9)
-        unscaled = ("none", "dynamic_ntk", "rerope", "logn")  # these ignore s, recorded as 1
+        unscaled = ("none", "dynamic_ntk", "rerope", "logn", "blockwise")  # ignore s: recorded as 1
         expected_factor = 1.0 if r["method"] in unscaled else r["length"] / 32
         assert r["factor"] == expected_factor
     by = {(r["method"], r["length"], r["protocol"]): r for r in recs}
@@ -171,7 +182,7 @@ def test_learned_past_its_table_is_null_with_reason(runs, cache):
     by = {(r["method"], r["length"]): r for r in records(learned)}
     # Measured in the precision it trained in, and said so.
     assert {r["precision"] for r in by.values()} == {"bf16"} and "bf16 as trained" in proc.stdout
-    assert set(by) == set(itertools.product(["none", "pi", "logn"], [32, 64, 128]))
+    assert set(by) == set(itertools.product(["none", "pi", "logn", "blockwise"], [32, 64, 128]))
     assert by["none", 32]["ppl"] is not None
     for n in (64, 128):
         for method in ("none", "logn"):  # log scaling does not move the positions
@@ -205,7 +216,7 @@ def test_default_is_newest_run_and_a_new_evaluation_replaces_the_old(runs, cache
 BAD = {
     "unknown method": (
         ["--method", "none,rope2x"],
-        "unknown method 'rope2x'; allowed: baked, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn",
+        "unknown method 'rope2x'; allowed: baked, blockwise, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn",
     ),
     "factor below 1": (["--factor", "0.5"], "--factor must be a finite number >= 1, got 0.5"),
     "len below training length": (["--len", "16"], "--len 16 is below the training length 32"),

@@ -11,6 +11,7 @@ from posexp.commands.report.views.tasks import (
     frontier,
     reading,
     seed_summary,
+    seeds_caption,
     spread_sentence,
     summary_cell,
 )
@@ -100,6 +101,12 @@ def test_the_summary_averages_each_seed_past_training_then_over_seeds():
     assert "beyond seed noise (5.3× the larger seed std, n = 3)" in sentence
     close = {NOPE: [0.7, 0.5, 0.6], ROPE: [0.6, 0.4, 0.5]}
     assert "within seed noise" in spread_sentence("copy", close)
+
+
+def test_the_caption_names_one_seed_count_or_a_range():
+    assert seeds_caption([3]) == "mean ± sample std over n = 3 seeds."
+    assert seeds_caption([1, 3]) == "mean ± sample std over n = 1–3 seeds."
+    assert seeds_caption([1]).startswith("one seed per PE")
 
 
 def test_a_setting_swept_beside_the_pe_gets_its_own_column_not_a_mean(monkeypatch):

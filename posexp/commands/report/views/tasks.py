@@ -75,6 +75,14 @@ def collect(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, 
     return out
 
 
+def seeds_caption(counts: list[int]) -> str:
+    """How many seeds a summary cell averages (``counts``: the sorted distinct numbers)."""
+    if not counts or counts[-1] <= 1:
+        return "one seed per PE (no spread: sweep `seed=0,1,2` for mean ± std)."
+    shown = str(counts[0]) if counts[0] == counts[-1] else f"{counts[0]}–{counts[-1]}"
+    return f"mean ± sample std over n = {shown} seeds."
+
+
 def seed_summary(
     jobs: list[Job], top: int, key: Column = job_pe
 ) -> dict[str, dict[PEDisplay, list[float]]]:
@@ -314,12 +322,7 @@ def render(ctx: ReportContext) -> str:
     out += [
         "### Mean accuracy past the training sizes",
         "",
-        "Each seed's mean over the sizes past training, then "
-        + (
-            f"mean ± sample std over n = {'–'.join(map(str, (counts[0], counts[-1])))} seeds."
-            if counts and counts[-1] > 1
-            else "one seed per PE (no spread: sweep `seed=0,1,2` for mean ± std)."
-        ),
+        "Each seed's mean over the sizes past training, then " + seeds_caption(counts),
         "",
         md_table(
             header,
