@@ -65,6 +65,10 @@ def test_passkey_script_into_the_report(tmp_path, cache):
         "2",
         "--passkey-steps",
         "2",
+        "--extend-steps",  # a tiny model never retrieves: one extension block, then the cap
+        "1",
+        "--passkey-max-steps",
+        "3",
         "--finetune-steps",
         "1",
         "--methods",
@@ -81,6 +85,9 @@ def test_passkey_script_into_the_report(tmp_path, cache):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "pk" / "seed3" / "ft_yarn" / "eval" / "extrapolate.json").exists()
+    passkey = tmp_path / "pk" / "seed3" / "passkey"
+    assert f"$ posexp train resume={passkey} train.max_steps=3" in proc.stdout
+    assert "step 3, worst depth at L0" in proc.stdout
     report = (tmp_path / "pk" / "report.md").read_text()
     assert "## Passkey retrieval" in report
     for row in (

@@ -139,9 +139,10 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
     assert "Cells: one seed per column (no spread: sweep `seed=0,1,2` for mean ± std)." in md
     # Columns carry the labels the PEs declare (posexp/pe), in their declared order.
     header = (
-        "| length | × L_train | learned (APE) | learned (APE)+pi | learned (APE)+logn | RoPE | "
-        "RoPE+pi | RoPE+ntk | RoPE+dynamic_ntk | RoPE+yarn | RoPE+llama3 | RoPE+self_extend | "
-        "RoPE+rerope | RoPE+logn | ALiBi | ALiBi+logn |"
+        "| length | × L_train | learned (APE) | learned (APE)+pi | learned (APE)+logn | "
+        "learned (APE)+blockwise | RoPE | RoPE+pi | RoPE+ntk | RoPE+dynamic_ntk | RoPE+yarn | "
+        "RoPE+llama3 | RoPE+self_extend | RoPE+rerope | RoPE+logn | RoPE+blockwise | ALiBi | "
+        "ALiBi+logn | ALiBi+blockwise |"
     )
     assert md.count(header) == 4  # ppl and ratio tables, for nonoverlap and sliding
     assert "### nonoverlap: non-overlapping windows; 256 scored tokens per length" in md
