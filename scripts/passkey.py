@@ -48,10 +48,18 @@ def finished(run: Path, evaluated: bool = False) -> bool:
 def evaluated_to_8x(run: Path) -> bool:
     """True when ``run``'s evaluation is of its current weights and reaches 8x L0 (the
     criterion check of step 2 scores L0 alone)."""
+    table = fresh_table(run)
+    return table is not None and any(
+        line.split(",")[1:2] == [str(8 * L0 - 6)] for line in table.open()
+    )
+
+
+def fresh_table(run: Path) -> Path | None:
+    """``run``'s evaluation table when it scores the current weights (newer than results.json)."""
     table = run / "eval" / "extrapolate.csv"
-    if not table.exists() or table.stat().st_mtime < (run / "results.json").stat().st_mtime:
-        return False
-    return any(line.split(",")[1:2] == [str(8 * L0 - 6)] for line in table.open())
+    if table.exists() and table.stat().st_mtime >= (run / "results.json").stat().st_mtime:
+        return table
+    return None
 
 
 def posexp(*args: str) -> None:
@@ -195,9 +203,10 @@ def l0_retrieval(run: Path, device: str) -> float:
     """The lowest accuracy over key depths at L0 (no method), evaluated if not yet for these weights."""
     import csv
 
-    table = run / "eval" / "extrapolate.csv"
-    if not table.exists() or table.stat().st_mtime < (run / "results.json").stat().st_mtime:
+    table = fresh_table(run)
+    if table is None:
         posexp("eval-extrapolate", "--run", str(run), "--lengths", str(L0 - 6), "--method", "none")
+        table = run / "eval" / "extrapolate.csv"
     rows = csv.DictReader(table.open())
     scores = [
         float(r["accuracy"]) for r in rows if r["method"] == "none" and int(r["length"]) == L0 - 6
