@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from posexp import cli_overrides
-from posexp.cli_errors import click_exceptions, is_sweep, one_line, usage_line
+from posexp.cli_errors import click_exceptions, is_sweep, one_line, sweep_failure, usage_line
 from posexp.cli_help import Command, Group
 from posexp.cli_overrides import check_output_arg, check_overrides, sweep_keys
 from posexp.errors import Abort, PosexpError
@@ -379,9 +379,5 @@ def main() -> None:
         if not is_sweep(sys.argv):
             raise  # a bug, not bad input: keep the traceback
         # The sweep ran every job; each failed one holds results.json and a log with the details.
-        typer.echo(
-            f"error: a sweep job failed ({type(e).__name__}: {one_line(e)}); the other "
-            "jobs ran; see results.json in each job dir or run `posexp report <sweep dir>`",
-            err=True,
-        )
+        typer.echo(sweep_failure(e), err=True)
         raise SystemExit(1) from None

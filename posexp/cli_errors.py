@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import ModuleType
 
 
@@ -46,3 +47,19 @@ def usage_line(e: Exception) -> str:
 def is_sweep(argv: list[str]) -> bool:
     """True for `posexp train -m ...` / `--multirun`."""
     return any(a in ("-m", "--multirun") for a in argv[1:])
+
+
+def sweep_failure(e: Exception) -> str:
+    """The one line for a sweep job that failed, or that the scheduler ended (scancel, node loss)."""
+    unfinished = re.search(r"with path (\S+?)/\.submitit/.*\(state: ([A-Z_]+)", str(e), re.DOTALL)
+    if type(e).__name__ == "UncompletedJobError" and unfinished:
+        sweep, state = unfinished.groups()
+        return (
+            f"error: a sweep job ended without a result (Slurm state {state}); the other jobs "
+            f"ran; to finish the sweep, rerun the same command with hydra.sweep.dir={sweep}: "
+            "completed jobs are skipped, the others resume from their checkpoints"
+        )
+    return (
+        f"error: a sweep job failed ({type(e).__name__}: {one_line(e)}); the other "
+        "jobs ran; see results.json in each job dir or run `posexp report <sweep dir>`"
+    )

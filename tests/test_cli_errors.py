@@ -74,3 +74,23 @@ def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(monkeypatch, capsy
     monkeypatch.setattr(runs_mod, "list_runs", interrupted)
     code, out, err = run_main(monkeypatch, capsys, "runs", str(tmp_path))
     assert (code, err) == (130, "interrupted\n")
+
+
+def test_a_sweep_job_the_scheduler_ended_says_how_to_finish_the_sweep(tmp_path):
+    from submitit.core.utils import UncompletedJobError
+
+    from posexp.cli_errors import sweep_failure
+
+    sweep = tmp_path / "sweep"
+    # submitit's own message for a job scancel ended (the result path breaks the line).
+    cancelled = UncompletedJobError(
+        f"Job 81_1 (task: 0) with path {sweep}/.submitit/81_1/81_1_0_result.pkl\n"
+        "has not produced any output (state: CANCELLED by 0)\nError stream produced:\n"
+    )
+    line = sweep_failure(cancelled)
+    assert "\n" not in line
+    assert line.startswith("error: a sweep job ended without a result (Slurm state CANCELLED)")
+    assert f"rerun the same command with hydra.sweep.dir={sweep}:" in line
+    # Any other failure names its type and points at the job dirs.
+    other = sweep_failure(ValueError("heads=3 does not divide d_model=64"))
+    assert other.startswith("error: a sweep job failed (ValueError: heads=3 does not divide")

@@ -74,7 +74,28 @@ def session() -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        "scheduler": scheduler(),
     }
+
+
+# Which job of which scheduler ran this session: a requeued Slurm job keeps its id and counts
+# its restarts, so the sessions of one job dir can be matched to `sacct` records.
+SLURM_FACTS = {
+    "job_id": "SLURM_JOB_ID",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "restart_count": "SLURM_RESTART_COUNT",
+    "partition": "SLURM_JOB_PARTITION",
+    "node": "SLURMD_NODENAME",
+}
+
+
+def scheduler() -> dict[str, str] | None:
+    """The Slurm job this process runs in (ids, restart count, partition, node), or None."""
+    facts = {key: os.environ[var] for key, var in SLURM_FACTS.items() if var in os.environ}
+    if "job_id" not in facts:
+        return None
+    return {"name": "slurm", "restart_count": "0", **facts}  # Slurm sets it from the 1st requeue
 
 
 def _read(run_dir: Path) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""A sweep through a real one-node Slurm (scripts/slurm_local.sh): sbatch, every job completes.
+"""Sweeps through a real one-node Slurm (scripts/slurm_local.sh): sbatch, every job completes;
+a time limit, `scontrol requeue` and `scancel` lose nothing (sha256-equal final weights).
 
 Skipped, with the reason shown, where Slurm cannot run: not root, or slurm-wlm / munge not
 installed (`.ci/run` installs them where apt is available).
@@ -6,15 +7,19 @@ installed (`.ci/run` installs them where apt is available).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import posexp
+from tests.helpers import posexp, posexp_env
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "slurm_local.sh"
 
@@ -24,6 +29,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# With slurmdbd and MariaDB installed, slurm_local.sh starts accounting: sacct answers submitit.
+ACCOUNTING = bool(shutil.which("slurmdbd") and shutil.which("mariadbd"))
+
+
 @pytest.fixture(scope="module")
 def slurm():
     """The local cluster: started here (or already running), stopped after if started here."""
@@ -31,12 +40,15 @@ def slurm():
     started = "slurmctld: running" not in running
     out = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, check=True)
     assert "idle" in out.stdout or "already running" in out.stdout, out
+    if started:
+        assert ("accounting on" in out.stdout) == ACCOUNTING, out.stdout
     again = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, check=True)
     assert "already running" in again.stdout  # a second start leaves the cluster alone
     yield
     if started:
         stopped = subprocess.run([str(SCRIPT), "stop"], capture_output=True, text=True, check=True)
-        assert "stopped slurmd slurmctld munged" in stopped.stdout
+        daemons = ["slurmd", "slurmctld", *(["slurmdbd", "mariadbd"] * ACCOUNTING), "munged"]
+        assert f"stopped {' '.join(daemons)}" in stopped.stdout
 
 
 def slurm_sweep(tmp_path: Path, cache: Path, *overrides: str, check: bool = True):
@@ -62,6 +74,8 @@ def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, tmp_path, cache):
         tmp_path, cache, "heads=2", "pe=rope,alibi", "train.max_steps=6", "train.eval_interval=3"
     )
     assert proc.returncode == 0
+    if ACCOUNTING:  # submitit's status polls got answers: no "Bypassing sacct error" warnings
+        assert "sacct" not in proc.stdout + proc.stderr
     jobs = sorted(d.name for d in sweep.iterdir() if d.name.startswith("pe="))
     assert jobs == ["pe=alibi", "pe=rope"]
     for job in jobs:
@@ -86,3 +100,202 @@ def test_a_failing_job_is_recorded_and_does_not_block_the_array(slurm, tmp_path,
     assert bad["status"] == "failed" and "heads=3 does not divide d_model=64" in bad["error"]
     posexp(tmp_path, cache, "report", str(sweep))
     assert "2 runs: 1 completed, 1 failed." in (sweep / "report.md").read_text()
+
+
+# Preemption and time limits. One training (the tiny model, one thread, fp32) three ways: an
+# uninterrupted plain run gives the weights every interrupted Slurm job must end with.
+STEPS = 5000  # about 50 s on one core here: long enough to be signalled, requeued and resumed
+TRAIN = (
+    "model=tiny",
+    "train.seq_len=32",
+    "train.batch_size=4",
+    "pe=rope",
+    "train.precision=fp32",
+    "train.checkpoint_interval=100000",  # the only checkpoint before the end is the signal's
+)
+DEADLINE_S = 420
+
+
+def weights_sha256(run: Path) -> str:
+    return hashlib.sha256((run / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cache) -> str:
+    """sha256 of the weights after STEPS uninterrupted steps (a plain run, one thread)."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    run = tmp / "run"
+    posexp(
+        tmp,
+        cache,
+        "train",
+        *TRAIN,
+        f"train.max_steps={STEPS}",
+        "train.threads=1",
+        f"hydra.run.dir={run}",
+    )
+    return weights_sha256(run)
+
+
+def launch_sweep(tmp_path: Path, cache: Path, *overrides: str) -> subprocess.Popen:
+    """The sweep's `posexp train -m` through Slurm, left running (the test drives it); its
+    output goes to ``tmp_path/launcher.out`` and ``launcher.err`` (read by ``stderr``)."""
+    args = [
+        "train",
+        "-m",
+        "hydra/launcher=submitit_slurm_cpu",
+        *TRAIN,
+        *overrides,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    with open(tmp_path / "launcher.out", "w") as out, open(tmp_path / "launcher.err", "w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "posexp", *args],
+            cwd=tmp_path,
+            env=posexp_env(cache),
+            stdout=out,
+            stderr=err,
+        )
+
+
+def stderr(tmp_path: Path) -> str:
+    return (tmp_path / "launcher.err").read_text()
+
+
+def job_ids(sweep: Path) -> list[str]:
+    """The Slurm ids of the sweep's jobs (array tasks as `<array>_<task>`), from submitit's dirs."""
+    return sorted(d.name for d in (sweep / ".submitit").iterdir() if d.name[0].isdigit())
+
+
+def release_requeued(sweep: Path) -> None:
+    """Lift the hold Slurm puts on a requeued job (Reason=BeginTime, about 2 min), as an admin
+    can with `scontrol update`, so the requeue -> restart path runs in seconds."""
+    if not (sweep / ".submitit").is_dir():
+        return
+    for job in job_ids(sweep):
+        reason = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%r"], capture_output=True, text=True
+        ).stdout.strip()
+        if reason == "BeginTime":
+            # No check: the job may have started between the two calls.
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+
+
+def drive(proc: subprocess.Popen, sweep: Path, until=None) -> bool:
+    """Poll the launcher (one-second waits on it) and release requeued jobs until ``until()``
+    holds (True) or the launcher exits (False); fail the test past the deadline."""
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end:
+        if until is not None and until():
+            return True
+        try:
+            proc.wait(timeout=1)
+            return False
+        except subprocess.TimeoutExpired:
+            release_requeued(sweep)
+    proc.kill()
+    if (sweep / ".submitit").is_dir():  # leave no job behind on the cluster
+        subprocess.run(["scancel", *job_ids(sweep)])
+    pytest.fail(f"the sweep did not finish in {DEADLINE_S} s")
+
+
+def training(job_dir: Path) -> bool:
+    """The job has trained some steps (its log shows a progress line)."""
+    log = job_dir / "train.log"
+    return log.exists() and re.search(r"step \d+/\d+", log.read_text()) is not None
+
+
+def sessions(job_dir: Path) -> list[dict]:
+    return json.loads((job_dir / "provenance.json").read_text())["sessions"]
+
+
+def assert_resumed_where_it_stopped(job_dir: Path, signal_name: str) -> None:
+    """Every stop checkpointed the step it was in, and the next session resumed from that step."""
+    log = (job_dir / "train.log").read_text()
+    stopped = [int(s) for s in re.findall(rf"stopped by {signal_name} at step (\d+)", log)]
+    resumed = [int(s) for s in re.findall(r"resumed \S+ at step (\d+)", log)]
+    assert stopped and stopped == resumed, log[-3000:]
+    assert all(0 < step < STEPS for step in stopped), stopped
+
+
+def test_a_time_limit_signals_requeues_and_resumes_to_the_same_weights(
+    slurm, tmp_path, cache, uninterrupted
+):
+    # Limit 1 min, signal 45 s before it: Slurm sends submitit's SIGUSR2 15-45 s in (its
+    # timer runs every 30 s), before the 5,000 steps are done (about 58 s with start-up).
+    proc = launch_sweep(
+        tmp_path,
+        cache,
+        f"train.max_steps={STEPS}",
+        "hydra.launcher.timeout_min=1",
+        "hydra.launcher.signal_delay_s=45",
+    )
+    drive(proc, tmp_path / "sweep")
+    assert proc.returncode == 0, stderr(tmp_path)[-3000:]
+    (job_dir,) = [d for d in (tmp_path / "sweep").iterdir() if d.is_dir() and d.name[0] != "."]
+    assert_resumed_where_it_stopped(job_dir, "SIGUSR2")
+    runs = sessions(job_dir)
+    assert [s["status"] for s in runs] == ["interrupted"] * (len(runs) - 1) + ["completed"]
+    assert len(runs) >= 2
+    # One Slurm job throughout, restarted by each requeue, in its own job dir.
+    assert len({s["scheduler"]["job_id"] for s in runs}) == 1
+    assert [int(s["scheduler"]["restart_count"]) for s in runs] == list(range(len(runs)))
+    assert weights_sha256(job_dir) == uninterrupted
+
+
+def test_scontrol_requeue_mid_training_resumes_to_the_same_weights(
+    slurm, tmp_path, cache, uninterrupted
+):
+    sweep = tmp_path / "sweep"
+    proc = launch_sweep(tmp_path, cache, f"train.max_steps={STEPS}")
+
+    def job_dir() -> Path | None:
+        dirs = [d for d in sweep.iterdir() if d.is_dir() and d.name[0] != "."]
+        return dirs[0] if dirs else None
+
+    def started() -> bool:
+        return sweep.is_dir() and job_dir() is not None and training(job_dir())
+
+    assert drive(proc, sweep, until=started)
+    (job,) = job_ids(sweep)
+    subprocess.run(["scontrol", "requeue", job], check=True)  # Slurm sends SIGTERM, requeues
+    drive(proc, sweep)
+    assert proc.returncode == 0, stderr(tmp_path)[-3000:]
+    assert_resumed_where_it_stopped(job_dir(), "SIGTERM")
+    assert [s["status"] for s in sessions(job_dir())] == ["interrupted", "completed"]
+    assert weights_sha256(job_dir()) == uninterrupted
+
+
+needs_accounting = pytest.mark.skipif(
+    not ACCOUNTING,
+    reason="needs slurmdbd and mariadb-server (apt-get install slurmdbd mariadb-server): "
+    "without accounting submitit cannot see a cancelled job end",
+)
+
+
+@needs_accounting
+def test_scancel_of_a_sweep_then_the_same_command_finishes_it(
+    slurm, tmp_path, cache, uninterrupted
+):
+    sweep = tmp_path / "sweep"
+    steps = f"train.max_steps=300,{STEPS}"
+    short, long = sweep / "train.max_steps=300", sweep / f"train.max_steps={STEPS}"
+    proc = launch_sweep(tmp_path, cache, steps)
+    done_short = lambda: (short / "results.json").exists() and training(long)  # noqa: E731
+    assert drive(proc, sweep, until=done_short)
+    array = job_ids(sweep)[0].split("_")[0]
+    subprocess.run(["scancel", array], check=True)  # the whole array
+    drive(proc, sweep)
+    # sacct says CANCELLED: the launcher ends with one line saying how to finish the sweep.
+    assert proc.returncode == 1
+    err = stderr(tmp_path).strip().splitlines()[-1]
+    assert err.startswith("error: a sweep job ended without a result (Slurm state CANCELLED")
+    assert f"rerun the same command with hydra.sweep.dir={sweep}" in err
+    assert sessions(long)[-1]["status"] == "interrupted"
+    proc = launch_sweep(tmp_path, cache, steps)  # the same command, the same sweep dir
+    drive(proc, sweep)
+    assert proc.returncode == 0, stderr(tmp_path)[-3000:]
+    assert "already completed (results.json): skipped" in (short / "train.log").read_text()
+    assert [s["status"] for s in sessions(short)] == ["completed"]  # not retrained
+    assert_resumed_where_it_stopped(long, "SIGTERM")
+    assert weights_sha256(long) == uninterrupted

@@ -230,10 +230,12 @@ def plot(
     # One style per PE across panels (tasks may have been run with different PEs), so that the
     # one legend holds for every panel.
     style = {pe: i for i, pe in enumerate(ordered({p for table in data.values() for p in table}))}
+    # Tall enough for the legend beside the panels (one line per PE, and the training span).
+    height = max(4.2, 0.27 * (len(style) + 1) + 1.2)
     fig, axes = plt.subplots(
         1,
         len(tasks),
-        figsize=(4.6 * len(tasks) + 2.4, 4.2),
+        figsize=(4.6 * len(tasks) + 2.4, height),
         squeeze=False,
         sharey=True,
         layout="constrained",
@@ -264,9 +266,12 @@ def plot(
             legend.setdefault(label, handle)
     lines = [pe.label for pe in style]
     shown = lines + [label for label in legend if label not in lines]  # then the shaded span
-    fig.legend([legend[label] for label in shown], shown, loc="outside right upper", fontsize=9)
+    # Centred beside the panels, below the title's line; one panel's title takes two lines.
+    fig.legend([legend[label] for label in shown], shown, loc="outside right center", fontsize=9)
+    gap = "\n" if len(tasks) == 1 else " "
     fig.suptitle(
-        "Length generalization: test accuracy against size, per positional encoding", fontsize=11
+        f"Length generalization:{gap}test accuracy against size, per positional encoding",
+        fontsize=11,
     )
     return ctx.save_figure(fig, "report_length_generalization.png")
 
