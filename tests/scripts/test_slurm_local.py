@@ -229,6 +229,7 @@ def test_a_time_limit_signals_requeues_and_resumes_to_the_same_weights(
         f"train.max_steps={STEPS}",
         "hydra.launcher.timeout_min=1",
         "hydra.launcher.signal_delay_s=45",
+        "hydra.launcher.max_num_timeout=10",  # the preset's 3 could run out on a slow machine
     )
     drive(proc, tmp_path / "sweep")
     assert proc.returncode == 0, stderr(tmp_path)[-3000:]
