@@ -43,6 +43,14 @@ class Corpus:
         if (self.kind == "synthetic") != (self.task is not None):
             raise ValueError("a 'synthetic' corpus needs a task, other kinds must not have one")
 
+    def train_text_fingerprint(self) -> str:
+        """Content hash of the train documents alone: what a learned vocabulary is trained on."""
+        h = hashlib.blake2b(digest_size=16)
+        for doc in self.splits["train"]:
+            b = doc.encode("utf-8")
+            h.update(len(b).to_bytes(8, "little") + b)
+        return h.hexdigest()
+
     def fingerprint(self) -> str:
         """Content hash of every split (and pair), so caches follow the data, not the config."""
         if self._fingerprint is None:

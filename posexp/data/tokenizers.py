@@ -175,9 +175,12 @@ def build_byte(corpus: Corpus, cache_dir: Path) -> Tokenizer:
 
 @register_tokenizer("bpe")
 def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokenizer:
-    """Byte-level BPE trained on `corpus.splits["train"]`, cached by (corpus, vocab, specials)."""
+    """Byte-level BPE trained on `corpus.splits["train"]`, cached by (that text, vocab, specials)."""
     check_vocab_size(vocab_size)
-    key = json.dumps([corpus.fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
+    # Keyed by the train documents alone (what it learns from), so two datasets with the same
+    # training text (wyc2kjv and wyc2kjv_text) share one vocabulary and a run may start from the
+    # other's weights.
+    key = json.dumps([corpus.train_text_fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
     if not path.exists():
@@ -211,7 +214,7 @@ def check_vocab_size(value: Any) -> int:
 # Value checks of a tokenizer's parameters, run where the config is built (before any data work).
 PARAM_CHECKS: dict[str, dict[str, Callable[[Any], Any]]] = {"bpe": {"vocab_size": check_vocab_size}}
 # Tokenizers whose vocabulary is learned from the run's training text: the same settings on other
-# data give other token ids, so a run started from another's weights must keep its data too.
+# training text give other token ids, so a run started from another's weights must keep that text.
 LEARNED_VOCABULARY = frozenset({"bpe"})
 
 

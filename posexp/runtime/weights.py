@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from posexp.config import RunConfig
+from posexp.data.registry import load_corpus
 from posexp.data.tokenizers import LEARNED_VOCABULARY
 from posexp.errors import PosexpError
 from posexp.model import ModelConfig
@@ -52,7 +53,11 @@ def check_start_weights(cfg: RunConfig) -> None:
                 f"started from another's weights keeps its tokenizer (drop tokenizer=)"
             )
         data = dict(saved.get("data") or {})
-        if cfg.tokenizer.name in LEARNED_VOCABULARY and cfg.data.to_dict("source") != data:
+        if (
+            cfg.tokenizer.name in LEARNED_VOCABULARY
+            and cfg.data.to_dict("source") != data
+            and not same_training_text(data, cfg)
+        ):
             raise PosexpError(
                 f"tokenizer={cfg.tokenizer.name} learns its vocabulary from the data: the parent's "
                 f"(data {_spec(data)}) is not this run's (data {_spec(cfg.data.to_dict('source'))}); "
@@ -70,6 +75,18 @@ def check_start_weights(cfg: RunConfig) -> None:
             f"(train.seq_len={cfg.train.seq_len}); keep train.seq_len={model['train_length']}"
             + ("" if cfg.resume else ", or extend it with `posexp finetune`")
         )
+
+
+def same_training_text(parent_data: dict[str, Any], cfg: RunConfig) -> bool:
+    """Whether the parent's data and this run's have the same train documents (a learned
+    vocabulary trained on them is then the same: wyc2kjv_text pre-trains for wyc2kjv)."""
+    params = {k: v for k, v in parent_data.items() if k != "source"}
+    try:
+        theirs = load_corpus(str(parent_data.get("source")), **params)
+    except PosexpError:  # the parent's dataset is gone or refuses its params: not the same
+        return False
+    mine = load_corpus(cfg.data.name, **cfg.data.params)
+    return theirs.train_text_fingerprint() == mine.train_text_fingerprint()
 
 
 def _spec(section: dict[str, Any]) -> str:

@@ -111,3 +111,27 @@ def test_wyc2kjv_rejects_bad_loss_on() -> None:
 
     with pytest.raises(PosexpError, match="loss_on 'source'; allowed: all, target"):
         load_corpus("wyc2kjv", loss_on="source")
+
+
+def test_wyc2kjv_text_is_the_pairs_corpus_documents_as_a_language_model(wyc) -> None:
+    text = load_corpus("wyc2kjv_text")
+    assert text.kind == "lm" and text.pairs is None
+    assert text.splits == wyc.splits  # the same chapter documents, in the same split
+    # Every train document is one edition's chapter: a verse of each side is in some document.
+    src, tgt = wyc.pairs["train"][0]
+    docs = text.splits["train"]
+    assert any(src in d for d in docs) and any(tgt in d for d in docs)
+    assert text.train_text_fingerprint() == wyc.train_text_fingerprint()
+    assert text.fingerprint() != wyc.fingerprint()  # the pairs still tell the caches apart
+
+
+def test_a_bpe_is_keyed_by_its_training_text_alone(tmp_path) -> None:
+    from posexp.data import build_tokenizer
+
+    # Same train documents, other pairs and kind: one vocabulary (one cached file, same ids).
+    a = build_tokenizer("bpe", load_corpus("wyc2kjv"), tmp_path, vocab_size=300)
+    b = build_tokenizer("bpe", load_corpus("wyc2kjv_text"), tmp_path, vocab_size=300)
+    assert a.fingerprint == b.fingerprint and len(list(tmp_path.glob("bpe-300-*.json"))) == 1
+    # Other train documents: another vocabulary.
+    c = build_tokenizer("bpe", load_corpus("kjv"), tmp_path, vocab_size=300)
+    assert c.fingerprint != a.fingerprint

@@ -19,10 +19,11 @@ def write_paragraphs(path: Path, n: int, tag: str = "p") -> Path:
 
 
 def test_registry_lists_datasets_and_rejects_unknown() -> None:
-    assert dataset_names() == ["hub", "kjv", "synthetic", "text", "wyc2kjv"]
+    assert dataset_names() == ["hub", "kjv", "synthetic", "text", "wyc2kjv", "wyc2kjv_text"]
     with pytest.raises(PosexpError) as e:
         load_corpus("wikitext")
-    assert str(e.value) == "unknown data 'wikitext'; allowed: hub, kjv, synthetic, text, wyc2kjv"
+    allowed = "hub, kjv, synthetic, text, wyc2kjv, wyc2kjv_text"
+    assert str(e.value) == f"unknown data 'wikitext'; allowed: {allowed}"
     with pytest.raises(PosexpError, match="unknown parameter 'fils' for data 'text'"):
         load_corpus("text", fils=["a.txt"])
 

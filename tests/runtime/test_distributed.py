@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +112,50 @@ def test_two_gloo_processes_follow_the_one_process_loss_curve(tmp_path, cache):
     log = (run / "train.log").read_text()
     assert log.count("checkpoint saved at step 6") == 1  # rank 0 alone writes the log
     assert (run / "results.json").exists() and (run / "checkpoint" / "meta.json").exists()
+
+
+def torchrun(cwd: Path, cache: Path, *args: str) -> subprocess.Popen:
+    """`torchrun --nproc_per_node=2 -m posexp train ARGS` in ``cwd``, stderr piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        + ["-m", "posexp", "train", *args],
+        cwd=cwd,
+        env=posexp_env(cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_sigterm_under_torchrun_stops_every_rank_and_resumes_to_the_same_weights(tmp_path, cache):
+    args = ["pe=rope", *TINY, "train.batch_size=4", "train.max_steps=40"]
+    args += ["train.checkpoint_interval=5", "train.log_interval=5", "train.threads=1"]
+    full = tmp_path / "full"
+    proc = torchrun(tmp_path, cache, *args, f"hydra.run.dir={full}")
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+    run = tmp_path / "run"
+    proc = torchrun(tmp_path, cache, *args, f"hydra.run.dir={run}")
+    for line in proc.stderr:  # blocks on the ranks' output; no sleeps
+        if "checkpoint saved at step 5" in line:
+            proc.send_signal(signal.SIGTERM)  # to torchrun, which hands it to both ranks
+            break
+    rest = proc.stderr.read()
+    proc.wait(timeout=600)
+    # torchrun itself ends on the signal with its own SignalException traceback (exit 1);
+    # no rank raised: no frame of posexp's code in the output.
+    assert proc.returncode != 0 and not re.search(r'File ".*/posexp/', rest), rest[-3000:]
+    # Both ranks stopped after the same logging step; rank 0 alone wrote its checkpoint.
+    stopped = re.findall(r"stopped by SIGTERM at step (\d+), checkpoint saved", rest)
+    assert len(stopped) == 1, rest[-3000:]
+    step = int(stopped[0])
+    assert 5 < step < 40 and step % 5 == 0
+    assert json.loads((run / "checkpoint" / "meta.json").read_text())["step"] == step
+    sessions = json.loads((run / "provenance.json").read_text())["sessions"]
+    assert [s["status"] for s in sessions] == ["interrupted"]
+    proc = torchrun(tmp_path, cache, f"resume={run}")
+    assert proc.wait(timeout=600) == 0, proc.stderr.read()[-3000:]
+
+    def sha256(d: Path) -> str:
+        return hashlib.sha256((d / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()
+
+    assert sha256(run) == sha256(full)

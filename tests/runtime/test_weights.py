@@ -79,6 +79,13 @@ def test_a_bpe_parent_on_other_data_is_refused(tmp_path):
     )  # the same data: fine
 
 
+def test_a_bpe_parent_on_the_same_training_text_is_accepted(tmp_path):
+    # wyc2kjv_text is wyc2kjv's documents as a language model: one BPE, so its weights fit.
+    bpe = ("tokenizer=bpe", "tokenizer.vocab_size=512")
+    saved_run(tmp_path / "parent", *bpe, "data=wyc2kjv_text", vocab_size=512)
+    check_start_weights(run_config(*TINY, f"parent={tmp_path / 'parent'}", *bpe, "data=wyc2kjv"))
+
+
 def test_a_learned_table_of_another_length_is_named_not_called_corrupt(tmp_path, no_data):
     saved_run(tmp_path / "parent", "pe=learned")
     longer = ("pe=learned", "train.seq_len=64", "train.eval_tokens=256")

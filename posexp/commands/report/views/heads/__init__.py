@@ -41,8 +41,33 @@ from posexp.commands.report.views.heads.rows import (
     table_markdown,
     verdict,
 )
+from posexp.errors import PosexpError
+from posexp.rundir import RunDir
 
 __all__ = ["BPB", "PPL", "HeadJob", "summarize", "verdict"]
+
+
+def pretraining_sentence(jobs: list[Any]) -> str:
+    """Which run each head count's jobs started from (``parent=``), its data and step, in words."""
+    parents: dict[int, str] = {}
+    for job in jobs:
+        if job.config and job.config.parent:
+            parents.setdefault(job.config.heads, str(job.config.parent))
+    if not parents:
+        return ""
+    parts = []
+    for h, path in sorted(parents.items()):
+        try:
+            meta = RunDir.open(path, "parent").meta()
+            data = meta["config"]["data"]
+            what = f"step {int(meta['step']):,} of data={data.get('source', '?')}"
+        except PosexpError:
+            what = "no longer readable"
+        parts.append(f"h = {h}: `{path}` ({what})")
+    return (
+        "Pre-training: every job starts from the language model of its head count, shared by "
+        f"its seeds: {'; '.join(parts)}."
+    )
 
 
 def render(ctx: Any) -> str:
@@ -79,7 +104,11 @@ def render(ctx: Any) -> str:
         f"{what}; heads at fixed d_model = {', '.join(map(str, d_models)) or '?'} "
         f"(d_k = d_v = d_model / h). {how} Mean ± sample std over the completed seeds.",
         "",
-        f"**Verdict.** {verdict(rows, metrics[0])} {bleu_sentence(rows) if BLEU in metrics else ''}".rstrip(),
+        *([pre, ""] if (pre := pretraining_sentence(ctx.jobs)) else []),
+        " ".join(
+            [f"**Verdict.** {verdict(rows, metrics[0])}"]
+            + ([f"In BLEU: {verdict(rows, BLEU)}", bleu_sentence(rows)] if BLEU in metrics else [])
+        ).rstrip(),
         "",
         *table_markdown(rows, metrics),
     ]

@@ -246,9 +246,10 @@ def bleu_sentence(rows: list[dict[str, Any]]) -> str:
         return ""
     best = max(scored, key=lambda r: r["bleu_mean"])
     side = "above" if best["bleu_mean"] > copy else "below"
+    times = f" ({best['bleu_mean'] / copy:.2f}× it)" if copy > 0 else ""
     return (
         f"Best test BLEU {best['bleu_mean']:.2f} (h = {best['h']}) is {side} the copy "
-        f"baseline's {copy:.2f}."
+        f"baseline's {copy:.2f}{times}."
     )
 
 
