@@ -8,7 +8,7 @@ it one, so a new kind needs no edit in this package.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,26 +46,26 @@ class Corpus:
     def train_text_fingerprint(self) -> str:
         """Content hash of the train documents alone: what a learned vocabulary is trained on."""
         h = hashlib.blake2b(digest_size=16)
-        for doc in self.splits["train"]:
-            b = doc.encode("utf-8")
-            h.update(len(b).to_bytes(8, "little") + b)
+        _hash_texts(h, self.splits["train"])
         return h.hexdigest()
 
     def fingerprint(self) -> str:
         """Content hash of every split (and pair), so caches follow the data, not the config."""
         if self._fingerprint is None:
             h = hashlib.blake2b(digest_size=16)
-            # Length-prefix every string so no two different corpora can hash the same.
             for split in SPLITS:
                 h.update(f"\x00{split}:{len(self.splits[split])}".encode())
-                for doc in self.splits[split]:
-                    b = doc.encode("utf-8")
-                    h.update(len(b).to_bytes(8, "little") + b)
-                for src, tgt in (self.pairs or {}).get(split, []):
-                    for b in (src.encode("utf-8"), tgt.encode("utf-8")):
-                        h.update(len(b).to_bytes(8, "little") + b)
+                _hash_texts(h, self.splits[split])
+                _hash_texts(h, (t for pair in (self.pairs or {}).get(split, []) for t in pair))
             self._fingerprint = h.hexdigest()
         return self._fingerprint
+
+
+def _hash_texts(h: Any, texts: Iterable[str]) -> None:
+    """Feed ``texts`` to ``h``, each length-prefixed, so no two different sequences hash the same."""
+    for text in texts:
+        b = text.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little") + b)
 
 
 Loader = Callable[..., Corpus]
