@@ -11,7 +11,8 @@ template misnames some of them in the C++ it emits.
 
 Where it applies: causal attention whose query and key positions both run 0..L-1 (training,
 evaluation windows, the prompt of a generation), on CUDA, and on the CPU when no gradient is
-needed (torch has no CPU backward for it). Everything else, and ``attention=sdpa``, takes the
+needed (torch has no CPU backward for it) and heads have at least ``CPU_MIN_HEAD_DIM``
+dimensions. Everything else, and ``attention=sdpa``, takes the
 SDPA path with an explicit bias in ``posexp.model``. The backend is chosen in ``use_flex``.
 """
 
@@ -56,23 +57,37 @@ def available() -> bool:
     return True
 
 
-def use_flex(backend: str, device: torch.device, needs_grad: bool, dropout: float) -> bool:
+# torch 2.13's compiled CPU kernel returns wrong numbers (off by O(1), at times NaN, varying
+# with the data) for heads of 16 dimensions or fewer at lengths below 128 that are 8 mod 16
+# (24, 40, ..., 120), with or without a score_mod; at 24, 32, 48 and 64 dimensions every
+# length from 2 to 300 matched SDPA (measured on an AMD EPYC, fp32). Smaller heads take SDPA.
+CPU_MIN_HEAD_DIM = 32
+
+
+def use_flex(
+    backend: str, device: torch.device, needs_grad: bool, dropout: float, head_dim: int
+) -> bool:
     """The one place that decides between FlexAttention and the SDPA-with-bias path."""
     if backend == "sdpa" or _broken or dropout > 0 or not available():
         return False
     if device.type == "cuda":
         return True
-    return device.type == "cpu" and not needs_grad
+    return device.type == "cpu" and not needs_grad and head_dim >= CPU_MIN_HEAD_DIM
 
 
-def describe(backend: str, device: torch.device, has_bias: bool) -> str:
+def describe(backend: str, device: torch.device, has_bias: bool, head_dim: int) -> str:
     """What attention a run uses, for its log."""
     if not has_bias:
         return "sdpa (no bias)"
-    if use_flex(backend, device, needs_grad=True, dropout=0.0):
+    if use_flex(backend, device, needs_grad=True, dropout=0.0, head_dim=head_dim):
         return "flex"
-    if use_flex(backend, device, needs_grad=False, dropout=0.0):
+    if use_flex(backend, device, needs_grad=False, dropout=0.0, head_dim=head_dim):
         return "sdpa with the bias while training (no FlexAttention backward on this device), flex to evaluate"
+    if device.type == "cpu" and backend != "sdpa" and head_dim < CPU_MIN_HEAD_DIM:
+        return (
+            f"sdpa with an explicit bias (heads of {head_dim} dimensions: torch's CPU "
+            f"FlexAttention is wrong below {CPU_MIN_HEAD_DIM})"
+        )
     return f"sdpa with an explicit bias (attention.backend={backend}, device {device.type})"
 
 

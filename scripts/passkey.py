@@ -62,10 +62,15 @@ def fresh_table(run: Path) -> Path | None:
     return None
 
 
+def run_posexp(args: tuple[str, ...]) -> int:
+    """`posexp ARGS` as its own process; its exit status."""
+    return subprocess.run([sys.executable, "-m", "posexp", *args]).returncode
+
+
 def posexp(*args: str) -> None:
     """Run one posexp command, echoing it; stop the script if it fails."""
     print("$ posexp " + shlex.join(args), flush=True)
-    if subprocess.run([sys.executable, "-m", "posexp", *args]).returncode:
+    if run_posexp(args):
         sys.exit(f"stopped: `posexp {shlex.join(args)}` failed")
 
 

@@ -5,6 +5,16 @@ import torch
 
 torch.set_num_threads(1)  # tiny models: more threads only add overhead
 
+# The files that take minutes run first, each on its own worker (`--dist loadfile`), while the
+# other worker works through the rest: started last, they would set the suite's wall time.
+FIRST = ("tests/scripts/test_slurm_local.py", "tests/scripts/test_gpu_check.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the slowest files first (a stable sort: every worker gets the same order)."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -1,4 +1,4 @@
-"""Running the real `posexp` command in a subprocess, as a user would."""
+"""Running the real `posexp` command: through its entry point in this process, or as a new one."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ def posexp_env(cache: Path) -> dict[str, str]:
     return {**os.environ, "POSEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run `python -m posexp ARGS` in ``cwd``; fail the test with its output if it fails."""
+def posexp_command(
+    cwd: Path, cache: Path, *args: str, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run `python -m posexp ARGS` in ``cwd`` (a new process); fail the test if it fails."""
     proc = subprocess.run(
         [sys.executable, "-m", "posexp", *args],
         cwd=cwd,
@@ -44,6 +46,55 @@ def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess
         raise AssertionError(
             f"posexp {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
         )
+    return proc
+
+
+def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`posexp ARGS` through the command's own entry point (``posexp.cli.main``) in this process:
+    the same code, exit status and output as ``posexp``, without a torch start-up per call. For
+    paths that end in this process; signals, a full disk and Slurm need ``posexp_command``."""
+    import io
+    import logging
+
+    import torch
+    from hydra.core.global_hydra import GlobalHydra
+
+    from posexp.cli import main
+
+    env = {"POSEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    saved_env = {k: os.environ.get(k) for k in (*env, "POSEXP_COMMAND", "HYDRA_FULL_ERROR")}
+    saved_argv, saved_cwd, threads = sys.argv, os.getcwd(), torch.get_num_threads()
+    loggers = [logging.getLogger(), logging.getLogger("posexp")]
+    saved_logging = [(lg, lg.handlers[:], lg.level) for lg in loggers]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    try:
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["posexp", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+        torch.set_num_threads(threads)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for lg, handlers, level in saved_logging:  # Hydra's job logging, closed (its train.log)
+            for h in lg.handlers:
+                if h not in handlers:
+                    h.close()
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+        GlobalHydra.instance().clear()
+    proc = subprocess.CompletedProcess(["posexp", *args], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"posexp {' '.join(args)} exited {code}:\n{proc.stderr[-3000:]}")
     return proc
 
 

@@ -308,7 +308,7 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
         mcfg.n_layers,
         f"{n_params:,}",
         device,
-        flex.describe(mcfg.attention, device, model.pe.has_bias),
+        flex.describe(mcfg.attention, device, model.pe.has_bias, mcfg.head_dim),
     )
     log.info("precision: %s (%s)", precision, why)
     if note := schedule_note(cfg.train.warmup_steps, cfg.train.max_steps):

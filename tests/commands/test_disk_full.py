@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.helpers import TINY, posexp
+from tests.helpers import TINY, posexp_command
 
 SIZE = "1500k"  # room for one checkpoint of the tiny model, not for a second beside it
 
@@ -43,7 +43,7 @@ def test_a_full_disk_ends_every_command_in_one_line_and_the_run_dir_tells_the_tr
 ):
     run = small_disk / "run"
     train = ["train", "pe=rope", *TINY, "train.max_steps=30", f"hydra.run.dir={run}"]
-    proc = posexp(tmp_path, cache, *train, check=False)
+    proc = posexp_command(tmp_path, cache, *train, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert last_line(proc) == (
         f"error: no space left on device writing '{run}/checkpoint' (the previous checkpoint is "
@@ -65,7 +65,7 @@ def test_a_full_disk_ends_every_command_in_one_line_and_the_run_dir_tells_the_tr
         ["report", str(run)],
         ["train", f"resume={run}"],
     ):
-        proc = posexp(tmp_path, cache, *command, check=False)
+        proc = posexp_command(tmp_path, cache, *command, check=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, command
         assert "no space left on device" in last_line(proc), command
         assert not any(p.name.endswith(".tmp") for p in run.iterdir()), command
@@ -79,7 +79,9 @@ def test_a_new_run_that_cannot_write_leaves_nothing_behind(small_disk, tmp_path,
     )
     assert fill.returncode == 0  # room left for the run's record, not for its first checkpoint
     run = small_disk / "run"
-    proc = posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}", check=False)
+    proc = posexp_command(
+        tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}", check=False
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert last_line(proc) == (
         f"error: no space left on device writing '{run}/checkpoint' (no checkpoint yet); free "
@@ -98,7 +100,9 @@ def test_a_new_run_that_cannot_write_leaves_nothing_behind(small_disk, tmp_path,
         ],
         capture_output=True,
     )  # now nothing fits
-    proc = posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}", check=False)
+    proc = posexp_command(
+        tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}", check=False
+    )
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: no space left on device writing '{run}'; free some space"
     ]

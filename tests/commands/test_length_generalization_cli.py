@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import posexp, posexp_env
+import pytest
+
+from tests.helpers import posexp
 
 TINY = [
     "model=tiny",
@@ -53,41 +55,32 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
     assert "## Extrapolation" not in report  # the perplexity view stays out of task sweeps
 
 
-def test_passkey_script_into_the_report(tmp_path, cache):
-    command = [
-        sys.executable,
-        str(Path(__file__).parents[2] / "scripts" / "passkey.py"),
-        "--out",
-        str(tmp_path / "pk"),
-        "--model",
-        "tiny",
-        "--lm-steps",
-        "2",
-        "--passkey-steps",
-        "2",
-        "--extend-steps",  # a tiny model never retrieves: one extension block, then the cap
-        "1",
-        "--passkey-max-steps",
-        "3",
-        "--finetune-steps",
-        "1",
-        "--methods",
-        "none,yarn",
-        "--examples",
-        "2",
-        "--seeds",
-        "3",
-        "--device",
-        "cpu",
-    ]
-    proc = subprocess.run(
-        command, env=posexp_env(cache), capture_output=True, text=True, timeout=600
+def load_passkey_script():
+    """scripts/passkey.py as a module (scripts are not a package)."""
+    path = Path(__file__).parents[2] / "scripts" / "passkey.py"
+    spec = importlib.util.spec_from_file_location("passkey_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_passkey_script_into_the_report(tmp_path, cache, monkeypatch, capsys):
+    script = load_passkey_script()
+    # Each step through posexp's entry point in this process, not a new Python per step.
+    monkeypatch.setattr(
+        script, "run_posexp", lambda args: posexp(tmp_path, cache, *args).returncode
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    argv = ["passkey.py", "--out", str(tmp_path / "pk"), "--model", "tiny", "--lm-steps", "2"]
+    argv += ["--passkey-steps", "2", "--passkey-max-steps", "3", "--finetune-steps", "1"]
+    # A tiny model never retrieves: one extension block, then the cap.
+    argv += ["--extend-steps", "1", "--methods", "none,yarn", "--examples", "2", "--seeds", "3"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--device", "cpu"])
+    script.main()
+    stdout = capsys.readouterr().out
     assert (tmp_path / "pk" / "seed3" / "ft_yarn" / "eval" / "extrapolate.json").exists()
     passkey = tmp_path / "pk" / "seed3" / "passkey"
-    assert f"$ posexp train resume={passkey} train.max_steps=3" in proc.stdout
-    assert "step 3, worst depth at L0" in proc.stdout
+    assert f"$ posexp train resume={passkey} train.max_steps=3" in stdout
+    assert "step 3, worst depth at L0" in stdout
     report = (tmp_path / "pk" / "report.md").read_text()
     assert "## Passkey retrieval" in report
     for row in (
@@ -102,12 +95,22 @@ def test_passkey_script_into_the_report(tmp_path, cache):
     assert (tmp_path / "pk" / "report_passkey.png").exists()
     assert "n = 1 seed(s)" in report and "Retrieval was learned" in report
     # A second call finds every run and evaluation done and only writes the report again.
-    again = subprocess.run(
-        command, env=posexp_env(cache), capture_output=True, text=True, timeout=600
-    )
-    assert again.returncode == 0, again.stderr[-3000:]
-    skipped = [line for line in again.stdout.splitlines() if line.endswith("skipped")]
+    script.main()
+    again = capsys.readouterr().out.splitlines()
+    skipped = [line for line in again if line.endswith("skipped")]
     assert len(skipped) == 7  # lm, passkey and its evaluation, two fine-tunes and theirs
-    assert [line for line in again.stdout.splitlines() if line.startswith("$ posexp")] == [
+    assert [line for line in again if line.startswith("$ posexp")] == [
         f"$ posexp report {tmp_path / 'pk'} --no-eval --device cpu"
     ]
+
+
+def test_the_passkey_script_stops_on_a_failed_step(tmp_path, cache, monkeypatch, capsys):
+    script = load_passkey_script()
+    monkeypatch.setattr(
+        script, "run_posexp", lambda args: posexp(tmp_path, cache, *args, check=False).returncode
+    )
+    monkeypatch.setattr(
+        sys, "argv", ["passkey.py", "--out", str(tmp_path / "pk"), "--model", "huge"]
+    )
+    with pytest.raises(SystemExit, match=r"^stopped: `posexp train .*model=huge.*` failed$"):
+        script.main()

@@ -148,7 +148,8 @@ def test_sigterm_under_torchrun_stops_every_rank_and_resumes_to_the_same_weights
     stopped = re.findall(r"stopped by SIGTERM at step (\d+), checkpoint saved", rest)
     assert len(stopped) == 1, rest[-3000:]
     step = int(stopped[0])
-    assert 5 < step < 40 and step % 5 == 0
+    # The signal may land before the stop check of step 5 itself (its checkpoint just saved).
+    assert 5 <= step < 40 and step % 5 == 0
     assert json.loads((run / "checkpoint" / "meta.json").read_text())["step"] == step
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
     assert [s["status"] for s in sessions] == ["interrupted"]
