@@ -23,6 +23,7 @@ SHRINK = [
     "train.log_interval=1",
     "train.checkpoint_interval=3",
     "train.warmup_steps=1",
+    "hydra.launcher.n_jobs=1",  # joblib runs the jobs in this process: no worker start-ups
 ]
 
 
