@@ -30,6 +30,15 @@ def posexp_env(cache: Path) -> dict[str, str]:
     return {**os.environ, "POSEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
+def checked(proc: subprocess.CompletedProcess, check: bool) -> subprocess.CompletedProcess:
+    """``proc``, or the test failed with its stderr when ``check`` and it exited non-zero."""
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"posexp {' '.join(proc.args[1:])} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+        )
+    return proc
+
+
 def posexp_command(
     cwd: Path, cache: Path, *args: str, check: bool = True
 ) -> subprocess.CompletedProcess:
@@ -42,11 +51,10 @@ def posexp_command(
         text=True,
         timeout=600,
     )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"posexp {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
-        )
-    return proc
+    return checked(
+        subprocess.CompletedProcess(["posexp", *args], proc.returncode, proc.stdout, proc.stderr),
+        check,
+    )
 
 
 def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -55,36 +63,32 @@ def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess
     paths that end in this process; signals, a full disk and Slurm need ``posexp_command``."""
     import io
     import logging
+    from unittest import mock
 
     import torch
     from hydra.core.global_hydra import GlobalHydra
 
     from posexp.cli import main
 
-    env = {"POSEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    saved_env = {k: os.environ.get(k) for k in (*env, "POSEXP_COMMAND", "HYDRA_FULL_ERROR")}
-    saved_argv, saved_cwd, threads = sys.argv, os.getcwd(), torch.get_num_threads()
+    threads = torch.get_num_threads()
     loggers = [logging.getLogger(), logging.getLogger("posexp")]
     saved_logging = [(lg, lg.handlers[:], lg.level) for lg in loggers]
     out, err, code = io.StringIO(), io.StringIO(), 0
-    try:
-        os.environ.update(env)
-        os.chdir(cwd)
-        sys.argv = ["posexp", *args]
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    env = {"POSEXP_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    try:  # the whole environment, cwd and argv come back as they were
+        with (
+            mock.patch.dict(os.environ, env),
+            contextlib.chdir(cwd),
+            mock.patch.object(sys, "argv", ["posexp", *args]),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             try:
                 main()
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else int(e.code is not None)
     finally:
-        sys.argv = saved_argv
-        os.chdir(saved_cwd)
         torch.set_num_threads(threads)
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         for lg, handlers, level in saved_logging:  # Hydra's job logging, closed (its train.log)
             for h in lg.handlers:
                 if h not in handlers:
@@ -93,9 +97,7 @@ def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess
             lg.setLevel(level)
         GlobalHydra.instance().clear()
     proc = subprocess.CompletedProcess(["posexp", *args], code, out.getvalue(), err.getvalue())
-    if check and code != 0:
-        raise AssertionError(f"posexp {' '.join(args)} exited {code}:\n{proc.stderr[-3000:]}")
-    return proc
+    return checked(proc, check)
 
 
 # A second process that holds a dir's writer lock until its stdin closes (a pipe: no sleeps).
