@@ -39,12 +39,14 @@ def test_smoke_run_writes_every_part(tmp_path):
     ddp = parts["torchrun"]["result"]
     assert ddp["backend"] == "gloo" and ddp["processes"] == 2
     assert ddp["max_loss_diff"] == pytest.approx(0, abs=1e-5) and ddp["max_weight_diff"] < 1e-5
+    assert "repeat_max_loss_diff" not in ddp  # smoke: no repeat run
     ablation = parts["ablation"]["result"]
     assert [r["heads"] for r in ablation["rows"]] == [1, 2]
     assert all(r["status"] == "completed" and r["bleu"] is not None for r in ablation["rows"])
     assert ablation["projected_full_preset_hours"] > 0
     md = (tmp_path / "report.md").read_text()
     assert "SMOKE RUN" in md and md.count("## ") == 6 and "FAILED" not in md
+    assert "No repeat run" in md
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

@@ -69,7 +69,7 @@ def slurm_sweep(tmp_path: Path, cache: Path, *overrides: str, check: bool = True
     )
 
 
-def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, tmp_path, cache):
+def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, uninterrupted, tmp_path, cache):
     sweep = tmp_path / "sweep"
     proc = slurm_sweep(
         tmp_path, cache, "heads=2", "pe=rope,alibi", "train.max_steps=6", "train.eval_interval=3"
@@ -122,31 +122,57 @@ def weights_sha256(run: Path) -> str:
     return hashlib.sha256((run / "checkpoint" / "model.safetensors").read_bytes()).hexdigest()
 
 
-def uninterrupted_sha256(tmp: Path, cache: Path, steps: int) -> str:
-    """sha256 of the weights after ``steps`` uninterrupted steps (a plain run, one thread)."""
-    run = tmp / "run"
-    posexp_command(
-        tmp,
-        cache,
-        "train",
-        *TRAIN,
-        f"train.max_steps={steps}",
-        "train.threads=1",
-        f"hydra.run.dir={run}",
-    )
-    return weights_sha256(run)
+class Uninterrupted:
+    """Plain uninterrupted runs (one thread) of STEPS and SHORT_STEPS, started together when the
+    module starts: they train while the first tests wait on the scheduler, and a test waits for
+    its reference only when it compares weights."""
+
+    def __init__(self, tmp: Path, cache: Path) -> None:
+        self.runs = {steps: tmp / f"run{steps}" for steps in (STEPS, SHORT_STEPS)}
+        self.procs = {
+            steps: subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "posexp",
+                    "train",
+                    *TRAIN,
+                    f"train.max_steps={steps}",
+                    "train.threads=1",
+                    f"hydra.run.dir={run}",
+                ],
+                cwd=tmp,
+                env=posexp_env(cache),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for steps, run in self.runs.items()
+        }
+
+    def sha256(self, steps: int) -> str:
+        """sha256 of the weights after ``steps`` uninterrupted steps (waits for that run)."""
+        proc = self.procs[steps]
+        if proc.returncode is None:
+            _, err = proc.communicate()
+            assert proc.returncode == 0, err[-2000:]
+        assert proc.returncode == 0
+        return weights_sha256(self.runs[steps])
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.kill()
+                proc.communicate()
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, cache) -> str:
-    """The weights' sha256 after STEPS uninterrupted steps."""
-    return uninterrupted_sha256(tmp_path_factory.mktemp("uninterrupted"), cache, STEPS)
-
-
-@pytest.fixture(scope="module")
-def uninterrupted_short(tmp_path_factory, cache) -> str:
-    """The weights' sha256 after SHORT_STEPS uninterrupted steps."""
-    return uninterrupted_sha256(tmp_path_factory.mktemp("uninterrupted_short"), cache, SHORT_STEPS)
+def uninterrupted(tmp_path_factory, cache):
+    """The reference runs, started once for the module (module fixtures set up at first use,
+    so the first test asks for it)."""
+    refs = Uninterrupted(tmp_path_factory.mktemp("uninterrupted"), cache)
+    yield refs
+    refs.stop()
 
 
 def launch_sweep(tmp_path: Path, cache: Path, *overrides: str) -> subprocess.Popen:
@@ -185,22 +211,39 @@ def stopped_by(job_dir: Path, signal_name: str) -> bool:
     return log.exists() and f"stopped by {signal_name} at step" in log.read_text()
 
 
-def release_requeued(sweep: Path, longer_limit: tuple[int, Callable[[], bool]] | None) -> None:
+# slurmd refuses to start a requeued job whose new credential dates from the same second as the
+# revocation of its old one ("Job credential revoked"; the job then ends FAILED), so a requeued
+# job is released only after it has been seen waiting for this long.
+RELEASE_AFTER_S = 2.0
+
+
+def release_requeued(
+    sweep: Path,
+    longer_limit: tuple[int, Callable[[], bool]] | None,
+    waiting_since: dict[str, float],
+) -> None:
     """Lift the hold Slurm puts on a requeued job (Reason=BeginTime, about 2 min), as an admin
     can with `scontrol update`, so the requeue -> restart path runs in seconds. With
-    ``longer_limit`` = (minutes, when), the restarted job gets that time limit once when() holds."""
+    ``longer_limit`` = (minutes, when), the restarted job gets that time limit once when() holds.
+    ``waiting_since`` remembers when each job was first seen held."""
     if not (sweep / ".submitit").is_dir():
         return
     for job in job_ids(sweep):
         reason = subprocess.run(
             ["squeue", "-h", "-j", job, "-o", "%r"], capture_output=True, text=True
         ).stdout.strip()
-        if reason == "BeginTime":
-            # No checks: the job may have started between the calls.
-            if longer_limit is not None and longer_limit[1]():
-                limit = f"TimeLimit={longer_limit[0]}"
-                subprocess.run(["scontrol", "update", f"JobId={job}", limit])
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        if reason != "BeginTime":
+            waiting_since.pop(job, None)
+            continue
+        first_seen = waiting_since.setdefault(job, time.monotonic())
+        if time.monotonic() - first_seen < RELEASE_AFTER_S:
+            continue
+        # No checks: the job may have started between the calls.
+        if longer_limit is not None and longer_limit[1]():
+            limit = f"TimeLimit={longer_limit[0]}"
+            subprocess.run(["scontrol", "update", f"JobId={job}", limit])
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+        waiting_since.pop(job)
 
 
 def drive(
@@ -212,6 +255,7 @@ def drive(
     """Poll the launcher (one-second waits on it) and release requeued jobs until ``until()``
     holds (True) or the launcher exits (False); fail the test past the deadline."""
     end = time.monotonic() + DEADLINE_S
+    waiting_since: dict[str, float] = {}
     while time.monotonic() < end:
         if until is not None and until():
             return True
@@ -219,7 +263,7 @@ def drive(
             proc.wait(timeout=1)
             return False
         except subprocess.TimeoutExpired:
-            release_requeued(sweep, longer_limit)
+            release_requeued(sweep, longer_limit, waiting_since)
     proc.kill()
     if (sweep / ".submitit").is_dir():  # leave no job behind on the cluster
         subprocess.run(["scancel", *job_ids(sweep)])
@@ -281,11 +325,11 @@ def test_a_time_limit_signals_requeues_and_resumes_to_the_same_weights(
     assert len({s["scheduler"]["job_id"] for s in runs}) == 1
     restarts = [int(s["scheduler"]["restart_count"]) for s in runs]
     assert restarts == sorted(set(restarts)) and len(restarts) == len(runs)
-    assert weights_sha256(job_dir) == uninterrupted
+    assert weights_sha256(job_dir) == uninterrupted.sha256(STEPS)
 
 
 def test_scontrol_requeue_mid_training_resumes_to_the_same_weights(
-    slurm, tmp_path, cache, uninterrupted_short
+    slurm, tmp_path, cache, uninterrupted
 ):
     sweep = tmp_path / "sweep"
     proc = launch_sweep(tmp_path, cache, f"train.max_steps={SHORT_STEPS}")
@@ -304,7 +348,7 @@ def test_scontrol_requeue_mid_training_resumes_to_the_same_weights(
     assert proc.returncode == 0, stderr(tmp_path)[-3000:]
     assert_resumed_where_it_stopped(job_dir(), "SIGTERM", SHORT_STEPS)
     assert [s["status"] for s in sessions(job_dir())] == ["interrupted", "completed"]
-    assert weights_sha256(job_dir()) == uninterrupted_short
+    assert weights_sha256(job_dir()) == uninterrupted.sha256(SHORT_STEPS)
 
 
 needs_accounting = pytest.mark.skipif(
@@ -316,7 +360,7 @@ needs_accounting = pytest.mark.skipif(
 
 @needs_accounting
 def test_scancel_of_a_sweep_then_the_same_command_finishes_it(
-    slurm, tmp_path, cache, uninterrupted_short
+    slurm, tmp_path, cache, uninterrupted
 ):
     sweep = tmp_path / "sweep"
     steps = f"train.max_steps=300,{SHORT_STEPS}"
@@ -339,4 +383,4 @@ def test_scancel_of_a_sweep_then_the_same_command_finishes_it(
     assert "already completed (results.json): skipped" in (short / "train.log").read_text()
     assert [s["status"] for s in sessions(short)] == ["completed"]  # not retrained
     assert_resumed_where_it_stopped(long, "SIGTERM", SHORT_STEPS)
-    assert weights_sha256(long) == uninterrupted_short
+    assert weights_sha256(long) == uninterrupted.sha256(SHORT_STEPS)
