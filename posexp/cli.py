@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
 HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
+SCHEMA_MATCH_WARNING = r"(?s).*is validated against ConfigStore schema with the same name"
+
+
 def run_hydra(task, config_name: str, args: list[str]) -> None:
     """Run ``task`` under ``hydra.main`` with ``args`` as its command line."""
     import hydra
@@ -82,7 +86,14 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     if any(a in ("-m", "--multirun") for a in args):  # job dirs named by the swept keys
         os.environ[SWEEP_ENV] = json.dumps(sweep_keys(args))
     try:
-        hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(task)()
+        with warnings.catch_warnings():
+            # configs/hydra/launcher/ completes the launcher plugins' own schemas under their
+            # names on purpose (`hydra/launcher=joblib` keeps working); Hydra warns about every
+            # such file on every sweep.
+            warnings.filterwarnings("ignore", SCHEMA_MATCH_WARNING, UserWarning)
+            hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(
+                task
+            )()
     finally:
         sys.argv = saved
         if saved_env is None:
@@ -95,10 +106,10 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
 @says_interrupted
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
-    from posexp.commands.train import train_task
+    from posexp.commands import hydra_tasks
 
     check_overrides(ctx.args)
-    run_hydra(train_task, "train", ctx.args)
+    run_hydra(hydra_tasks.train, "train", ctx.args)
 
 
 @app.command(cls=Command)
@@ -233,11 +244,12 @@ def finetune(
 
     Other arguments are Hydra overrides, e.g. `extension=yarn extension.factor=4 train.max_steps=200`.
     """
-    from posexp.commands.finetune import finetune_args, finetune_task
+    from posexp.commands import hydra_tasks
+    from posexp.commands.finetune import finetune_args
 
     check_output_arg(ctx.args)
     cli_overrides.check_run_dir_arg(ctx.args)
-    run_hydra(finetune_task, "finetune", finetune_args(run, ctx.args))
+    run_hydra(hydra_tasks.finetune, "finetune", finetune_args(run, ctx.args))
 
 
 @app.command(cls=Command)
@@ -301,13 +313,9 @@ def complete_command_line(args: list[str]) -> None:
     point = int(os.environ.get("COMP_POINT", len(line)))
     os.environ["COMP_LINE"] = rest
     os.environ["COMP_POINT"] = str(max(0, point - (len(line) - len(rest))))
-    from posexp.commands.finetune import finetune_task
-    from posexp.commands.train import train_task
+    from posexp.commands import hydra_tasks
 
-    if command == "train":
-        run_hydra(train_task, "train", args)
-    else:
-        run_hydra(finetune_task, "finetune", args)
+    run_hydra(hydra_tasks.train if command == "train" else hydra_tasks.finetune, command, args)
 
 
 def main() -> None:

@@ -15,8 +15,11 @@ import json
 from typing import Any
 
 
-def flex_parity(device_name: str = "cpu", length: int = 300) -> list[dict[str, Any]]:
-    """One row per bias PE: max |Δ| of logits, gradients (where flex trains) and generated ids."""
+def flex_parity(
+    device_name: str = "cpu", length: int = 300, pes: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
+    """One row per bias PE (``pes``, default all): max |Δ| of logits, gradients (where flex
+    trains) and generated ids."""
     import torch
 
     from posexp import flex
@@ -25,7 +28,8 @@ def flex_parity(device_name: str = "cpu", length: int = 300) -> list[dict[str, A
 
     device = torch.device(device_name)
     rows = []
-    for name in sorted(n for n, cls in PE_REGISTRY.items() if cls.kind == "bias"):
+    bias_pes = sorted(n for n, cls in PE_REGISTRY.items() if cls.kind == "bias")
+    for name in pes or bias_pes:
         torch.manual_seed(0)
         # 32-dimensional heads: FlexAttention's smallest on the CPU (flex.CPU_MIN_HEAD_DIM).
         cfg = dict(vocab_size=260, d_model=128, n_layers=2, n_heads=4, pe=name, train_length=64)

@@ -559,7 +559,9 @@ def part_flex(c: Check) -> dict[str, Any]:
     """FlexAttention against SDPA with an explicit bias, per bias PE (scripts/flex_parity.py)."""
     from flex_parity import flex_parity
 
-    return {"rows": flex_parity(c.sizes.device, length=300 if not c.smoke else 150)}
+    if c.smoke:  # one PE shows the part works; tests/test_flex.py holds every PE to SDPA
+        return {"rows": flex_parity(c.sizes.device, length=150, pes=("alibi",))}
+    return {"rows": flex_parity(c.sizes.device, length=300)}
 
 
 PARTS = {

@@ -25,6 +25,7 @@ def test_smoke_run_writes_every_part(tmp_path):
     failed = {k: v.get("error") for k, v in parts.items() if v["status"] != "ok"}
     assert proc.returncode == 0 and not failed, (failed, proc.stderr[-2000:])
     assert list(parts) == ["train", "eval", "flex", "packing", "torchrun", "ablation"]
+    assert [row["pe"] for row in parts["flex"]["result"]["rows"]] == ["alibi"]  # smoke: one PE
     for row in parts["flex"]["result"]["rows"]:  # CPU: forward only (no flex backward there)
         assert row["logits_max_abs_diff"] < 1e-4 and row["generation_equal"], row
     train = parts["train"]["result"]

@@ -77,6 +77,7 @@ def test_a_sweep_runs_as_slurm_jobs_and_reports(slurm, uninterrupted, tmp_path, 
     assert proc.returncode == 0
     if ACCOUNTING:  # submitit's status polls got answers: no "Bypassing sacct error" warnings
         assert "sacct" not in proc.stdout + proc.stderr
+    assert "ConfigStore schema" not in proc.stderr  # nor Hydra's notice on the launcher configs
     jobs = sorted(d.name for d in sweep.iterdir() if d.name.startswith("pe="))
     assert jobs == ["pe=alibi", "pe=rope"]
     for job in jobs:
@@ -105,8 +106,8 @@ def test_a_failing_job_is_recorded_and_does_not_block_the_array(slurm, tmp_path,
 
 # Preemption and time limits. One training (the tiny model, one thread, fp32) three ways: an
 # uninterrupted plain run gives the weights every interrupted Slurm job must end with.
-STEPS = 5000  # about 50 s on one core here: long enough for Slurm's time-limit signal to come
-SHORT_STEPS = 2000  # about 20 s: long enough for the test to requeue or cancel it mid-training
+STEPS = 6000  # about 40 s of training on one idle core: past the time-limit signal (<= 35 s)
+SHORT_STEPS = 3000  # about 20 s: long enough for the test to requeue or cancel it mid-training
 TRAIN = (
     "model=tiny",
     "train.seq_len=32",
@@ -114,6 +115,9 @@ TRAIN = (
     "pe=rope",
     "train.precision=fp32",
     "train.checkpoint_interval=100000",  # the only checkpoint before the end is the signal's
+    # One small evaluation at the end: periodic ones would double the CPU time of every run.
+    "train.eval_interval=100000",
+    "train.eval_tokens=2048",
 )
 DEADLINE_S = 420
 
@@ -292,17 +296,17 @@ def assert_resumed_where_it_stopped(job_dir: Path, signal_name: str, steps: int)
 def test_a_time_limit_signals_requeues_and_resumes_to_the_same_weights(
     slurm, tmp_path, cache, uninterrupted
 ):
-    # Limit 1 min, signal 45 s before it: Slurm sends submitit's SIGUSR2 15-45 s in (its
-    # timer runs every 30 s), before the 5,000 steps are done (about 58 s with start-up).
+    # Limit 1 min, signal 55 s before it: Slurm sends submitit's SIGUSR2 5-35 s in (its
+    # timer runs every 30 s), before the 6,000 steps are done (about 43 s with start-up).
     sweep = tmp_path / "sweep"
     proc = launch_sweep(
         tmp_path,
         cache,
         f"train.max_steps={STEPS}",
         "hydra.launcher.timeout_min=1",
-        "hydra.launcher.signal_delay_s=45",
-        # A loaded machine's start-up can outlast the signal (submitit requeues that session
-        # before training starts): spare requeues for it.
+        "hydra.launcher.signal_delay_s=55",
+        # A signal during start-up (submitit handles it from about 1 s in: the task it unpickles
+        # imports no torch) requeues that session before training starts: spare requeues for it.
         "hydra.launcher.max_num_timeout=10",
     )
 
