@@ -61,6 +61,19 @@ def test_reading_compares_families_and_skips_findings_with_nothing_to_compare():
     ]
 
 
+def test_reading_of_one_pe_compares_nothing():
+    # A sweep of one PE (say over seeds or its own settings): its score, no ranking, no finding.
+    assert reading({"reverse": {T5: 0.102}}) == [
+        "- **reverse**: T5 bias scores 0.10 past the training sizes (the only PE run on it: "
+        "nothing to compare)."
+    ]
+    # PEs that every task ties: no "best on 0 of 0 tasks" sentence either.
+    assert reading({"reverse": {T5: 0.0, NOPE: 0.0}}) == [
+        "- **reverse**: every PE scores 0.00 past the training sizes; this budget does not "
+        "separate them."
+    ]
+
+
 def test_summaries_use_only_sizes_past_training():
     table = {"rope": {4: 1.0, 8: 0.9, 12: 0.5, 16: 0.1}, "none": {4: 1.0, 8: 1.0, 12: 0.7, 16: 0.6}}
     assert beyond_means(table, 8) == pytest.approx({"rope": 0.3, "none": 0.65})

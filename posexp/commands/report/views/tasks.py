@@ -147,6 +147,13 @@ def reading(summary: dict[str, dict[PEDisplay, float]]) -> list[str]:
     for t, s in summary.items():
         if not s:
             continue
+        if len(s) == 1:
+            ((pe, score),) = s.items()
+            lines.append(
+                f"- **{t}**: {pe.label} scores {score:.2f} past the training sizes "
+                f"(the only PE run on it: nothing to compare)."
+            )
+            continue
         if t not in spread:
             lines.append(
                 f"- **{t}**: every PE scores {max(s.values()):.2f} past the training sizes; "
@@ -171,7 +178,10 @@ def rank_comparison(
     summary: dict[str, dict[PEDisplay, float]],
     spread: dict[str, dict[PEDisplay, float]],
 ) -> str:
-    """How often the PEs a finding ranks best (worst) lead (trail) here; '' if none was run."""
+    """How often the PEs a finding ranks best (worst) lead (trail) here; '' if none was run
+    or no task separates its PEs."""
+    if not spread:
+        return ""
     measured = {p for s in summary.values() for p in s}
     parts = []
     for side, where in (("best", "is the best"), ("worst", "among the worst")):
