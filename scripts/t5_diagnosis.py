@@ -32,6 +32,11 @@ def target_distance(task: str, size: int, index: int) -> int:
     return 2 * index + 1 if task == "reverse" else size
 
 
+def trained_distances(task: str, top: int) -> list[int]:
+    """Every distance an answer token is read from in training (sizes 1..top)."""
+    return sorted({target_distance(task, n, i) for n in range(1, top + 1) for i in range(n)})
+
+
 @torch.no_grad()
 def answer_token_accuracy(model, examples, tokenizer) -> list[float]:
     """Teacher-forced accuracy of each answer token (the end-of-answer token last)."""
@@ -55,7 +60,7 @@ def show_bias(name: str, pe, task: str, top: int, longest: int) -> torch.Tensor:
     print(f"{'distance':>8} {'bucket':>6} {heads}")
     for d in range(longest + 1):
         print(f"{d:>8} {int(buckets[d]):>6} " + " ".join(f"{float(v):>7.2f}" for v in bias[d]))
-    trained = sorted({target_distance(task, n, i) for n in range(1, top + 1) for i in range(n)})
+    trained = trained_distances(task, top)
     first = target_distance(task, top + 1, top)  # the last answer token one size past training
     gap = bias[first] - bias[trained].mean(0)
     print(
@@ -74,9 +79,10 @@ def plot(curves: dict[str, torch.Tensor], task: str, top: int, out: Path) -> Non
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    n = len(curves)
-    fig, axes = plt.subplots(n, 1, figsize=(8, 3.6 * n), squeeze=False, sharex=True)
-    trained = sorted({target_distance(task, n, i) for n in range(1, top + 1) for i in range(n)})
+    fig, axes = plt.subplots(
+        len(curves), 1, figsize=(8, 3.6 * len(curves)), squeeze=False, sharex=True
+    )
+    trained = trained_distances(task, top)
     for ax, (name, bias) in zip(axes[:, 0], curves.items(), strict=True):
         for d in trained:
             ax.axvspan(d - 0.5, d + 0.5, color="0.88", lw=0)
