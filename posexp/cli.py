@@ -72,12 +72,11 @@ def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
 HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
-SCHEMA_MATCH_WARNING = r"(?s).*is validated against ConfigStore schema with the same name"
-
-
 def run_hydra(task, config_name: str, args: list[str]) -> None:
     """Run ``task`` under ``hydra.main`` with ``args`` as its command line."""
     import hydra
+
+    from posexp.commands import quiet_schema_match_warning
 
     saved, saved_env = sys.argv, os.environ.get(SWEEP_ENV)
     # Hydra names the completion it installs after argv[0]: `posexp`, also under `python -m`.
@@ -86,11 +85,8 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     if any(a in ("-m", "--multirun") for a in args):  # job dirs named by the swept keys
         os.environ[SWEEP_ENV] = json.dumps(sweep_keys(args))
     try:
-        with warnings.catch_warnings():
-            # configs/hydra/launcher/ completes the launcher plugins' own schemas under their
-            # names on purpose (`hydra/launcher=joblib` keeps working); Hydra warns about every
-            # such file on every sweep.
-            warnings.filterwarnings("ignore", SCHEMA_MATCH_WARNING, UserWarning)
+        with warnings.catch_warnings():  # the filter again: a caller may have reset them
+            quiet_schema_match_warning()
             hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(
                 task
             )()

@@ -109,7 +109,7 @@ def test_auto_device_is_the_assigned_gpu(monkeypatch):
 # ---- launchers end to end ----------------------------------------------------------------------
 
 
-def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
+def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache, capfd):
     sweep = tmp_path / "sweep"
     # dropout 2.0 fails its job (a one-line config error); the other two run, in parallel.
     with warnings.catch_warnings(record=True) as caught:
@@ -130,6 +130,7 @@ def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache):
     # configs/hydra/launcher/joblib.yaml completes the plugin's schema on purpose: Hydra's
     # deprecation notice about that is not shown to the user.
     assert not [w for w in caught if "ConfigStore schema" in str(w.message)]
+    assert "ConfigStore schema" not in capfd.readouterr().err  # nor from the worker processes
     ok = [job_with(sweep, f"model.dropout={d}") for d in ("0.0", "0.1")]
     assert [results(j)["status"] for j in ok] == ["completed", "completed"]
     (a0, a1), (b0, b1) = span(ok[0]), span(ok[1])
