@@ -237,7 +237,11 @@ class Trainer:
 def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
     try:
-        return _run_training(cfg, run_dir)
+        # From here on a stop signal only sets a flag, which the loop reads after its next step:
+        # a signal while the data loads or the model is built (after provenance says "running")
+        # must not end the process before that session is recorded as interrupted.
+        with GracefulStop() as stop:
+            return _run_training(cfg, run_dir, stop)
     except (MemoryError, RuntimeError) as e:
         short = out_of_memory(e)
         if short is None:
@@ -250,7 +254,7 @@ def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     )
 
 
-def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
+def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str, Any]:
     started = time.perf_counter()
     distributed.check_batch_size(cfg.train.batch_size)
     device = place(cfg)
@@ -314,8 +318,7 @@ def _run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     if note := schedule_note(cfg.train.warmup_steps, cfg.train.max_steps):
         log.warning(note)
     try:
-        with GracefulStop() as stop:
-            trainer.fit(stop)
+        trainer.fit(stop)
     except (StopRequested, KeyboardInterrupt) as e:
         if distributed.is_main():
             report_stop(run_dir, e, trainer.step)

@@ -114,9 +114,20 @@ def _read(run_dir: Path) -> dict[str, Any]:
 _opened: set[Path] = set()
 
 
+# An earlier session still "running" when a new one starts in its (locked) dir ended without
+# recording how: SIGKILL after a time limit, the OOM killer, a lost node.
+DIED = "died"
+
+
 def start(run_dir: Path, **facts: Any) -> None:
-    """Append this session to ``provenance.json``, with run facts only known now (precision)."""
+    """Append this session to ``provenance.json``, with run facts only known now (precision).
+
+    The caller owns the run dir, so no earlier session can still be running: one recorded as
+    running died without a word, and is marked so."""
     data = _read(run_dir)
+    for earlier in data["sessions"]:
+        if isinstance(earlier, dict) and earlier.get("status") == "running":
+            earlier["status"] = DIED
     data["sessions"].append({**session(), **facts})
     write_json_atomic(run_dir / FILE, data)
     _opened.add(Path(run_dir).resolve())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
 import re
 import signal
@@ -208,6 +209,37 @@ def test_sigterm_checkpoints_the_step_exits_143_and_resumes_to_the_same_weights(
     assert weights_sha256(run) == weights_sha256(full)
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
     assert [s["status"] for s in sessions] == ["interrupted", "completed"]
+
+
+def test_a_stop_signal_while_the_run_sets_up_stops_after_its_first_step(
+    tmp_path, cache, monkeypatch
+):
+    # scancel (SIGTERM) or a time-limit signal that comes while the data loads: the session is
+    # already recorded from there on, so it must end "interrupted" with a checkpoint, not die.
+    import posexp.commands.train as train_module
+
+    handed_on = []  # stands for submitit's handler: the signal is passed on after the stop
+    load = train_module.build_data
+
+    def load_then_signal(cfg):
+        data = load(cfg)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return data
+
+    monkeypatch.setattr(train_module, "build_data", load_then_signal)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: handed_on.append(signum))
+    try:
+        run = tmp_path / "run"
+        args = ["train", "pe=rope", *TINY, f"hydra.run.dir={run}"]
+        proc = posexp(tmp_path, cache, *args, check=False)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert proc.returncode == 143 and handed_on == [signal.SIGTERM], proc.stderr[-2000:]
+    log = (run / "train.log").read_text()
+    assert "stopped by SIGTERM at step 1, checkpoint saved" in log
+    assert json.loads((run / "checkpoint" / "meta.json").read_text())["step"] == 1
+    sessions = json.loads((run / "provenance.json").read_text())["sessions"]
+    assert [s["status"] for s in sessions] == ["interrupted"]
 
 
 def test_two_runs_started_together_never_share_a_run_dir(tmp_path, cache):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from posexp.runtime import provenance
 
 
@@ -37,3 +39,22 @@ def test_a_slurm_session_records_its_job_array_task_and_restart(monkeypatch):
     }
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     assert provenance.scheduler() == {**first, "restart_count": "2"}
+
+
+def test_a_session_left_running_is_marked_died_when_the_next_starts(tmp_path):
+    # The first session was SIGKILLed: it never stamped its end. The next one (which owns the
+    # dir) says so instead of leaving a second session "running" beside its own.
+    provenance.start(tmp_path, precision="fp32")
+    provenance.start(tmp_path, precision="fp32")
+    provenance.finish(tmp_path, "completed")
+    sessions = json.loads((tmp_path / provenance.FILE).read_text())["sessions"]
+    assert [s["status"] for s in sessions] == [provenance.DIED, "completed"]
+    assert sessions[0]["ended"] is None  # when it died is not known
+
+
+def test_a_recorded_end_is_kept_when_the_next_session_starts(tmp_path):
+    provenance.start(tmp_path)
+    provenance.finish(tmp_path, "interrupted")
+    provenance.start(tmp_path)
+    sessions = json.loads((tmp_path / provenance.FILE).read_text())["sessions"]
+    assert [s["status"] for s in sessions] == ["interrupted", "running"]

@@ -139,7 +139,7 @@ def test_an_unpicklable_state_does_not_suggest_running_its_code(tmp_path):
     ],
 )
 def test_running_out_of_memory_is_one_line_naming_the_sizes(tmp_path, monkeypatch, error):
-    def allocate(cfg, run_dir):
+    def allocate(cfg, run_dir, stop):
         raise error
 
     monkeypatch.setattr(train_module, "_run_training", allocate)
@@ -153,7 +153,7 @@ def test_running_out_of_memory_is_one_line_naming_the_sizes(tmp_path, monkeypatc
 
 
 def test_other_runtime_errors_stay_bugs(tmp_path, monkeypatch):
-    def broken(cfg, run_dir):
+    def broken(cfg, run_dir, stop):
         raise RuntimeError("shape '[2, 3]' is invalid")
 
     monkeypatch.setattr(train_module, "_run_training", broken)
