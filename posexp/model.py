@@ -270,6 +270,10 @@ class GPT(nn.Module):
     def _init(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            # A padding row gets no gradient: it must start (and so stay) at zero.
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
 
     def num_params(self) -> int:
         """Number of distinct trainable parameters (tied weights counted once)."""

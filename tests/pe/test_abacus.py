@@ -62,6 +62,16 @@ def test_a_number_past_the_table_is_a_clear_error():
         abacus(max_digits=4).eval().embed_tokens(torch.zeros(1, 5, 4), tokens("12345"), None)
 
 
+def test_in_the_model_non_digits_still_add_nothing():
+    # The model's weight init must not give row 0 (untrainable: padding_idx) a random value.
+    model = GPT(ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=4, pe="abacus"))
+    assert torch.count_nonzero(model.pe.table.weight[0]) == 0
+    assert torch.count_nonzero(model.pe.table.weight[1]) == 32
+    x = torch.randn(1, 3, 32)
+    out = model.pe.eval().embed_tokens(x, tokens("+a="), None)
+    assert torch.equal(out, x)
+
+
 def test_kv_cache_and_beam_reordering_keep_the_digit_runs():
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=4, pe="abacus")).eval()
