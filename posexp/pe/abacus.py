@@ -76,7 +76,7 @@ class AbacusEncoding(PositionalEncoding):
         longest = int(places.max()) if places.numel() else 0
         if longest > self.max_digits:
             raise PositionOutOfRange(
-                f"a number of {longest} digits is past the Abacus table "
+                f"a number of more than {self.max_digits} digits is past the Abacus table "
                 f"(pe.max_digits={self.max_digits}); raise pe.max_digits"
             )
         if self.training and longest:

@@ -58,7 +58,7 @@ def test_training_shifts_every_digit_of_a_row_by_one_offset_within_the_table():
 
 
 def test_a_number_past_the_table_is_a_clear_error():
-    with pytest.raises(PositionOutOfRange, match=r"number of 5 digits .*pe.max_digits=4"):
+    with pytest.raises(PositionOutOfRange, match=r"number of more than 4 digits .*pe.max_digits=4"):
         abacus(max_digits=4).eval().embed_tokens(torch.zeros(1, 5, 4), tokens("12345"), None)
 
 

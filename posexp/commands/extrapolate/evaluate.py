@@ -317,9 +317,10 @@ def evaluate_plan(
                     score = score_windows(
                         model, tokens, item.windows, device, batch_tokens, autocast, advance
                     )
-            except PositionOutOfRange:
+            except PositionOutOfRange as e:
                 advance(item.work - (scored[0] - done))
-                record["note"] = "; ".join(x for x in (item.note, out_of_table_note(mdict)) if x)
+                note = out_of_table_note(mdict, e)
+                record["note"] = "; ".join(x for x in (item.note, note) if x)
             else:
                 if item.examples is not None:
                     record.update(

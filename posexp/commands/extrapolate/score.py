@@ -75,8 +75,11 @@ def score_windows(
     return score
 
 
-def out_of_table_note(mdict: dict[str, Any]) -> str:
-    """Why a learned table cannot score a length (the same words at every length)."""
+def out_of_table_note(mdict: dict[str, Any], error: Exception) -> str:
+    """Why the model cannot score a length: a learned table's rows (the same words at every
+    length), else the encoding's own reason (Abacus: a number longer than its table)."""
+    if mdict.get("pe") != "learned":
+        return f"not applicable: {error}"
     rows = mdict.get("pe_params", {}).get("max_len") or mdict["train_length"]
     return (
         f"not applicable: the learned position table has {rows} rows and positions past "

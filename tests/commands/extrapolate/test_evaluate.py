@@ -332,3 +332,29 @@ def test_plot_helpers_smooth_and_plain_ticks():
         line.get_label(): (line.get_linestyle(), line.get_marker()) for line in ax.get_lines()
     }
     assert styles["none"] != styles["pi"]
+
+
+def test_abacus_past_its_table_gives_its_own_reason(tmp_path, cache):
+    # 3-digit sums have 4-digit answers: past a 3-row Abacus table. The note says that, not the
+    # learned table's words (which name rows and --method pi, neither of which applies).
+    run = tmp_path / "run"
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "data=addition",
+        "pe=abacus",
+        "pe.max_digits=3",
+        "data.train_lengths=[1,2]",
+        "data.test_lengths=[2,3]",
+        "data.test_examples=4",
+        *TINY,
+        f"hydra.run.dir={run}",
+    )
+    posexp(tmp_path, cache, "eval-extrapolate", "--run", str(run))
+    by = {r["length"]: r for r in records(run)}
+    assert by[2]["accuracy"] is not None and by[3]["accuracy"] is None
+    assert by[3]["note"] == (
+        "not applicable: a number of more than 3 digits is past the Abacus table "
+        "(pe.max_digits=3); raise pe.max_digits"
+    )
