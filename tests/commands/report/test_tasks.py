@@ -143,3 +143,18 @@ def test_a_parent_run_must_have_the_same_network():
     check_same_network(parent, mine)
     with pytest.raises(PosexpError, match="parent run has n_layers=4, this run n_layers=2"):
         check_same_network({**parent, "n_layers": 4}, mine)
+
+
+def test_sizes_an_encoding_cannot_read_are_listed_with_their_reason(monkeypatch):
+    import posexp.commands.report.views.tasks as tasks
+
+    monkeypatch.setattr(tasks, "job_pe", by_pe)
+    abacus = job("abacus", {2: 1.0, 3: 1.0})
+    note = "not applicable: a number of more than 4 digits is past the Abacus table"
+    abacus.extrapolate += [
+        {"metric": "accuracy", "method": "none", "length": n, "accuracy": None, "note": note}
+        for n in (4, 6)
+    ]
+    missing = tasks.unmeasured([abacus, job("rope", {2: 1.0, 4: 0.0})], by_pe)
+    assert missing == {"copy": {describe_pe("abacus"): {4: note, 6: note}}}
+    assert tasks.unmeasured_notes(missing["copy"]) == [f"- Abacus, sizes 4, 6: {note}."]

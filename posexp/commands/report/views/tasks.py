@@ -17,6 +17,7 @@ from posexp.commands.report.jobs import Job, swept_value
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
+from posexp.commands.report.views.tasks_plot import plot
 from posexp.pe.base import PEDisplay, describe_pe
 
 
@@ -50,8 +51,9 @@ Column = Callable[[Job], PEDisplay]
 
 def column_key(ctx: ReportContext) -> Column:
     """What a table column is: the PE, and every other swept setting but the task and the seed
-    (a sweep over ``pe.max_distance`` gets one column per value, not a mean over them)."""
-    others = [k for k in ctx.swept if k not in ("data", "seed", "pe")]
+    (a sweep over ``pe.max_distance`` gets one column per value, not a mean over them). A
+    single run's overrides are its settings, listed once above the tables, not a column name."""
+    others = [k for k in ctx.swept if k not in ("data", "seed", "pe")] if len(ctx.jobs) > 1 else []
 
     def key(job: Job) -> PEDisplay:
         pe = job_pe(job)
@@ -73,6 +75,30 @@ def collect(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, 
         values = sums[task, pe, size]
         out.setdefault(task, {}).setdefault(pe, {})[size] = sum(values) / len(values)
     return out
+
+
+def unmeasured(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, dict[int, str]]]:
+    """task -> PE -> size -> why it has no accuracy (an Abacus table shorter than the numbers)."""
+    out: dict[str, dict[PEDisplay, dict[int, str]]] = {}
+    for job in jobs:
+        for r in task_records(job):
+            if r.get("accuracy") is None and r.get("note"):
+                by_size = out.setdefault(task_label(job), {}).setdefault(key(job), {})
+                by_size[r["length"]] = str(r["note"])
+    return out
+
+
+def unmeasured_notes(missing: dict[PEDisplay, dict[int, str]]) -> list[str]:
+    """One line per PE and reason: which sizes have no accuracy, and why."""
+    lines = []
+    for pe in ordered(missing):
+        reasons: dict[str, list[int]] = {}
+        for size, note in sorted(missing[pe].items()):
+            reasons.setdefault(note, []).append(size)
+        for note, sizes in reasons.items():
+            shown = ", ".join(map(str, sizes))
+            lines.append(f"- {pe.label}, size{'s' * (len(sizes) > 1)} {shown}: {note}.")
+    return lines
 
 
 def seeds_caption(counts: list[int]) -> str:
@@ -225,72 +251,15 @@ def frontier(table: dict[Any, dict[int, float]], level: float = 0.5) -> dict[Any
     }
 
 
-def plot(
-    ctx: ReportContext, data: dict[str, dict[PEDisplay, dict[int, float]]], top: tuple[int, int]
-) -> Any:
-    """One panel per task, accuracy against size, one line per PE, training sizes shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posexp.commands.extrapolate.plots import DASHES, MARKERS
-
-    tasks = list(data)
-    # One style per PE across panels (tasks may have been run with different PEs), so that the
-    # one legend holds for every panel.
-    style = {pe: i for i, pe in enumerate(ordered({p for table in data.values() for p in table}))}
-    # Tall enough for the legend beside the panels (one line per PE, and the training span).
-    height = max(4.2, 0.27 * (len(style) + 1) + 1.2)
-    fig, axes = plt.subplots(
-        1,
-        len(tasks),
-        figsize=(4.6 * len(tasks) + 2.4, height),
-        squeeze=False,
-        sharey=True,
-        layout="constrained",
-    )
-    for ax, task in zip(axes[0], tasks, strict=True):
-        sizes = sorted({n for by in data[task].values() for n in by})
-        for pe in ordered(data[task]):
-            pts, i = sorted(data[task][pe].items()), style[pe]
-            ax.plot(
-                *zip(*pts, strict=True),
-                marker=MARKERS[i % len(MARKERS)],
-                color=f"C{i % 10}",
-                linestyle=DASHES[i % len(DASHES)],
-                label=pe.label,
-            )
-        ax.axvspan(
-            top[0], top[1], color="grey", alpha=0.12, label=f"training sizes {top[0]}–{top[1]}"
-        )
-        ax.set_xticks(sizes)
-        ax.set_ylim(-0.03, 1.03)
-        ax.set_title(task, fontsize=11)
-        ax.set_xlabel("test size (symbols / digits per operand)")
-        ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("exact-match accuracy")
-    legend: dict[str, Any] = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    lines = [pe.label for pe in style]
-    shown = lines + [label for label in legend if label not in lines]  # then the shaded span
-    # Centred beside the panels, below the title's line; one panel's title takes two lines.
-    fig.legend([legend[label] for label in shown], shown, loc="outside right center", fontsize=9)
-    gap = "\n" if len(tasks) == 1 else " "
-    fig.suptitle(
-        f"Length generalization:{gap}test accuracy against size, per positional encoding",
-        fontsize=11,
-    )
-    return ctx.save_figure(fig, "report_length_generalization.png")
-
-
 def render(ctx: ReportContext) -> str:
     """The section's Markdown (and its CSV and figure)."""
     jobs = [j for j in ctx.jobs if task_records(j) and task_of(j) != "passkey"]
     key = column_key(ctx)
     data = collect(jobs, key)
+    missing = unmeasured(jobs, key)
+    for task, by_pe in missing.items():  # a PE measured at no size still gets its column
+        for pe in by_pe:
+            data.setdefault(task, {}).setdefault(pe, {})
     top = train_sizes(jobs[0])
     examples = max((r.get("examples") or 0) for j in jobs for r in task_records(j))
     out = [
@@ -303,7 +272,8 @@ def render(ctx: ReportContext) -> str:
     rows_csv, summary = [], {}
     for task, table in data.items():
         pes = ordered(table)
-        sizes = sorted({n for by in table.values() for n in by})
+        gaps = missing.get(task, {})
+        sizes = sorted({n for by in [*table.values(), *gaps.values()] for n in by})
         rows = [
             [
                 f"{n}{'*' if top[0] <= n <= top[1] else ''}",
@@ -317,6 +287,8 @@ def render(ctx: ReportContext) -> str:
             md_table(["size", *(p.label for p in pes)], rows, ["l", *"r" * len(pes)]),
             "",
         ]
+        if gaps:
+            out += ["Not measured (—):", "", *unmeasured_notes(gaps), ""]
         rows_csv += [
             {
                 "task": task,
@@ -329,7 +301,7 @@ def render(ctx: ReportContext) -> str:
             for n in sizes
         ]
         summary[task] = beyond_means(table, top[1])
-    all_pes = ordered({p for s in summary.values() for p in s})
+    all_pes = ordered({p for table in data.values() for p in table})
     header = ["task", *(p.label for p in all_pes)]
     reach = {t: frontier(table) for t, table in data.items()}
     seeds = seed_summary(jobs, top[1], key)
@@ -356,6 +328,12 @@ def render(ctx: ReportContext) -> str:
         "Reading the tables:",
         "",
         *reading(summary),
+        *(
+            f"- **{t}**: {names(blind)} could not be measured past the training sizes (see the "
+            "note under its table)."
+            for t, by_pe in missing.items()
+            if (blind := [p for p in by_pe if p not in summary.get(t, {})])
+        ),
         *filter(None, (spread_sentence(t, seeds.get(t, {})) for t in summary)),
         "",
     ]
