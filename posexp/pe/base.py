@@ -66,7 +66,13 @@ class PEContext:
 
 
 class PositionOutOfRange(PosexpError):
-    """A position the encoding cannot represent (past a learned table, past xPos's range)."""
+    """A position the encoding cannot represent (past a learned table, past xPos's range).
+
+    ``reason``: the same words at every length, for evaluation tables (default: the message)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class PositionalEncoding(nn.Module):

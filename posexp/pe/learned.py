@@ -55,7 +55,9 @@ class LearnedEncoding(PositionalEncoding):
         if self.factor == 1.0 and last >= self.max_len:
             raise PositionOutOfRange(
                 f"position {last} is past the learned table (pe.max_len={self.max_len}); "
-                f"use lengths <= {self.max_len} or extension=pi"
+                f"use lengths <= {self.max_len} or extension=pi",
+                reason=f"the learned position table has {self.max_len} rows and positions "
+                "past them have no embedding (use --method pi)",
             )
         # PI stretches the table over max_len * s positions; the last fraction of a step past
         # the final row reuses that row, as RoPE's PI does with its last trained angle.
@@ -63,7 +65,9 @@ class LearnedEncoding(PositionalEncoding):
         if last >= limit:
             raise PositionOutOfRange(
                 f"position {last} is past the learned table stretched by PI "
-                f"(pe.max_len={self.max_len} x factor {self.factor:g} = {limit}); raise extension.factor"
+                f"(pe.max_len={self.max_len} x factor {self.factor:g} = {limit}); raise extension.factor",
+                reason=f"the learned table stretched by PI covers {limit} positions "
+                f"(pe.max_len={self.max_len} x factor {self.factor:g}); raise extension.factor",
             )
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

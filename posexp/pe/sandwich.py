@@ -66,7 +66,10 @@ class Sandwich(PositionalEncoding):
     def prepare(self, length: int, device: torch.device) -> None:
         """Refuses inputs longer than the table."""
         if length > TABLE_SIZE:
-            raise PositionOutOfRange(f"sandwich holds {TABLE_SIZE:,} positions, got {length:,}")
+            raise PositionOutOfRange(
+                f"sandwich holds {TABLE_SIZE:,} positions, got {length:,}",
+                reason=f"sandwich holds {TABLE_SIZE:,} positions",
+            )
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """b_h(q, k), shape (H, Tq, Tk) or (B, H, Tq, Tk); future keys (masked) read distance 0."""

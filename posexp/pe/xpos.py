@@ -65,7 +65,9 @@ class XPos(RotaryEncoding):
         if length > self.max_positions:
             raise PositionOutOfRange(
                 f"xpos holds {self.max_positions:,} positions at pe.gamma={self.gamma:g}, "
-                f"pe.scale_base={self.scale_base:g}, got {length:,}; raise pe.scale_base"
+                f"pe.scale_base={self.scale_base:g}, got {length:,}; raise pe.scale_base",
+                reason=f"xpos holds {self.max_positions:,} positions at pe.gamma={self.gamma:g}, "
+                f"pe.scale_base={self.scale_base:g}; raise pe.scale_base",
             )
         return super().prepare(length, device)
 

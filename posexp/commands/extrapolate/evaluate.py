@@ -250,7 +250,6 @@ def evaluate_plan(
     bar: Any,
 ) -> RunResult:
     """Score every item of one run, then write its JSON, CSV, plots and TensorBoard scalars."""
-    mdict = dict(plan.meta["model"])
     # The model is measured in the arithmetic it trained in; each record says which.
     precision = recorded_precision(plan.meta, device)
     autocast = precision_autocast(precision, device)
@@ -319,7 +318,7 @@ def evaluate_plan(
                     )
             except PositionOutOfRange as e:
                 advance(item.work - (scored[0] - done))
-                note = out_of_table_note(mdict, e)
+                note = out_of_table_note(e)
                 record["note"] = "; ".join(x for x in (item.note, note) if x)
             else:
                 if item.examples is not None:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from posexp.commands.extrapolate.plan import DEFAULT_BATCH_TOKENS, PER_POSITION_BUCKETS, Window
 from posexp.model import GPT
+from posexp.pe import PositionOutOfRange
 
 # ---- scoring -------------------------------------------------------------------------------
 
@@ -75,16 +76,9 @@ def score_windows(
     return score
 
 
-def out_of_table_note(mdict: dict[str, Any], error: Exception) -> str:
-    """Why the model cannot score a length: a learned table's rows (the same words at every
-    length), else the encoding's own reason (Abacus: a number longer than its table)."""
-    if mdict.get("pe") != "learned":
-        return f"not applicable: {error}"
-    rows = mdict.get("pe_params", {}).get("max_len") or mdict["train_length"]
-    return (
-        f"not applicable: the learned position table has {rows} rows and positions past "
-        f"them have no embedding (use --method pi)"
-    )
+def out_of_table_note(error: PositionOutOfRange) -> str:
+    """Why the model cannot score a length, in the encoding's words (the same at every length)."""
+    return f"not applicable: {error.reason}"
 
 
 def safe_exp(loss: float) -> float | None:
