@@ -17,7 +17,7 @@ from posexp.commands.report.jobs import Job, swept_value
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
-from posexp.commands.report.views.tasks_plot import plot
+from posexp.commands.report.views.tasks_plot import ordered, plot
 from posexp.pe.base import PEDisplay, describe_pe
 
 
@@ -137,11 +137,6 @@ def spread_sentence(task: str, seeds: dict[PEDisplay, list[float]]) -> str:
         f"- **{task}**: {a.label} leads {b.label} past the training sizes by {m1 - m2:.3f}: "
         f"{words}."
     )
-
-
-def ordered(pes: Any) -> list[PEDisplay]:
-    """PEs in the order they declare (posexp/pe), unknown ones last."""
-    return sorted(pes, key=lambda p: p.sort_key)
 
 
 def beyond_means(table: dict[Any, dict[int, float]], top: int) -> dict[Any, float]:

@@ -8,6 +8,11 @@ from posexp.commands.report.view import ReportContext
 from posexp.pe.base import PEDisplay
 
 
+def ordered(pes: Any) -> list[PEDisplay]:
+    """PEs in the order they declare (posexp/pe), unknown ones last."""
+    return sorted(pes, key=lambda p: p.sort_key)
+
+
 def plot(
     ctx: ReportContext, data: dict[str, dict[PEDisplay, dict[int, float]]], top: tuple[int, int]
 ) -> Any:
@@ -22,12 +27,7 @@ def plot(
     tasks = list(data)
     # One style per PE across panels (tasks may have been run with different PEs), so that the
     # one legend holds for every panel.
-    style = {
-        pe: i
-        for i, pe in enumerate(
-            sorted({p for table in data.values() for p in table}, key=lambda p: p.sort_key)
-        )
-    }
+    style = {pe: i for i, pe in enumerate(ordered({p for table in data.values() for p in table}))}
     # Tall enough for the legend beside the panels (one line per PE, and the training span).
     height = max(4.2, 0.27 * (len(style) + 1) + 1.2)
     fig, axes = plt.subplots(
@@ -40,7 +40,7 @@ def plot(
     )
     for ax, task in zip(axes[0], tasks, strict=True):
         sizes = sorted({n for by in data[task].values() for n in by})
-        for pe in sorted(data[task], key=lambda p: p.sort_key):
+        for pe in ordered(data[task]):
             pts, i = sorted(data[task][pe].items()), style[pe]
             if not pts:  # measured at no size (see the table's note): no line
                 continue
