@@ -204,6 +204,11 @@ def eval_extrapolate(
         "--tokens",
         help="Scored test tokens per length, the same at every length; default max(16384, 4 x longest).",
     ),
+    depths: str | None = typer.Option(
+        None,
+        "--depths",
+        help="Passkey runs: key depths to score, e.g. 0,0.1,0.5,1 (0: the key opens the filler, 1: just before the question); default the run's data.depths.",
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
     batch_tokens: int = typer.Option(
         8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."
@@ -223,6 +228,7 @@ def eval_extrapolate(
         "protocol": protocol,
         "stride": stride,
         "tokens": tokens,
+        "depths": depths,
     }
     settings = Settings(ExtrapolateConfig.from_dict(options, prefix="--"), device, batch_tokens)
     evaluate_runs(run, settings)

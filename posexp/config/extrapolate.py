@@ -31,6 +31,7 @@ class ExtrapolateConfig:
     protocol: str | None = None
     stride: int | None = None
     tokens: int | None = None
+    depths: list[float] | None = None  # passkey: key depths to score instead of data.depths
 
     @classmethod
     def from_dict(cls, value: Any, prefix: str = "extrapolate.") -> ExtrapolateConfig:
@@ -63,6 +64,7 @@ class ExtrapolateConfig:
             stride=count("stride"),
             factor=None if factor is None else check_factor(factor, prefix + "factor"),
             tokens=count("tokens"),
+            depths=cls._depths(prefix + "depths", d.get("depths")),
         )
 
     @staticmethod
@@ -84,6 +86,26 @@ class ExtrapolateConfig:
         if not out or min(out) <= 0:
             raise PosexpError(f"{name} must be positive integers, got {out}")
         return out
+
+    @staticmethod
+    def _depths(name: str, value: Any) -> list[float] | None:
+        # "0,0.25,1" (a string) or [0, 0.25, 1] (a list); each a fraction of the filler.
+        if value is None:
+            return None
+        items = value.split(",") if isinstance(value, str) else value
+        items = items if isinstance(items, (list, tuple)) else [items]
+        out = []
+        for item in items:
+            try:
+                depth = float(str(item).strip())
+            except ValueError:
+                depth = None
+            if depth is None or not 0 <= depth <= 1:
+                raise PosexpError(
+                    f"{name} takes key depths in [0, 1] like 0,0.5,1, got {str(item).strip()!r}"
+                )
+            out.append(depth)
+        return list(dict.fromkeys(out)) or None
 
     @staticmethod
     def _names(name: str, value: Any) -> list[str] | None:

@@ -22,7 +22,7 @@ from typing import Any
 from posexp import checks
 from posexp.attention import BIAS_QUERY_CHUNK
 from posexp.commands.extrapolate.tasks import PROTOCOL as TASK_PROTOCOL
-from posexp.commands.extrapolate.tasks import task_data
+from posexp.commands.extrapolate.tasks import task_data, task_variants
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
@@ -268,7 +268,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         if given.len is not None or given.protocol is not None or given.tokens is not None:
             raise PosexpError(
                 f"{str(run_dir)!r} is a {task.task.name} task run: it is scored by "
-                f"test sizes; allowed: --lengths (in {task.task.unit}), --method, --factor"
+                f"test sizes; allowed: --lengths (in {task.task.unit}), --method, --factor, --depths"
             )
         lengths = sorted(set(given.lengths or task.test_lengths))
         for n in lengths:
@@ -283,7 +283,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         lengths = plan_lengths(s, train_length, run_dir)
         protocol = s.protocol or "nonoverlap"
         protocols = PROTOCOLS if protocol == "both" else (protocol,)
-    variants = (task.task.variants or (None,)) if task is not None else (None,)
+    variants = task_variants(task, s.depths, run_dir)
     stride = s.stride or max(1, train_length // 2)
     if given.tokens is not None and given.tokens < max(lengths):
         raise PosexpError(

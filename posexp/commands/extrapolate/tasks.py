@@ -9,9 +9,11 @@ answer tokens, ``examples`` and ``depth``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from posexp.config import RunConfig
+from posexp.errors import PosexpError
 
 PROTOCOL = "exact_match"
 
@@ -23,3 +25,19 @@ def task_data(cfg: RunConfig) -> Any:
     from posexp.data.synthetic import make_data
 
     return make_data(**cfg.data.params)
+
+
+def task_variants(task: Any, depths: list[float] | None, run_dir: Path) -> tuple[Any, ...]:
+    """What each size is scored at: ``depths`` (--depths), else the task's own key depths;
+    ``(None,)`` for runs whose instances have none."""
+    variants = tuple(task.task.variants or ()) if task is not None else ()
+    if depths is None:
+        return variants or (None,)
+    if not variants:
+        what = "a language-model" if task is None else f"a {task.task.name} task"
+        raise PosexpError(
+            f"--depths {','.join(f'{d:g}' for d in depths)} sets where a key sits in the "
+            f"filler, and {str(run_dir)!r} is {what} run; allowed: --depths only for a task "
+            f"with key depths (data=passkey)"
+        )
+    return tuple(depths)

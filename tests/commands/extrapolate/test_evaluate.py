@@ -230,6 +230,14 @@ BAD = {
         "unknown protocol 'windows'; allowed: both, nonoverlap, sliding",
     ),
     "baked on a plain run": (["--method", "baked"], "has no baked-in extension"),
+    "depths on a language model": (
+        ["--depths", "0,0.5"],
+        "--depths 0,0.5 sets where a key sits in the filler, and ",
+    ),
+    "depth past the filler": (
+        ["--depths", "0,1.5"],
+        "--depths takes key depths in [0, 1] like 0,0.5,1, got '1.5'",
+    ),
     "tokens below length": (
         ["--tokens", "100", "--len", "128"],
         "--tokens 100 is below the longest length 128",
@@ -358,3 +366,34 @@ def test_abacus_past_its_table_gives_its_own_reason(tmp_path, cache):
         "not applicable: a number of more than 3 digits is past the Abacus table "
         "(pe.max_digits=3); raise pe.max_digits"
     )
+
+
+def test_passkey_depths_given_replace_the_runs_own(tmp_path, cache):
+    # --depths scores the depths asked for (a needle sweep), not the run's data.depths.
+    run = tmp_path / "run"
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "data=passkey",
+        "data.train_lengths=[76,90]",
+        "data.test_lengths=[90]",
+        "data.test_examples=3",
+        *TINY,
+        "train.seq_len=96",
+        f"hydra.run.dir={run}",
+    )
+    posexp(tmp_path, cache, "eval-extrapolate", "--run", str(run), "--method", "none")
+    assert sorted(r["depth"] for r in records(run)) == [0.0, 0.5, 1.0]
+    posexp(
+        tmp_path,
+        cache,
+        "eval-extrapolate",
+        "--run",
+        str(run),
+        "--method",
+        "none",
+        "--depths",
+        "0.1,0,0.1",
+    )
+    assert sorted((r["depth"], r["examples"]) for r in records(run)) == [(0.0, 3), (0.1, 3)]

@@ -31,6 +31,12 @@ def test_options_and_preset_are_checked_by_one_checker_under_their_own_names():
     )
     assert knobs.lengths == [64, 128] and knobs.method == ["none", "pi"]
     assert ExtrapolateConfig.from_dict({"method": "none,yarn"}).method == ["none", "yarn"]
+    assert ExtrapolateConfig.from_dict({"depths": [0, 0.5, 0]}).depths == [0.0, 0.5]
+    with pytest.raises(
+        PosexpError,
+        match=r"^extrapolate.depths takes key depths in \[0, 1\] like 0,0.5,1, got 'x'$",
+    ):
+        ExtrapolateConfig.from_dict({"depths": [0, "x"]})
 
 
 def test_options_given_replace_the_preset_and_len_goes_with_lengths():
