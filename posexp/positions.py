@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -36,6 +36,8 @@ def random_positions(
 class PositionSampling:
     """``pe.randomized`` / ``pe.max_position``: train on sorted random positions below M
     (Ruoss et al. 2023); scored task rows are positioned the same way (``scoring_positions``)."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ("randomized", "max_position")  # pe.* keys for any PE
 
     randomized: bool = False
     max_position: int | None = None

@@ -114,6 +114,20 @@ def test_an_extension_the_pe_cannot_take_is_refused_where_the_config_is_built():
         run_config("pe=alibi", "extension=yarn")
 
 
+def test_a_pe_key_the_encoding_does_not_take_is_refused_where_the_config_is_built():
+    # Another encoding's setting (a preset made for Abacus, run with pe=rope) used to reach the
+    # constructor and end in a TypeError traceback.
+    with pytest.raises(
+        PosexpError,
+        match=r"^pe.max_digits is not a setting of pe=rope; allowed: base, randomized, "
+        r"max_position$",
+    ):
+        run_config("experiment=addition", "pe=rope")
+    assert run_config("experiment=addition", "pe=rope", "~pe.max_digits").pe.params == {
+        "base": 10000.0
+    }
+
+
 @pytest.mark.parametrize(
     ("key", "cls"),
     [

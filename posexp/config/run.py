@@ -86,6 +86,7 @@ class RunConfig:
         train_length = positive_int("train_length", d.get("train_length"), allow_none=True)
         pe_name, pe_params = named_entry("pe", d.get("pe"), "name")
         pe_cls = get_pe(pe_name)  # unknown pe: one-line error naming the registered ones
+        check_pe_keys(pe_name, pe_cls.settings(), pe_params)
         pe_cls.check_params(pe_params, train.seq_len)
         ext = ExtensionConfig.from_dict(d.get("extension") or {"method": "none"})
         check_trainable(pe_name, ext.method)
@@ -160,6 +161,16 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with top-level fields changed (e.g. ``resume``, ``cache_dir``)."""
         return dataclasses.replace(self, **changes)
+
+
+def check_pe_keys(pe: str, settings: tuple[str, ...], params: Mapping[str, Any]) -> None:
+    """Refuse a ``pe.*`` key the encoding does not take (another encoding's, or a typo)."""
+    allowed = [*settings, *PositionSampling.KEYS]
+    for key in params:
+        if key not in allowed:
+            raise PosexpError(
+                f"pe.{key} is not a setting of pe={pe}; allowed: {', '.join(allowed)}"
+            )
 
 
 def check_trainable(pe: str, method: str) -> None:

@@ -22,6 +22,7 @@ plus ``configs/pe/<name>.yaml``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -114,6 +115,11 @@ class PositionalEncoding(nn.Module):
     def max_positions(self) -> int | None:
         """How many positions the encoding can represent; None when any number."""
         return None
+
+    @classmethod
+    def settings(cls) -> tuple[str, ...]:
+        """The ``pe.*`` keys this encoding takes: its constructor's arguments after ``ctx``."""
+        return tuple(list(inspect.signature(cls.__init__).parameters)[2:])
 
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:

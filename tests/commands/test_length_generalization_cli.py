@@ -55,6 +55,31 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
     assert "## Extrapolation" not in report  # the perplexity view stays out of task sweeps
 
 
+def test_addition_preset_sweeps_abacus_seeds_into_the_report(tmp_path, cache):
+    sweep = tmp_path / "sweep"
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "-m",
+        "experiment=addition",
+        *TINY,
+        "hydra.launcher.n_jobs=1",
+        "seed=0,1",
+        "data.test_lengths=[2,4]",
+        "data.test_examples=5",
+        f"hydra.sweep.dir={sweep}",
+    )
+    posexp(tmp_path, cache, "report", str(sweep))
+    report = (sweep / "report.md").read_text()
+    assert "### addition" in report and "n = 2" in report
+    jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
+    assert jobs == ["seed=0", "seed=1"]
+    meta = json.loads((sweep / "seed=1" / "checkpoint" / "meta.json").read_text())
+    config = meta["config"]
+    assert config["pe"]["name"] == "abacus" and config["pe"]["max_digits"] == 6
+
+
 def load_passkey_script():
     """scripts/passkey.py as a module (scripts are not a package)."""
     path = Path(__file__).parents[2] / "scripts" / "passkey.py"
