@@ -19,7 +19,7 @@ CASES = {
     ),
     "unknown experiment": (
         ["experiment=bogus"],
-        "unknown experiment 'bogus'; allowed: extrapolation, head_ablation, head_ablation_cpu, head_ablation_mt_cpu, head_ablation_mt_cpu_lm, length_generalization, passkey",
+        "unknown experiment 'bogus'; allowed: addition, extrapolation, head_ablation, head_ablation_cpu, head_ablation_mt_cpu, head_ablation_mt_cpu_lm, length_generalization, passkey",
     ),
     "extension the pe cannot take": (
         ["pe=alibi", "extension=yarn"],
