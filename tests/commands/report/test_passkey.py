@@ -10,12 +10,19 @@ from posexp.commands.report.views.passkey import (
     per_seed,
     rows_of,
 )
+from posexp.extension import ExtensionConfig
 
 
-def job(seed: int, accuracies: dict[tuple[str, float, int], float], tuned: bool = False):
+def job(
+    seed: int,
+    accuracies: dict[tuple[str, float, int], float],
+    tuned: bool = False,
+    extension: ExtensionConfig | None = None,
+):
     """A stand-in for a report Job: its seed, whether it is a fine-tune, its passkey records."""
     config = SimpleNamespace(
         seed=seed,
+        extension=extension or ExtensionConfig(),
         parent="lm" if tuned else None,
         train_length=128 if tuned else None,
         data=SimpleNamespace(params={"task": "passkey"}),
@@ -41,6 +48,20 @@ def test_rows_keep_every_seed_and_average_depths_per_seed():
     # A fine-tune shows only the method it was trained with.
     assert set(rows) == {"none (zero-shot)", "pi (zero-shot)", "pi + fine-tune"}
     assert per_seed(rows["pi + fine-tune"], 250) == {0: 0.9}
+
+
+def test_a_fine_tune_with_a_setting_changed_gets_its_own_row():
+    # YaRN's ablation (scripts/passkey.py's fine-tune with one setting changed) beside the default.
+    default = ExtensionConfig("yarn", 2.0, 128)
+    changed = ExtensionConfig("yarn", 2.0, 128, {"beta_fast": 8})
+    jobs = [
+        job(0, {("baked:yarn", 0.0, 250): 0.5}, tuned=True, extension=default),
+        job(0, {("baked:yarn", 0.0, 250): 0.9}, tuned=True, extension=changed),
+    ]
+    rows = rows_of(jobs)
+    assert set(rows) == {"yarn + fine-tune", "yarn(beta_fast=8) + fine-tune"}
+    assert per_seed(rows["yarn(beta_fast=8) + fine-tune"], 250) == {0: 0.9}
+    assert per_seed(rows["yarn + fine-tune"], 250) == {0: 0.5}
 
 
 def test_learned_sentence_counts_seeds_at_l0():

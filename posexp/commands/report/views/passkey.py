@@ -61,10 +61,27 @@ def rows_of(jobs: list[Job]) -> dict[str, Cell]:
             method = r["method"]
             if tuned and method != trained_with:
                 continue
-            label = f"{method.split(':')[-1]} + fine-tune" if tuned else f"{method} (zero-shot)"
+            label = f"{tuned_name(job, method)} + fine-tune" if tuned else f"{method} (zero-shot)"
             cell = out.setdefault(label, {}).setdefault((float(r["depth"]), int(r["length"])), {})
             cell[seed_of(job)] = float(r["accuracy"])
     return out
+
+
+def tuned_name(job: Job, method: str) -> str:
+    """A fine-tune's method (``baked:yarn`` -> ``yarn``) with the settings it changed from the
+    method's defaults, so an ablation of one setting gets its own row: ``yarn(beta_fast=8)``."""
+    from posexp.extension.registry import get_extension, method_params
+
+    name, ext = method.split(":")[-1], job.config.extension
+    if ext.method != name:
+        return name
+    defaults = method_params(get_extension(name), {})
+    changed = [
+        f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
+        for key, value in ext.params.items()
+        if defaults.get(key) != value
+    ]
+    return f"{name}({', '.join(changed)})" if changed else name
 
 
 def per_seed(cell: Cell, size: int) -> dict[int, float]:
