@@ -68,13 +68,17 @@ class ExtrapolateConfig:
         )
 
     @staticmethod
-    def _lengths(name: str, value: Any) -> list[int] | None:
-        # "64,128,256" (a string) or [64, 128] (a list).
-        if value is None:
-            return None
+    def _texts(value: Any) -> list[str]:
+        # "64,128,256" (a string) or [64, 128] (a list): the items as stripped strings.
         items = value.split(",") if isinstance(value, str) else value
         items = items if isinstance(items, (list, tuple)) else [items]
-        texts = [str(item).strip() for item in items]
+        return [str(item).strip() for item in items]
+
+    @classmethod
+    def _lengths(cls, name: str, value: Any) -> list[int] | None:
+        if value is None:
+            return None
+        texts = cls._texts(value)
         if "" in texts:
             raise PosexpError(
                 f"{name} has an empty item in {value!r}; give integers like 64,128,256"
@@ -87,23 +91,19 @@ class ExtrapolateConfig:
             raise PosexpError(f"{name} must be positive integers, got {out}")
         return out
 
-    @staticmethod
-    def _depths(name: str, value: Any) -> list[float] | None:
-        # "0,0.25,1" (a string) or [0, 0.25, 1] (a list); each a fraction of the filler.
+    @classmethod
+    def _depths(cls, name: str, value: Any) -> list[float] | None:
+        # Each a fraction of the filler: 0 opens it, 1 ends it.
         if value is None:
             return None
-        items = value.split(",") if isinstance(value, str) else value
-        items = items if isinstance(items, (list, tuple)) else [items]
         out = []
-        for item in items:
+        for text in cls._texts(value):
             try:
-                depth = float(str(item).strip())
+                depth = float(text)
             except ValueError:
                 depth = None
             if depth is None or not 0 <= depth <= 1:
-                raise PosexpError(
-                    f"{name} takes key depths in [0, 1] like 0,0.5,1, got {str(item).strip()!r}"
-                )
+                raise PosexpError(f"{name} takes key depths in [0, 1] like 0,0.5,1, got {text!r}")
             out.append(depth)
         return list(dict.fromkeys(out)) or None
 
