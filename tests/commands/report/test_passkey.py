@@ -64,6 +64,24 @@ def test_a_fine_tune_with_a_setting_changed_gets_its_own_row():
     assert per_seed(rows["yarn + fine-tune"], 250) == {0: 0.5}
 
 
+def test_a_changed_setting_is_compared_with_its_methods_default_fine_tune():
+    default = ExtensionConfig("yarn", 2.0, 128)
+    changed = ExtensionConfig("yarn", 2.0, 128, {"attention_factor": 1.0})
+    jobs = [
+        job(s, {("baked:yarn", 0.5, 250): a}, tuned=True, extension=default)
+        for s, a in ((0, 0.5), (1, 0.6), (2, 0.7))
+    ]
+    jobs += [
+        job(s, {("baked:yarn", 0.5, 250): a}, tuned=True, extension=changed)
+        for s, a in ((0, 0.9), (1, 1.0), (2, 1.0))
+    ]
+    lines = gain_sentences(rows_of(jobs), 250, "2×")
+    assert lines == [
+        "- At 2×, yarn(attention_factor=1) + fine-tune minus yarn + fine-tune: +0.37 "
+        "(beyond seed noise (6.4× the larger seed std, n = 3))."
+    ]
+
+
 def test_learned_sentence_counts_seeds_at_l0():
     jobs = [job(s, {("none", 0.5, 122): a}) for s, a in ((0, 0.9), (1, 0.1), (2, 0.6))]
     assert learned_sentence(rows_of(jobs), 122) == (

@@ -109,22 +109,31 @@ def learned_sentence(rows: dict[str, Cell], l0_size: int) -> str:
 
 def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[str]:
     """Each method against no method at ``size``, paired by seed: zero-shot rows against
-    ``none (zero-shot)``, fine-tunes against the plain fine-tune."""
+    ``none (zero-shot)``, fine-tunes against the plain fine-tune, and a fine-tune with a setting
+    changed (``yarn(beta_fast=8)``) also against its method's default fine-tune."""
+    pairs = [
+        (label, base_label)
+        for base_label, suffix in (("none (zero-shot)", "(zero-shot)"), (BASELINE, "+ fine-tune"))
+        for label in rows
+        if label.endswith(suffix) and label != base_label
+    ]
+    pairs += [
+        (label, default)
+        for label in rows
+        if label.endswith(") + fine-tune")
+        and (default := f"{label.split('(')[0]} + fine-tune") in rows
+    ]
     out = []
-    for base_label, suffix in (("none (zero-shot)", "(zero-shot)"), (BASELINE, "+ fine-tune")):
-        base = per_seed(rows.get(base_label, {}), size)
-        for label, cell in rows.items():
-            if not label.endswith(suffix) or label == base_label or not base:
-                continue
-            mine = per_seed(cell, size)
-            seeds = sorted(set(mine) & set(base))
-            if not seeds:
-                continue
-            gap, std, n = paired_differences([mine[s] for s in seeds], [base[s] for s in seeds])
-            out.append(
-                f"- At {length_text}, {label} minus {base_label}: {gap:+.2f} "
-                f"({beyond_noise(gap, [std], n)})."
-            )
+    for label, base_label in pairs:
+        base, mine = per_seed(rows.get(base_label, {}), size), per_seed(rows[label], size)
+        seeds = sorted(set(mine) & set(base))
+        if not seeds:
+            continue
+        gap, std, n = paired_differences([mine[s] for s in seeds], [base[s] for s in seeds])
+        out.append(
+            f"- At {length_text}, {label} minus {base_label}: {gap:+.2f} "
+            f"({beyond_noise(gap, [std], n)})."
+        )
     return out
 
 
