@@ -8,7 +8,7 @@
    (``posexp train experiment=passkey parent=<lm>``), trained to a criterion: after
    ``--passkey-steps`` it is scored at L0 at every key depth, and while the worst depth is below
    ``--retrieval-target`` it trains ``--extend-steps`` more (``resume=``), up to
-   ``--passkey-max-steps`` (the step at which a seed learns retrieval varies: 4,000 to 8,000+);
+   ``--passkey-max-steps`` (the step at which a seed learns retrieval varies: 4,000 to 12,000);
 3. zero-shot: ``posexp eval-extrapolate`` of the passkey run at 1x, 2x, 4x and 8x L0 with
    none / pi / ntk / yarn and the training-free self_extend / rerope / logn (the preset's
    ``extrapolate.method``), at key depths 0, 0.5 and 1;
@@ -93,7 +93,7 @@ def main() -> None:
     )
     p.add_argument("--extend-steps", type=int, default=2000, help="steps per extension")
     p.add_argument(
-        "--passkey-max-steps", type=int, default=10000, help="no extension past this step"
+        "--passkey-max-steps", type=int, default=16000, help="no extension past this step"
     )
     p.add_argument("--finetune-steps", type=int, default=600, help="steps of each long fine-tune")
     p.add_argument(
