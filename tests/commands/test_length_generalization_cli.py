@@ -23,24 +23,33 @@ TINY = [
 ]
 
 
-def test_length_generalization_preset_into_the_report(tmp_path, cache):
+def sweep_into_report(tmp_path, cache, *overrides: str) -> tuple[Path, str]:
+    """A tiny preset sweep (one job at a time, 5 test instances per size), then its report."""
     sweep = tmp_path / "sweep"
     posexp(
         tmp_path,
         cache,
         "train",
         "-m",
-        "experiment=length_generalization",
+        *overrides,
         *TINY,
         "hydra.launcher.n_jobs=1",
-        "data.test_lengths=[4,12]",
         "data.test_examples=5",
-        "data=copy,addition",
-        "pe=none,rope_randomized",
         f"hydra.sweep.dir={sweep}",
     )
     posexp(tmp_path, cache, "report", str(sweep))
-    report = (sweep / "report.md").read_text()
+    return sweep, (sweep / "report.md").read_text()
+
+
+def test_length_generalization_preset_into_the_report(tmp_path, cache):
+    sweep, report = sweep_into_report(
+        tmp_path,
+        cache,
+        "experiment=length_generalization",
+        "data.test_lengths=[4,12]",
+        "data=copy,addition",
+        "pe=none,rope_randomized",
+    )
     assert "## Length generalization (exact-match accuracy)" in report
     assert "### copy" in report and "### addition" in report and "RoPE + randomized" in report
     assert (sweep / "report_length_generalization.png").stat().st_size > 10_000
@@ -56,22 +65,9 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
 
 
 def test_addition_preset_sweeps_abacus_seeds_into_the_report(tmp_path, cache):
-    sweep = tmp_path / "sweep"
-    posexp(
-        tmp_path,
-        cache,
-        "train",
-        "-m",
-        "experiment=addition",
-        *TINY,
-        "hydra.launcher.n_jobs=1",
-        "seed=0,1",
-        "data.test_lengths=[2,4]",
-        "data.test_examples=5",
-        f"hydra.sweep.dir={sweep}",
+    sweep, report = sweep_into_report(
+        tmp_path, cache, "experiment=addition", "seed=0,1", "data.test_lengths=[2,4]"
     )
-    posexp(tmp_path, cache, "report", str(sweep))
-    report = (sweep / "report.md").read_text()
     assert "### addition" in report and "n = 2" in report
     jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
     assert jobs == ["seed=0", "seed=1"]
