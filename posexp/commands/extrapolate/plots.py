@@ -10,6 +10,7 @@ from posexp.commands.extrapolate.plan import PROTOCOLS
 # dynamic_ntk under non-overlapping windows) stay visible.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 DASHES = ("-", "--", "-.", ":")
+PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
 
 def decimals_needed(value: float, most: int = 4) -> int:
@@ -200,16 +201,21 @@ def plot_accuracy(
     import matplotlib.pyplot as plt
 
     panels = list(dict.fromkeys(panel(r) for r in records))
+    # At most three panels a row: a --depths sweep of six stays readable as two rows of three.
+    cols = min(len(panels), PANELS_PER_ROW)
+    rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(
-        1,
-        len(panels),
-        figsize=(5.5 * len(panels) + 2.2, 4.6),
+        rows,
+        cols,
+        figsize=(5.5 * cols + 2.2, 4.6 * rows),
         squeeze=False,
         layout="constrained",
         sharey=True,
     )
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
     lengths = sorted({r["length"] for r in records})
-    for ax, name in zip(axes[0], panels, strict=True):
+    for ax, name in zip(axes.flat, panels, strict=False):
         methods = list(dict.fromkeys(r["method"] for r in records if panel(r) == name))
         method_lines(ax, [r for r in records if panel(r) == name], methods, "accuracy")
         ax.axvspan(

@@ -56,3 +56,22 @@ def test_per_position_draws_raw_buckets_only_for_two_methods_or_fewer():
     assert len(plot_per_position(two, "t").axes[0].lines) == 2 * 2 + 1  # + the training line
     fig = plot_per_position(three, "t")
     assert len(fig.axes[0].lines) == 3 + 1 and "faint" not in fig.axes[0].get_title()
+
+
+def test_a_depth_sweep_wraps_its_panels_three_to_a_row():
+    from posexp.commands.extrapolate.plots import plot_accuracy
+
+    depths = [0, 0.1, 0.25, 0.5, 0.75, 1]
+    recs = [
+        {"method": "none", "protocol": "exact_match", "depth": d, "length": n, "accuracy": 0.5}
+        for d in depths
+        for n in (76, 122)
+    ]
+    fig = plot_accuracy(recs, (76, 122), "tokens", "passkey")
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in shown] == [
+        f"test accuracy, key at depth {d:g}" for d in depths
+    ]
+    assert fig.axes[0].get_gridspec().get_geometry() == (2, 3)
+    five = plot_accuracy([r for r in recs if r["depth"] != 1], (76, 122), "tokens", "passkey")
+    assert sum(ax.get_visible() for ax in five.axes) == 5  # the sixth cell stays empty
