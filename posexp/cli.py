@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shlex
 import sys
-import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from posexp import cli_overrides
 from posexp.cli_errors import click_exceptions, is_sweep, one_line, sweep_failure, usage_line
 from posexp.cli_help import Command, Group
-from posexp.cli_overrides import check_output_arg, check_overrides, sweep_keys
+from posexp.cli_hydra import HYDRA_COMMAND, run_hydra, says_interrupted
+from posexp.cli_overrides import check_output_arg, check_overrides
 from posexp.errors import Abort, PosexpError
-from posexp.paths import config_dir
-from posexp.resolvers import SWEEP_ENV
+from posexp.paths import config_dir  # noqa: F401  (tests and scripts take it from here)
 
 app = typer.Typer(
     name="posexp",
@@ -53,59 +49,15 @@ def _root(
     """Train tiny decoder-only transformers and compare positional encodings."""
 
 
-# Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
-def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Ctrl-C in any command: the line "interrupted" and exit status 130 (Typer would exit 130
-    silently); the command has said what it kept, e.g. a run's last checkpoint."""
-
-    @functools.wraps(command)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return command(*args, **kwargs)
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
-
-    return run
-
-
-HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-
-
-def run_hydra(task, config_name: str, args: list[str]) -> None:
-    """Run ``task`` under ``hydra.main`` with ``args`` as its command line."""
-    import hydra
-
-    from posexp.commands import quiet_schema_match_warning
-
-    saved, saved_env = sys.argv, os.environ.get(SWEEP_ENV)
-    # Hydra names the completion it installs after argv[0]: `posexp`, also under `python -m`.
-    completion = any(a in ("-sc", "--shell-completion") for a in args)
-    sys.argv = ["posexp" if completion else saved[0], *args]
-    if any(a in ("-m", "--multirun") for a in args):  # job dirs named by the swept keys
-        os.environ[SWEEP_ENV] = json.dumps(sweep_keys(args))
-    try:
-        with warnings.catch_warnings():  # the filter again: a caller may have reset them
-            quiet_schema_match_warning()
-            hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(
-                task
-            )()
-    finally:
-        sys.argv = saved
-        if saved_env is None:
-            os.environ.pop(SWEEP_ENV, None)
-        else:
-            os.environ[SWEEP_ENV] = saved_env
-
-
 @app.command(cls=Command, context_settings=HYDRA_COMMAND)
 @says_interrupted
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
     from posexp.commands import hydra_tasks
 
-    check_overrides(ctx.args)
-    run_hydra(hydra_tasks.train, "train", ctx.args)
+    args = cli_overrides.expand_method_specs(ctx.args)
+    check_overrides(args)
+    run_hydra(hydra_tasks.train, "train", args)
 
 
 @app.command(cls=Command)
@@ -137,7 +89,7 @@ def generate(
     method: str | None = typer.Option(
         None,
         "--method",
-        help="Extension method instead of the run's own, e.g. self_extend, rerope, yarn.",
+        help="Extension method spec instead of the run's own, e.g. yarn or 'self_extend(group=4,window=16)'.",
     ),
     factor: float | None = typer.Option(
         None, "--factor", help="Its factor s; default (prompt + new tokens) / training length."
@@ -186,15 +138,17 @@ def eval_extrapolate(
     method: list[str] | None = typer.Option(
         None,
         "--method",
-        help="Extension methods, e.g. none,pi,yarn (repeatable); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run.",
+        help="Method specs, name or name(key=value,...), e.g. none,yarn or 'self_extend(group=4,window=16)' (repeatable; `posexp methods` lists every setting); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run.",
     ),
     factor: float | None = typer.Option(
         None,
         "--factor",
-        help="Fixed factor s for every length; default length / training length (1 for dynamic_ntk, which scales itself).",
+        help="Fixed factor s for every length (a spec's factor=... wins); default length / training length (1 for dynamic_ntk, which scales itself).",
     ),
     protocol: str | None = typer.Option(
-        None, "--protocol", help="nonoverlap | sliding | both (default nonoverlap)."
+        None,
+        "--protocol",
+        help="Scoring protocols, comma-separated: nonoverlap | sliding | both (default nonoverlap).",
     ),
     stride: int | None = typer.Option(
         None, "--stride", help="Sliding-window stride; default training length / 2."
@@ -209,12 +163,29 @@ def eval_extrapolate(
         "--depths",
         help="Passkey runs: key depths to score, e.g. 0,0.1,0.5,1 (0: the key opens the filler, 1: just before the question); default the run's data.depths.",
     ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Rescore the cells asked for even where they are measured on these weights (others are kept).",
+    ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
     batch_tokens: int = typer.Option(
         8192, "--batch-tokens", help="Tokens per forward pass (lower it to save memory)."
     ),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        help="Runs of a sweep scored at once, in worker processes (CPU); default one per core.",
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Torch threads (per worker); default the cores / workers."
+    ),
 ) -> None:
-    """Test-split perplexity at lengths past the training length, per extension method."""
+    """Score trained runs at lengths past the training length, per method spec and protocol.
+
+    Records accumulate in <run>/eval/: cells already measured on the run's current weights are
+    skipped, so evaluations of one run build up one table, plot and TensorBoard view.
+    """
     from posexp.commands.extrapolate.evaluate import evaluate_runs
     from posexp.commands.extrapolate.plan import Settings
     from posexp.config import ExtrapolateConfig
@@ -230,8 +201,17 @@ def eval_extrapolate(
         "tokens": tokens,
         "depths": depths,
     }
-    settings = Settings(ExtrapolateConfig.from_dict(options, prefix="--"), device, batch_tokens)
-    evaluate_runs(run, settings)
+    knobs = ExtrapolateConfig.from_dict(options, prefix="--")
+    evaluate_runs(run, Settings(knobs, device, batch_tokens, force, workers, threads))
+
+
+@app.command(cls=Command)
+@says_interrupted
+def methods() -> None:
+    """List every extension method with its settings, their defaults and what they allow."""
+    from posexp.commands.methods import print_methods
+
+    print_methods()
 
 
 @app.command(cls=Command, context_settings=HYDRA_COMMAND)
@@ -249,9 +229,10 @@ def finetune(
     from posexp.commands import hydra_tasks
     from posexp.commands.finetune import finetune_args
 
-    check_output_arg(ctx.args)
-    cli_overrides.check_run_dir_arg(ctx.args)
-    run_hydra(hydra_tasks.finetune, "finetune", finetune_args(run, ctx.args))
+    args = cli_overrides.expand_method_specs(ctx.args)
+    check_output_arg(args)
+    cli_overrides.check_run_dir_arg(args)
+    run_hydra(hydra_tasks.finetune, "finetune", finetune_args(run, args))
 
 
 @app.command(cls=Command)
@@ -261,16 +242,24 @@ def report(
     evaluate: bool = typer.Option(
         True,
         "--eval/--no-eval",
-        help="Run eval-extrapolate first for jobs whose config asks for it (experiment=extrapolation) and that lack results.",
+        help="First score, for jobs whose config has an `extrapolate:` section (experiment=extrapolation, passkey), the cells it asks for that are not yet measured.",
+    ),
+    method: list[str] | None = typer.Option(
+        None,
+        "--method",
+        help="Method specs to evaluate instead of the preset's, e.g. none,'self_extend(group=4)' (repeatable).",
     ),
     device: str = typer.Option(
         "auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", help="Jobs scored at once (worker processes, CPU); default one per core."
     ),
 ) -> None:
     """Write report.md, report.csv and PNG plots for a sweep or run dir."""
     from posexp.commands.report.write import write_report
 
-    write_report(target, evaluate=evaluate, device=device)
+    write_report(target, evaluate=evaluate, device=device, methods=method, workers=workers)
 
 
 @app.command(cls=Command)

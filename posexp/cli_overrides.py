@@ -9,12 +9,55 @@ from posexp.errors import PosexpError
 from posexp.paths import config_dir
 
 
+def expand_method_specs(args: list[str]) -> list[str]:
+    """``extension=yarn(beta_fast=16)`` as Hydra takes it: ``extension=yarn
+    extension.beta_fast=16`` (a spec checked by its method first, in one line). Bare names and
+    sweeps of bare names pass unchanged; a sweep over specs is refused (one setting at a time
+    sweeps: ``extension=yarn extension.beta_fast=8,16``)."""
+    from posexp.extension.spec import format_value, parse_spec, spec_of, split_specs
+
+    out = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if key.lstrip("+") != "extension" or not eq or "(" not in value:
+            out.append(arg)
+            continue
+        value = value.strip().strip("'\"")
+        if len(split_specs(value, "extension=")) > 1:
+            raise PosexpError(
+                f"extension={value!r}: a sweep over method specs is not supported; sweep one "
+                f"setting at a time, e.g. extension=yarn extension.beta_fast=8,16"
+            )
+        spec = parse_spec(value, "extension=", baked=False)
+        spec = spec_of(spec.name, spec.settings, spec.factor)  # the settings it changes only
+        out.append(f"{key}={spec.name}")
+        out += [f"extension.{k}={format_value(v)}" for k, v in spec.settings.items()]
+        if spec.factor is not None:
+            out.append(f"extension.factor={format_value(spec.factor)}")
+    return out
+
+
 def check_overrides(args: list[str]) -> None:
     """Every check below, in the order a user would want to hear of them."""
+    check_evaluation_not_swept(args)
     check_resume_arg(args)
     check_experiment_arg(args)
     check_output_arg(args)
     check_run_dir_arg(args)
+
+
+def check_evaluation_not_swept(args: list[str]) -> None:
+    """Refuse a sweep over an ``extrapolate.*`` key: those settings are read at evaluation, not
+    in training, so its jobs would train the same run into one job dir. A list is quoted."""
+    if not any(a in ("-m", "--multirun") for a in args):
+        return
+    for key in sweep_keys(args)["swept"]:
+        if key.startswith("extrapolate."):
+            value = next(a.split("=", 1)[1] for a in args if a.split("=", 1)[0].lstrip("+") == key)
+            raise PosexpError(
+                f"{key}={value} sweeps an evaluation setting, which would train the same job "
+                f"once per value into one dir; quote it to give a list: {key}='{value}'"
+            )
 
 
 def check_output_arg(args: list[str]) -> None:

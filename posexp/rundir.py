@@ -204,6 +204,11 @@ class RunDir:
         runlock.lock(self.path, what)
         return self
 
+    def share(self, what: str = "run dir") -> RunDir:
+        """Hold this dir's lock shared with other evaluations; one line while a run trains in it."""
+        runlock.share(self.path, what)
+        return self
+
     def unlock(self) -> None:
         """Give back ``lock`` or ``claim`` (the last one releases the dir)."""
         runlock.unlock(self.path)

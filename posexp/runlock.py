@@ -4,7 +4,8 @@ Every command that writes into a run dir (train, a resume, finetune, eval-extrap
 holds the lock for as long as it writes; a second writer is refused in one line naming the
 holder (``pid@host``, which the holder writes into the file). The kernel drops the lock when its
 process ends, however it ends (SIGKILL included), so a dead run never blocks the next one.
-Read-only commands (``posexp runs``, ``generate``) never take it.
+Read-only commands (``posexp runs``, ``generate``) never take it; evaluations share it
+(``share``): several may run at once, none while the run trains.
 """
 
 from __future__ import annotations
@@ -87,6 +88,27 @@ def lock(run_dir: Path, what: str = "run dir") -> None:
             return
         os.close(fd)  # the last holder removed the dir meanwhile (a failed run): look again
     raise PosexpError(f"{label(what, run_dir)} keeps being removed by another process; retry")
+
+
+def share(run_dir: Path, what: str = "run dir") -> None:
+    """Hold ``run_dir``'s lock shared: readers that write only their own files (evaluations, which
+    merge under their own lock) run side by side, and keep out a writer of the whole dir (a
+    training run); one line if such a writer holds it. Re-entrant like ``lock``."""
+    key = Path(run_dir).resolve()
+    with _mutex:
+        if key in _held:
+            _held[key][1] += 1
+            return
+    try:
+        fd = os.open(key / OWNER, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as e:
+        check_writable(run_dir, what.rstrip("="))
+        raise PosexpError(f"{label(what, run_dir)} cannot be written: {e.strerror}") from None
+    if not _try_flock(fd, shared=True):
+        who = _read(fd) or "another process"
+        os.close(fd)
+        raise PosexpError(busy_message(run_dir, who, what))
+    _own(key, fd)  # a refused trainer names one of the evaluations
 
 
 def unlock(run_dir: Path) -> None:

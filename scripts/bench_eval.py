@@ -68,11 +68,11 @@ def child(
     """One measurement point (runs in its own process)."""
     import torch
 
-    from posexp.commands.extrapolate.plan import nonoverlap_windows
-    from posexp.commands.extrapolate.score import score_windows
     from posexp.extension import ExtensionConfig
     from posexp.model import GPT, ModelConfig
     from posexp.runtime.device import resolve_device
+    from posexp.scoring.text import score_windows
+    from posexp.scoring.windows import nonoverlap_windows
 
     device = resolve_device(device_name)
     d_model, n_layers = SIZES[model_size]

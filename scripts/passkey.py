@@ -20,13 +20,15 @@
 
 Steps 1-4 run for each seed in ``<out>/seed<N>/``; the report covers them all. Every step is a
 plain command (printed before it runs), so any of them can be rerun by hand, and rerunning the
-script skips the runs and evaluations that already finished (a stopped script picks up where
-it stopped).
+script skips the runs that finished and the cells already measured (a stopped script picks up
+where it stopped). ``--methods`` takes method specs: ``none,yarn,yarn(beta_fast=8)`` fine-tunes
+YaRN twice, the second in ``ft_yarn_beta_fast=8``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -36,30 +38,16 @@ from pathlib import Path
 L0 = 128  # training length of the language model and the passkey rows (configs/experiment/passkey.yaml)
 
 
-def finished(run: Path, evaluated: bool = False) -> bool:
-    """True when ``run`` completed training (and, with ``evaluated``, its full evaluation)."""
+def finished(run: Path) -> bool:
+    """True when ``run`` completed training."""
     from posexp.rundir import RunDir
 
-    if RunDir(run).status() != "completed":
-        return False
-    return not evaluated or evaluated_to_8x(run)
+    return RunDir(run).status() == "completed"
 
 
-def evaluated_to_8x(run: Path) -> bool:
-    """True when ``run``'s evaluation is of its current weights and reaches 8x L0 (the
-    criterion check of step 2 scores L0 alone)."""
-    table = fresh_table(run)
-    return table is not None and any(
-        line.split(",")[1:2] == [str(8 * L0 - 6)] for line in table.open()
-    )
-
-
-def fresh_table(run: Path) -> Path | None:
-    """``run``'s evaluation table when it scores the current weights (newer than results.json)."""
-    table = run / "eval" / "extrapolate.csv"
-    if table.exists() and table.stat().st_mtime >= (run / "results.json").stat().st_mtime:
-        return table
-    return None
+def run_dir_name(spec: str) -> str:
+    """A fine-tune's folder for a method spec: ``yarn(beta_fast=8)`` -> ``ft_yarn_beta_fast=8``."""
+    return "ft_" + re.sub(r"[^\w.=-]+", "_", spec).strip("_")
 
 
 def run_posexp(args: tuple[str, ...]) -> int:
@@ -103,7 +91,11 @@ def main() -> None:
         help="peak learning rate of each fine-tune (min lr a tenth of it)",
     )
     p.add_argument("--factor", type=int, default=2, help="fine-tune length as a multiple of L0")
-    p.add_argument("--methods", default="none,pi,ntk,yarn", help="methods to fine-tune with")
+    p.add_argument(
+        "--methods",
+        default="none,pi,ntk,yarn",
+        help="method specs to fine-tune with, e.g. none,yarn,'yarn(beta_fast=8)'",
+    )
     p.add_argument("--model", default="small", help="model size (configs/model)")
     p.add_argument("--examples", type=int, default=50, help="test instances per length and depth")
     p.add_argument(
@@ -119,6 +111,13 @@ def main() -> None:
         p.error(f"--seeds takes comma-separated integers, got {a.seeds!r}")
     if not seeds:
         p.error("--seeds needs at least one seed")
+    from posexp.errors import PosexpError
+    from posexp.extension.spec import parse_specs
+
+    try:  # checked before anything trains: a bad spec is one line
+        a.specs = parse_specs(a.methods, "--methods", baked=False) or []
+    except PosexpError as e:
+        p.error(str(e))
     out = a.out or Path("outputs/passkey") / time.strftime("%Y-%m-%d_%H-%M-%S")
     for seed in seeds:
         pipeline(a, seed, out / f"seed{seed}")
@@ -150,18 +149,16 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
         *common,
     )
     train_to_criterion(a, out)
-    evaluate_once(out / "passkey", "--device", a.device)
+    evaluate(out / "passkey", "--device", a.device)
     # A gentle fine-tune by default (lr 1e-4, batch 8, 600 steps): enough for no method, NTK and
     # YaRN; PI moves the model furthest and needs lr 1e-3 or 1,800 steps (README, Passkey).
     # Rows from the shortest passkey size (76 prompt tokens) up to factor x L0 keep the skill in view.
     longest = a.factor * L0
-    for method in [m for m in a.methods.split(",") if m]:
-        run = out / f"ft_{method}"
-        extension = (
-            ["extension=none"]
-            if method == "none"
-            else [f"extension={method}", f"extension.factor={a.factor}"]
-        )
+    for spec in a.specs:
+        run = out / run_dir_name(spec.label)
+        extension = [f"extension={spec.label}"]
+        if spec.name != "none" and spec.factor is None:
+            extension.append(f"extension.factor={a.factor}")
         train_once(
             run,
             "finetune",
@@ -179,8 +176,7 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
             f"train.checkpoint_interval={a.finetune_steps}",
             *common,
         )
-        method_flag = "none" if method == "none" else "baked"
-        evaluate_once(run, "--method", method_flag, "--device", a.device)
+        evaluate(run, "--method", "none" if spec.name == "none" else "baked", "--device", a.device)
 
 
 def train_to_criterion(a: argparse.Namespace, out: Path) -> None:
@@ -205,14 +201,12 @@ def train_to_criterion(a: argparse.Namespace, out: Path) -> None:
 
 
 def l0_retrieval(run: Path, device: str) -> float:
-    """The lowest accuracy over key depths at L0 (no method), evaluated if not yet for these weights."""
+    """The lowest accuracy over key depths at L0 (no method) of the run's current weights
+    (scored unless already measured on them)."""
     import csv
 
-    table = fresh_table(run)
-    if table is None:
-        posexp("eval-extrapolate", "--run", str(run), "--lengths", str(L0 - 6), "--method", "none")
-        table = run / "eval" / "extrapolate.csv"
-    rows = csv.DictReader(table.open())
+    evaluate(run, "--lengths", str(L0 - 6), "--method", "none", "--device", device)
+    rows = csv.DictReader((run / "eval" / "extrapolate.csv").open())
     scores = [
         float(r["accuracy"]) for r in rows if r["method"] == "none" and int(r["length"]) == L0 - 6
     ]
@@ -231,12 +225,10 @@ def train_once(run: Path, *args: str) -> None:
         posexp(*args, f"hydra.run.dir={run}")
 
 
-def evaluate_once(run: Path, *args: str) -> None:
-    """``posexp eval-extrapolate`` of ``run`` unless its evaluation is already written."""
-    if finished(run, evaluated=True):
-        print(f"# {run}: evaluated, skipped", flush=True)
-    else:
-        posexp("eval-extrapolate", "--run", str(run), *args)
+def evaluate(run: Path, *args: str) -> None:
+    """``posexp eval-extrapolate`` of ``run``: it scores only the cells not yet measured on the
+    run's current weights (nothing at all on a rerun of the script)."""
+    posexp("eval-extrapolate", "--run", str(run), *args)
 
 
 if __name__ == "__main__":

@@ -70,4 +70,4 @@ def test_help_labels_read_as_words_not_python_types(args, usage):
     assert usage in out
     assert "<bool>" not in out and "<list[" not in out and "{" not in out
     if args == ["eval-extrapolate"]:
-        assert re.search(r"--method +METHOD +Extension methods", out)
+        assert re.search(r"--method +METHOD +Method specs", out)

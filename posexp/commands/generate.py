@@ -84,18 +84,24 @@ ANSWERING = ("pairs", "synthetic")
 
 
 def method_for(run_dir: Any, method: str | None, factor: float | None, length: int) -> Any:
-    """The extension ``--method`` asks for at ``length`` tokens, checked against the run's pe; None
-    keeps the run's own (a ``--factor`` alone is refused: it needs a method)."""
+    """The extension ``--method`` asks for (a spec: ``self_extend(group=4)``) at ``length``
+    tokens, checked against the run's pe; None keeps the run's own (a ``--factor`` alone is
+    refused: it needs a method)."""
     from posexp.extension import ExtensionConfig
+    from posexp.extension.spec import parse_spec
     from posexp.pe import check_extension
 
     if method is None:
         if factor is not None:
             raise PosexpError(f"--factor {factor:g} needs --method (e.g. --method yarn)")
         return None
+    spec = parse_spec(method, "--method", baked=False)
     mcfg = run_dir.model_config()
-    check_extension(mcfg.pe, method)
-    return ExtensionConfig.for_length(method, length, mcfg.train_length, factor)[0]
+    check_extension(mcfg.pe, spec.name)
+    try:
+        return ExtensionConfig.for_length(spec, length, mcfg.train_length, factor)[0]
+    except PosexpError as e:
+        raise PosexpError(f"--method {spec.label!r}: {e}") from None
 
 
 def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:

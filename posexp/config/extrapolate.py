@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from posexp import checks
-from posexp.errors import PosexpError, choose
-from posexp.extension import EXTENSIONS, check_factor
+from posexp.errors import PosexpError
+from posexp.extension import check_factor
+from posexp.extension.spec import BAKED, parse_specs
 
 
 @dataclass(frozen=True)
@@ -21,14 +22,13 @@ class ExtrapolateConfig:
     default); ``eval-extrapolate`` checks the values against each run when it plans.
     """
 
-    PROTOCOLS = ("nonoverlap", "sliding", "both")  # both: one record per protocol
-    BAKED = "baked"  # a method name: the extension a fine-tuned run was trained with
+    BAKED = BAKED  # a method name: the extension a fine-tuned run was trained with
 
     len: int | None = None
     lengths: list[int] | None = None
-    method: list[str] | None = None
+    method: list[str] | None = None  # method specs, each as its canonical label
     factor: float | None = None
-    protocol: str | None = None
+    protocol: list[str] | None = None  # registered text protocols (posexp/scoring)
     stride: int | None = None
     tokens: int | None = None
     depths: list[float] | None = None  # passkey: key depths to score instead of data.depths
@@ -50,17 +50,15 @@ class ExtrapolateConfig:
                 f"{prefix}len and {prefix}lengths both given; use one ({prefix}len "
                 f"doubles from the training length, {prefix}lengths lists them)"
             )
-        methods = cls._names(prefix + "method", d.get("method"))
-        for m in methods or ():
-            choose("method", m, [*EXTENSIONS, cls.BAKED])
-        if d.get("protocol") is not None:
-            choose("protocol", d["protocol"], cls.PROTOCOLS)
+        from posexp.scoring import parse_protocols
+
+        specs = parse_specs(d.get("method"), prefix + "method")
         factor = d.get("factor")
         return cls(
             len=count("len"),
             lengths=cls._lengths(prefix + "lengths", d.get("lengths")),
-            method=methods,
-            protocol=d.get("protocol"),
+            method=None if specs is None else [spec.label for spec in specs],
+            protocol=parse_protocols(d.get("protocol"), prefix + "protocol"),
             stride=count("stride"),
             factor=None if factor is None else check_factor(factor, prefix + "factor"),
             tokens=count("tokens"),
@@ -106,15 +104,3 @@ class ExtrapolateConfig:
                 raise PosexpError(f"{name} takes key depths in [0, 1] like 0,0.5,1, got {text!r}")
             out.append(depth)
         return list(dict.fromkeys(out)) or None
-
-    @staticmethod
-    def _names(name: str, value: Any) -> list[str] | None:
-        # Comma lists and repeated options, in order, without duplicates; none at all is None.
-        values = [] if value is None else [value] if isinstance(value, str) else list(value)
-        names = [n.strip() for v in values for n in str(v).split(",")]
-        if "" in names:  # `--method ''` or `none,,pi`: a typo, not "every method"
-            raise PosexpError(
-                f"{name} has an empty name in {value!r}; allowed: "
-                f"{', '.join(sorted([*EXTENSIONS, ExtrapolateConfig.BAKED]))}"
-            )
-        return list(dict.fromkeys(names)) or None

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.registry import RopeSpec, register_extension
+from posexp.extension.settings import Setting
 
 # (q_pos (Tq,), k_pos (Tk,)) -> float positions for the far pairs: (Tq,) for queries, (Tk,) keys.
 FarPositions = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -60,32 +59,27 @@ def _unchanged(spec: RopeSpec) -> tuple[torch.Tensor, float]:
 
 
 def register_attention_method(
-    name: str, *, acts_on: str, uses_factor: bool = True, check: Any = None
+    name: str,
+    *,
+    acts_on: str,
+    uses_factor: bool = True,
+    settings: tuple[Setting, ...] = (),
 ) -> Callable[[Callable[..., AttentionPlan]], Callable[..., AttentionPlan]]:
-    """Register ``fn(spec: AttentionSpec, *, param=default, ...) -> AttentionPlan`` as ``name``."""
+    """Register ``fn(spec: AttentionSpec, *, param=default, ...) -> AttentionPlan`` as ``name``,
+    with ``settings`` declaring its keyword-only params."""
 
     def decorate(fn: Callable[..., AttentionPlan]) -> Callable[..., AttentionPlan]:
         register_extension(
             name,
             acts_on=acts_on,
             needs_original_length=True,
-            check=check,
+            settings=settings,
             attention=fn,
             uses_factor=uses_factor,
         )(_unchanged)
         return fn
 
     return decorate
-
-
-def check_window_params(params: dict[str, Any], **others: Any) -> dict[str, Any]:
-    """A position-remapping method's params checked: ``window`` a positive integer or null,
-    ``logn`` a boolean, each of ``others`` (name -> its value, already checked) as given."""
-    return {
-        "window": checks.positive_int("extension.window", params["window"], allow_none=True),
-        **others,
-        "logn": checks.boolean("extension.logn", params["logn"]),
-    }
 
 
 def window_size(window: int | None, default: int, original_length: int) -> int:

@@ -11,6 +11,7 @@ from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan, AttentionSpec
 from posexp.extension.registry import ExtensionMethod, check_factor, get_extension, method_params
+from posexp.extension.spec import MethodSpec
 
 _COMMON_KEYS = ("method", "factor", "original_length")
 
@@ -52,16 +53,19 @@ class ExtensionConfig:
 
     @classmethod
     def for_length(
-        cls, method: str, length: int, train_length: int, factor: float | None = None
+        cls, method: str | MethodSpec, length: int, train_length: int, factor: float | None = None
     ) -> tuple[ExtensionConfig, str]:
-        """The method set up for sequences of ``length`` after training at ``train_length``, and
-        a note: s = length / L0 unless ``factor`` fixes it; 1 for none, for dynamic NTK (which
-        scales itself) and for the methods that ignore s. Checked now, a training-free plan too."""
-        ext, note = get_extension(method), ""
-        if method == "none":
+        """The method (a name or a spec with settings) set up for sequences of ``length`` after
+        training at ``train_length``, and a note: s = length / L0 unless the spec or ``factor``
+        fixes it; 1 for none, for dynamic NTK (which scales itself) and for the methods that
+        ignore s. Checked now, a training-free plan too (its settings against L0)."""
+        spec = method if isinstance(method, MethodSpec) else MethodSpec(method)
+        ext, note = get_extension(spec.name), ""
+        fixed = spec.factor if spec.factor is not None else factor
+        if spec.name == "none":
             s = 1.0
-        elif factor is not None:
-            s = float(factor)
+        elif fixed is not None:
+            s = float(fixed)
         elif ext.dynamic:
             # Dynamic NTK already scales with the length l; s = l/L0 on top would count it twice.
             s, note = 1.0, "dynamic: base follows the window length"
@@ -69,7 +73,7 @@ class ExtensionConfig:
             s = 1.0  # ReRoPE, log scaling: the same at every length
         else:
             s = max(1.0, length / train_length)
-        config = cls(method, s, train_length)
+        config = cls(spec.name, s, train_length, spec.settings)
         config.attention_plan()
         return config, note
 

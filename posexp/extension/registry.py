@@ -17,6 +17,7 @@ import torch
 
 from posexp import checks
 from posexp.errors import PosexpError
+from posexp.extension.settings import FACTOR, Setting
 from posexp.registry import Registry
 
 # What a method changes. A positional encoding declares which of these it has (posexp/pe/base.py),
@@ -45,8 +46,9 @@ class RopeSpec:
 
 
 FrequencyFn = Callable[..., tuple[torch.Tensor, float]]
-# Checks a method's params (every one, defaults filled in) and returns them in normal form.
-ParamCheck = Callable[[dict[str, Any]], dict[str, Any]]
+# Checks what a method's settings must satisfy together (each one already checked alone, every
+# one present, defaults filled in), naming them with the prefix given; returns them.
+RelationCheck = Callable[[dict[str, Any], str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class ExtensionMethod:
     dynamic: bool
     acts_on: str
     needs_original_length: bool
-    check: ParamCheck | None = None
+    settings: tuple[Setting, ...] = ()
+    relations: RelationCheck | None = None
     # Training-free methods (posexp/extension/attention.py) change attention itself, at evaluation:
     # the function that builds their AttentionPlan, else None.
     attention: Callable[..., Any] | None = None
@@ -85,6 +88,12 @@ class ExtensionMethod:
         """How much an absolute-position encoding divides positions by: s under PI, else 1."""
         return factor if self.acts_on == "positions" else 1.0
 
+    @property
+    def spec_settings(self) -> tuple[Setting, ...]:
+        """What a method spec may set: the method's settings, and the factor if it uses one."""
+        scales = self.uses_factor and self.acts_on != "nothing"
+        return (*self.settings, FACTOR) if scales else self.settings
+
 
 EXTENSIONS: Registry[ExtensionMethod] = Registry("extension")
 
@@ -106,13 +115,15 @@ def register_extension(
     dynamic: bool = False,
     acts_on: str = "frequencies",
     needs_original_length: bool = False,
-    check: ParamCheck | None = None,
+    settings: tuple[Setting, ...] = (),
+    relations: RelationCheck | None = None,
     attention: Callable[..., Any] | None = None,
     uses_factor: bool = True,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
     """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`.
 
-    ``check`` validates the method's param values once, when a config or a call names them.
+    ``settings`` declares each keyword-only param (what it allows, its checker); ``relations``
+    checks what they must satisfy together. Both run once, when a config or a spec names them.
     ``attention`` (training-free methods) builds the method's AttentionPlan; its keyword-only
     params are the method's params.
     """
@@ -122,16 +133,23 @@ def register_extension(
             raise ValueError(
                 f"extension {name!r}: acts_on must be one of {ACTS_ON}, got {acts_on!r}"
             )
+        defaults = _keyword_defaults(attention or fn)
+        if [s.name for s in settings] != list(defaults):
+            raise ValueError(
+                f"extension {name!r}: settings {[s.name for s in settings]} must declare its "
+                f"keyword-only params {list(defaults)}, in order"
+            )
         EXTENSIONS.add(
             name,
             ExtensionMethod(
                 name=name,
                 frequencies=fn,
-                params=MappingProxyType(_keyword_defaults(attention or fn)),
+                params=MappingProxyType(defaults),
                 dynamic=dynamic,
                 acts_on=acts_on,
                 needs_original_length=needs_original_length,
-                check=check,
+                settings=tuple(settings),
+                relations=relations,
                 attention=attention,
                 uses_factor=uses_factor,
             ),
@@ -165,9 +183,11 @@ def check_original_length(method: ExtensionMethod, original_length: Any) -> int 
     return checks.positive_int("original_length", original_length)
 
 
-def method_params(method: ExtensionMethod, params: Mapping[str, Any]) -> dict[str, Any]:
+def method_params(
+    method: ExtensionMethod, params: Mapping[str, Any], prefix: str = "extension."
+) -> dict[str, Any]:
     """Every param of the method at its effective value (None: the default); unknown names and
-    bad values are refused."""
+    bad values are refused, each named ``prefix`` + its name."""
     for key in params:
         if key not in method.params:
             allowed = ", ".join(sorted(method.params)) or "(none)"
@@ -175,7 +195,8 @@ def method_params(method: ExtensionMethod, params: Mapping[str, Any]) -> dict[st
                 f"unknown param {key!r} for extension {method.name!r}; allowed: {allowed}"
             )
     full = {**method.params, **{k: v for k, v in params.items() if v is not None}}
-    return full if method.check is None else method.check(full)
+    full = {s.name: s.check(prefix + s.name, full[s.name]) for s in method.settings}
+    return full if method.relations is None else method.relations(full, prefix)
 
 
 def _check_head_dim(head_dim: Any) -> int:

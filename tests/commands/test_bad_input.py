@@ -42,6 +42,22 @@ CASES = {
         "data=text",
     ),
     "bad device": (["device=tpu"], "unknown device 'tpu'; allowed: auto, cpu, cuda, mps"),
+    "bad method spec": (
+        ["extension=yarn(beta_fast=0)"],
+        "extension= 'yarn(beta_fast=0)': beta_fast must be a finite number > 0, got 0",
+    ),
+    "unknown setting in a spec": (
+        ["extension=pi(beta_fast=8)"],
+        "extension= 'pi(beta_fast=8)': pi has no setting 'beta_fast'; allowed: factor",
+    ),
+    "a sweep over specs": (
+        ["-m", "extension=yarn(beta_fast=8),ntk"],
+        "a sweep over method specs is not supported; sweep one setting at a time",
+    ),
+    "a swept evaluation setting": (
+        ["-m", "extrapolate.method=none,pi"],
+        "extrapolate.method=none,pi sweeps an evaluation setting",
+    ),
 }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import posexp
+from tests.helpers import posexp, snapshot
 
 TINY = [
     "model=tiny",
@@ -115,14 +115,18 @@ def test_passkey_script_into_the_report(tmp_path, cache, monkeypatch, capsys):
     assert "1,024 (8×)" in report
     assert (tmp_path / "pk" / "report_passkey.png").exists()
     assert "n = 1 seed(s)" in report and "Retrieval was learned" in report
-    # A second call finds every run and evaluation done and only writes the report again.
+    # A second call finds every run done and every cell measured: it trains nothing, its
+    # evaluations score nothing (their files stay as they are), and it writes the report again.
+    evals = sorted((tmp_path / "pk").rglob("eval"))
+    before = [snapshot(e) for e in evals]
     script.main()
     again = capsys.readouterr().out.splitlines()
     skipped = [line for line in again if line.endswith("skipped")]
-    assert len(skipped) == 7  # lm, passkey and its evaluation, two fine-tunes and theirs
-    assert [line for line in again if line.startswith("$ posexp")] == [
-        f"$ posexp report {tmp_path / 'pk'} --no-eval --device cpu"
-    ]
+    assert len(skipped) == 4  # lm, passkey and the two fine-tunes
+    commands = [line for line in again if line.startswith("$ posexp")]
+    assert commands[-1] == f"$ posexp report {tmp_path / 'pk'} --no-eval --device cpu"
+    assert all(c.startswith("$ posexp eval-extrapolate --run ") for c in commands[:-1])
+    assert [snapshot(e) for e in evals] == before
 
 
 def test_the_passkey_script_stops_on_a_failed_step(tmp_path, cache, monkeypatch, capsys):

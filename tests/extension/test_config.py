@@ -17,6 +17,7 @@ from posexp.extension import (
     register_extension,
     rope_frequencies,
 )
+from posexp.extension.settings import Setting, number_rule
 from posexp.pe import PEContext, build_pe
 from posexp.registry import discover
 
@@ -135,8 +136,11 @@ def scratch_method(monkeypatch):
     return "half_base"
 
 
+SHRINK = (Setting("shrink", "a number > 0: base / shrink", number_rule("> 0")),)
+
+
 def test_registering_a_method_needs_nothing_else(scratch_method):
-    @register_extension(scratch_method)
+    @register_extension(scratch_method, settings=SHRINK)
     def half_base(spec: RopeSpec, *, shrink: float = 2.0) -> tuple[torch.Tensor, float]:
         """Toy method: base / shrink."""
         return spec.theta(spec.base / shrink), 1.0
@@ -146,6 +150,19 @@ def test_registering_a_method_needs_nothing_else(scratch_method):
     assert math.isclose(inv_freq[1].item(), 25.0**-0.5, rel_tol=1e-6)
     cfg = ExtensionConfig.from_dict({"method": scratch_method, "shrink": 4.0})
     assert cfg.params == {"shrink": 4.0}
+    # Its settings are checked where they are named, by its own declaration.
+    with pytest.raises(PosexpError, match=r"^extension.shrink must be a finite number > 0, got 0$"):
+        ExtensionConfig.from_dict({"method": scratch_method, "shrink": 0})
+
+
+def test_a_method_must_declare_every_setting_it_takes(scratch_method):
+    with pytest.raises(ValueError, match=r"settings \[\] must declare its keyword-only params"):
+
+        @register_extension(scratch_method)
+        def undeclared(spec: RopeSpec, *, shrink: float = 2.0) -> tuple[torch.Tensor, float]:
+            return spec.theta(), 1.0
+
+    assert scratch_method not in EXTENSIONS
 
 
 def test_a_method_module_is_found_by_name(scratch_method, tmp_path, monkeypatch, request):
@@ -156,8 +173,12 @@ def test_a_method_module_is_found_by_name(scratch_method, tmp_path, monkeypatch,
     (package / f"{scratch_method}.py").write_text(
         textwrap.dedent(f'''
         from posexp.extension import RopeSpec, register_extension
+        from posexp.extension.settings import Setting, number_rule
 
-        @register_extension("{scratch_method}")
+        @register_extension(
+            "{scratch_method}",
+            settings=(Setting("shrink", "a number > 0", number_rule("> 0")),),
+        )
         def half_base(spec: RopeSpec, *, shrink: float = 2.0):
             return spec.theta(spec.base / shrink), 1.0
     ''')

@@ -43,50 +43,65 @@ def options(**changes) -> argparse.Namespace:
     return argparse.Namespace(**(base | changes))
 
 
+def evaluation(run: Path) -> tuple[str, ...]:
+    """The criterion's evaluation: none at L0 (it scores only what these weights lack)."""
+    return (
+        "eval-extrapolate",
+        "--run",
+        str(run),
+        "--lengths",
+        "122",
+        "--method",
+        "none",
+        "--device",
+        "cpu",
+    )
+
+
 def test_worst_depth_below_target_trains_another_block(script, tmp_path, monkeypatch):
     fake_stage(tmp_path, 4000, [0.04, 0.98, 0.92])
     calls = []
 
     def posexp(*args):  # the resume "trains" to every depth retrieved
         calls.append(args)
-        fake_stage(tmp_path, 6000, [0.95, 1.0, 1.0])
+        if args[0] == "train":
+            fake_stage(tmp_path, 6000, [0.95, 1.0, 1.0])
 
     monkeypatch.setattr(script, "posexp", posexp)
     script.train_to_criterion(options(), tmp_path)
     run = tmp_path / "passkey"
-    assert calls == [("train", f"resume={run}", "train.max_steps=6000")]
+    assert calls == [
+        evaluation(run),
+        ("train", f"resume={run}", "train.max_steps=6000"),
+        evaluation(run),
+    ]
 
 
 def test_stops_at_the_target_or_the_cap(script, tmp_path, monkeypatch):
-    monkeypatch.setattr(script, "posexp", lambda *a: pytest.fail(f"unexpected {a}"))
+    def posexp(*args):
+        if args[0] != "eval-extrapolate":
+            pytest.fail(f"unexpected {args}")
+
+    monkeypatch.setattr(script, "posexp", posexp)
     fake_stage(tmp_path, 4000, [0.9, 1.0, 0.95])
     script.train_to_criterion(options(), tmp_path)  # 0.9 meets the target
     fake_stage(tmp_path, 10000, [0.1, 0.2, 0.3])
     script.train_to_criterion(options(), tmp_path)  # at the cap: no further block
 
 
-def test_a_stale_evaluation_is_redone_and_fine_tunes_block_an_extension(
-    script, tmp_path, monkeypatch
-):
+def test_fine_tunes_of_the_current_weights_block_an_extension(script, tmp_path, monkeypatch):
     run = fake_stage(tmp_path, 4000, [0.5, 1.0, 1.0])
-    os.utime(run / "eval" / "extrapolate.csv", (0, 0))  # older than the weights
     evaluated = []
-    monkeypatch.setattr(
-        script,
-        "posexp",
-        lambda *a: evaluated.append(a) or fake_stage(tmp_path, 4000, [0.5, 1.0, 1.0]),
-    )
+    monkeypatch.setattr(script, "posexp", lambda *a: evaluated.append(a))
     (tmp_path / "ft_pi").mkdir()
     with pytest.raises(SystemExit, match="ft_pi were fine-tuned from its current weights"):
         script.train_to_criterion(options(), tmp_path)
-    assert evaluated == [
-        ("eval-extrapolate", "--run", str(run), "--lengths", "122", "--method", "none")
-    ]
+    assert evaluated == [evaluation(run)]
 
 
-def test_the_full_evaluation_counts_only_when_it_reaches_8x(script, tmp_path):
-    run = fake_stage(tmp_path, 4000, [1.0, 1.0, 1.0])
-    (run / "provenance.json").write_text(json.dumps({"status": "completed"}))
-    assert not script.evaluated_to_8x(run)
-    fake_stage(tmp_path, 4000, [1.0, 1.0, 1.0], lengths=(122, 1018))
-    assert script.evaluated_to_8x(run)
+def test_each_method_spec_fine_tunes_in_its_own_folder(script):
+    assert script.run_dir_name("yarn") == "ft_yarn"
+    assert script.run_dir_name("yarn(beta_fast=8)") == "ft_yarn_beta_fast=8"
+    assert (
+        script.run_dir_name("self_extend(group=4,window=16)") == "ft_self_extend_group=4_window=16"
+    )

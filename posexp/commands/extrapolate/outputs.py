@@ -8,12 +8,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.extrapolate.plan import (
-    FIELDS,
-    RunPlan,
-    RunResult,
-)
+from posexp.commands.extrapolate.plan import RunPlan, RunResult
 from posexp.commands.extrapolate.plots import panel, plot_accuracy, plot_per_position, plot_ppl
+from posexp.extension.spec import method_order
 from posexp.files import (
     save_figure_atomic,
     staged_dir,
@@ -21,67 +18,129 @@ from posexp.files import (
     write_json_atomic,
 )
 from posexp.rundir import RunDir
+from posexp.scoring import metric_of
+from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record
+from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
 
 # ---- outputs -------------------------------------------------------------------------------
 
 
-def write_outputs(
-    plan: RunPlan, records: list[dict[str, Any]], per_position: dict[str, Any]
-) -> list[Path]:
-    """JSON, CSV, two PNGs and TensorBoard scalars for one run."""
-    names = [
-        "extrapolate.json",
-        "extrapolate.csv",
-        "per_position.json",
-        "extrapolate.png",
-        "per_position.png",
-    ]
+def write_outputs(plan: RunPlan, records: list[Record], stale: list[Record]) -> list[Path]:
+    """JSON, CSV, plots (one per metric) and TensorBoard scalars of ``records`` (the run's
+    current weights), ``stale.json`` for ``stale``: swapped in together, so they always agree."""
+    rows = sorted_rows([r.to_dict() for r in records])
     model = plan.meta["model"]
-    title = (
-        f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
-        f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens"
-    )
-    if plan.task is not None:  # a task run: accuracy records and their plot, no token positions
+    if plan.task is not None:
         task = plan.task
         title = (
             f"{task.task.name}, pe={plan.pe}, {model['n_layers']} layers, {model['n_heads']} "
             f"heads, trained on sizes {task.train_lengths[0]}–{task.train_lengths[1]}"
         )
-        with staged_dir(plan.run.eval_dir) as out:
-            write_json_atomic(out / names[0], records)
-            write_csv_atomic(out / names[1], records, csv_fields(records))
-            png = save_figure_atomic(
-                plot_accuracy(records, task.train_lengths, task.task.unit, title), out / names[3]
-            )
-            write_tensorboard(out, records, {"extrapolate/accuracy_plot": png})
-        remove_legacy_tensorboard(plan.run_dir)
-        return [plan.run.eval_dir / name for name in (names[0], names[1], names[3])]
-    # One evaluation's files are swapped in together, so JSON, CSV and plots always agree.
-    with staged_dir(plan.run.eval_dir) as out:
-        write_json_atomic(out / names[0], records)
-        write_csv_atomic(out / names[1], records, csv_fields(records))
-        write_json_atomic(out / names[2], per_position)
-        ppl_png = save_figure_atomic(plot_ppl(records, plan.train_length, title), out / names[3])
-        pos_png = save_figure_atomic(plot_per_position(per_position, title), out / names[4])
-        write_tensorboard(
-            out,
-            records,
-            {"extrapolate/ppl_plot": ppl_png, "extrapolate/per_position_loss": pos_png},
+        span, unit = tuple(task.train_lengths), task.task.unit
+    else:
+        title = (
+            f"pe={plan.pe}, d_model {model['d_model']}, {model['n_layers']} layers, "
+            f"{model['n_heads']} heads, trained at {plan.train_length:,} tokens"
         )
+        span, unit = (plan.train_length, plan.train_length), "tokens"
+    names = [RECORDS, "extrapolate.csv"]
+    with staged_dir(plan.run.eval_dir) as out:
+        write_json_atomic(out / RECORDS, rows)
+        if stale:
+            write_json_atomic(out / STALE, [r.to_dict() for r in stale])
+            names.append(STALE)
+        write_csv_atomic(out / "extrapolate.csv", rows, csv_fields(rows))
+        images = {}
+        for i, (metric, shown) in enumerate(by_metric(display_rows(rows)).items()):
+            name = "extrapolate.png" if i == 0 else f"extrapolate_{metric}.png"
+            fig = (
+                plot_ppl(shown, plan.train_length, title, metric)
+                if metric_of(shown[0]["protocol"]).log_scale
+                else plot_accuracy(shown, span, unit, title, metric)
+            )
+            images[f"extrapolate/{metric}_plot"] = save_figure_atomic(fig, out / name)
+            names.append(name)
+        curves = per_position(rows, plan.train_length)
+        if curves is not None:
+            write_json_atomic(out / "per_position.json", curves)
+            images["extrapolate/per_position_loss"] = save_figure_atomic(
+                plot_per_position(curves, title), out / "per_position.png"
+            )
+            names += ["per_position.json", "per_position.png"]
+        write_tensorboard(out, display_rows(rows), images)
     remove_legacy_tensorboard(plan.run_dir)
     return [plan.run.eval_dir / name for name in names]
+
+
+# Key fields that split a method's records into separate series when they vary between them.
+SERIES_FIELDS = (("sample_size", "tokens {:,}"), ("stride", "stride {}"), ("precision", "{}"))
+
+
+def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``rows`` for tables, plots and TensorBoard, in ``sorted_rows`` order, each
+    ``method`` the series it
+    belongs to: the label, plus the key fields that tell its cells from those of another
+    evaluation of the same method (``none [tokens 4,096]`` beside ``none [tokens 2,048]``), so
+    two evaluations never share a table row or a line."""
+    rows = sorted_rows(rows)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], panel(r)), []).append(r)
+    out = []
+    for r in rows:
+        group = groups[(r["method"], panel(r))]
+        extra = [
+            text.format(r.get(name))
+            for name, text in SERIES_FIELDS
+            if len({g.get(name) for g in group}) > 1 and r.get(name) is not None
+        ]
+        out.append({**r, "method": f"{r['method']} [{', '.join(extra)}]" if extra else r["method"]})
+    return out
+
+
+def by_metric(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The records grouped by their headline metric (one figure each), in record order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r.get("metric") or "ppl", []).append(r)
+    return out
+
+
+def per_position(rows: list[dict[str, Any]], train_length: int) -> dict[str, Any] | None:
+    """Loss by position at the longest length scored with per-position losses: one curve per
+    method (non-overlapping windows where scored, else sliding); None without such records."""
+    with_curve = [r for r in rows if r.get("per_position")]
+    if not with_curve:
+        return None
+    longest = max(r["length"] for r in with_curve)
+    curves: dict[str, dict[str, Any]] = {}
+    for r in with_curve:
+        if r["length"] == longest and (r["method"] not in curves or r["protocol"] == "nonoverlap"):
+            edges = bucket_edges(longest)
+            curves[r["method"]] = {
+                "protocol": r["protocol"],
+                "start": edges[:-1],
+                "end": edges[1:],
+                "loss": r["per_position"],
+            }
+    return {
+        "length": longest,
+        "train_length": train_length,
+        "buckets": PER_POSITION_BUCKETS,
+        "methods": curves,
+    }
 
 
 def write_tensorboard(
     folder: Path, records: list[dict[str, Any]], images: dict[str, bytes]
 ) -> None:
-    """Per method, ``extrapolate/<protocol>/ppl`` against length, as its own TensorBoard run.
+    """Per method, ``extrapolate/<protocol>/<metric>`` against length, its own TensorBoard run.
 
     ``folder`` is the evaluation's staged ``eval/`` folder: each method writes into
     ``eval/<method>/``, so TensorBoard draws the methods of one card in different colours and
     names them in its run list and tooltips, and the plots go into ``eval/`` itself. Being part
-    of the one staged set, the curves are swapped in with the JSON they come from, and a new
-    evaluation replaces them whole, so they never duplicate or disagree with the records.
+    of the one staged set, the curves are swapped in with the JSON they come from, and each
+    evaluation writes them anew from every record, so they never duplicate or disagree with it.
     """
     from matplotlib.image import imread
     from torch.utils.tensorboard import SummaryWriter
@@ -91,7 +150,7 @@ def write_tensorboard(
             (
                 r
                 for r in records
-                if r["method"] == method and r["ppl"] is not None and math.isfinite(r["ppl"])
+                if r["method"] == method and headline(r) is not None and math.isfinite(headline(r))
             ),
             key=lambda r: r["length"],
         )
@@ -131,32 +190,44 @@ def remove_legacy_tensorboard(run_dir: Path) -> None:
 
 # Columns only some evaluations fill (task runs, passkey depths, sliding windows): left out of a
 # CSV where no record has a value, so a language model's CSV has no empty task columns.
-OPTIONAL_FIELDS = ("stride", "accuracy", "examples", "depth", "compile_seconds")
+OPTIONAL_FIELDS = ("stride", "accuracy", "examples", "depth", "compile_seconds", "sample_size")
 
 
-def csv_fields(records: list[dict[str, Any]]) -> list[str]:
-    """FIELDS, without the optional ones no record fills."""
+def csv_fields(rows: list[dict[str, Any]]) -> list[str]:
+    """The cell, the metric and the scorers' numbers, then the rest: every scalar field, without
+    the optional ones no record fills (lists and mappings stay in the JSON)."""
+    values = [
+        k
+        for r in rows
+        for k, v in r.items()
+        if k not in (*CELL_FIELDS, *KEY_EXTRA, *RUN_FIELDS, "metric", "settings", "checkpoint")
+        and not isinstance(v, (list, dict))
+    ]
+    fields = [*CELL_FIELDS, "metric", *dict.fromkeys(values), "note", *KEY_EXTRA, *RUN_FIELDS[1:]]
     return [
         f
-        for f in FIELDS
-        if f not in OPTIONAL_FIELDS or any(r.get(f) not in (None, "") for r in records)
+        for f in fields
+        if f not in OPTIONAL_FIELDS or any(r.get(f) not in (None, "") for r in rows)
     ]
 
 
 def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:
-    """Rows method × protocol, columns lengths, cells ppl (rich)."""
+    """Rows method × protocol (or key depth), columns lengths, cells each row's metric (rich)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
-    lengths = sorted({r["length"] for r in result.records})
-    accuracy = any(r.get("metric") == "accuracy" for r in result.records)
-    what = "test exact-match accuracy" if accuracy else "test ppl"
-    precision = next((r["precision"] for r in result.records if r.get("precision")), None)
+    records = display_rows(result.records)
+    lengths = sorted({r["length"] for r in records})
+    task = any(
+        r.get("metric") == "accuracy" and r.get("depth") is not None for r in records
+    ) or all(r.get("metric") == "accuracy" for r in records)
+    precision = next((r["precision"] for r in records if r.get("precision")), None)
     console.print(
-        f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {what}, "
+        f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {metrics_text(records)}, "
         f"pe={result.pe}, trained at {result.train_length}"
-        + (" tokens (longest row)" if accuracy else "")
+        + (" tokens (longest row)" if task else "")
         + (f", {precision} as trained" if precision else ""),
         soft_wrap=True,
     )
@@ -164,24 +235,57 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     table.add_column("method")
     table.add_column("protocol")
     for n in lengths:
-        table.add_column(
-            f"{n}" if accuracy else f"{n}\n×{n / result.train_length:g}", justify="right"
-        )
-    for (method, protocol), by_len in table_rows(result.records).items():
-        cells = (
-            fmt_accuracy(by_len.get(n)) if accuracy else fmt_ppl(by_len.get(n)) for n in lengths
-        )
-        table.add_row(method, protocol, *cells)
+        table.add_column(f"{n}" if task else f"{n}\n×{n / result.train_length:g}", justify="right")
+    for (method, protocol), by_len in table_rows(records).items():
+        table.add_row(escape(method), protocol, *(cell_text(by_len.get(n)) for n in lengths))
     console.print(table)
-    notes = sorted({r["note"] for r in result.records if r["ppl"] is None and r["note"]})
+    notes = sorted({r["note"] for r in records if headline(r) is None and r["note"]})
     for note in notes:
         console.print(f"  —: {note}", soft_wrap=True, highlight=False)
-    extra = "" if accuracy else ", per_position.{json,png}"
     console.print(
-        f"  wrote {RunDir(result.run_dir).eval_dir}/extrapolate.{{json,csv,png}}{extra}",
+        f"  wrote {RunDir(result.run_dir).eval_dir}/ ({len(records)} records of these weights)"
+        if result.scored
+        else f"  {RunDir(result.run_dir).eval_dir}/ unchanged ({len(records)} records)",
         soft_wrap=True,
         highlight=False,
     )
+
+
+def metrics_text(records: list[dict[str, Any]]) -> str:
+    """What the cells hold: 'test perplexity', 'exact-match accuracy', or both."""
+    labels = dict.fromkeys(metric_of(r["protocol"]).label for r in records)
+    return " / ".join(labels) or "no records"
+
+
+def headline(record: dict[str, Any]) -> Any:
+    """A record's headline metric value (None: not applicable)."""
+    return record.get(record.get("metric") or "ppl")
+
+
+def cell_text(record: dict[str, Any] | None) -> str:
+    """A record's headline metric with its metric's decimals, '—' when missing or n/a."""
+    if record is None:
+        return "—"
+    return metric_of(record["protocol"]).format(headline(record))
+
+
+def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records in the order tables and plots show them: methods in registry order (then their
+    settings), protocols in registry order, depths, lengths."""
+    from posexp.scoring import SCORERS
+
+    protocols = SCORERS.names()
+
+    def key(r: dict[str, Any]) -> tuple:
+        p = r["protocol"]
+        return (
+            method_order(r["method"]),
+            protocols.index(p) if p in protocols else len(protocols),
+            -1.0 if r.get("depth") is None else r["depth"],
+            r["length"],
+        )
+
+    return sorted(rows, key=key)
 
 
 def table_rows(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
@@ -193,35 +297,17 @@ def table_rows(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int,
 
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
-    """Rows method × protocol, columns lengths, cells ppl (or accuracy), as Markdown."""
+    """Rows method × protocol, columns lengths, cells each row's metric, as Markdown."""
+    records = display_rows(records)
     lengths = sorted({r["length"] for r in records})
-    accuracy = any(r.get("metric") == "accuracy" for r in records)
-    rows = table_rows(records)
-    what = "exact-match accuracy" if accuracy else "perplexity"
     lines = [
-        f"Measured {what} by evaluation length (exact values; the charts are smoothed).",
+        f"Measured {metrics_text(records)} by evaluation length (exact values; the charts are "
+        "smoothed).",
         "",
         "| method | protocol | " + " | ".join(f"{n:,}" for n in lengths) + " |",
         "|---|---|" + "---:|" * len(lengths),
     ]
-    for (method, protocol), by_len in rows.items():
-        fmt = fmt_accuracy if accuracy else fmt_ppl
-        lines.append(
-            f"| {method} | {protocol} | " + " | ".join(fmt(by_len.get(n)) for n in lengths) + " |"
-        )
+    for (method, protocol), by_len in table_rows(records).items():
+        cells = " | ".join(cell_text(by_len.get(n)) for n in lengths)
+        lines.append(f"| {method} | {protocol} | {cells} |")
     return "\n".join(lines)
-
-
-def fmt_accuracy(record: dict[str, Any] | None) -> str:
-    """Accuracy with 3 decimals, '—' when missing or not applicable."""
-    if record is None or record.get("accuracy") is None:
-        return "—"
-    return f"{record['accuracy']:.3f}"
-
-
-def fmt_ppl(record: dict[str, Any] | None) -> str:
-    """ppl with 2 decimals (one column, one format), '—' when missing or not applicable."""
-    if record is None or record["ppl"] is None:
-        return "—"
-    ppl = record["ppl"]
-    return f"{ppl:,.2f}" if ppl < 1e5 else f"{ppl:.2e}"

@@ -1,13 +1,9 @@
-"""Planning `posexp eval-extrapolate`: settings, evaluation windows, and what to score per run.
+"""Planning `posexp eval-extrapolate`: settings, and the cells to score per run.
 
-A plan lists, for one run dir, every method x length x protocol item with its extension settings
-and windows. Protocols (both score the same first ``tokens`` targets of the test split at every
-length):
-
-* ``nonoverlap``: consecutive windows of L tokens; every target in a window is scored;
-* ``sliding``: windows of L tokens advanced by ``stride`` S; the first window scores all its
-  targets, later ones only their last S, so each token is scored once with L-S..L-1 tokens of
-  context (Press et al. 2022). With S = L the two protocols are identical.
+A plan lists, for one run dir, every method spec x length x protocol (x key depth) cell as the
+record it will become (``posexp.scoring.records``: its key filled, its values empty), with the
+extension set up for it and the scorer that scores it (``posexp.scoring``). The cells already
+measured on the run's current weights are left out (``--force`` keeps them in).
 """
 
 from __future__ import annotations
@@ -21,46 +17,27 @@ from typing import Any
 
 from posexp import checks
 from posexp.attention import BIAS_QUERY_CHUNK
-from posexp.commands.extrapolate.tasks import PROTOCOL as TASK_PROTOCOL
 from posexp.commands.extrapolate.tasks import task_data, task_variants
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
-from posexp.extension import ExtensionConfig
+from posexp.extension import ExtensionConfig, get_extension
+from posexp.extension.spec import BAKED, MethodSpec, parse_spec, spec_of
 from posexp.files import check_writable
 from posexp.hardware import available_memory
 from posexp.pe import accepted_extensions, check_extension
 from posexp.rundir import RunDir, latest_run
 from posexp.rundir import find_runs as find_run_dirs
 from posexp.runtime.device import resolve_device
+from posexp.runtime.precision import recorded_precision
+from posexp.scoring import TASK, TEXT, Scorer, Work, get_scorer, scorer_names
+from posexp.scoring.records import Checkpoint, Record, Stored, checkpoint_of, load
+from posexp.scoring.text import DEFAULT_BATCH_TOKENS
 
 log = logging.getLogger("posexp")
 
-PROTOCOLS = ("nonoverlap", "sliding")
-PROTOCOL_CHOICES = ExtrapolateConfig.PROTOCOLS
-BAKED = ExtrapolateConfig.BAKED
 DEFAULT_LEN = 4096
 DEFAULT_TOKENS = 16384
-DEFAULT_BATCH_TOKENS = 8192
-PER_POSITION_BUCKETS = 64
-# The columns of extrapolate.json / .csv, one record per method x length x protocol.
-FIELDS = (
-    "method",
-    "length",
-    "protocol",
-    "factor",
-    "ppl",
-    "loss",
-    "tokens",
-    "seconds",  # scoring time of this item, a FlexAttention compile inside it excluded
-    "compile_seconds",  # that compile, when one happened during this item
-    "note",
-    "stride",
-    "metric",
-    "accuracy",
-    "examples",
-    "depth",
-    "precision",
-)
+DEFAULT_PROTOCOL = "nonoverlap"
 
 
 # ---- settings ------------------------------------------------------------------------------
@@ -77,10 +54,15 @@ class Settings:
     extrapolate: ExtrapolateConfig = field(default_factory=ExtrapolateConfig)
     device: str = "auto"
     batch_tokens: int = DEFAULT_BATCH_TOKENS
+    force: bool = False  # rescore the cells asked for even where they are measured
+    workers: int | None = None  # runs scored at once (worker processes); None: as cores allow
+    threads: int | None = None  # torch threads (per worker); None: the cores / workers
 
     def validate(self) -> None:
-        """Reject a bad device or batch size before any run is loaded."""
+        """Reject a bad device, batch size, worker or thread count before any run is loaded."""
         checks.positive_int("--batch-tokens", self.batch_tokens)
+        checks.positive_int("--workers", self.workers, allow_none=True)
+        checks.positive_int("--threads", self.threads, allow_none=True)
         resolve_device(self.device)
 
     def for_run(self, cfg: RunConfig) -> ExtrapolateConfig:
@@ -96,85 +78,39 @@ class Settings:
         return ExtrapolateConfig(**knobs)
 
 
-# ---- windows -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Window:
-    """Inputs tokens[begin:end], targets tokens[begin+1:end+1]; only the last `score` count."""
-
-    begin: int
-    end: int
-    score: int
-
-    @property
-    def length(self) -> int:
-        return self.end - self.begin
-
-
-def nonoverlap_windows(n_tokens: int, length: int) -> list[Window]:
-    """Consecutive windows of `length` covering `n_tokens` targets (the last may be shorter)."""
-    return [
-        Window(b, min(b + length, n_tokens), min(b + length, n_tokens) - b)
-        for b in range(0, n_tokens, length)
-    ]
-
-
-def sliding_windows(n_tokens: int, length: int, stride: int) -> list[Window]:
-    """Windows of `length` advanced by `stride`, each target scored once with the most context."""
-    stride = min(stride, length)
-    windows, scored, begin = [], 0, 0
-    while scored < n_tokens:
-        end = min(begin + length, n_tokens)
-        windows.append(Window(begin, end, end - scored))
-        scored = end
-        begin += stride
-    return windows
-
-
 # ---- planning ------------------------------------------------------------------------------
 
 
 @dataclass
 class Item:
-    """One method × length × protocol to evaluate (or a record explaining why not)."""
+    """One cell to score: the record it becomes, the extension set up for it, its scorer and,
+    once the data is known, its work (windows or instances)."""
 
-    method: str
-    length: int
-    protocol: str
-    factor: float
+    record: Record
     extension: ExtensionConfig
-    stride: int | None = None
-    windows: list[Window] = field(default_factory=list)
-    note: str = ""
-    skip: bool = False  # set when the test split is too short for one window
-    depth: float | None = None  # passkey: where the key sits in the filler
-    examples: list[tuple[str, str]] | None = None  # task runs: the test instances scored
+    scorer: Scorer
+    work: Work | None = None
 
     @property
-    def metric(self) -> str:
-        """What the item measures: perplexity of text, or exact-match accuracy of a task."""
-        return "ppl" if self.examples is None else "accuracy"
-
-    @property
-    def work(self) -> int:
-        if self.examples is not None:
-            return sum(len(p) + len(a) + 1 for p, a in self.examples)
-        return sum(w.length for w in self.windows)
+    def size(self) -> int:
+        """Tokens its forward passes read (0 before its work is cut, or when it cannot be)."""
+        return self.work.size if self.work is not None else 0
 
 
 @dataclass
 class RunPlan:
-    """Everything needed to evaluate one run."""
+    """Everything needed to evaluate one run: its cells, those still to score, where it stands."""
 
     run: RunDir
     meta: dict[str, Any]
     cfg: RunConfig
     train_length: int
     n_tokens: int
-    items: list[Item]
+    items: list[Item]  # every cell asked for
+    stored: Stored  # the records already kept for the run
     dropped: list[str] = field(default_factory=list)  # asked-for methods that do not apply
     task: Any = None  # a synthetic-task run's SyntheticData (then items score instances)
+    force: bool = False
 
     @property
     def run_dir(self) -> Path:
@@ -186,7 +122,30 @@ class RunPlan:
 
     @property
     def longest(self) -> int:
-        return max(i.length for i in self.items)
+        return max(i.record.length for i in self.items)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self.stored.checkpoint
+
+    @property
+    def todo(self) -> list[Item]:
+        """The cells to score now: those not measured on these weights (every one with force)."""
+        if self.force:
+            return self.items
+        measured = self.stored.measured()
+        return [item for item in self.items if item.record.key not in measured]
+
+    def progress_line(self) -> str:
+        """How much of what was asked is measured already: '12 of 16 cells measured, scoring 4'."""
+        todo, total = len(self.todo), len(self.items)
+        if self.force:
+            return f"rescoring {total} cell{'s' * (total != 1)} (--force)"
+        if todo == total:
+            return f"scoring {total} cell{'s' * (total != 1)}"
+        if not todo:
+            return f"all {total} cells already measured on these weights, scoring none"
+        return f"{total - todo} of {total} cells already measured, scoring {todo}"
 
 
 def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
@@ -250,10 +209,10 @@ def unfinished_note(run: RunDir, meta: dict[str, Any], cfg: RunConfig) -> str:
 
 
 def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
-    """Decide every method × length × protocol for one run, validating the user's choices.
+    """Decide every method x length x protocol cell for one run, validating the user's choices.
 
-    Windows are attached later by ``attach_windows``, once the test split's size is known, so
-    bad options fail before any data is loaded.
+    Work (windows, instances) is cut later by ``attach_work``, once the data is loaded, so bad
+    options fail before any data is loaded or any model built.
     """
     run_dir = run.path
     check_writable(run_dir, "run dir")  # before any scoring, not after it
@@ -262,7 +221,6 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     given, s = settings.extrapolate, settings.for_run(cfg)
     mcfg = run.model_config()
     pe, train_length, baked = mcfg.pe, mcfg.train_length, mcfg.extension
-    has_baked = baked.method != "none"
     task = task_data(cfg)
     if task is not None:
         if given.len is not None or given.protocol is not None or given.tokens is not None:
@@ -278,11 +236,12 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                     f"{task.task.min_length}; allowed: sizes >= {task.task.min_length}"
                 )
         train_length = task.longest_train_row()  # positions trained: the longest training row
-        protocols: tuple[str, ...] = (TASK_PROTOCOL,)
+        scorers = [get_scorer(name) for name in scorer_names(TASK)]
+        sample_size = task.test_examples
     else:
         lengths = plan_lengths(s, train_length, run_dir)
-        protocol = s.protocol or "nonoverlap"
-        protocols = PROTOCOLS if protocol == "both" else (protocol,)
+        scorers = [get_scorer(name) for name in (s.protocol or [DEFAULT_PROTOCOL])]
+        sample_size = None  # the token count, set below
     variants = task_variants(task, s.depths, run_dir)
     stride = s.stride or max(1, train_length // 2)
     if given.tokens is not None and given.tokens < max(lengths):
@@ -294,106 +253,138 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     n_tokens = max(s.tokens or max(DEFAULT_TOKENS, 4 * max(lengths)), max(lengths))
     if task is None:
         check_fits(max(lengths), settings, mcfg, run_dir)
+        sample_size = n_tokens
 
     unfinished = unfinished_note(run, meta, cfg)
     if unfinished:
         log.warning("%s: %s; its records say so", run_dir, unfinished)
-    methods = (
-        ([BAKED] if has_baked else []) + accepted_extensions(pe) if s.method is None else s.method
-    )
+    precision = recorded_precision(meta, resolve_device(settings.device))
+    stored = load(run, checkpoint_of(run), force=settings.force)
+    specs = method_specs(s.method, pe, baked.method != "none", s.factor)
     items: list[Item] = []
     dropped: list[str] = []
-    for method in methods:
-        note = ""
-        if method == BAKED:
-            if not has_baked:
+    for spec in specs:
+        if spec.name == BAKED:
+            if baked.method == "none":
                 if n_runs > 1:
-                    dropped.append(method)
+                    dropped.append(spec.label)
                     continue
                 raise PosexpError(
                     f"--method baked: {str(run_dir)!r} has no baked-in extension "
                     f"(only runs made by `posexp finetune` with an extension have one)"
                 )
-            label = f"{BAKED}:{baked.method}"
-        else:
-            label = method
-            if method not in accepted_extensions(pe):
-                if n_runs == 1:
-                    check_extension(pe, method)  # the one-line error naming what pe can take
-                # A sweep mixes PEs: a method this job's PE cannot take is skipped for it.
-                dropped.append(method)
-                continue
+        elif spec.name not in accepted_extensions(pe):
+            if n_runs == 1:
+                check_extension(pe, spec.name)  # the one-line error naming what pe can take
+            # A sweep mixes PEs: a method this job's PE cannot take is skipped for it.
+            dropped.append(spec.label)
+            continue
         for length in lengths:
-            if method == BAKED:
-                factor, ext = baked.factor, baked
-                extra = (
-                    f"baked in by finetune: factor {factor:g}, "
-                    f"original_length {baked.original_length}"
-                )
-            else:
-                tokens = task.task.row_tokens(length) if task is not None else length
-                factor, ext, extra = method_extension(method, tokens, train_length, s.factor)
-            for p in protocols:
+            tokens = task.task.row_tokens(length) if task is not None else length
+            ext, label, note = cell_extension(spec, baked, tokens, train_length, run_dir)
+            for scorer in scorers:
                 for depth in variants:
-                    items.append(
-                        Item(
-                            label,
-                            length,
-                            p,
-                            factor,
-                            ext,
-                            stride=min(stride, length) if p == "sliding" else None,
-                            note="; ".join(x for x in (note, extra, unfinished) if x),
-                            depth=depth,
-                        )
+                    record = Record(
+                        method=label,
+                        length=length,
+                        protocol=scorer.name,
+                        factor=ext.factor,
+                        settings=dict(ext.params),
+                        stride=min(stride, length) if scorer.uses_stride else None,
+                        sample_size=sample_size,
+                        depth=depth,
+                        precision=precision,
+                        checkpoint=stored.checkpoint,
+                        metric=scorer.metric.name,
+                        note="; ".join(x for x in (note, unfinished) if x),
                     )
+                    items.append(Item(record, ext, scorer))
     if not items and n_runs == 1:
         raise PosexpError(
             f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
             f"allowed for {pe}: {', '.join(accepted_extensions(pe))}"
         )
-    return RunPlan(run, meta, cfg, train_length, n_tokens, items, dropped, task)
+    return RunPlan(
+        run, meta, cfg, train_length, n_tokens, items, stored, dropped, task, settings.force
+    )
+
+
+def method_specs(
+    asked: list[str] | None, pe: str, has_baked: bool, factor: float | None = None
+) -> list[MethodSpec]:
+    """The specs asked for (canonical labels, parsed again), else every method the PE takes
+    at its defaults, plus ``baked`` for a fine-tuned run. A fixed ``factor`` (--factor) goes
+    into the specs of the methods that scale with one and fix none themselves, so their label
+    says it (``yarn(factor=4)``) and their cells are apart from those at length / L0."""
+    if asked is not None:
+        specs = [parse_spec(text) for text in asked]
+    else:
+        names = ([BAKED] if has_baked else []) + accepted_extensions(pe)
+        specs = [MethodSpec(name) for name in names]
+    if factor is None:
+        return specs
+    return [
+        dataclasses.replace(spec, factor=factor)
+        if spec.factor is None
+        and spec.name != BAKED
+        and any(x.name == "factor" for x in get_extension(spec.name).spec_settings)
+        else spec
+        for spec in specs
+    ]
+
+
+def cell_extension(
+    spec: MethodSpec,
+    baked: ExtensionConfig,
+    length: int,
+    train_length: int,
+    run_dir: Path,
+) -> tuple[ExtensionConfig, str, str]:
+    """(extension, label, note) of one spec at ``length`` tokens: the baked-in extension as it
+    was fine-tuned, else the method set up for the length (its settings checked against L0)."""
+    if spec.name == BAKED:
+        label = f"{BAKED}:{spec_of(baked.method, baked.params).label}"
+        note = f"baked in by finetune: factor {baked.factor:g}, original_length {baked.original_length}"
+        return baked, label, note
+    try:
+        ext, note = ExtensionConfig.for_length(spec, length, train_length)
+    except PosexpError as e:
+        raise PosexpError(f"--method {spec.label!r} for {str(run_dir)!r}: {e}") from None
+    return ext, spec.label, note
 
 
 @dataclass
 class RunResult:
-    """Records of one run plus the per-position curves at its longest length."""
+    """The records of one run's current weights (every evaluation's), and the files written."""
 
     run_dir: Path
     pe: str
     train_length: int
     records: list[dict[str, Any]]
-    per_position: dict[str, Any]
     files: list[Path]
+    scored: int = 0  # cells scored by this evaluation
 
 
-def attach_examples(plan: RunPlan) -> None:
-    """Give every item of a task run its fixed test instances (a pure function of data.seed)."""
-    for item in plan.items:
-        item.examples = plan.task.examples("test", item.length, plan.task.test_examples, item.depth)
+@dataclass(frozen=True)
+class TextSource:
+    """What a text scorer cuts windows from: ``n_tokens`` targets of a ``test_size`` split."""
+
+    n_tokens: int
+    test_size: int
 
 
-def attach_windows(plan: RunPlan, test_size: int) -> None:
-    """Cap the token count to the test split and cut every item's windows."""
-    plan.n_tokens = min(plan.n_tokens, test_size - 1)
-    for item in plan.items:
-        if item.skip:
-            continue
-        if item.length > plan.n_tokens:
-            item.skip = True
-            item.note = (
-                f"the test split has only {test_size} tokens, "
-                f"too few for one window of {item.length}"
-            )
-        elif item.protocol == "nonoverlap":
-            item.windows = nonoverlap_windows(plan.n_tokens, item.length)
-        else:
-            item.windows = sliding_windows(plan.n_tokens, item.length, item.stride)
+def attach_work(plan: RunPlan, test_size: int | None = None) -> None:
+    """Cut the work of every cell still to score: instances of a task run (a pure function of
+    data.seed), windows over the test split (its token count capped to the split) otherwise."""
+    if plan.task is None:
+        plan.n_tokens = min(plan.n_tokens, test_size - 1)
+        source: Any = TextSource(plan.n_tokens, test_size)
+    else:
+        source = plan.task
+    for item in plan.todo:
+        item.work = item.scorer.cut(item.record, source)
 
 
-def method_extension(
-    method: str, length: int, train_length: int, fixed: float | None
-) -> tuple[float, ExtensionConfig, str]:
-    """(factor, extension, note) for a method evaluated at ``length``."""
-    extension, note = ExtensionConfig.for_length(method, length, train_length, fixed)
-    return extension.factor, extension, note
+def needs_test_split(plan: RunPlan) -> bool:
+    """True when a cell still to score reads the test split (a text scorer)."""
+    return any(item.scorer.kind == TEXT for item in plan.todo)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posexp.commands.extrapolate.plan import PROTOCOLS
+from posexp.scoring import SCORERS, metric_of
 
 # Markers and dashes cycle independently of colours, so lines that coincide (ntk and
 # dynamic_ntk under non-overlapping windows) stay visible.
@@ -78,7 +78,7 @@ def method_lines(ax: Any, records: list[dict[str, Any]], methods: list[str], met
         pts = sorted(
             (r["length"], r[metric])
             for r in records
-            if r["method"] == method and r[metric] is not None
+            if r["method"] == method and r.get(metric) is not None
         )
         if pts:
             ax.plot(
@@ -90,14 +90,18 @@ def method_lines(ax: Any, records: list[dict[str, Any]], methods: list[str], met
             )
 
 
-def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> Any:
-    """ppl against length (log-log, plain ticks), one line per method, one panel per protocol."""
+def plot_ppl(
+    records: list[dict[str, Any]], train_length: int, title: str, metric: str = "ppl"
+) -> Any:
+    """A log-scale metric (perplexity) against length (log-log, plain ticks), one line per
+    method, one panel per protocol."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in records)]
+    protocols = list(dict.fromkeys(r["protocol"] for r in records))
+    protocols.sort(key=lambda p: SCORERS.names().index(p) if p in SCORERS else len(SCORERS))
     fig, axes = plt.subplots(
         1,
         len(protocols),
@@ -108,7 +112,7 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> An
     lengths = sorted({r["length"] for r in records})
     for ax, protocol in zip(axes[0], protocols, strict=True):
         methods = list(dict.fromkeys(r["method"] for r in records if r["protocol"] == protocol))
-        method_lines(ax, [r for r in records if r["protocol"] == protocol], methods, "ppl")
+        method_lines(ax, [r for r in records if r["protocol"] == protocol], methods, metric)
         ax.axvline(
             train_length,
             color="grey",
@@ -118,12 +122,13 @@ def plot_ppl(records: list[dict[str, Any]], train_length: int, title: str) -> An
         )
         plain_log_axes(ax, lengths)
         ax.set_xlabel("evaluation length (tokens)")
-        shown = [r["ppl"] for r in records if r["protocol"] == protocol]
-        ax.set_ylabel("test perplexity (log scale)" + zoom_note(shown))
-        ax.set_title(f"test perplexity, {protocol} windows", fontsize=10)
+        shown = [r.get(metric) for r in records if r["protocol"] == protocol]
+        label = metric_of(protocol).label
+        ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
+        ax.set_title(f"{label}, {protocol} windows", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -180,7 +185,7 @@ def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
         fontsize=10,
     )
     ax.grid(True, alpha=0.3)
-    fig.legend(loc="outside right upper", fontsize=8)
+    fig.legend(loc="outside right center", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -192,9 +197,14 @@ def panel(record: dict[str, Any]) -> str:
 
 
 def plot_accuracy(
-    records: list[dict[str, Any]], train_sizes: tuple[int, int], unit: str, title: str
+    records: list[dict[str, Any]],
+    train_sizes: tuple[int, int],
+    unit: str,
+    title: str,
+    metric: str = "accuracy",
 ) -> Any:
-    """Exact-match accuracy against size, one line per method, one panel per key depth."""
+    """A metric in [0, 1] (exact-match accuracy) against size, one line per method, one panel
+    per key depth (or protocol); the training sizes shaded (a line at one training length)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,21 +227,31 @@ def plot_accuracy(
     lengths = sorted({r["length"] for r in records})
     for ax, name in zip(axes.flat, panels, strict=False):
         methods = list(dict.fromkeys(r["method"] for r in records if panel(r) == name))
-        method_lines(ax, [r for r in records if panel(r) == name], methods, "accuracy")
-        ax.axvspan(
-            train_sizes[0],
-            train_sizes[1],
-            color="grey",
-            alpha=0.12,
-            label=f"training sizes ({train_sizes[0]}–{train_sizes[1]})",
-        )
+        method_lines(ax, [r for r in records if panel(r) == name], methods, metric)
+        if train_sizes[0] == train_sizes[1]:
+            ax.axvline(
+                train_sizes[0],
+                color="grey",
+                linestyle=":",
+                linewidth=1,
+                label=f"training length ({train_sizes[0]:,})",
+            )
+        else:
+            ax.axvspan(
+                train_sizes[0],
+                train_sizes[1],
+                color="grey",
+                alpha=0.12,
+                label=f"training sizes ({train_sizes[0]}–{train_sizes[1]})",
+            )
         ax.set_xticks(lengths, [f"{n:,}" for n in lengths], rotation=45 if len(lengths) > 8 else 0)
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel(f"test size ({unit})")
-        ax.set_ylabel("exact-match accuracy")
-        ax.set_title(f"test accuracy, {name}", fontsize=10)
+        label = metric_of(next(r["protocol"] for r in records if panel(r) == name)).label
+        ax.set_ylabel(label)
+        ax.set_title(f"{label}, {name}", fontsize=10)
         ax.grid(True, alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig

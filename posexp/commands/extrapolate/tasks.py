@@ -15,8 +15,6 @@ from typing import Any
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 
-PROTOCOL = "exact_match"
-
 
 def task_data(cfg: RunConfig) -> Any:
     """The run's synthetic task (``SyntheticData``), or None for text runs."""

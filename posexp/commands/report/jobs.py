@@ -10,7 +10,7 @@ from typing import Any
 
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.rundir import EVAL, RunDir, find_runs
+from posexp.rundir import RunDir, find_runs
 
 # Keys that never distinguish jobs in a table (seeds are shown when they vary).
 HIDDEN_PARAMS = ("hydra.", "device")
@@ -106,9 +106,20 @@ class Job:
         return self.config.length0 if self.config else None
 
     @cached_property
+    def evaluation(self) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """(the evaluation records of the job's current weights or None, why they cannot be
+        read or None): a damaged ``eval/extrapolate.json`` is named, never taken for none."""
+        from posexp.scoring.records import current_records
+
+        try:
+            return current_records(self.run), None
+        except PosexpError as e:
+            return None, str(e)
+
+    @property
     def extrapolate(self) -> list[dict[str, Any]] | None:
-        data = self.run.read_json(f"{EVAL}/extrapolate.json")
-        return data if isinstance(data, list) else None
+        """The evaluation records of the job's current weights; None when there are none."""
+        return self.evaluation[0]
 
 
 def find_jobs(target: Path) -> list[Job]:

@@ -24,40 +24,55 @@ from posexp.rundir import RunDir
 log = logging.getLogger("posexp")
 
 
-def pending_evaluations(jobs: list[Job]) -> list[Job]:
-    """Completed jobs whose config asks for an extrapolation eval (a preset) and lack one."""
+def pending_evaluations(jobs: list[Job], methods: bool = False) -> list[Job]:
+    """Completed jobs whose config asks for an extrapolation eval (a preset's ``extrapolate:``
+    section), or every completed job when ``methods`` are given: their evaluation scores only
+    the cells not yet measured."""
     return [
         j
         for j in jobs
         if j.status == "completed"
         and j.meta
-        and j.extrapolate is None
         and j.config
-        and j.config.to_dict()["extrapolate"]
+        and (methods or j.config.to_dict()["extrapolate"])
     ]
 
 
 def write_report(
-    target: Path | str, evaluate: bool = True, device: str = "auto", console: Any = None
+    target: Path | str,
+    evaluate: bool = True,
+    device: str = "auto",
+    console: Any = None,
+    methods: list[str] | None = None,
+    workers: int | None = None,
 ) -> list[Path]:
-    """Write ``report.md``, ``report.csv`` and the views' CSVs and PNGs into ``target``."""
+    """Write ``report.md``, ``report.csv`` and the views' CSVs and PNGs into ``target``, after
+    scoring the cells the jobs' presets (or ``methods``) ask for that are not yet measured."""
     from rich.console import Console
+
+    from posexp.commands.extrapolate.plan import Settings
+    from posexp.config import ExtrapolateConfig
 
     console = console or Console()
     target = Path(target)
     choose("--device", device, DEVICES)
+    # Checked before any job is read: a bad spec is one line, nothing written.
+    settings = Settings(
+        ExtrapolateConfig.from_dict({"method": methods}, prefix="--"), device, workers=workers
+    )
+    settings.validate()
     jobs = find_jobs(target)
     check_writable(target, "report folder")
     # One writer per folder: refused while a run trains in it (and so writes into it).
     with RunDir(target).writing("report folder"):
-        return _write_report(target, jobs, evaluate, device, console)
+        return _write_report(target, jobs, evaluate, settings, console)
 
 
 def _write_report(
-    target: Path, jobs: list[Job], evaluate: bool, device: str, console: Any
+    target: Path, jobs: list[Job], evaluate: bool, settings: Any, console: Any
 ) -> list[Path]:
     """``write_report`` once this process holds the folder's lock."""
-    pending = pending_evaluations(jobs)
+    pending = pending_evaluations(jobs, methods=settings.extrapolate.method is not None)
     if pending and evaluate:
         for job, who in [(j, j.run.holder()) for j in pending]:
             if who:  # another process writes that run now: evaluate the others
@@ -69,15 +84,14 @@ def _write_report(
                 pending.remove(job)
     if pending and evaluate:
         from posexp.commands.extrapolate.evaluate import evaluate_runs
-        from posexp.commands.extrapolate.plan import Settings
 
         console.print(
-            f"evaluating {len(pending)} run(s) at longer lengths first (their config "
-            f"has an `extrapolate:` section; --no-eval skips this)",
+            f"evaluating {len(pending)} run(s) at longer lengths first: the cells their preset "
+            f"asks for that are not yet measured (--no-eval skips this)",
             highlight=False,
         )
         try:
-            evaluate_runs([job.path for job in pending], Settings(device=device), console=console)
+            evaluate_runs([job.path for job in pending], settings, console=console, tables=False)
         except PosexpError as e:  # a damaged job: the report of the others is still written
             console.print(
                 f"report: some evaluations failed: {e}; their jobs are reported without one",
@@ -101,6 +115,12 @@ def _write_report(
     for view in load_views():
         if view.detect(jobs):
             sections += ["", view.render(ctx)]
+    damaged = [(job, job.evaluation[1]) for job in jobs if job.evaluation[1]]
+    if damaged:
+        sections += ["", "## Evaluations that could not be read", ""]
+        for job, problem in damaged:
+            sections.append(f"- `{job.name}`: {problem}")
+            console.print(f"{job.path}: evaluation not read: {problem}", soft_wrap=True)
     md_path = target / "report.md"
     write_text_atomic(md_path, "\n".join(sections).rstrip() + "\n")
     files = [md_path, csv_path, *ctx.files]

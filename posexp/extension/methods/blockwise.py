@@ -10,16 +10,11 @@ every encoding.
 
 from __future__ import annotations
 
-from typing import Any
-
-from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan, AttentionSpec, register_attention_method
+from posexp.extension.settings import Setting, positive_int_or_null
 
-
-def check(params: dict[str, Any]) -> dict[str, Any]:
-    """block a positive integer or null (L0 / 2)."""
-    return {"block": checks.positive_int("extension.block", params["block"], allow_none=True)}
+SETTINGS = (Setting("block", "b: an integer in [1, L0 / 2]; null = L0 / 2", positive_int_or_null),)
 
 
 def blockwise(spec: AttentionSpec, *, block: int | None = None) -> AttentionPlan:
@@ -34,4 +29,6 @@ def blockwise(spec: AttentionSpec, *, block: int | None = None) -> AttentionPlan
     return AttentionPlan(block=b)
 
 
-register_attention_method("blockwise", acts_on="logits", uses_factor=False, check=check)(blockwise)
+register_attention_method("blockwise", acts_on="logits", uses_factor=False, settings=SETTINGS)(
+    blockwise
+)

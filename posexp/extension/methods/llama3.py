@@ -7,24 +7,36 @@ from typing import Any
 
 import torch
 
-from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.registry import RopeSpec, register_extension
+from posexp.extension.settings import Setting, number_rule
+
+SETTINGS = (
+    Setting(
+        "low_freq_factor",
+        "a number in (0, high_freq_factor): wavelengths above L0/low_freq_factor get θ/s",
+        number_rule("> 0"),
+    ),
+    Setting(
+        "high_freq_factor",
+        "a number > low_freq_factor: wavelengths below L0/high_freq_factor keep θ",
+        number_rule("> 0"),
+    ),
+)
 
 
-def check(params: dict[str, Any]) -> dict[str, Any]:
-    """0 < low_freq_factor < high_freq_factor."""
-    lff = checks.number("extension.low_freq_factor", params["low_freq_factor"])
-    hff = checks.number("extension.high_freq_factor", params["high_freq_factor"])
-    if not 0 < lff < hff:
+def relations(params: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """low_freq_factor < high_freq_factor."""
+    lff, hff = params["low_freq_factor"], params["high_freq_factor"]
+    if not lff < hff:
         raise PosexpError(
-            f"extension: need 0 < low_freq_factor < high_freq_factor, got low_freq_factor={lff:g}, "
+            f"{prefix}low_freq_factor must be < high_freq_factor, got low_freq_factor={lff:g}, "
             f"high_freq_factor={hff:g}"
         )
-    return {"low_freq_factor": lff, "high_freq_factor": hff}
+    return params
 
 
-@register_extension("llama3", needs_original_length=True, check=check)
+@register_extension("llama3", needs_original_length=True, settings=SETTINGS, relations=relations)
 def llama3(
     spec: RopeSpec,
     *,

@@ -6,6 +6,15 @@ import torch
 
 from posexp.errors import PosexpError
 from posexp.extension.registry import RopeSpec, register_extension
+from posexp.extension.settings import Setting, number_rule
+
+SETTINGS = (
+    Setting(
+        "alpha",
+        "a number >= 1: base' = base·alpha^(d/(d-2)) whatever the length; null = the factor s",
+        number_rule(">= 1", allow_none=True),
+    ),
+)
 
 
 def ntk_exponent(spec: RopeSpec, method: str) -> float:
@@ -16,7 +25,8 @@ def ntk_exponent(spec: RopeSpec, method: str) -> float:
     return spec.head_dim / (spec.head_dim - 2)
 
 
-@register_extension("ntk")
-def ntk(spec: RopeSpec) -> tuple[torch.Tensor, float]:
-    """Static NTK-aware scaling: base' = base·s^(d/(d-2))."""
-    return spec.theta(spec.base * spec.factor ** ntk_exponent(spec, "ntk")), 1.0
+@register_extension("ntk", settings=SETTINGS)
+def ntk(spec: RopeSpec, *, alpha: float | None = None) -> tuple[torch.Tensor, float]:
+    """Static NTK-aware scaling: base' = base·α^(d/(d-2)), α = s unless set (bloc97's alpha)."""
+    scale = spec.factor if alpha is None else alpha
+    return spec.theta(spec.base * scale ** ntk_exponent(spec, "ntk")), 1.0

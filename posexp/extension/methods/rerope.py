@@ -8,25 +8,32 @@ never saw in training (r >= L0) thus map back below L0: to w, or to w + (r - w)/
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from posexp import checks
 from posexp.extension.attention import (
     AttentionPlan,
     AttentionSpec,
-    check_window_params,
     log_length_scale,
     register_attention_method,
     window_size,
 )
+from posexp.extension.settings import (
+    LOGN,
+    WINDOW_TEXT,
+    Setting,
+    number_rule,
+    positive_int_or_null,
+)
 
-
-def check(params: dict[str, Any]) -> dict[str, Any]:
-    """window a positive integer (or null), leaky_k > 1 (or null), logn a boolean."""
-    leaky_k = checks.number("extension.leaky_k", params["leaky_k"], "> 1", allow_none=True)
-    return check_window_params(params, leaky_k=leaky_k)
+SETTINGS = (
+    Setting("window", f"w: {WINDOW_TEXT}; null = L0 / 2", positive_int_or_null),
+    Setting(
+        "leaky_k",
+        "a number > 1: leaky ReRoPE, r' = w + (r - w)/k; null = ReRoPE (clip at w)",
+        number_rule("> 1", allow_none=True),
+    ),
+    LOGN,
+)
 
 
 def rerope(
@@ -51,6 +58,6 @@ def rerope(
     return AttentionPlan(window=w, far=far, query_scale=scale)
 
 
-register_attention_method("rerope", acts_on="relative_positions", uses_factor=False, check=check)(
-    rerope
-)
+register_attention_method(
+    "rerope", acts_on="relative_positions", uses_factor=False, settings=SETTINGS
+)(rerope)

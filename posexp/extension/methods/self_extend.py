@@ -10,25 +10,28 @@ ends. Both kinds of pair share one softmax. With G = 1 the grouped distance is i
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-from posexp import checks
 from posexp.extension.attention import (
     AttentionPlan,
     AttentionSpec,
-    check_window_params,
     log_length_scale,
     register_attention_method,
     window_size,
 )
+from posexp.extension.settings import LOGN, WINDOW_TEXT, Setting, positive_int_or_null
 
-
-def check(params: dict[str, Any]) -> dict[str, Any]:
-    """window and group positive integers (or null), logn a boolean."""
-    group = checks.positive_int("extension.group", params["group"], allow_none=True)
-    return check_window_params(params, group=group)
+SETTINGS = (
+    Setting("window", f"W: {WINDOW_TEXT}; null = L0 / 4", positive_int_or_null),
+    Setting(
+        "group",
+        "G: a positive integer; null = the smallest G that keeps every distance at s·L0 below "
+        "L0 (1 = plain RoPE)",
+        positive_int_or_null,
+    ),
+    LOGN,
+)
 
 
 def smallest_group(original_length: int, window: int, target_length: float) -> int:
@@ -68,4 +71,6 @@ def self_extend(
     return AttentionPlan(window=w, far=far, query_scale=scale)
 
 
-register_attention_method("self_extend", acts_on="relative_positions", check=check)(self_extend)
+register_attention_method("self_extend", acts_on="relative_positions", settings=SETTINGS)(
+    self_extend
+)

@@ -7,24 +7,38 @@ from typing import Any
 
 import torch
 
-from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.registry import RopeSpec, register_extension
+from posexp.extension.settings import Setting, number_rule
+
+SETTINGS = (
+    Setting(
+        "beta_fast",
+        "a number > beta_slow: pairs turning more than beta_fast times over L0 keep θ",
+        number_rule("> 0"),
+    ),
+    Setting(
+        "beta_slow",
+        "a number > 0: pairs turning fewer than beta_slow times over L0 get θ/s",
+        number_rule("> 0"),
+    ),
+    Setting(
+        "attention_factor",
+        "a number > 0; null = 0.1·ln(s) + 1 (1 at s = 1)",
+        number_rule("> 0", allow_none=True),
+    ),
+)
 
 
-def check(params: dict[str, Any]) -> dict[str, Any]:
-    """beta_fast > beta_slow > 0, and a positive attention_factor when one is given."""
-    fast = checks.number("extension.beta_fast", params["beta_fast"])
-    slow = checks.number("extension.beta_slow", params["beta_slow"], "> 0")
+def relations(params: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """beta_fast > beta_slow."""
+    fast, slow = params["beta_fast"], params["beta_slow"]
     if fast <= slow:
         # A swapped pair silently inverts the ramp (torchtitan #3787), so refuse it.
         raise PosexpError(
-            f"extension.beta_fast must be > beta_slow, got beta_fast={fast:g}, beta_slow={slow:g}"
+            f"{prefix}beta_fast must be > beta_slow, got beta_fast={fast:g}, beta_slow={slow:g}"
         )
-    factor = checks.number(
-        "extension.attention_factor", params["attention_factor"], "> 0", allow_none=True
-    )
-    return {"beta_fast": fast, "beta_slow": slow, "attention_factor": factor}
+    return params
 
 
 def _correction_dim(spec: RopeSpec, rotations: float) -> float:
@@ -36,7 +50,7 @@ def _correction_dim(spec: RopeSpec, rotations: float) -> float:
     )
 
 
-@register_extension("yarn", needs_original_length=True, check=check)
+@register_extension("yarn", needs_original_length=True, settings=SETTINGS, relations=relations)
 def yarn(
     spec: RopeSpec,
     *,

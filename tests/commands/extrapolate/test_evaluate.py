@@ -12,10 +12,10 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from posexp.commands.extrapolate.plan import nonoverlap_windows, sliding_windows
-from posexp.commands.extrapolate.score import score_windows
 from posexp.model import GPT, ModelConfig
 from posexp.rundir import RunDir
+from posexp.scoring.text import score_windows
+from posexp.scoring.windows import nonoverlap_windows, sliding_windows
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
 METHODS = [
@@ -191,8 +191,9 @@ def test_learned_past_its_table_is_null_with_reason(runs, cache):
         assert by["pi", n]["ppl"] is not None and by["pi", n]["factor"] == n / 32
 
 
-def test_default_is_newest_run_and_a_new_evaluation_replaces_the_old(runs, cache):
+def test_default_is_newest_run_and_a_second_evaluation_adds_to_the_first(runs, cache):
     cwd, _, learned = runs
+    before = {r["method"]: r for r in records(learned) if r["length"] == 32}  # the test above
     proc = posexp(
         cwd,
         cache,
@@ -206,18 +207,36 @@ def test_default_is_newest_run_and_a_new_evaluation_replaces_the_old(runs, cache
         "--tokens",
         "256",
     )
-    assert learned.name in proc.stdout
-    assert {(r["method"], r["length"]) for r in records(learned)} == set(
-        itertools.product(["none", "pi"], [32, 48])
-    )
+    assert learned.name in proc.stdout and f"{learned.name}: scoring 4 cells" in proc.stdout
+    recs = records(learned)
+    new = {(r["method"], r["length"]) for r in recs if r["sample_size"] == 256}
+    assert new == set(itertools.product(["none", "pi"], [32, 48]))
+    # The first evaluation's records stay, each untouched (its 512-token cells are others).
+    kept = {r["method"]: r for r in recs if r["length"] == 32 and r["sample_size"] == 512}
+    assert kept == before and len(recs) == 12 + 4
     assert len(list((learned / "eval").glob("events.out.tfevents.*"))) == 1
     assert not list(learned.glob("events.out.tfevents.*.extrapolate"))  # nothing outside eval/
+    # Asked again, nothing is scored and nothing is written.
+    files = {p: p.stat().st_mtime_ns for p in (learned / "eval").rglob("*")}
+    again = posexp(
+        cwd,
+        cache,
+        "eval-extrapolate",
+        "--lengths",
+        "32,48",
+        "--method",
+        "none,pi",
+        "--tokens",
+        "256",
+    )
+    assert f"{learned.name}: all 4 cells already measured on these weights" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in (learned / "eval").rglob("*")} == files
 
 
 BAD = {
     "unknown method": (
         ["--method", "none,rope2x"],
-        "unknown method 'rope2x'; allowed: baked, blockwise, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn",
+        "--method 'rope2x': unknown method 'rope2x'; allowed: baked, blockwise, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn",
     ),
     "factor below 1": (["--factor", "0.5"], "--factor must be a finite number >= 1, got 0.5"),
     "len below training length": (["--len", "16"], "--len 16 is below the training length 32"),
@@ -227,7 +246,7 @@ BAD = {
     ),
     "bad protocol": (
         ["--protocol", "windows"],
-        "unknown protocol 'windows'; allowed: both, nonoverlap, sliding",
+        "unknown --protocol 'windows'; allowed: nonoverlap, sliding, both",
     ),
     "baked on a plain run": (["--method", "baked"], "has no baked-in extension"),
     "depths on a language model": (
@@ -313,9 +332,9 @@ def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
     save_checkpoint(tmp_path, GPT(mcfg), {"step": 20, "model": mcfg.to_dict(), "config": config})
     settings = Settings(ExtrapolateConfig(lengths=[32, 64], method=["none"]))
     plan = plan_run(RunDir(tmp_path), settings, n_runs=1)
-    assert all(i.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
+    assert all(i.record.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
     (tmp_path / "results.json").write_text('{"status": "completed", "step": 50}')
-    assert all(i.note == "" for i in plan_run(RunDir(tmp_path), settings, n_runs=1).items)
+    assert all(i.record.note == "" for i in plan_run(RunDir(tmp_path), settings, n_runs=1).items)
 
 
 def test_plot_helpers_smooth_and_plain_ticks():
@@ -396,4 +415,10 @@ def test_passkey_depths_given_replace_the_runs_own(tmp_path, cache):
         "--depths",
         "0.1,0,0.1",
     )
-    assert sorted((r["depth"], r["examples"]) for r in records(run)) == [(0.0, 3), (0.1, 3)]
+    # The second call scores only its new depth; the union stays in the records.
+    assert sorted((r["depth"], r["examples"]) for r in records(run)) == [
+        (0.0, 3),
+        (0.1, 3),
+        (0.5, 3),
+        (1.0, 3),
+    ]

@@ -70,7 +70,7 @@ def test_a_depth_sweep_wraps_its_panels_three_to_a_row():
     fig = plot_accuracy(recs, (76, 122), "tokens", "passkey")
     shown = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in shown] == [
-        f"test accuracy, key at depth {d:g}" for d in depths
+        f"exact-match accuracy, key at depth {d:g}" for d in depths
     ]
     assert fig.axes[0].get_gridspec().get_geometry() == (2, 3)
     five = plot_accuracy([r for r in recs if r["depth"] != 1], (76, 122), "tokens", "passkey")

@@ -41,9 +41,16 @@ def test_options_and_preset_are_checked_by_one_checker_under_their_own_names():
 
 def test_options_given_replace_the_preset_and_len_goes_with_lengths():
     cfg = run_config("experiment=extrapolation")
-    assert cfg.extrapolate == ExtrapolateConfig(len=1024, protocol="both", stride=64, tokens=8192)
+    methods = ["none", "pi", "ntk", "yarn", "llama3"]
+    preset = dict(method=methods, protocol=["nonoverlap"], stride=64, tokens=8192)
+    assert cfg.extrapolate == ExtrapolateConfig(len=1024, **preset)
     knobs = Settings(ExtrapolateConfig(lengths=[64], stride=8)).for_run(cfg)
-    assert knobs == ExtrapolateConfig(lengths=[64], protocol="both", stride=8, tokens=8192)
+    assert knobs == ExtrapolateConfig(lengths=[64], **{**preset, "stride": 8})
+    # Method specs in a preset: the same syntax, checked the same way, kept as canonical labels.
+    cfg = run_config(
+        "experiment=extrapolation", "extrapolate.method='none,self_extend(window=8, group=4)'"
+    )
+    assert cfg.extrapolate.method == ["none", "self_extend(group=4,window=8)"]
     assert Settings().for_run(cfg) == cfg.extrapolate
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from posexp.commands.extrapolate.plan import PROTOCOLS
 from posexp.commands.report.jobs import Job, natural_order
 from posexp.commands.report.stats import (
     MIN_SEEDS,
@@ -30,13 +29,13 @@ from posexp.commands.report.views.extrapolation_paper import (
 from posexp.commands.report.views.extrapolation_plot import extrapolation_plot
 from posexp.commands.report.views.findings import job_pe
 from posexp.extension import EXTENSIONS
+from posexp.extension.spec import method_order
+from posexp.scoring import TEXT, scorer_names
 
 
 def extrapolation_columns(ctx: ReportContext) -> list[Column]:
     """Columns in the PEs' declared order (posexp/pe), each PE's methods in registry order; the
     jobs of one PE that differ only in ``seed`` share a column."""
-    from posexp.extension import EXTENSIONS
-
     jobs = sorted(
         perplexity_jobs(ctx.jobs),
         key=lambda j: (
@@ -51,16 +50,13 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
         )
         groups.setdefault((job_pe(job), rest), []).append(job)
     pes = [pe for pe, _ in groups]
-    method_order = ["none", *EXTENSIONS]
     columns = []
     for (pe, extra), seeds in groups.items():
         base, key = pe.label, pe.name + (" randomized" if pe.randomized else "")
         if pes.count(pe) > 1 and extra:  # several columns per PE: name them by the rest
             base, key = f"{base} [{extra}]", f"{key} [{extra}]"
         methods = list(dict.fromkeys(r["method"] for job in seeds for r in job.extrapolate))
-        methods.sort(
-            key=lambda m: -1 if ":" in m else method_order.index(m) if m in method_order else 99
-        )
+        methods.sort(key=method_order)
         for method in methods:
             suffix = "" if method == "none" else f"+{method}"
             recs = seed_records(seeds, method)
@@ -99,7 +95,9 @@ def render_extrapolation(ctx: ReportContext) -> str:
     columns = extrapolation_columns(ctx)
     train_lengths = {c.job.train_length for c in columns}
     l0 = train_lengths.pop() if len(train_lengths) == 1 else None
-    protocols = [p for p in PROTOCOLS if any(p == k[0] for c in columns for k in c.records)]
+    protocols = [
+        p for p in scorer_names(TEXT) if any(p == k[0] for c in columns for k in c.records)
+    ]
     md = [
         "## Length extrapolation",
         "",

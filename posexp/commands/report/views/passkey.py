@@ -70,18 +70,12 @@ def rows_of(jobs: list[Job]) -> dict[str, Cell]:
 def tuned_name(job: Job, method: str) -> str:
     """A fine-tune's method (``baked:yarn`` -> ``yarn``) with the settings it changed from the
     method's defaults, so an ablation of one setting gets its own row: ``yarn(beta_fast=8)``."""
-    from posexp.extension.registry import get_extension, method_params
+    from posexp.extension.spec import spec_of
 
-    name, ext = method.split(":")[-1], job.config.extension
+    name, ext = method.split(":")[-1].split("(")[0], job.config.extension
     if ext.method != name:
         return name
-    defaults = method_params(get_extension(name), {})
-    changed = [
-        f"{key}={value:g}" if isinstance(value, (int, float)) else f"{key}={value}"
-        for key, value in ext.params.items()
-        if defaults.get(key) != value
-    ]
-    return f"{name}({', '.join(changed)})" if changed else name
+    return spec_of(name, ext.params).label
 
 
 def per_seed(cell: Cell, size: int) -> dict[int, float]:

@@ -1,4 +1,9 @@
-"""Scoring for `posexp eval-extrapolate`: per-token losses over windows, and their summaries."""
+"""Scoring a language model over windows of its test split: per-token losses and their summaries.
+
+The text scorers (``nonoverlap``, ``sliding``) differ only in their windows; both fill
+``ppl``, ``loss``, ``tokens`` and ``per_position`` (mean loss per bucket of positions within
+the window, for the loss-by-position plot).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from posexp.commands.extrapolate.plan import DEFAULT_BATCH_TOKENS, PER_POSITION_BUCKETS, Window
-from posexp.model import GPT
-from posexp.pe import PositionOutOfRange
+from posexp.scoring.registry import Scoring, Work
+from posexp.scoring.windows import Window
 
-# ---- scoring -------------------------------------------------------------------------------
+DEFAULT_BATCH_TOKENS = 8192
+PER_POSITION_BUCKETS = 64
+TEXT_FIELDS = ("ppl", "loss", "tokens", "per_position")
 
 
 @dataclass
@@ -35,7 +41,7 @@ class Score:
 
 @torch.no_grad()
 def score_windows(
-    model: GPT,
+    model: Any,
     tokens: torch.Tensor,
     windows: Sequence[Window],
     device: torch.device,
@@ -76,11 +82,6 @@ def score_windows(
     return score
 
 
-def out_of_table_note(error: PositionOutOfRange) -> str:
-    """Why the model cannot score a length, in the encoding's words (the same at every length)."""
-    return f"not applicable: {error.reason}"
-
-
 def safe_exp(loss: float) -> float | None:
     """exp(loss), or None for a non-finite loss (JSON has no inf)."""
     if not math.isfinite(loss):
@@ -88,18 +89,47 @@ def safe_exp(loss: float) -> float | None:
     return math.exp(loss) if loss < 700 else float("inf")
 
 
-def bucket_positions(score: Score, protocol: str) -> dict[str, Any]:
-    """Mean loss per bucket of positions within the window (None where nothing was scored)."""
-    length = len(score.pos_sum)
-    n = min(PER_POSITION_BUCKETS, length)
-    edges = np.linspace(0, length, n + 1).astype(int)
+def bucket_positions(score: Score) -> list[float | None]:
+    """Mean loss per bucket of positions within the window (None where nothing was scored);
+    bucket edges are ``bucket_edges(window length)``."""
+    edges = bucket_edges(len(score.pos_sum))
     means = []
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
         c = int(score.pos_count[lo:hi].sum())
-        means.append(float(score.pos_sum[lo:hi].sum() / c) if c else None)
+        means.append(round(float(score.pos_sum[lo:hi].sum() / c), 6) if c else None)
+    return means
+
+
+def bucket_edges(length: int) -> list[int]:
+    """The edges of the per-position buckets of a window of ``length`` tokens."""
+    n = min(PER_POSITION_BUCKETS, length)
+    return np.linspace(0, length, n + 1).astype(int).tolist()
+
+
+def windows_work(windows: list[Window], length: int, n_tokens: int, test_size: int) -> Work:
+    """The work of a text cell: its windows, or why there are none."""
+    if length > n_tokens:
+        return Work(
+            0,
+            note=f"the test split has only {test_size} tokens, too few for one window of {length}",
+        )
+    return Work(sum(w.length for w in windows), windows)
+
+
+def score_text(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
+    """The text scorers' fields for the windows of ``work``."""
+    score = score_windows(
+        model,
+        scoring.tokens,
+        work.data,
+        scoring.device,
+        scoring.batch_tokens,
+        scoring.autocast,
+        scoring.advance,
+    )
     return {
-        "protocol": protocol,
-        "start": edges[:-1].tolist(),
-        "end": edges[1:].tolist(),
-        "loss": means,
+        "ppl": safe_exp(score.loss),
+        "loss": score.loss,
+        "tokens": score.count,
+        "per_position": bucket_positions(score),
     }

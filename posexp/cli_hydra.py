@@ -1,0 +1,63 @@
+"""The `posexp` commands that hand their arguments to Hydra (train, finetune), and the Ctrl-C
+rule every command shares."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from posexp.cli_overrides import sweep_keys
+from posexp.paths import config_dir
+from posexp.resolvers import SWEEP_ENV
+
+
+# Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
+def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C in any command: the line "interrupted" and exit status 130 (Typer would exit 130
+    silently); the command has said what it kept, e.g. a run's last checkpoint."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    return run
+
+
+HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+def run_hydra(task, config_name: str, args: list[str]) -> None:
+    """Run ``task`` under ``hydra.main`` with ``args`` as its command line."""
+    import hydra
+
+    from posexp.commands import quiet_schema_match_warning
+
+    saved, saved_env = sys.argv, os.environ.get(SWEEP_ENV)
+    # Hydra names the completion it installs after argv[0]: `posexp`, also under `python -m`.
+    completion = any(a in ("-sc", "--shell-completion") for a in args)
+    sys.argv = ["posexp" if completion else saved[0], *args]
+    if any(a in ("-m", "--multirun") for a in args):  # job dirs named by the swept keys
+        os.environ[SWEEP_ENV] = json.dumps(sweep_keys(args))
+    try:
+        with warnings.catch_warnings():  # the filter again: a caller may have reset them
+            quiet_schema_match_warning()
+            hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(
+                task
+            )()
+    finally:
+        sys.argv = saved
+        if saved_env is None:
+            os.environ.pop(SWEEP_ENV, None)
+        else:
+            os.environ[SWEEP_ENV] = saved_env

@@ -1,0 +1,283 @@
+"""Scoring the runs of an evaluation: one after another, or in worker processes side by side.
+
+On the CPU the tiny models keep a core busy only with one thread, so the cells of several runs
+are scored at once in worker processes, one per core by default, each with its share of the
+cores as torch threads (never more threads than cores in all). A task is one method of one run
+(its cells share the model), the largest first, so the workers stay busy to the end; each run's
+records are merged and its files written in this process once all its methods are in. One
+progress bar covers every cell: tokens read (rate and ETA) and cells done. On a GPU the runs go
+one after another in this process (one device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import queue as queue_module
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posexp.commands.extrapolate.plan import RunPlan, RunResult, Settings, needs_test_split
+from posexp.commands.extrapolate.score_run import (
+    evaluate_plan,
+    load_test_tokens,
+    score_cells,
+    write_merged,
+)
+from posexp.errors import PosexpError
+from posexp.hardware import usable_cores
+from posexp.scoring.records import Record
+
+
+class Progress:
+    """One bar over every cell of an evaluation: tokens read, rate, ETA, and cells done."""
+
+    def __init__(self, tokens: int, cells: int, show: bool | None) -> None:
+        from tqdm import tqdm
+
+        self.cells, self.done = cells, 0
+        self.bar = tqdm(
+            total=tokens,
+            desc="eval-extrapolate",
+            unit="tok",
+            unit_scale=True,
+            disable=None if show is None else not show,
+            dynamic_ncols=True,
+        )
+        self.bar.set_postfix_str(f"cells 0/{cells}", refresh=False)
+
+    @property
+    def disable(self) -> bool:
+        return bool(self.bar.disable)
+
+    @property
+    def total(self) -> int:
+        return int(self.bar.total or 0)
+
+    def update(self, tokens: int) -> None:
+        """``tokens`` more read."""
+        self.bar.update(tokens)
+
+    def cell_done(self) -> None:
+        """One more cell scored."""
+        self.done += 1
+        self.bar.set_postfix_str(f"cells {self.done}/{self.cells}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class QueueProgress:
+    """A worker's side of ``Progress``: what it reads and finishes, sent to the main process."""
+
+    def __init__(self, events: Any, disable: bool, total: int) -> None:
+        self.events, self.disable, self.total = events, disable, total
+
+    def update(self, tokens: int) -> None:
+        self.events.put(("tokens", tokens))
+
+    def cell_done(self) -> None:
+        self.events.put(("cell", 1))
+
+
+def worker_plan(settings: Settings, device: torch.device, runs: int, tasks: int) -> tuple[int, int]:
+    """(worker processes, torch threads each) for ``tasks`` tasks of ``runs`` runs: workers on
+    the CPU for several runs (or when asked for), one per core unless ``--workers`` says."""
+    cores = usable_cores()
+    alone = runs < 2 and settings.workers is None
+    if device.type != "cpu" or alone or settings.workers == 1 or tasks < 2:
+        return 1, settings.threads or torch.get_num_threads()
+    workers = min(tasks, settings.workers or cores)
+    return workers, settings.threads or max(1, cores // workers)
+
+
+def score_plans(
+    plans: list[RunPlan],
+    settings: Settings,
+    device: torch.device,
+    progress: bool | None,
+    data_cache: dict[str, Any],
+    skipped: Any,
+    several: bool,
+) -> dict[Path, RunResult]:
+    """Score every plan's cells still to score; the results by run dir (a run that failed is
+    named by ``skipped`` and left out)."""
+    if not plans:
+        return {}
+    bar = Progress(
+        sum(item.size for plan in plans for item in plan.todo),
+        sum(len(plan.todo) for plan in plans),
+        progress,
+    )
+    try:
+        tasks = method_tasks(plans)
+        workers, threads = worker_plan(settings, device, len(plans), len(tasks))
+        if workers == 1:
+            return score_here(plans, settings, device, bar, data_cache, skipped, several, threads)
+        return score_in_workers(tasks, settings, bar, skipped, several, workers, threads)
+    finally:
+        bar.close()
+
+
+def method_tasks(plans: list[RunPlan]) -> list[tuple[RunPlan, str, int]]:
+    """(plan, method label, tokens of work) for every method of every run with cells to score,
+    the largest first, so the workers finish together (longest-processing-time order)."""
+    tasks = []
+    for plan in plans:
+        sizes: dict[str, int] = {}
+        for item in plan.todo:
+            sizes[item.record.method] = sizes.get(item.record.method, 0) + item.size
+        tasks += [(plan, label, size) for label, size in sizes.items()]
+    return sorted(tasks, key=lambda task: -task[2])
+
+
+def score_here(
+    plans: list[RunPlan],
+    settings: Settings,
+    device: torch.device,
+    bar: Progress,
+    data_cache: dict[str, Any],
+    skipped: Any,
+    several: bool,
+    threads: int,
+) -> dict[Path, RunResult]:
+    """The runs one after another in this process."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        results = {}
+        for plan in plans:
+            test = load_test_tokens(plan.cfg, data_cache) if needs_test_split(plan) else None
+            result = skipped.guard(
+                plan.run_dir,
+                lambda plan=plan, test=test: evaluate_plan(
+                    plan, test, device, settings.batch_tokens, bar
+                ),
+                several,
+            )
+            if result is not None:
+                results[plan.run_dir] = result
+        return results
+    finally:
+        torch.set_num_threads(saved)
+
+
+def score_in_workers(
+    tasks: list[tuple[RunPlan, str, int]],
+    settings: Settings,
+    bar: Progress,
+    skipped: Any,
+    several: bool,
+    workers: int,
+    threads: int,
+) -> dict[Path, RunResult]:
+    """Each method of each run scored by one of ``workers`` processes of ``threads`` torch
+    threads; a run's records are merged and its files written here once all its methods are in."""
+    context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
+    events = context.Queue()
+    waiting = {plan.run_dir: sum(1 for t in tasks if t[0] is plan) for plan, _, _ in tasks}
+    scored: dict[Path, list[Record]] = {run: [] for run in waiting}
+    failed: set[Path] = set()
+    results: dict[Path, RunResult] = {}
+    n_runs = len(waiting)
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=start_worker, initargs=(threads, events)
+    ) as pool:
+        futures: dict[Future, RunPlan] = {
+            pool.submit(
+                score_task, str(plan.run_dir), settings, n_runs, label, bar.disable, bar.total
+            ): plan
+            for plan, label, _ in tasks
+        }
+        try:
+            pending = set(futures)
+            while pending:
+                drain(events, bar, block=True)
+                done, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
+                for future in done:
+                    plan = futures[future]
+                    waiting[plan.run_dir] -= 1
+                    if (
+                        collect(future, plan, scored, failed, skipped, several)
+                        and not waiting[plan.run_dir]
+                    ):
+                        results[plan.run_dir] = skipped.guard(
+                            plan.run_dir,
+                            lambda plan=plan: write_merged(plan, scored[plan.run_dir]),
+                            several,
+                        )
+            drain(events, bar, block=False)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return {run: result for run, result in results.items() if result is not None}
+
+
+def drain(events: Any, bar: Progress, block: bool) -> None:
+    """Show what the workers reported (waiting up to a fraction of a second for the first)."""
+    with contextlib.suppress(queue_module.Empty):
+        kind, n = events.get(timeout=0.25) if block else events.get_nowait()
+        while True:
+            bar.update(n) if kind == "tokens" else bar.cell_done()
+            kind, n = events.get_nowait()
+
+
+def collect(
+    future: Future,
+    plan: RunPlan,
+    scored: dict[Path, list[Record]],
+    failed: set[Path],
+    skipped: Any,
+    several: bool,
+) -> bool:
+    """Keep a finished task's records; False once the run has failed (named, the first time, by
+    ``skipped``; a single run's error is raised)."""
+    error = future.exception()
+    if error is not None and not (isinstance(error, PosexpError) and several):
+        raise error
+    if plan.run_dir in failed:
+        return False
+    if error is not None:
+        failed.add(plan.run_dir)
+        skipped.skip(plan.run_dir, str(error))
+        return False
+    scored[plan.run_dir] += [Record.from_dict(r) for r in future.result()]
+    return True
+
+
+# ---- in a worker process ------------------------------------------------------------------
+
+_events: Any = None
+
+
+def start_worker(threads: int, events: Any) -> None:
+    """A worker's set-up: its torch threads and the queue it reports progress on."""
+    global _events
+    torch.set_num_threads(threads)
+    _events = events
+
+
+def score_task(
+    run_dir: str, settings: Settings, n_runs: int, label: str, disable: bool, total: int
+) -> list[dict[str, Any]]:
+    """Plan one run again (this process holds nothing of the main one), cut and score the cells
+    of one method still to score; their records, as plain data."""
+    from posexp.commands.extrapolate.plan import attach_work, plan_run
+    from posexp.rundir import RunDir
+    from posexp.runtime.device import resolve_device
+
+    run = RunDir(Path(run_dir)).share("--run")
+    try:
+        plan = plan_run(run, settings, n_runs)
+        test = load_test_tokens(plan.cfg, {}) if needs_test_split(plan) else None
+        attach_work(plan, None if test is None else len(test))
+        items = [item for item in plan.todo if item.record.method == label]
+        device = resolve_device(settings.device)
+        progress = QueueProgress(_events, disable, total)
+        records = score_cells(plan, items, test, device, settings.batch_tokens, progress)
+        return [r.to_dict() for r in records]
+    finally:
+        run.unlock()

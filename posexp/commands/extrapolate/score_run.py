@@ -1,0 +1,155 @@
+"""Scoring one run: the cells of its plan still to score, merged into the records it keeps.
+
+``evaluate_plan`` loads the run's model once per extension, scores each cell with its scorer
+(``posexp/scoring``), then, under the run's eval lock, reads the kept records again (another
+evaluation may have merged meanwhile), adds the new ones and writes every output from the union.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from posexp import flex
+from posexp.commands.extrapolate.outputs import write_outputs
+from posexp.commands.extrapolate.plan import RunPlan, RunResult
+from posexp.config import RunConfig
+from posexp.data import build_tokenizer
+from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig
+from posexp.model import GPT
+from posexp.pe import PositionOutOfRange
+from posexp.positions import scoring_positions
+from posexp.runtime.build import Data, build_data, data_key
+from posexp.runtime.precision import autocast as precision_autocast
+from posexp.scoring import Scoring
+from posexp.scoring.records import Record, load, merged, merging
+
+
+def load_test_tokens(cfg: RunConfig, cache: dict[str, Data]) -> np.ndarray:
+    """The test split of a run's data, loaded once per data/tokenizer config."""
+    key = data_key(cfg)
+    if key not in cache:
+        cache[key] = build_data(cfg)
+    tokens = cache[key].tokens
+    if "test" not in tokens:
+        raise PosexpError(f"the run's data has no test split (splits: {', '.join(tokens)})")
+    return tokens["test"]
+
+
+def evaluate_plan(
+    plan: RunPlan,
+    test: np.ndarray | None,
+    device: torch.device,
+    batch_tokens: int,
+    bar: Any,
+) -> RunResult:
+    """Score the cells still to score of one run, then merge them into its kept records and
+    write its JSON, CSV, plots and TensorBoard scalars."""
+    return write_merged(plan, score_cells(plan, plan.todo, test, device, batch_tokens, bar))
+
+
+def score_cells(
+    plan: RunPlan,
+    items: list[Any],
+    test: np.ndarray | None,
+    device: torch.device,
+    batch_tokens: int,
+    bar: Any,
+) -> list[Record]:
+    """The records of ``items`` (cells of ``plan`` whose work is cut), scored in turn; the model
+    is loaded once per extension and measured in the arithmetic it trained in."""
+    if not items:
+        return []
+    precision = items[0].record.precision
+    scored = [0]  # tokens scored so far (tqdm leaves bar.n at 0 when the bar is disabled)
+
+    def advance(n: int) -> None:
+        scored[0] += n
+        bar.update(n)
+
+    task = plan.task is not None
+    scoring = Scoring(
+        device,
+        batch_tokens,
+        precision_autocast(precision, device),
+        advance,
+        tokens=None
+        if test is None
+        else torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64)),
+        tokenizer=build_tokenizer(
+            plan.cfg.tokenizer.name, None, Path(plan.cfg.cache_dir), **plan.cfg.tokenizer.params
+        )
+        if task
+        else None,
+        positions=scoring_positions(plan.cfg.positions) if task else None,
+    )
+    loaded: tuple[ExtensionConfig, GPT] | None = None  # one model alive at a time
+    new: list[Record] = []
+    for item in items:
+        record, work = item.record, item.work
+        record.scored_at = datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        )
+        if work.note:  # nothing to score (the test split is too short for one window)
+            record.values = dict.fromkeys(item.scorer.fields)
+            record.note = "; ".join(x for x in (record.note, work.note) if x)
+            new.append(record)
+            bar.cell_done()
+            continue
+        start, done, compiling = time.perf_counter(), scored[0], flex.compile_seconds()
+        try:
+            if loaded is None or loaded[0] != item.extension:
+                loaded = None  # free the previous model first: they differ only in frequencies
+                loaded = item.extension, plan.run.load_model(device, item.extension)
+            record.values = item.scorer.score(loaded[1], work, scoring)
+        except PositionOutOfRange as e:
+            advance(work.size - (scored[0] - done))
+            record.values = dict.fromkeys(item.scorer.fields)
+            record.note = "; ".join(x for x in (record.note, f"not applicable: {e.reason}") if x)
+        # A FlexAttention compile inside this cell is the compiler's time, not the length's.
+        compiled = flex.compile_seconds() - compiling
+        record.seconds = round(time.perf_counter() - start - compiled, 3)
+        record.compile_seconds = round(compiled, 3) if compiled else None
+        if bar.disable:  # no terminal (nohup, Slurm): a plain line per cell instead of the bar
+            print_line(plan, item, scored[0], bar.total)
+        new.append(record)
+        bar.cell_done()
+    return new
+
+
+def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
+    """``new`` merged into the run's kept records under its eval lock (another evaluation may
+    have merged meanwhile: they are read again there), and every output written from the union."""
+    with merging(plan.run):
+        stored = load(plan.run, plan.checkpoint, force=plan.force)
+        records = merged(stored, new)
+        files = write_outputs(plan, records, stored.stale)
+    return RunResult(
+        plan.run_dir,
+        plan.pe,
+        plan.train_length,
+        [r.to_dict() for r in records],
+        files,
+        scored=len(new),
+    )
+
+
+def print_line(plan: RunPlan, item: Any, scored: int, total: int | None) -> None:
+    """One cell's result as a plain line on stderr (when no progress bar is shown)."""
+    record, metric = item.record, item.scorer.metric
+    value = record.values.get(metric.name)
+    shown = record.note if value is None else f"{metric.name} {metric.format(value)}"
+    where = record.protocol if record.depth is None else f"key depth {record.depth:g}"
+    print(
+        f"{plan.run_dir.name}: {record.method} at {record.length:,} ({where}): "
+        f"{shown}  [{record.seconds:.1f}s, {scored:,}/{total or 0:,} tokens]",
+        file=sys.stderr,
+        flush=True,
+    )

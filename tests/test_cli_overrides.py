@@ -1,0 +1,69 @@
+"""The command line before Hydra: method specs become Hydra's overrides, checked first."""
+
+from __future__ import annotations
+
+import yaml
+
+from posexp.cli_overrides import expand_method_specs
+from tests.helpers import TINY, posexp, run_dirs
+
+
+def test_a_method_spec_becomes_the_extension_group_and_its_keys():
+    assert expand_method_specs(["pe=rope", "extension=yarn(beta_fast=16,factor=4)"]) == [
+        "pe=rope",
+        "extension=yarn",
+        "extension.beta_fast=16",
+        "extension.factor=4",
+    ]
+    # Bare names, sweeps of bare names and other keys pass as they are.
+    args = ["extension=yarn", "-m", "extension=none,pi", "train.lr=(1)"]
+    assert expand_method_specs(args) == args
+    assert expand_method_specs(["extension=yarn(beta_fast=32)"]) == ["extension=yarn"]
+
+
+def test_a_fine_tune_takes_a_method_spec(tmp_path, cache):
+    posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={tmp_path / 'lm'}")
+    posexp(
+        tmp_path,
+        cache,
+        "finetune",
+        "--run",
+        str(tmp_path / "lm"),
+        "extension=yarn(beta_fast=16,factor=2)",
+        "train.seq_len=64",
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.checkpoint_interval=2",
+    )
+    (tuned,) = [d for d in run_dirs(tmp_path) if d.name != "lm"]
+    extension = yaml.safe_load((tuned / ".hydra" / "config.yaml").read_text())["extension"]
+    assert (extension["method"], extension["beta_fast"], extension["factor"]) == ("yarn", 16, 2)
+    # Its evaluation names the baked-in method with the setting it changed.
+    posexp(
+        tmp_path,
+        cache,
+        "eval-extrapolate",
+        "--run",
+        str(tuned),
+        "--method",
+        "baked",
+        "--lengths",
+        "64",
+        "--tokens",
+        "128",
+    )
+    import json
+
+    (record,) = json.loads((tuned / "eval" / "extrapolate.json").read_text())
+    assert record["method"] == "baked:yarn(beta_fast=16)" and record["factor"] == 2.0
+
+
+def test_methods_lists_every_method_with_its_settings(tmp_path, cache):
+    from posexp.extension import EXTENSIONS
+
+    out = posexp(tmp_path, cache, "methods").stdout
+    for name, method in EXTENSIONS.items():
+        assert name in out
+        for setting in method.spec_settings:
+            assert setting.name in out
+    assert "name(key=value,...)" in out
