@@ -55,3 +55,34 @@ def test_report_refuses_a_run_dir_another_process_is_writing(tmp_path):
     assert not (run / "report.md").exists()
     write_report(run, evaluate=False)  # once that process has ended
     assert (run / "report.md").is_file()
+
+
+def test_evaluations_of_one_run_run_side_by_side_and_keep_a_trainer_out(tmp_path, cache):
+    import subprocess
+    import sys
+
+    from posexp import runlock
+
+    run = tmp_path / "run"
+    make_run(run, results={"status": "completed", "step": 3})
+    other = subprocess.Popen(  # another evaluation of the run, holding it shared
+        [
+            sys.executable,
+            "-c",
+            "import sys; from posexp import runlock; runlock.share(sys.argv[1]); "
+            "print('shared', flush=True); sys.stdin.read()",
+            str(run),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout.readline().strip() == "shared"
+        posexp(tmp_path, cache, "eval-extrapolate", "--run", str(run), *FAST)  # not refused
+        assert (run / "eval" / "extrapolate.json").is_file()
+        with pytest.raises(PosexpError, match=r"is being written by another posexp process"):
+            runlock.lock(run, "resume=")  # what a training run takes: refused meanwhile
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)

@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.helpers import TINY, posexp, snapshot
@@ -162,3 +163,27 @@ def test_records_of_earlier_weights_are_kept_apart_and_never_shown(study, cache)
     assert all(r["checkpoint"]["step"] == 60 for r in stale)
     rows = list(csv.DictReader((run / "eval" / "extrapolate.csv").open()))
     assert {r["method"] for r in rows} == {"none"}  # the CSV holds these weights only
+
+
+def test_two_evaluations_planned_together_keep_each_others_cells(study):
+    # Both read the stored records before either merged: the second re-reads them under the
+    # eval lock, so the first one's cells survive.
+    from posexp.commands.extrapolate.parallel import Progress
+    from posexp.commands.extrapolate.plan import Settings, attach_work, plan_run
+    from posexp.commands.extrapolate.score_run import evaluate_plan, load_test_tokens
+    from posexp.config import ExtrapolateConfig
+    from posexp.rundir import RunDir
+
+    run = RunDir(study / "fp32")
+    plans = []
+    for method in ("logn", "rerope"):
+        knobs = ExtrapolateConfig(lengths=[32, 48], tokens=512, method=[method])
+        plan = plan_run(run, Settings(knobs, device="cpu"), n_runs=1)
+        test = load_test_tokens(plan.cfg, {})
+        attach_work(plan, len(test))
+        plans.append((plan, test))
+    for plan, test in plans:
+        bar = Progress(sum(i.size for i in plan.todo), len(plan.todo), show=False)
+        evaluate_plan(plan, test, torch.device("cpu"), 4096, bar)
+    cells = {(r["method"], r["length"]) for r in records(study / "fp32") if r["sample_size"] == 512}
+    assert cells == {(m, n) for m in ("logn", "rerope") for n in (32, 48)}
