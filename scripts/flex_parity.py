@@ -22,8 +22,7 @@ def flex_parity(
     trains) and generated ids."""
     import torch
 
-    from posexp import flex
-    from posexp.model import GPT, ModelConfig
+    from posexp.model import GPT, ModelConfig, flex
     from posexp.pe import PE_REGISTRY
 
     device = torch.device(device_name)

@@ -1,4 +1,4 @@
-"""Every GPU claim of the README, measured in one command; writes outputs/gpu_check/report.{md,json}.
+"""Every GPU claim of the docs (docs/performance.md), measured in one command; writes outputs/gpu_check/report.{md,json}.
 
     python scripts/gpu_check.py              # on a CUDA machine: about 10 minutes on one H200
     python scripts/gpu_check.py --smoke      # every part at toy size on the CPU (CI runs this)

@@ -151,7 +151,7 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
     train_to_criterion(a, out)
     evaluate(out / "passkey", "--device", a.device)
     # A gentle fine-tune by default (lr 1e-4, batch 8, 600 steps): enough for no method, NTK and
-    # YaRN; PI moves the model furthest and needs lr 1e-3 or 1,800 steps (README, Passkey).
+    # YaRN; PI moves the model furthest and needs lr 1e-3 or 1,800 steps (docs/results/passkey.md).
     # Rows from the shortest passkey size (76 prompt tokens) up to factor x L0 keep the skill in view.
     longest = a.factor * L0
     for spec in a.specs:

@@ -79,7 +79,7 @@ def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(monkeypatch, capsy
 def test_a_sweep_job_the_scheduler_ended_says_how_to_finish_the_sweep(tmp_path):
     from submitit.core.utils import UncompletedJobError
 
-    from posexp.cli_errors import sweep_failure
+    from posexp.cli.errors import sweep_failure
 
     sweep = tmp_path / "sweep"
     # submitit's own message for a job scancel ended (the result path breaks the line).

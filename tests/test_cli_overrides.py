@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from posexp.cli_overrides import expand_method_specs
+from posexp.cli.overrides import expand_method_specs
 from tests.helpers import TINY, posexp, run_dirs
 
 

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from posexp.decoding import beam_search, length_penalty
 from posexp.errors import PosexpError
 from posexp.model import GPT, KVCache, ModelConfig
+from posexp.model.decoding import beam_search, length_penalty
 
 VOCAB = 12
 ALPHA = 0.6

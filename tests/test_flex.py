@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from posexp import flex
-from posexp.model import GPT, ModelConfig
+from posexp.model import GPT, ModelConfig, flex
 from posexp.pe import PE_REGISTRY, PEContext, build_pe
 
 BIAS_PES = sorted(name for name, cls in PE_REGISTRY.items() if cls.kind == "bias")

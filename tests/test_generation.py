@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from posexp.errors import PosexpError
-from posexp.generation import generate_ids
 from posexp.model import GPT, ModelConfig
+from posexp.model.generation import generate_ids
 from posexp.pe import PE_REGISTRY, PositionOutOfRange
 
 PES = sorted(PE_REGISTRY)

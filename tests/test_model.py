@@ -4,10 +4,10 @@ import math
 import pytest
 import torch
 
-from posexp.attention import sdpa_attention
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.model import GPT, CausalSelfAttention, ModelConfig
+from posexp.model.attention import sdpa_attention
 from posexp.pe import PE_REGISTRY, PEContext, alibi_slopes, build_pe
 
 PES = sorted(PE_REGISTRY)

@@ -7,7 +7,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from posexp.cli_overrides import sweep_keys
+from posexp.cli.overrides import sweep_keys
 from posexp.resolvers import SWEEP_ENV, job_dir
 
 

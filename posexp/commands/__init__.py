@@ -1,5 +1,5 @@
 """The CLI's commands, one module or subpackage each: train, finetune, extrapolate
-(eval-extrapolate), report, generate, runs. ``posexp/cli.py`` parses; these do the work.
+(eval-extrapolate), report, generate, runs. ``posexp/cli/app.py`` parses; these do the work.
 
 Importing this package registers the config resolvers and quiets one Hydra warning: a sweep's
 worker processes import a command function without going through ``posexp.paths.config_dir()``

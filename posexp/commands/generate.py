@@ -3,7 +3,7 @@
 A pairs run (translation) takes each prompt as a SOURCE: ``source <sep>`` is the prompt and the
 output is the text generated up to ``<eos>``. An lm run continues the prompt text. A learned
 positional table stops generation with its own one-line error at the table end. ``beam_size`` > 1
-decodes each prompt by beam search (posexp/decoding.py) with GNMT's length penalty.
+decodes each prompt by beam search (posexp/model/decoding.py) with GNMT's length penalty.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.generation import TokenProgress, generate_ids
+from posexp.model.generation import TokenProgress, generate_ids
 
 
 def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:

@@ -24,7 +24,6 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from posexp import flex
 from posexp.checkpoint import load_state, load_weights, rng_state, save_checkpoint, set_rng_state
 from posexp.config import RunConfig, from_composed
 from posexp.data import dataset_kind
@@ -32,7 +31,7 @@ from posexp.errors import Abort, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.hardware import out_of_memory
 from posexp.metrics import metric_text
-from posexp.model import GPT, ModelConfig
+from posexp.model import GPT, ModelConfig, flex
 from posexp.objectives import OBJECTIVES, Objective, build_objective
 from posexp.positions import random_positions
 from posexp.rundir import RunDir

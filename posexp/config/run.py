@@ -102,6 +102,8 @@ class RunConfig:
         )
         for key in ("resume", "parent", "cache_dir"):
             checks.path(key, d.get(key))
+        if not d.get("cache_dir"):  # its default is configs/train.yaml's, not one written here
+            raise PosexpError("cache_dir must be a folder path, got an empty value")
         return cls(
             model=model,
             pe=NamedConfig(pe_name, pe_params),
@@ -116,7 +118,7 @@ class RunConfig:
             heads=model.n_heads,
             seed=seed,
             device=d["device"],
-            cache_dir=str(d.get("cache_dir") or "outputs/.cache"),
+            cache_dir=str(d["cache_dir"]),
             resume=d.get("resume"),
             parent=d.get("parent"),
             train_length=train_length,

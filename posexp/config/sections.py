@@ -215,14 +215,14 @@ class TranslateConfig:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/flex.py``)."""
+    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/model/flex.py``)."""
 
     backend: str
 
     @classmethod
     def from_dict(cls, value: Any) -> AttentionConfig:
         """Validate ``attention.*``."""
-        from posexp.flex import BACKENDS
+        from posexp.model.flex import BACKENDS
 
         d = _section("attention", value, cls)
         choose("attention.backend", d["backend"], BACKENDS)

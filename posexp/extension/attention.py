@@ -9,9 +9,9 @@ an ``AttentionPlan`` once per model from its params and the training length L0:
   distance, so only rotations take it);
 * ``query_scale``: a per-query multiplier of the logits, applied by scaling the query vector;
 * ``block``: a query at position p sees only the keys of blocks ⌊p/block⌋ − 1 and ⌊p/block⌋
-  (blockwise causal attention), through ``posexp.attention.block_local_attention``.
+  (blockwise causal attention), through ``posexp.model.attention.block_local_attention``.
 
-The model (posexp/model.py) applies the plan; ``posexp.attention.remapped_attention`` is the
+The model (posexp/model/gpt.py) applies the plan; ``posexp.model.attention.remapped_attention`` is the
 kernel. Nothing here is trained, so no run trains with these methods (posexp/config/run.py).
 """
 

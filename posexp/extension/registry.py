@@ -68,6 +68,11 @@ class ExtensionMethod:
     attention: Callable[..., Any] | None = None
     # False when the method ignores the factor s (evaluations then record s = 1).
     uses_factor: bool = True
+    # What reports say of it (posexp/commands/report/views), so no view names a method: whether
+    # its zero-shot results get a verdict against no extension, and the static method it equals
+    # when every window is scored from position 0 (dynamic NTK: NTK).
+    zero_shot_verdict: bool = False
+    static_form: str | None = None
 
     @property
     def training_free(self) -> bool:
@@ -119,13 +124,16 @@ def register_extension(
     relations: RelationCheck | None = None,
     attention: Callable[..., Any] | None = None,
     uses_factor: bool = True,
+    zero_shot_verdict: bool | None = None,
+    static_form: str | None = None,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
     """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`.
 
     ``settings`` declares each keyword-only param (what it allows, its checker); ``relations``
     checks what they must satisfy together. Both run once, when a config or a spec names them.
     ``attention`` (training-free methods) builds the method's AttentionPlan; its keyword-only
-    params are the method's params.
+    params are the method's params. ``zero_shot_verdict`` (default: training-free methods) and
+    ``static_form`` say what reports write of it.
     """
 
     def decorate(fn: FrequencyFn) -> FrequencyFn:
@@ -152,11 +160,20 @@ def register_extension(
                 relations=relations,
                 attention=attention,
                 uses_factor=uses_factor,
+                zero_shot_verdict=attention is not None
+                if zero_shot_verdict is None
+                else zero_shot_verdict,
+                static_form=static_form,
             ),
         )
         return fn
 
     return decorate
+
+
+def baseline_method() -> str:
+    """The method that changes nothing (``none``): what every other is compared with."""
+    return next(name for name, m in EXTENSIONS.items() if m.acts_on == "nothing")
 
 
 def get_extension(method: str) -> ExtensionMethod:

@@ -210,8 +210,14 @@ def spec_of(method: str, params: Mapping[str, Any], factor: float | None = None)
     return MethodSpec(method, {k: v for k, v in full.items() if defaults.get(k) != v}, factor)
 
 
+def base_method(label: str) -> str:
+    """The method a label names: ``self_extend(group=4)`` -> ``self_extend``, ``baked:yarn`` ->
+    ``yarn``, ``none [tokens 2,048]`` -> ``none``."""
+    return re.match(r"[\w:]*", label).group(0).split(":")[-1]
+
+
 def method_order(label: str) -> tuple[int, str]:
     """Sort key for method labels: registry order of the method's name, then the label."""
-    name = re.match(r"[\w:]*", label).group(0).split(":")[-1]
+    name = base_method(label)
     names = EXTENSIONS.names()
     return (-1 if ":" in label else names.index(name) if name in names else len(names), label)

@@ -41,12 +41,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from posexp.attention_maps import attention_figure, figure_to_array
 from posexp.config import RunConfig
 from posexp.data import PairBatches
 from posexp.errors import PosexpError
-from posexp.generation import TokenProgress, generate_ids
 from posexp.metrics import copy_baseline, translation_scores
+from posexp.model.attention_maps import attention_figure, figure_to_array
+from posexp.model.generation import TokenProgress, generate_ids
 from posexp.objectives.base import Autocast, register_objective
 
 log = logging.getLogger("posexp")

@@ -2,6 +2,7 @@
 
 from posexp.pe.base import (
     PE_REGISTRY,
+    LogitTerm,
     PEContext,
     PositionalEncoding,
     PositionOutOfRange,
@@ -21,6 +22,7 @@ from posexp.pe.sinusoidal import sinusoidal_table  # noqa: E402
 
 __all__ = [
     "PE_REGISTRY",
+    "LogitTerm",
     "PEContext",
     "PositionOutOfRange",
     "PositionalEncoding",

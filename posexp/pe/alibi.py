@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from posexp.pe.base import PEContext, PositionalEncoding, register_pe
+from posexp.pe.base import LogitTerm, PEContext, PositionalEncoding, register_pe
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -30,6 +30,7 @@ class ALiBi(PositionalEncoding):
     """Adds -slope_h * (i - j) to the logit of query i attending to key j."""
 
     kind = "bias"
+    logit_term = LogitTerm.POSITION_BIAS
     label, order, family = "ALiBi", 40, "relative bias"
 
     def __init__(self, ctx: PEContext) -> None:

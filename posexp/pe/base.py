@@ -22,6 +22,7 @@ plus ``configs/pe/<name>.yaml``.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +46,16 @@ ACCEPTS_BY_KIND = {
     "embedding": frozenset({"positions", "logits"}),
     "rotation": frozenset({"positions", "frequencies", "relative_positions", "logits"}),
 }
+
+
+class LogitTerm(enum.Enum):
+    """What an encoding adds to attention's logits q·k/√d: it decides which kernel can run it."""
+
+    NONE = "none"  # nothing (a rotation, if any, acts on q and k first): SDPA's causal kernel
+    POSITION_BIAS = "position_bias"  # a bias from the positions (``bias``): SDPA with it, or
+    # FlexAttention's score_mod (ALiBi, T5, Kerple, FIRE, Sandwich)
+    FROM_SCORES = "from_scores"  # a term computed from the scores themselves (``score_bias``):
+    # an explicit softmax, one chunk of queries at a time (CoPE)
 
 
 @dataclass
@@ -81,6 +92,8 @@ class PositionalEncoding(nn.Module):
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "none"
+    # What it adds to the logits, hence the attention kernel it needs (posexp/model/attention.py).
+    logit_term: ClassVar[LogitTerm] = LogitTerm.NONE
     # What extension methods may change for this encoding (None: what its kind allows).
     accepts: ClassVar[frozenset[str] | None] = None
     needs_even_head_dim: ClassVar[bool] = False
@@ -104,7 +117,7 @@ class PositionalEncoding(nn.Module):
     @property
     def has_bias(self) -> bool:
         """True when attention needs ``bias``; SDPA then cannot use its is_causal fast path."""
-        return self.kind == "bias"
+        return self.logit_term is LogitTerm.POSITION_BIAS
 
     @classmethod
     def accepted(cls) -> frozenset[str]:

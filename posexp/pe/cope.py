@@ -12,7 +12,7 @@ nearest integers, and the logit gains q_i·e[p_ij]:
 with z_i[n] = q_i·e[n] computed once per query for the integers (the paper's efficient form).
 The table starts at zero (CoPE then adds nothing), as in the paper, and one table is shared by
 every layer, as posexp does with T5's table and FIRE. It is O(L²) by nature: attention runs one
-block of 128 queries at a time (``posexp.attention.content_attention``).
+block of 128 queries at a time (``posexp.model.attention.content_attention``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from posexp import checks
-from posexp.pe.base import PEContext, PositionalEncoding, register_pe
+from posexp.pe.base import LogitTerm, PEContext, PositionalEncoding, register_pe
 
 
 @register_pe("cope")
@@ -31,6 +31,7 @@ class CoPE(PositionalEncoding):
     """Adds q·e[p] with p the gated count of keys between key and query (interpolated)."""
 
     kind = "content"
+    logit_term = LogitTerm.FROM_SCORES
     label, order, family = "CoPE", 65, "contextual"
 
     @classmethod

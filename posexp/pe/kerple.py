@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from posexp.errors import PosexpError
-from posexp.pe.base import PEContext, PositionalEncoding, register_pe
+from posexp.pe.base import LogitTerm, PEContext, PositionalEncoding, register_pe
 
 VARIANTS = ("log", "power")
 EPS = 0.01  # the smallest r1, r2 kept (a zero r2 would make the kernel constant)
@@ -41,6 +41,7 @@ class Kerple(PositionalEncoding):
     """Adds a learned log or power kernel of |i - j| per head to each logit."""
 
     kind = "bias"
+    logit_term = LogitTerm.POSITION_BIAS
     label, order, family = "Kerple", 55, "relative bias"
 
     @classmethod

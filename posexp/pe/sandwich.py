@@ -23,7 +23,7 @@ import torch
 
 from posexp import checks
 from posexp.errors import PosexpError
-from posexp.pe.base import PEContext, PositionalEncoding, PositionOutOfRange, register_pe
+from posexp.pe.base import LogitTerm, PEContext, PositionalEncoding, PositionOutOfRange, register_pe
 
 TABLE_SIZE = 65536  # distances 0 .. 65,535
 
@@ -39,6 +39,7 @@ class Sandwich(PositionalEncoding):
     """Adds the per-head compressed sinusoidal inner product of query and key positions."""
 
     kind = "bias"
+    logit_term = LogitTerm.POSITION_BIAS
     label, order, family = "Sandwich", 57, "relative bias"
 
     @classmethod

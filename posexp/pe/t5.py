@@ -17,7 +17,7 @@ from torch import nn
 
 from posexp.checks import integer
 from posexp.errors import PosexpError
-from posexp.pe.base import PEContext, PositionalEncoding, register_pe
+from posexp.pe.base import LogitTerm, PEContext, PositionalEncoding, register_pe
 
 
 def relative_buckets(distance: torch.Tensor, num_buckets: int, max_distance: int) -> torch.Tensor:
@@ -35,6 +35,7 @@ class T5Bias(PositionalEncoding):
     """Adds a learned per-head scalar, looked up by the bucket of i - j, to each logit."""
 
     kind = "bias"
+    logit_term = LogitTerm.POSITION_BIAS
     label, order, family = "T5 bias", 50, "relative bias"
 
     def __init__(self, ctx: PEContext, num_buckets: int = 32, max_distance: int = 128) -> None:
@@ -65,7 +66,7 @@ class T5Bias(PositionalEncoding):
         by_distance = self.table[
             relative_buckets(distance, self.num_buckets, self.max_distance)
         ].t()
-        # The largest distance as a tensor, not a Python int: posexp/flex.py fixes the shapes of
+        # The largest distance as a tensor, not a Python int: posexp/model/flex.py fixes the shapes of
         # captured tensors, while captured ints would become symbols of the compiled kernel.
         last = distance[-1]
 

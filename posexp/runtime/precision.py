@@ -107,25 +107,6 @@ def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: 
     return median[torch.float32] / median[torch.bfloat16]
 
 
-def _cpuinfo() -> dict[str, str]:
-    """The first CPU's /proc/cpuinfo fields, keys lowercased ({} where there is none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    fields: dict[str, str] = {}
-    for line in text.split("\n\n")[0].splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip().lower(), value.strip())
-    return fields
-
-
-def _linux_cpu_flags() -> set[str]:
-    """Every flag /proc/cpuinfo lists (x86 ``flags``, Arm ``Features``); empty elsewhere."""
-    info = _cpuinfo()
-    return set((info.get("flags") or info.get("features") or "").split())
-
-
 def _cpu_name() -> str:
     """The CPU's model as the OS names it (x86 ``model name``, Arm ``CPU part``)."""
     fields = _cpuinfo()

@@ -10,8 +10,8 @@ import yaml
 from posexp.checkpoint import save_checkpoint
 from posexp.commands.generate import generate_text
 from posexp.errors import PosexpError
-from posexp.generation import TokenProgress
 from posexp.model import GPT, ModelConfig
+from posexp.model.generation import TokenProgress
 from tests.helpers import run_config
 
 
@@ -72,7 +72,7 @@ def test_a_run_that_failed_before_training_says_so(tmp_path):
 
 def test_a_slow_generation_without_a_terminal_reports_progress_from_the_start(capsys, monkeypatch):
     clock = iter(range(0, 1000, 11))  # 11 s per decoding step: slower than PLAIN_EVERY_S
-    monkeypatch.setattr("posexp.generation.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("posexp.model.generation.time.monotonic", lambda: next(clock))
     with TokenProgress(10_000) as progress:
         progress.update(1)
         progress.update(1)

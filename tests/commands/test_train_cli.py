@@ -291,9 +291,9 @@ def test_a_second_resume_of_a_run_in_use_is_refused_and_writes_nothing(tmp_path,
     resume = ["train", f"resume={run}", "train.max_steps=12", "train.threads=1"]
     # Skipping the CLI's check reaches the task's own: two resumes that pass the CLI together.
     no_cli_check = (
-        "import sys; from posexp import cli, cli_overrides; "
-        "cli_overrides.check_run_dir_arg = lambda args: None; "
-        "sys.argv[0] = 'posexp'; cli.main()"
+        "import sys; from posexp.cli import main, overrides; "
+        "overrides.check_run_dir_arg = lambda args: None; "
+        "sys.argv[0] = 'posexp'; main()"
     )
     with lock_held_elsewhere(run) as other:  # e.g. the first `posexp train resume=` still training
         before = snapshot(run)

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from posexp.attention import block_local_attention
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.model import GPT, ModelConfig
+from posexp.model.attention import block_local_attention
 from posexp.pe import PEContext, accepted_extensions, build_pe
 from tests.helpers import run_config
 

@@ -14,13 +14,13 @@ import re
 import pytest
 import torch
 
-from posexp.attention import remapped_attention
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig, get_extension
 from posexp.extension.attention import log_length_scale
 from posexp.extension.methods.self_extend import smallest_group
 from posexp.model import GPT, ModelConfig
+from posexp.model.attention import remapped_attention
 from posexp.pe import PEContext, build_pe
 from tests.helpers import run_config
 

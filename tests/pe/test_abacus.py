@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from posexp.decoding import reorder_cache
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.model.decoding import reorder_cache
 from posexp.pe import PEContext, PositionOutOfRange, build_pe
 from posexp.pe.abacus import digit_places
 from tests.helpers import run_config

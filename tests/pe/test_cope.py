@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from posexp.attention import content_attention
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.model.attention import content_attention
 from posexp.pe import PEContext, build_pe
 from tests.helpers import run_config
 

@@ -15,9 +15,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from posexp.cli import config_dir
 from posexp.commands.train import run_training
 from posexp.config import from_composed
+from posexp.paths import config_dir
 from posexp.runtime import distributed
 from tests.helpers import TINY, posexp_env, run_dirs
 

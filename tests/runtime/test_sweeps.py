@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from posexp import hardware
-from posexp.cli import config_dir
 from posexp.config import from_composed
 from posexp.errors import PosexpError
+from posexp.paths import config_dir
 from posexp.resolvers import register_resolvers
 from posexp.runtime import placement
 from posexp.runtime.device import resolve_device

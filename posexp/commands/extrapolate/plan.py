@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from posexp import checks
-from posexp.attention import BIAS_QUERY_CHUNK
 from posexp.commands.extrapolate.tasks import task_data, task_variants
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
@@ -24,6 +23,7 @@ from posexp.extension import ExtensionConfig, get_extension
 from posexp.extension.spec import BAKED, MethodSpec, parse_spec, spec_of
 from posexp.files import check_writable
 from posexp.hardware import available_memory
+from posexp.model.attention import QUERY_CHUNK
 from posexp.pe import accepted_extensions, check_extension
 from posexp.rundir import RunDir, latest_run
 from posexp.rundir import find_runs as find_run_dirs
@@ -167,7 +167,7 @@ def forward_bytes(length: int, batch_tokens: int, mcfg: Any) -> int:
     cannot fit."""
     tokens = max(1, batch_tokens // length) * length
     per_token = 2 * mcfg.vocab_size + 8 * mcfg.d_model
-    return 4 * (tokens * per_token + 2 * mcfg.n_heads * BIAS_QUERY_CHUNK * length)
+    return 4 * (tokens * per_token + 2 * mcfg.n_heads * QUERY_CHUNK * length)
 
 
 def check_fits(length: int, settings: Settings, mcfg: Any, run_dir: Path) -> None:

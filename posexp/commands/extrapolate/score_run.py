@@ -16,14 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from posexp import flex
 from posexp.commands.extrapolate.outputs import write_outputs
 from posexp.commands.extrapolate.plan import RunPlan, RunResult
 from posexp.config import RunConfig
 from posexp.data import build_tokenizer
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
-from posexp.model import GPT
+from posexp.model import GPT, flex
 from posexp.pe import PositionOutOfRange
 from posexp.positions import scoring_positions
 from posexp.runtime.build import Data, build_data, data_key

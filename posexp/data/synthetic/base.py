@@ -35,6 +35,8 @@ class Task:
     numeric: ClassVar[bool] = False
     # Values of the task's one evaluation variable besides length (passkey: key depth).
     variants: tuple[float, ...] = ()
+    # The report view that shows its runs (posexp/commands/report/views), so no view names a task.
+    report_view: ClassVar[str] = "length_generalization"
 
     def instance(
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None

@@ -36,6 +36,7 @@ class Passkey(Task):
     """A ``key_digits``-digit key hidden in n characters of filler; the answer is the key."""
 
     unit = "tokens"
+    report_view = "passkey"  # accuracy by key depth and length, zero-shot and fine-tuned
 
     def __init__(self, key_digits: int = 5, depths: Any = (0.0, 0.5, 1.0)) -> None:
         self.key_digits = integer("data.key_digits", key_digits, 1, 12)

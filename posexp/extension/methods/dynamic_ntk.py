@@ -8,7 +8,7 @@ from posexp.extension.methods.ntk import ntk_exponent
 from posexp.extension.registry import RopeSpec, register_extension
 
 
-@register_extension("dynamic_ntk", dynamic=True, needs_original_length=True)
+@register_extension("dynamic_ntk", dynamic=True, needs_original_length=True, static_form="ntk")
 def dynamic_ntk(spec: RopeSpec) -> tuple[torch.Tensor, float]:
     """NTK scaling recomputed for the current length l: base' = base·(s·l/L0 − (s−1))^(d/(d−2))."""
     exponent = ntk_exponent(spec, "dynamic_ntk")

@@ -7,7 +7,7 @@ import torch
 from posexp.extension.registry import RopeSpec, register_extension
 
 
-@register_extension("pi", acts_on="positions")
+@register_extension("pi", acts_on="positions", zero_shot_verdict=True)
 def pi(spec: RopeSpec) -> tuple[torch.Tensor, float]:
     """Position interpolation: θ/s, the same as feeding positions m/s."""
     return spec.theta() / spec.factor, 1.0

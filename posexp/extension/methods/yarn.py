@@ -50,7 +50,13 @@ def _correction_dim(spec: RopeSpec, rotations: float) -> float:
     )
 
 
-@register_extension("yarn", needs_original_length=True, settings=SETTINGS, relations=relations)
+@register_extension(
+    "yarn",
+    needs_original_length=True,
+    settings=SETTINGS,
+    relations=relations,
+    zero_shot_verdict=True,
+)
 def yarn(
     spec: RopeSpec,
     *,

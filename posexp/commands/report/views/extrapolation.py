@@ -28,8 +28,8 @@ from posexp.commands.report.views.extrapolation_paper import (
 )
 from posexp.commands.report.views.extrapolation_plot import extrapolation_plot
 from posexp.commands.report.views.findings import job_pe
-from posexp.extension import EXTENSIONS
-from posexp.extension.spec import method_order
+from posexp.extension import EXTENSIONS, baseline_method
+from posexp.extension.spec import base_method, method_order
 from posexp.scoring import TEXT, scorer_names
 
 
@@ -58,7 +58,7 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
         methods = list(dict.fromkeys(r["method"] for job in seeds for r in job.extrapolate))
         methods.sort(key=method_order)
         for method in methods:
-            suffix = "" if method == "none" else f"+{method}"
+            suffix = "" if method == baseline_method() else f"+{method}"
             recs = seed_records(seeds, method)
             columns.append(Column(base + suffix, seeds[0], method, recs, key + suffix, pe, seeds))
     return columns
@@ -203,20 +203,23 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
     """What the tables show, each sentence computed from the numbers it describes."""
     out = []
     first = "nonoverlap" if "nonoverlap" in protocols else protocols[0]
-    same = _pairs(columns, "dynamic_ntk", "ntk", first, None)
-    if same:
+    for name, method in EXTENSIONS.items():
+        if method.static_form is None:
+            continue
+        same = _pairs(columns, name, method.static_form, first, None)
+        if not same:
+            continue
+        twin = method.static_form
         gap = max(abs(a["ppl"] / b["ppl"] - 1) for a, b in same)
         if gap < 0.005:
             out.append(
-                f"dynamic_ntk equals ntk here (largest difference {gap:.2%} over {len(same)} "
-                f"cells, {first}): every window starts at position 0, so at length L dynamic "
-                "NTK's base is static NTK's with s = L / L_train; they differ only while a "
-                "sequence grows (generation with a KV cache)."
+                f"{name} equals {twin} here (largest difference {gap:.2%} over {len(same)} "
+                f"cells, {first}): every window starts at position 0, so at length L {name}'s "
+                f"base is {twin}'s with s = L / L_train; they differ only while a sequence "
+                "grows (generation with a KV cache)."
             )
         else:
-            out.append(
-                f"dynamic_ntk and ntk differ by up to {gap:.1%} ({first}, {len(same)} cells)."
-            )
+            out.append(f"{name} and {twin} differ by up to {gap:.1%} ({first}, {len(same)} cells).")
     if len(protocols) > 1:
         both = []
         for c in columns:
@@ -245,16 +248,21 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"non-overlapping ones in {higher} of {len(both)} cells (median ratio "
                 f"{median:.2f}): {why}."
             )
-    training_free = [n for n, m in EXTENSIONS.items() if m.training_free]
-    for method in ("pi", "yarn", *training_free):
+    baseline = baseline_method()
+    judged = [
+        label
+        for label in dict.fromkeys(c.method for c in columns)
+        if base_method(label) in EXTENSIONS and EXTENSIONS[base_method(label)].zero_shot_verdict
+    ]
+    for method in judged:
         after = (
             "it needs no fine-tuning (it changes attention, not the weights)"
-            if method in training_free
+            if EXTENSIONS[base_method(method)].training_free
             else "`posexp finetune` trains at the longer length first"
         )
-        for base in (c for c in columns if c.method == "none"):  # one sentence per PE
+        for base in (c for c in columns if c.method == baseline):  # one sentence per PE
             same_pe = [c for c in columns if c.jobs is base.jobs]
-            pairs = _pairs(same_pe, method, "none", first, l0)
+            pairs = _pairs(same_pe, method, baseline, first, l0)
             if not pairs:
                 continue
             worse = sum(a["ppl"] > b["ppl"] for a, b in pairs)
@@ -291,7 +299,7 @@ def ranking_sentence(columns: list[Column], protocol: str) -> list[str]:
     gap exceeds the seeds' spread."""
     scored = []
     for c in columns:
-        if c.method != "none":
+        if c.method != baseline_method():
             continue
         cells = [(n, r) for (p, n), r in c.records.items() if p == protocol]
         longest = max(cells, default=None, key=lambda x: x[0])

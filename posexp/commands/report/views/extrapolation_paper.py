@@ -9,6 +9,7 @@ from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import md_table
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.commands.report.views.findings import findings
+from posexp.extension import baseline_method
 from posexp.pe.base import describe_pe
 
 # How a ppl ratio to the training length reads, below each bound (else "explodes").
@@ -34,7 +35,7 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
             for (p, n), r in c.records.items()
             if p == protocol and n > l0 and r.get("ppl") is not None
         ]
-        if c.method != "none" or not published or not base or not past:
+        if c.method != baseline_method() or not published or not base or not past:
             continue
         n, _ = max(past)
         i = min(

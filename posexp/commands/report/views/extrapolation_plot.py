@@ -14,6 +14,7 @@ from typing import Any
 
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
+from posexp.extension import baseline_method
 
 
 def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
@@ -50,9 +51,10 @@ def extrapolation_plot(
 
     from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
 
-    plain = [c for c in columns if c.method == "none"]
+    plain = [c for c in columns if c.method == baseline_method()]
     with_methods = [
-        (base, [c for c in columns if c.jobs is base.jobs and c.method != "none"]) for base in plain
+        (base, [c for c in columns if c.jobs is base.jobs and c.method != baseline_method()])
+        for base in plain
     ]
     with_methods = [(base, methods) for base, methods in with_methods if methods]
     method_names = list(dict.fromkeys(c.method for _, ms in with_methods for c in ms))

@@ -15,12 +15,15 @@ from typing import Any
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
 from posexp.commands.report.view import ReportContext, md_table, register_report_view
-from posexp.commands.report.views.tasks import task_of
+from posexp.commands.report.views.tasks import task_view
+from posexp.extension import baseline_method
 
+VIEW = "passkey"  # the view a task names as its report_view (posexp/data/synthetic)
 Cell = dict[tuple[float, int], dict[int, float]]  # (depth, size) -> seed -> accuracy
 # Zero-shot accuracy at L0 from which a seed counts as having learned retrieval (chance: 1e-5).
 LEARNED = 0.5
-BASELINE = "none + fine-tune"
+ZERO_SHOT_BASELINE = f"{baseline_method()} (zero-shot)"
+BASELINE = f"{baseline_method()} + fine-tune"
 
 
 def passkey_jobs(jobs: list[Job]) -> list[Job]:
@@ -29,7 +32,7 @@ def passkey_jobs(jobs: list[Job]) -> list[Job]:
         j
         for j in jobs
         if j.extrapolate
-        and task_of(j) == "passkey"
+        and task_view(j) == VIEW
         and any(r.get("metric") == "accuracy" for r in j.extrapolate)
     ]
 
@@ -53,7 +56,8 @@ def rows_of(jobs: list[Job]) -> dict[str, Cell]:
         # A fine-tune is reported with the method it was trained with: its baked-in one, or
         # none when it has none.
         trained_with = next(
-            (r["method"] for r in job.extrapolate if r["method"].startswith("baked:")), "none"
+            (r["method"] for r in job.extrapolate if r["method"].startswith("baked:")),
+            baseline_method(),
         )
         for r in job.extrapolate:
             if r.get("accuracy") is None or r.get("depth") is None:
@@ -90,7 +94,7 @@ def per_seed(cell: Cell, size: int) -> dict[int, float]:
 
 def learned_sentence(rows: dict[str, Cell], l0_size: int) -> str:
     """On how many seeds the passkey run retrieves keys at L0 zero-shot."""
-    accs = per_seed(rows.get("none (zero-shot)", {}), l0_size)
+    accs = per_seed(rows.get(ZERO_SHOT_BASELINE, {}), l0_size)
     if not accs:
         return ""
     k = sum(v >= LEARNED for v in accs.values())
@@ -107,7 +111,7 @@ def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[s
     changed (``yarn(beta_fast=8)``) also against its method's default fine-tune."""
     pairs = [
         (label, base_label)
-        for base_label, suffix in (("none (zero-shot)", "(zero-shot)"), (BASELINE, "+ fine-tune"))
+        for base_label, suffix in ((ZERO_SHOT_BASELINE, "(zero-shot)"), (BASELINE, "+ fine-tune"))
         for label in rows
         if label.endswith(suffix) and label != base_label
     ]
@@ -248,4 +252,4 @@ def render(ctx: ReportContext) -> str:
     )
 
 
-register_report_view("passkey", lambda jobs: bool(passkey_jobs(jobs)), render, order=13)
+register_report_view(VIEW, lambda jobs: bool(passkey_jobs(jobs)), render, order=13)

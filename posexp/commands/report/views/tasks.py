@@ -18,6 +18,7 @@ from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
 from posexp.commands.report.views.tasks_plot import ordered, plot
+from posexp.extension import baseline_method
 from posexp.pe.base import PEDisplay, describe_pe
 
 
@@ -26,13 +27,26 @@ def task_records(job: Job) -> list[dict[str, Any]]:
     return [
         r
         for r in job.extrapolate or []
-        if r.get("metric") == "accuracy" and r["method"] == "none" and r.get("depth") is None
+        if r.get("metric") == "accuracy"
+        and r["method"] == baseline_method()
+        and r.get("depth") is None
     ]
+
+
+VIEW = "length_generalization"  # the view a task names as its report_view (posexp/data/synthetic)
 
 
 def task_of(job: Job) -> str:
     """The job's task name."""
     return str(job.config.data.params.get("task")) if job.config else "?"
+
+
+def task_view(job: Job) -> str:
+    """The report view the job's task declares it is shown in ('' for an unknown task)."""
+    from posexp.data.synthetic import TASKS
+
+    name = task_of(job)
+    return TASKS[name].report_view if name in TASKS else ""
 
 
 def task_label(job: Job) -> str:
@@ -248,7 +262,7 @@ def frontier(table: dict[Any, dict[int, float]], level: float = 0.5) -> dict[Any
 
 def render(ctx: ReportContext) -> str:
     """The section's Markdown (and its CSV and figure)."""
-    jobs = [j for j in ctx.jobs if task_records(j) and task_of(j) != "passkey"]
+    jobs = [j for j in ctx.jobs if task_records(j) and task_view(j) == VIEW]
     key = column_key(ctx)
     data = collect(jobs, key)
     missing = unmeasured(jobs, key)
@@ -355,8 +369,8 @@ def summary_cell(values: list[float] | None) -> str:
 
 
 register_report_view(
-    "length_generalization",
-    lambda jobs: any(task_records(j) and task_of(j) != "passkey" for j in jobs),
+    VIEW,
+    lambda jobs: any(task_records(j) and task_view(j) == VIEW for j in jobs),
     render,
     order=12,
 )

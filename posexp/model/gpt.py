@@ -15,18 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posexp import flex
-from posexp.attention import (
-    block_local_attention,
-    content_attention,
-    explicit_attention,
-    remapped_attention,
-    sdpa_attention,
-)
-from posexp.decoding import beam_search, sample
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
+from posexp.model import flex
+from posexp.model.attention import attend
+from posexp.model.decoding import beam_search, sample
 from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
 
 
@@ -44,7 +38,7 @@ class ModelConfig:
     pe_params: dict[str, Any] = field(default_factory=dict)
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
-    attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/flex.py decides)
+    attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/model/flex.py decides)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -119,9 +113,9 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
         # A training-free extension method's change to attention (posexp/extension/attention.py).
+        self.plan = plan
         self.query_scale = plan.query_scale if plan is not None else None
-        self.remap = plan if plan is not None and plan.remaps_positions else None
-        self.block = plan.block if plan is not None else None
+        self.remaps_positions = plan is not None and plan.remaps_positions
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
@@ -146,7 +140,7 @@ class CausalSelfAttention(nn.Module):
         if self.query_scale is not None:
             scale = self.query_scale(q_pos).to(q.dtype)
             q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
-        if self.remap is not None:
+        if self.remaps_positions:
             # Each pair is rotated at positions that depend on both sides: keys are kept raw.
             if cache is not None:
                 k = self._append(cache, "k", k)
@@ -160,21 +154,18 @@ class CausalSelfAttention(nn.Module):
                 k = self._append(cache, "k", k)
         if cache is not None:
             v = self._append(cache, "v", v)
-        y, weights = None, None
-        if self.block is not None:
-            y, weights = block_local_attention(q, k, v, q_pos, k_pos, pe, self.block, need_weights)
-        elif self.remap is not None:
-            y, weights = remapped_attention(
-                q, k, v, q_pos, k_pos, self.remap, pe.rotate_at, need_weights
-            )
-        elif pe.kind == "content":  # the logits depend on the scores themselves (CoPE)
-            y, weights = content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
-        elif need_weights:
-            y, weights = explicit_attention(q, k, v, q_pos, k_pos, pe)
-        elif score_mod is not None:  # the bias inside the kernel (None back: compiling failed)
-            y = flex.flex_causal_attention(q, k, v, score_mod)
-        if y is None:
-            y = sdpa_attention(q, k, v, q_pos, k_pos, pe, self.dropout * self.training)
+        y, weights = attend(
+            q,
+            k,
+            v,
+            q_pos,
+            k_pos,
+            pe,
+            self.plan,
+            need_weights,
+            score_mod,
+            self.dropout * self.training,
+        )
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
 
     @staticmethod
@@ -302,7 +293,7 @@ class GPT(nn.Module):
         # Computed once per forward (RoPE: cos/sin tables) and handed to every layer.
         pe_state = self.pe.prepare(length, idx.device)
         # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
-        # bias inside the kernel where it runs (posexp/flex.py); decoding steps keep SDPA.
+        # bias inside the kernel where it runs (posexp/model/flex.py); decoding steps keep SDPA.
         score_mod = None
         if (
             self.pe.has_bias
@@ -396,7 +387,7 @@ class GPT(nn.Module):
         eos_id: int | None = None,
         on_step: Callable[[], None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Best beam-search hypothesis per row (eos-padded) and its score (posexp/decoding.py)."""
+        """Best beam-search hypothesis per row (eos-padded) and its score (posexp/model/decoding.py)."""
 
         def step(tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
             if on_step is not None and cache.length:  # the prompt's pass is not a decoding step

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from posexp.cli_overrides import sweep_keys
+from posexp.cli.overrides import sweep_keys
 from posexp.paths import config_dir
 from posexp.resolvers import SWEEP_ENV
 

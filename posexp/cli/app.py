@@ -10,13 +10,12 @@ from pathlib import Path
 
 import typer
 
-from posexp import cli_overrides
-from posexp.cli_errors import click_exceptions, is_sweep, one_line, sweep_failure, usage_line
-from posexp.cli_help import Command, Group
-from posexp.cli_hydra import HYDRA_COMMAND, run_hydra, says_interrupted
-from posexp.cli_overrides import check_output_arg, check_overrides
+from posexp.cli import overrides as cli_overrides
+from posexp.cli.errors import click_exceptions, is_sweep, one_line, sweep_failure, usage_line
+from posexp.cli.help import Command, Group
+from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
+from posexp.cli.overrides import check_output_arg, check_overrides
 from posexp.errors import Abort, PosexpError
-from posexp.paths import config_dir  # noqa: F401  (tests and scripts take it from here)
 
 app = typer.Typer(
     name="posexp",

@@ -1,27 +1,68 @@
-"""The attention kernels the model calls outside FlexAttention (``posexp/flex.py``): torch's
-SDPA, with an encoding's bias added one query block at a time, the explicit softmax that
-also returns the weights (attention maps, and the reference the tests compare SDPA against), and
-the two-position attention of the training-free methods that remap relative positions, and
-blockwise causal attention."""
+"""Attention, and the one place that picks its kernel (``attend``).
+
+The kernels: torch's SDPA (with an encoding's position bias added one chunk of queries at a
+time), FlexAttention (``posexp/model/flex.py``: the bias inside the kernel), the explicit softmax
+that also returns the weights (attention maps, and the reference the tests compare SDPA
+against), the softmax over scores with a term computed from them (CoPE), the two-position
+attention of the training-free methods that remap relative positions, and blockwise causal
+attention (its blocks are the method's; query chunks are this module's unit of work, and
+FlexAttention's tiles are its own). Which one runs follows from what the encoding adds to the
+logits (``PositionalEncoding.logit_term``), the training-free method's plan, and whether the
+caller wants the weights."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.pe import PositionalEncoding
+from posexp.model import flex
+from posexp.pe import LogitTerm, PositionalEncoding
 
-# Queries are processed in blocks of this many when an additive bias goes through SDPA, so a long
-# evaluation never holds a full (H, L, L) bias or score tensor, and each block attends only to
+# Queries are processed in chunks of this many when an additive bias goes through SDPA, so a long
+# evaluation never holds a full (H, L, L) bias or score tensor, and each chunk attends only to
 # the keys up to its end: SDPA cannot combine is_causal with a bias, and a full masked square
 # costs about 2x the causal kernel. At 128 the masked work left is small (CPU training at seq
-# 256: bias PEs at 0.93-1.0x RoPE's step rate, against 0.83x with blocks of 512).
-BIAS_QUERY_CHUNK = 128
+# 256: bias PEs at 0.93-1.0x RoPE's step rate, against 0.83x with chunks of 512).
+QUERY_CHUNK = 128
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    plan: AttentionPlan | None = None,
+    need_weights: bool = False,
+    score_mod: Any = None,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention of (rotated) ``q``, ``k`` over ``v`` by the kernel that can run it: the
+    one place the kernel is chosen. In order: a training-free method's plan (blockwise causal
+    attention, then remapped positions), a logit term computed from the scores (CoPE), the
+    weights asked for (explicit softmax), a position bias inside FlexAttention (``score_mod``,
+    when the caller built one), else SDPA (the bias, if any, added chunk by chunk). Returns the
+    output and the weights (None unless asked for)."""
+    if plan is not None and plan.block is not None:
+        return block_local_attention(q, k, v, q_pos, k_pos, pe, plan.block, need_weights)
+    if plan is not None and plan.remaps_positions:
+        return remapped_attention(q, k, v, q_pos, k_pos, plan, pe.rotate_at, need_weights)
+    if pe.logit_term is LogitTerm.FROM_SCORES:
+        return content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
+    if need_weights:
+        return explicit_attention(q, k, v, q_pos, k_pos, pe)
+    if score_mod is not None:
+        y = flex.flex_causal_attention(q, k, v, score_mod)  # None: compiling failed, use SDPA
+        if y is not None:
+            return y, None
+    return sdpa_attention(q, k, v, q_pos, k_pos, pe, dropout), None
 
 
 def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -51,16 +92,16 @@ def sdpa_attention(
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=causal_mask(q_pos, k_pos), dropout_p=dropout
         )
-    # With a bias: one query block at a time, each seeing only the keys it may attend to.
+    # With a bias: one query chunk at a time, each seeing only the keys it may attend to.
     outputs = []
-    for start in range(0, Tq, BIAS_QUERY_CHUNK):
-        qp = q_pos[..., start : start + BIAS_QUERY_CHUNK]
-        k_end = Tk if q_pos.dim() > 1 or Tq != Tk else min(Tk, start + BIAS_QUERY_CHUNK)
+    for start in range(0, Tq, QUERY_CHUNK):
+        qp = q_pos[..., start : start + QUERY_CHUNK]
+        k_end = Tk if q_pos.dim() > 1 or Tq != Tk else min(Tk, start + QUERY_CHUNK)
         kp = k_pos[..., :k_end]
         bias = pe.bias(qp, kp, q.dtype).masked_fill(~causal_mask(qp, kp), float("-inf"))
         outputs.append(
             F.scaled_dot_product_attention(
-                q[:, :, start : start + BIAS_QUERY_CHUNK],
+                q[:, :, start : start + QUERY_CHUNK],
                 k[:, :, :k_end],
                 v[:, :, :k_end],
                 attn_mask=bias,
@@ -101,9 +142,9 @@ def remapped_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention over unrotated ``q``, ``k`` where pairs closer than ``plan.window`` are
     rotated at their positions and the others at ``plan.far``'s (Self-Extend, ReRoPE), in one
-    softmax, one block of queries at a time (no L x L tensor at long lengths).
+    softmax, one chunk of queries at a time (no L x L tensor at long lengths).
 
-    A block's scores come from the far rotation for every key up to its end, then the last
+    A chunk's scores come from the far rotation for every key up to its end, then the last
     ``window`` keys (the only ones that can be near) are rescored with the own rotation where
     their distance says so. Written out rather than through SDPA: a pair takes one of two
     scores, which SDPA can only express with a doubled head dim and a dense mask (measured
@@ -111,12 +152,12 @@ def remapped_attention(
     """
     window, scale = plan.window, 1.0 / math.sqrt(q.shape[-1])
     far_q_pos, far_k_pos = plan.far(q_pos, k_pos)
-    # The scale goes on the queries: one pass over (T, d) instead of one over each block's scores.
+    # The scale goes on the queries: one pass over (T, d) instead of one over each chunk's scores.
     q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
     q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
 
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
-        # Every key before the block's band of `window` keys is far (and visible) when positions
+        # Every key before the chunk's band of `window` keys is far (and visible) when positions
         # are aligned; otherwise (a KV cache, per-row positions) the band is every key.
         band_from = max(0, start - window + 1) if aligned else 0
         scores = q_far[:, :, start:end] @ k_far[:, :, :k_end].transpose(-2, -1)
@@ -129,7 +170,7 @@ def remapped_attention(
         band.masked_fill_(distance < 0, float("-inf"))
         return scores.softmax(dim=-1)
 
-    return blockwise(q, k, v, q_pos, k_pos, probabilities, need_weights)
+    return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
 
 
 def block_local_attention(
@@ -143,8 +184,8 @@ def block_local_attention(
     need_weights: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention in which a query at position p sees only the keys of blocks
-    ⌊p/block⌋ − 1 and ⌊p/block⌋ (Sun et al. 2022): one ordinary attention call per query block
-    over its at most 2·block keys, so the work grows linearly with the length."""
+    ⌊p/block⌋ − 1 and ⌊p/block⌋ (Sun et al. 2022): one attention call (``attend``, no plan) per
+    block of queries over its at most 2·block keys, so the work grows linearly with the length."""
     if q_pos.dim() != 1 or k_pos.dim() != 1:
         raise PosexpError("extension=blockwise needs positions shared by the batch (1-D)")
     q_block, k_block = (
@@ -157,13 +198,15 @@ def block_local_attention(
         rows = (q_block == n).nonzero().flatten()
         keys = ((k_block >= n - 1) & (k_block <= n)).nonzero().flatten()
         qa, qz, ka, kz = int(rows[0]), int(rows[-1]) + 1, int(keys[0]), int(keys[-1]) + 1
-        args = (q[:, :, qa:qz], k[:, :, ka:kz], v[:, :, ka:kz], q_pos[qa:qz], k_pos[ka:kz], pe)
-        if pe.kind == "content":
-            y, w = content_attention(*args, need_weights=need_weights)
-        elif need_weights:
-            y, w = explicit_attention(*args)
-        else:
-            y, w = sdpa_attention(*args), None
+        y, w = attend(
+            q[:, :, qa:qz],
+            k[:, :, ka:kz],
+            v[:, :, ka:kz],
+            q_pos[qa:qz],
+            k_pos[ka:kz],
+            pe,
+            need_weights=need_weights,
+        )  # the kernel the encoding needs, within the block
         outputs.append(y)
         if weights is not None:
             weights[:, :, qa:qz, ka:kz] = w
@@ -190,10 +233,10 @@ def content_attention(
         )
         return (scores + pe.score_bias(qb, scores)).softmax(dim=-1)
 
-    return blockwise(q, k, v, q_pos, k_pos, probabilities, need_weights)
+    return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
 
 
-def blockwise(
+def chunked_softmax(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -202,18 +245,18 @@ def blockwise(
     probabilities: Callable[[int, int, int, bool], torch.Tensor],
     need_weights: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """An explicit-softmax attention one block of queries at a time: ``probabilities(start,
-    end, k_end, aligned)`` gives the block's weights over keys ``:k_end`` (its own end when
+    """An explicit-softmax attention one chunk of queries at a time: ``probabilities(start,
+    end, k_end, aligned)`` gives the chunk's weights over keys ``:k_end`` (its own end when
     query and key positions both run 0..T-1, "aligned", else every key); also the full weights
     when asked (attention maps)."""
     aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and q.shape[2] == k.shape[2]
     outputs, weights = [], []
-    for start in range(0, q.shape[2], BIAS_QUERY_CHUNK):
-        end = min(start + BIAS_QUERY_CHUNK, q.shape[2])
+    for start in range(0, q.shape[2], QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, q.shape[2])
         k_end = end if aligned else k.shape[2]
-        block = probabilities(start, end, k_end, aligned)
-        outputs.append(block @ v[:, :, :k_end])
+        chunk = probabilities(start, end, k_end, aligned)
+        outputs.append(chunk @ v[:, :, :k_end])
         if need_weights:
-            weights.append(F.pad(block, (0, k.shape[2] - k_end)))
+            weights.append(F.pad(chunk, (0, k.shape[2] - k_end)))
     y = torch.cat(outputs, dim=2)
     return y, torch.cat(weights, dim=2) if need_weights else None

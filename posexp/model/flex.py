@@ -95,7 +95,7 @@ def _causal(b: Any, h: Any, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.
     return q_idx >= kv_idx
 
 
-CAUSAL_BLOCK = 128  # FlexAttention's default sparse block size
+FLEX_TILE = 128  # FlexAttention's default sparse block size: its tiles of queries and keys
 
 
 @functools.lru_cache(maxsize=16)
@@ -109,7 +109,7 @@ def causal_block_mask(length: int, device: str) -> Any:
     """
     from torch.nn.attention.flex_attention import BlockMask
 
-    n = -(-length // CAUSAL_BLOCK)
+    n = -(-length // FLEX_TILE)
     blocks = torch.arange(n, dtype=torch.int32, device=device)
     partial_count = torch.ones(1, 1, n, dtype=torch.int32, device=device)
     full_count = blocks.view(1, 1, n).clone()  # row i: key blocks 0..i-1 in full
@@ -117,7 +117,7 @@ def causal_block_mask(length: int, device: str) -> Any:
     partial = every.clone()
     partial[0, 0, :, 0] = blocks  # row i's one partial block is block i (the diagonal)
     partial[0, 0, :, 1:] = 0
-    if length % CAUSAL_BLOCK:
+    if length % FLEX_TILE:
         # The last block row and column hold padding past ``length``: the mask must see all of
         # that row's blocks, as create_block_mask would have it.
         partial[0, 0, -1] = blocks.flip(0)
@@ -127,7 +127,7 @@ def causal_block_mask(length: int, device: str) -> Any:
         kv_indices=partial,
         full_kv_num_blocks=full_count,
         full_kv_indices=every.contiguous(),
-        BLOCK_SIZE=CAUSAL_BLOCK,
+        BLOCK_SIZE=FLEX_TILE,
         mask_mod=_causal,
         seq_lengths=(length, length),
     )

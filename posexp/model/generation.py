@@ -5,7 +5,7 @@ length (sorted, then cut into chunks of ``batch_size``), so no row ever holds pa
 row's positions start at 0 exactly as in training, and nothing needs a key-padding mask. Results
 come back in the caller's order. Greedy (temperature 0) output is a pure function of the model
 and the prompts; sampling is reproducible from ``generator``. ``beam_size`` > 1 decodes each
-prompt by beam search (posexp/decoding.py) with GNMT's length penalty.
+prompt by beam search (posexp/model/decoding.py) with GNMT's length penalty.
 """
 
 from __future__ import annotations
