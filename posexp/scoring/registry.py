@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from posexp.errors import PosexpError
@@ -67,7 +67,6 @@ class Scoring:
     tokens: torch.Tensor | None = None  # text runs: the test split, 1-D
     tokenizer: Any = None  # task runs
     positions: Any = None  # task runs: how positions are drawn (randomized-position runs)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ class Settings:
     device: str = "auto"
     batch_tokens: int = DEFAULT_BATCH_TOKENS
     force: bool = False  # rescore the cells asked for even where they are measured
-    workers: int | None = None  # runs scored at once (worker processes); None: as cores allow
+    workers: int | None = None  # worker processes scoring a sweep; None: one per core
     threads: int | None = None  # torch threads (per worker); None: the cores / workers
 
     def validate(self) -> None:
@@ -128,9 +129,10 @@ class RunPlan:
     def checkpoint(self) -> Checkpoint:
         return self.stored.checkpoint
 
-    @property
+    @cached_property
     def todo(self) -> list[Item]:
-        """The cells to score now: those not measured on these weights (every one with force)."""
+        """The cells to score now: those not measured on these weights (every one with force);
+        decided once, from the records read when the plan was made."""
         if self.force:
             return self.items
         measured = self.stored.measured()
