@@ -22,8 +22,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from posexp.errors import PosexpError
-from posexp.files import disk_full, staged_dir
+from posexp.errors import PosexpError, UnreadableFile
+from posexp.files import disk_full, read_json, staged_dir
 
 CHECKPOINT = "checkpoint"
 
@@ -118,12 +118,11 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     """The checkpoint's metadata (model config, step, ...)."""
     path = checkpoint_dir(run_dir) / "meta.json"
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PosexpError(f"corrupt checkpoint {str(path)!r}: {e}") from None
-    problem = meta_problem(meta)
-    if problem:
-        raise PosexpError(f"corrupt checkpoint {str(path)!r}: {problem}")
+        meta = read_json(path, meta_problem)
+    except UnreadableFile as e:
+        raise PosexpError(f"corrupt checkpoint {str(path)!r}: {e.reason}") from None
+    if meta is None:  # removed between the two looks: a checkpoint swap of a live run
+        raise PosexpError(f"no checkpoint in {str(run_dir)!r} (its meta.json went away)")
     return meta
 
 

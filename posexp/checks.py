@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from posexp.errors import PosexpError
@@ -83,10 +85,30 @@ def boolean(name: str, value: Any) -> bool:
 
 
 def path(name: str, value: Any) -> str | None:
-    """``value`` as a path string, or None, else a one-line error."""
-    if value is not None and not isinstance(value, str):
+    """``value`` as a path string, or None, else a one-line error (empty, not UTF-8)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
         raise PosexpError(f"{name} must be a path, got {value!r}")
-    return value
+    return str(user_path(name, value))
+
+
+def user_path(name: str, value: Any) -> Path:
+    """A path the user gave (an option, an override, a found run dir) as a ``Path``; a one-line
+    error for an empty one (it would mean the current folder) or a name that is not UTF-8
+    (posexp writes paths into UTF-8 logs, reports and JSON)."""
+    text = str(value) if isinstance(value, Path) else value
+    if not isinstance(text, str) or not text.strip():
+        raise PosexpError(f"{name} is an empty path; give a folder ('.' for the current one)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(text)
+        raise PosexpError(
+            f"{name} {shown!r} is not a UTF-8 name; rename it (posexp writes paths into "
+            f"UTF-8 logs, reports and JSON)"
+        ) from None
+    return Path(text)
 
 
 def mapping(name: str, value: Any) -> dict[str, Any]:

@@ -15,3 +15,11 @@ def choose(kind: str, value: object, allowed: "list[str] | tuple[str, ...] | dic
 
 class Abort(BaseException):  # noqa: N818  (not an Exception on purpose)
     """A user error leaving a single run: BaseException so Hydra's job runner does not wrap it."""
+
+
+class UnreadableFile(PosexpError):
+    """A file posexp wrote that cannot be read back (cut short, damaged, of the wrong shape)."""
+
+    def __init__(self, path: "object", reason: str) -> None:
+        super().__init__(f"{str(path)!r} is unreadable ({reason})")
+        self.path, self.reason = path, reason

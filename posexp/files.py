@@ -40,23 +40,36 @@ def _umask() -> int:
 
 
 def check_writable(path: Path | str, what: str) -> None:
-    """Refuse, in one line, a destination that cannot be written: a file in the way, or read-only.
+    """Refuse, in one line, a destination that cannot be written: empty, not UTF-8, a file in
+    the way, a read-only folder or mount, or a place the OS refuses (``/proc``).
 
-    ``path`` need not exist yet: its nearest existing ancestor must be a writable folder.
+    ``path`` need not exist yet: a file is made and removed in its nearest existing ancestor
+    (permission bits alone do not say it: root passes them, a read-only mount does not), so
+    nothing is left behind whatever the answer.
     """
+    from posexp.checks import user_path
     from posexp.errors import PosexpError
 
-    target = Path(path).absolute()
+    target = user_path(what, path).absolute()
     existing = target
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise PosexpError(f"{what} {str(path)!r} cannot be created: {str(existing)!r} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PosexpError(
-            f"{what} {str(path)!r} is not writable: {str(existing)!r} is read-only "
-            f"(choose another folder)"
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".posexp-write-check.")
+    except OSError as e:
+        reason = (
+            "is read-only"
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+            else (f"refuses new files ({e.strerror})")
         )
+        raise PosexpError(
+            f"{what} {str(path)!r} is not writable: {str(existing)!r} {reason} "
+            f"(choose another folder)"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 @contextlib.contextmanager
@@ -167,3 +180,59 @@ def save_figure_atomic(fig: Any, path: Path) -> bytes:
     png = figure_png(fig)
     write_bytes_atomic(path, png)
     return png
+
+
+# ---- reading back what posexp wrote ---------------------------------------------------------
+
+
+def read_json(path: Path, shape: Any = None) -> Any:
+    """A JSON file posexp wrote, parsed; None when there is none. Cut short, empty, not UTF-8,
+    not JSON, or failing ``shape`` (a function naming what is wrong, None when nothing is) is
+    ``UnreadableFile``: one line naming the file, never taken for "no file"."""
+    from posexp.errors import UnreadableFile
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise UnreadableFile(path, "a folder is in its place") from None
+    except OSError as e:
+        raise UnreadableFile(path, e.strerror or type(e).__name__) from None
+    except UnicodeDecodeError as e:
+        raise UnreadableFile(path, f"not UTF-8 at byte {e.start}") from None
+    except ValueError as e:
+        reason = "empty" if not path.stat().st_size else f"not JSON: {e}"
+        raise UnreadableFile(path, reason) from None
+    problem = shape(data) if shape is not None else None
+    if problem:
+        raise UnreadableFile(path, problem)
+    return data
+
+
+def keep_damaged(path: Path) -> Path | None:
+    """Before a damaged file is replaced: its bytes copied to ``<path>.bak`` (``.bak.2``, ...
+    when one exists), so nothing a user may want to recover is overwritten; the backup's path,
+    None when there was no file."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    for n in range(1, 1000):
+        backup = path.with_name(path.name + (".bak" if n == 1 else f".bak.{n}"))
+        if not backup.exists():
+            write_bytes_atomic(backup, path.read_bytes())
+            return backup
+    raise FileExistsError(f"{path}.bak: 999 backups already")
+
+
+def mapping_shape(required: Sequence[str] = ()) -> Any:
+    """A ``read_json`` shape: a JSON object holding ``required`` keys."""
+
+    def check(data: Any) -> str | None:
+        if not isinstance(data, dict):
+            return f"expected a JSON object, found {type(data).__name__}"
+        missing = [k for k in required if k not in data]
+        return f"no {missing[0]!r}" if missing else None
+
+    return check

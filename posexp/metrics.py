@@ -14,6 +14,14 @@ from collections.abc import Sequence
 DECIMALS = {"loss": 4, "ppl": 2, "accuracy": 3, "bleu": 2, "chrf": 2}
 
 
+def clock_text(seconds: float) -> str:
+    """1h02m, 3m05s or 42s."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 def metric_text(name: str, value: float) -> str:
     """``value`` with the fixed decimals of its metric kind (4 significant digits otherwise)."""
     kind = next((k for k in DECIMALS if name.lower().endswith(k)), None)

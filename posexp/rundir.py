@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from posexp import runlock
 from posexp.checkpoint import CHECKPOINT, checkpoint_dir, has_checkpoint, load_weights, read_meta
+from posexp.checks import user_path
 from posexp.config import RunConfig
-from posexp.errors import PosexpError
-from posexp.files import staged_current, write_json_atomic
+from posexp.errors import PosexpError, UnreadableFile
+from posexp.files import keep_damaged, read_json, write_json_atomic
+
+log = logging.getLogger("posexp")
 
 if TYPE_CHECKING:  # annotations only: the model is imported where it is loaded
     from posexp.extension import ExtensionConfig
@@ -45,7 +48,7 @@ class RunDir:
     @classmethod
     def open(cls, path: Path | str, what: str = "run dir") -> RunDir:
         """An existing folder, else a one-line error saying what is there instead."""
-        p = Path(path)
+        p = user_path(what, path)
         label = f"{what}{str(p)!r}" if what.endswith("=") else f"{what} {str(p)!r}"
         if p.is_file():
             raise PosexpError(
@@ -55,6 +58,29 @@ class RunDir:
         if not p.is_dir():
             raise PosexpError(f"{label}: no such {'directory' if what == 'folder' else 'run dir'}")
         return cls(p)
+
+    @classmethod
+    def open_run(cls, path: Path | str, what: str = "--run") -> RunDir:
+        """``open``, and a run: a sweep dir is refused naming its jobs, any other folder saying
+        what a run dir holds (where a command takes one run, never a guess)."""
+        folder = cls.open(path, what)
+        if folder.is_run():
+            return folder
+        try:
+            jobs = find_runs(folder.path)
+        except PosexpError:
+            jobs = []
+        if jobs:
+            names = [str(j.path.relative_to(folder.path)) for j in jobs]
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            raise PosexpError(
+                f"{what} {str(folder.path)!r} is a folder of {len(jobs)} runs ({shown}); "
+                f"pass one of them"
+            )
+        raise PosexpError(
+            f"{what} {str(folder.path)!r} is not a run dir (it holds no {CHECKPOINT}/, "
+            f"{RESULTS} or {HYDRA}/); pass a run from `posexp runs`"
+        )
 
     # ---- layout -------------------------------------------------------------------------------
 
@@ -104,25 +130,19 @@ class RunDir:
         return int(self.meta()["step"]) if self.has_checkpoint() else None
 
     def results(self) -> dict[str, Any] | None:
-        """``results.json`` as a dict; None if absent or unreadable."""
+        """``results.json`` as a dict; None if absent or unreadable (``results_problem`` says why)."""
         try:
-            data = json.loads(self.results_file.read_text())
-        except (OSError, ValueError):
+            return read_json(self.results_file, results_shape)
+        except UnreadableFile:
             return None
-        return data if isinstance(data, dict) else None
 
     def results_problem(self) -> str | None:
         """Why ``results.json`` exists but cannot be read (cut short, not JSON); None otherwise."""
         try:
-            data = json.loads(self.results_file.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            reason = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
-            return f"{str(self.results_file)!r} is unreadable ({reason})"
-        return (
-            None if isinstance(data, dict) else f"{str(self.results_file)!r} is not a JSON mapping"
-        )
+            read_json(self.results_file, results_shape)
+        except UnreadableFile as e:
+            return str(e)
+        return None
 
     def status(self) -> str:
         """completed, failed, unfinished (running, killed, interrupted) or unreadable (results.json)."""
@@ -168,16 +188,6 @@ class RunDir:
         except (OSError, yaml.YAMLError):
             return []
         return [str(o) for o in data or []] if isinstance(data, list) else []
-
-    def read_json(self, relative: str) -> Any:
-        """A JSON file inside the run dir; None if absent or unreadable. A file in a staged folder
-        (``eval/``) is read from ``eval.old`` while a swap is cut halfway."""
-        folder, _, rest = relative.partition("/")
-        path = staged_current(self.path / folder) / rest if rest else self.path / relative
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
 
     # ---- writing ------------------------------------------------------------------------------
 
@@ -233,12 +243,21 @@ class RunDir:
             self.unlock()
 
     def write_results(self, results: dict[str, Any]) -> None:
-        """Write ``results.json`` atomically."""
+        """Write ``results.json`` atomically (a damaged one is kept as ``results.json.bak``)."""
+        self._keep_if_damaged()
         write_json_atomic(self.results_file, results)
 
     def clear_results(self) -> None:
-        """Forget a stale ``results.json`` (a failed attempt, before a rerun)."""
+        """Forget a stale ``results.json`` (a failed attempt, before a rerun); a damaged one is
+        kept as ``results.json.bak``."""
+        self._keep_if_damaged()
         self.results_file.unlink(missing_ok=True)
+
+    def _keep_if_damaged(self) -> None:
+        problem = self.results_problem()
+        if problem:
+            backup = keep_damaged(self.results_file)
+            log.warning("%s; replaced, the old bytes kept in %s", problem, backup)
 
     # ---- the trained model --------------------------------------------------------------------
 
@@ -258,6 +277,22 @@ class RunDir:
         model = GPT(cfg)
         load_weights(self.path, model)
         return model.to(device).eval()
+
+
+RESULT_STATUSES = ("completed", "failed")
+
+
+def results_shape(data: Any) -> str | None:
+    """What is wrong with a loaded ``results.json`` (None: nothing): a mapping whose status is
+    completed or failed, its metrics numbers."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object, found {type(data).__name__}"
+    if data.get("status") not in RESULT_STATUSES:
+        return f"status must be {' or '.join(RESULT_STATUSES)}, found {data.get('status')!r}"
+    for key, value in data.items():
+        if "/" in key and value is not None and not isinstance(value, (int, float)):
+            return f"{key} must be a number, found {value!r}"
+    return None
 
 
 def _resolved(data: dict[str, Any]) -> dict[str, Any]:
@@ -283,6 +318,8 @@ def find_runs(
     marks = {p.parent for pattern in (HYDRA, RESULTS, CHECKPOINT) for p in root.path.rglob(pattern)}
     runs = sorted(RunDir(d) for d in marks if d != root.path and RunDir(d).is_run())
     runs = [r for r in runs if not any(o.path in r.path.parents for o in runs)]
+    for r in runs:  # a job dir renamed by hand: refused by name, not read as damaged later
+        user_path(f"run dir in {str(root.path)!r}:", r.path.relative_to(root.path))
     if need_checkpoint:
         runs = [r for r in runs if r.has_checkpoint()]
     if not runs:
@@ -304,4 +341,5 @@ def latest_run(root: Path | str = "outputs") -> RunDir:
         raise PosexpError(
             f"no trained run under {str(root)!r}; train one with `posexp train` or pass --run"
         )
-    return RunDir(max(metas, key=os.path.getmtime).parent.parent)
+    newest = max(metas, key=os.path.getmtime).parent.parent
+    return RunDir(user_path(f"the newest run under {str(root)!r},", newest))

@@ -145,6 +145,8 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
         "experiment=passkey",
         f"parent={out / 'lm'}",
         f"train.max_steps={a.passkey_steps}",
+        # The preset's 100 warmup steps, or a tenth of a shorter run (a warmup must end).
+        f"train.warmup_steps={min(100, a.passkey_steps // 10)}",
         f"data.test_examples={a.examples}",
         *common,
     )
@@ -170,7 +172,7 @@ def pipeline(a: argparse.Namespace, seed: int, out: Path) -> None:
             "train.batch_size=8",
             f"train.lr={a.finetune_lr:g}",
             f"train.min_lr={a.finetune_lr / 10:g}",
-            "train.warmup_steps=50",
+            f"train.warmup_steps={min(50, a.finetune_steps // 10)}",
             f"train.max_steps={a.finetune_steps}",
             "train.eval_interval=100",
             f"train.checkpoint_interval={a.finetune_steps}",

@@ -228,7 +228,8 @@ def test_a_zero_byte_state_is_refused_in_one_line(tmp_path):
         ('{"step": -1}', r"step must be an integer >= 0, found -1"),
         ('{"step": 3, "model": "gpt"}', r"model must be a mapping, found str"),
         ('{"step": 3, "config": [1]}', r"config must be a mapping, found list"),
-        ("{not json", r"Expecting property name"),
+        ("{not json", r"not JSON: Expecting property name"),
+        ("", r"empty"),
     ],
 )
 def test_a_damaged_meta_is_refused_naming_the_file(tmp_path, meta, message):

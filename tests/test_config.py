@@ -173,13 +173,51 @@ def test_a_rate_is_accepted_exactly_when_it_is_a_finite_number_in_range(key, val
         not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
     )
     valid = number and (value > 0 if RATES[key] == "> 0" else value >= 0)
+    d = with_train(key, value)
+    # The pair min_lr <= lr is its own check (below): keep the other rate out of its way.
+    if key == "lr":
+        d["train"]["min_lr"] = 0.0
+    elif key == "min_lr" and valid:
+        d["train"]["lr"] = max(float(value), 1e-3)
     if valid:
-        assert getattr(RunConfig.from_dict(with_train(key, value)).train, key) == float(value)
+        assert getattr(RunConfig.from_dict(d).train, key) == float(value)
     else:
         with pytest.raises(
             PosexpError, match=f"^train.{key} must be a finite number {re.escape(RATES[key])}, got "
         ):
-            RunConfig.from_dict(with_train(key, value))
+            RunConfig.from_dict(d)
+
+
+@pytest.mark.parametrize(
+    ("min_lr", "lr", "ok"),
+    [(1.0, 0.003, False), (0.003, 0.003, True), (0.0, 0.003, True), (0.0031, 0.003, False)],
+)
+def test_min_lr_above_lr_is_refused_where_the_config_is_built(min_lr, lr, ok):
+    d = with_train("min_lr", min_lr)
+    d["train"]["lr"] = lr
+    if ok:
+        assert RunConfig.from_dict(d).train.min_lr == min_lr
+    else:
+        with pytest.raises(PosexpError, match=rf"^train.min_lr={min_lr:g} is above train.lr="):
+            RunConfig.from_dict(d)
+
+
+@pytest.mark.parametrize(
+    ("warmup", "steps", "expected"),
+    [(None, 600, 60), (None, 5, 0), (59, 60, 59), (60, 60, None), (100, 50, None)],
+)
+def test_warmup_follows_the_run_length_or_must_be_below_it(warmup, steps, expected):
+    d = with_train("warmup_steps", warmup)
+    d["train"]["max_steps"] = steps
+    if expected is None:
+        with pytest.raises(
+            PosexpError,
+            match=rf"^train.warmup_steps={warmup} must be below "
+            rf"train.max_steps={steps} ",
+        ):
+            RunConfig.from_dict(d)
+    else:
+        assert RunConfig.from_dict(d).train.warmup_steps == expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -187,7 +225,9 @@ def test_a_rate_is_accepted_exactly_when_it_is_a_finite_number_in_range(key, val
 def test_a_count_is_accepted_exactly_when_it_is_a_positive_integer(key, value):
     valid = not isinstance(value, bool) and isinstance(value, int) and value > 0
     if valid:
-        assert getattr(RunConfig.from_dict(with_train(key, value)).train, key) == value
+        d = with_train(key, value)
+        d["train"]["warmup_steps"] = None  # warmup < max_steps is its own check
+        assert getattr(RunConfig.from_dict(d).train, key) == value
     else:
         with pytest.raises(PosexpError, match=f"^train.{key} must be a positive integer, got "):
             RunConfig.from_dict(with_train(key, value))

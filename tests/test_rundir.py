@@ -127,9 +127,13 @@ def test_concurrent_claims_of_one_dir_never_share_it(tmp_path):
 
 
 def test_a_reader_finds_a_staged_folder_cut_between_its_renames(tmp_path):
-    from posexp.files import staged_dir
+    from posexp.files import read_json, staged_current, staged_dir
 
-    run = RunDir(tmp_path)
+    class run:  # what the records' reader does: the staged folder's current copy
+        @staticmethod
+        def read_json(name):
+            return read_json(staged_current(tmp_path / "eval") / name.split("/", 1)[1])
+
     with staged_dir(tmp_path / "eval") as out:
         (out / "extrapolate.json").write_text('[{"method": "none"}]')
     (tmp_path / "eval").rename(tmp_path / "eval.old")  # a kill after the first rename of a swap

@@ -65,7 +65,7 @@ def generate(
     prompts: list[str] = typer.Argument(
         ..., help="Texts: sources to translate (pairs run) or to continue (lm run)."
     ),
-    run: Path | None = typer.Option(
+    run: str | None = typer.Option(
         None, "--run", help="Run dir (default: the latest under outputs/)."
     ),
     max_new_tokens: int = typer.Option(
@@ -121,7 +121,7 @@ def generate(
 @app.command("eval-extrapolate", cls=Command)
 @says_interrupted
 def eval_extrapolate(
-    run: Path | None = typer.Option(
+    run: str | None = typer.Option(
         None,
         "--run",
         help="Run dir, or a sweep dir (every job); default: the newest run under outputs/.",
@@ -217,7 +217,7 @@ def methods() -> None:
 @says_interrupted
 def finetune(
     ctx: typer.Context,
-    run: Path | None = typer.Option(
+    run: str | None = typer.Option(
         None, "--run", help="The run to continue (its checkpoint is loaded)."
     ),
 ) -> None:
@@ -237,7 +237,7 @@ def finetune(
 @app.command(cls=Command)
 @says_interrupted
 def report(
-    target: Path = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
+    target: str = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
     evaluate: bool = typer.Option(
         True,
         "--eval/--no-eval",
@@ -264,9 +264,7 @@ def report(
 @app.command(cls=Command)
 @says_interrupted
 def runs(
-    root: Path = typer.Argument(
-        Path("outputs"), help="Folder to search (runs and sweeps below it)."
-    ),
+    root: str = typer.Argument("outputs", help="Folder to search (runs and sweeps below it)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     wide: bool = typer.Option(False, "--wide", help="Every column, even those empty in every run."),
 ) -> None:

@@ -3,8 +3,10 @@ runs: Hydra creates the run dir first thing, so a refused command line must neve
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from posexp.checks import user_path
 from posexp.errors import PosexpError
 from posexp.paths import config_dir
 
@@ -66,15 +68,25 @@ def check_output_arg(args: list[str]) -> None:
 
     if any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for a in args):
         return
-    values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    values = {
+        k.lstrip("+"): v
+        for k, v in (a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
+    }
     multirun = any(a in ("-m", "--multirun") for a in args)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    if values.get("resume") not in (None, "", "null"):
+    if values.get("resume") not in (None, "null"):
         check_writable(values["resume"], "resume=")
     elif key in values:
         check_writable(values[key], key)
     else:
         check_writable("outputs", "the output folder")
+    # The token cache is written before the first step: a bad one must not cost a run dir.
+    if "cache_dir" in values:
+        check_writable(values["cache_dir"], "cache_dir")
+    elif os.environ.get("POSEXP_CACHE") is not None:  # train.yaml's cache_dir reads it
+        check_writable(os.environ["POSEXP_CACHE"], "POSEXP_CACHE")
+    if values.get("parent") not in (None, "null"):
+        user_path("parent", values["parent"])
 
 
 def check_run_dir_arg(args: list[str]) -> None:
@@ -123,9 +135,11 @@ def check_resume_arg(args: list[str]) -> None:
     for arg in args:
         if arg.startswith("resume="):
             value = arg.split("=", 1)[1]
-            if value in ("", "null"):
+            if value == "null":
                 continue
-            RunDir.open(value, "resume=").meta()  # one-line error unless it holds a checkpoint
+            RunDir.open(
+                user_path("resume=", value), "resume="
+            ).meta()  # one-line error unless it holds a checkpoint
 
 
 def sweep_keys(args: list[str]) -> dict[str, list[str]]:

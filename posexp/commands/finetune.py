@@ -38,6 +38,7 @@ from posexp.files import write_text_atomic
 from posexp.paths import config_dir
 from posexp.rundir import RunDir
 from posexp.runtime.lifecycle import discard_interrupted, fail_run, own_run_dir
+from posexp.runtime.signals import StopRequested
 
 log = logging.getLogger("posexp")
 
@@ -52,7 +53,7 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
         if any(a in ("--help", "-h", "--hydra-help", "-sc", "--shell-completion") for a in args):
             return ["parent=DIR", *args]  # Hydra's help: groups and the composed config
         raise PosexpError("finetune needs --run DIR, the run to continue (e.g. outputs/runs/<run>)")
-    parent = RunDir.open(run, "--run")
+    parent = RunDir.open_run(run, "--run")
     parent.meta()  # one-line error now if it has no checkpoint
     run = parent.path
     if any(a.split("=", 1)[0].lstrip("+~") in ("parent", "resume") for a in args):
@@ -164,7 +165,10 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
                 merged.extension.method,
                 merged.extension.get("factor"),
             )
-            return run_training(from_composed(merged), run_dir)
+            return run_training(from_composed(merged), run_dir, discard=not multirun)
+        except StopRequested as e:
+            e.forward()  # to submitit's handler (it requeues the job) or exit 128 + signal
+            raise
         except PosexpError as e:
             fail_run(run_dir, e, multirun, discard=True)
         except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,18 @@ def method_for(run_dir: Any, method: str | None, factor: float | None, length: i
         raise PosexpError(f"--method {spec.label!r}: {e}") from None
 
 
+def check_text(name: str, text: str) -> None:
+    """Refuse a prompt that is not UTF-8 text (bytes the shell passed through undecoded)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = os.fsencode(text)
+        raise PosexpError(
+            f"{name} is not UTF-8 text (byte {raw[e.start : e.start + 1]!r} at {e.start}); "
+            f"pass it in UTF-8, e.g. `iconv -t UTF-8`"
+        ) from None
+
+
 def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
     """Token ids of a prompt: ``source <sep>`` for translation and tasks, the text for an lm."""
     ids = tokenizer.encode(text)
@@ -137,9 +150,11 @@ def generate_text(
 
     if not prompts:
         raise PosexpError('no prompt given; pass one or more texts, e.g. "And God said"')
+    for i, prompt in enumerate(prompts):
+        check_text(f"prompt {i + 1}", prompt)
     check_options(max_new_tokens, temperature, top_k, seed, beam_size, length_penalty)
     dev = resolve_device(device)
-    run_dir = RunDir.open(run, "--run") if run is not None else latest_run()
+    run_dir = RunDir.open_run(run, "--run") if run is not None else latest_run()
     if announce is not None:
         announce(run_dir.path)
     if not run_dir.has_checkpoint():

@@ -6,14 +6,14 @@ provenance.json), so it works for finished, failed, unfinished and resumed runs.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
-from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.errors import PosexpError, UnreadableFile
+from posexp.runtime import provenance
 
 FIELDS = (
     "run",
@@ -31,6 +31,7 @@ FIELDS = (
     "bleu",
     "minutes",
     "started",
+    "unreadable",
 )
 # The table's columns: (header, record keys). Steps show as step/max_steps; `started` only in
 # the JSON and the sort order.
@@ -59,12 +60,12 @@ DROP_FIRST = ("min", "seq", "model", "data", "BLEU", "val acc")
 RUN_MIN_WIDTH = 12
 
 
-def _sessions(path: Path) -> list[dict[str, Any]]:
+def _sessions(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The run's sessions, and why they cannot be read ([] and the reason for a damaged record)."""
     try:
-        sessions = json.loads(RunDir(path).provenance_file.read_text())["sessions"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    return sessions if isinstance(sessions, list) else []
+        return provenance.sessions(path), None
+    except UnreadableFile as e:
+        return [], str(e)
 
 
 def _minutes(sessions: list[dict[str, Any]]) -> float | None:
@@ -95,7 +96,8 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     cfg, meta, metrics = job.config, job.meta or {}, job.metrics
     model = meta.get("model") or {}
     ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
-    sessions = _sessions(job.path)  # provenance.json, read once
+    sessions, damaged = _sessions(job.path)  # provenance.json, read once
+    unreadable = [p for p in (job.run.results_problem(), damaged) if p]
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
         # A synthetic run is named by its task (synthetic:copy).
@@ -119,13 +121,14 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         "bleu": metrics.get("final/bleu"),
         "minutes": _minutes(sessions),
         "started": _started(sessions),
+        "unreadable": unreadable,  # files of the run that could not be read, each in one line
     }
 
 
 def list_runs(root: Path | str = Path("outputs")) -> list[dict[str, Any]]:
     """Every run under ``root``, oldest first (by its first session's start; a run without a
     provenance record by its dir's time), so evaluating a run never moves it."""
-    root = Path(root)
+    root = user_path("runs: FOLDER", root)
     if root.is_file():
         raise PosexpError(
             f"runs: {str(root)!r} is a file, not a folder; pass a run dir or a folder "
@@ -203,6 +206,9 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
             f"(hidden at this width: {', '.join(hidden)}; --wide shows every column)",
             highlight=False,
         )
+    for row in rows:  # named under the table: a damaged file is never a silent blank
+        for problem in row.get("unreadable") or ():
+            console.print(f"{row['run']}: {problem}", highlight=False, soft_wrap=True)
 
 
 def _table_width(texts: dict[str, list[str]], headers: list[str]) -> int:

@@ -8,6 +8,7 @@ clipping, periodic evaluation on a fixed validation slice, bf16 autocast where i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sys
@@ -30,22 +31,24 @@ from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.hardware import out_of_memory
-from posexp.metrics import metric_text
+from posexp.metrics import clock_text, metric_text
 from posexp.model import GPT, ModelConfig, flex
 from posexp.objectives import OBJECTIVES, Objective, build_objective
 from posexp.positions import random_positions
 from posexp.rundir import RunDir
 from posexp.runtime import distributed, provenance
+from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, to_device
 from posexp.runtime.lifecycle import (
     Diverged,
+    abandon_run,
     discard_interrupted,
     fail_run,
     own_run_dir,
     report_stop,
 )
-from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups, schedule_note
+from posexp.runtime.optim import build_optimizer, lr_lambda, parameter_groups
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
@@ -119,7 +122,8 @@ class Trainer:
             "params": self.raw_model.num_params(),
             "precision": self.precision,
         }
-        save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
+        with self.stop.checkpointing() if self.stop else contextlib.nullcontext():
+            save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
         log.info("checkpoint saved at step %d", self.step)
 
     def fit(self, stop: GracefulStop | None = None) -> float:
@@ -145,6 +149,8 @@ class Trainer:
             metrics = self.objective.evaluate(self.raw_model, self.step, distributed.NullWriter())
             self.last_val = metrics["val/loss"]
         self.model.train()
+        if stop is not None:
+            stop.begin()
         with logging_redirect_tqdm():  # log lines print above the bar instead of through it
             self._loop(bar, window_start, window_steps, tokens_per_step)
         bar.close()
@@ -206,7 +212,7 @@ class Trainer:
                         loss_value,
                         lr,
                         f"{tps:,.0f}",
-                        _duration(eta),
+                        clock_text(eta),
                     )
                 window_start, window_steps = time.perf_counter(), 0
             if self.step % t.eval_interval == 0 or self.step == t.max_steps:
@@ -233,13 +239,20 @@ class Trainer:
                 raise self.stop.stop(signum, self.step)
 
 
-def run_training(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
-    """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics."""
+def run_training(cfg: RunConfig, run_dir: Path, discard: bool = False) -> dict[str, Any]:
+    """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics.
+
+    ``discard``: this process made ``run_dir`` for a new run, so a stop that cannot wait for a
+    checkpoint removes it (nothing to resume) instead of leaving an unusable dir."""
     try:
         # From here on a stop signal only sets a flag, which the loop reads after its next step:
         # a signal while the data loads or the model is built (after provenance says "running")
-        # must not end the process before that session is recorded as interrupted.
-        with GracefulStop() as stop:
+        # must not end the process before that session is recorded as interrupted. A second
+        # signal, or a step outlasting train.stop_grace_s, ends it at once (abandon_run).
+        def abandon(signum: int, why: str) -> None:
+            abandon_run(run_dir, discard, why)
+
+        with GracefulStop(cfg.train.stop_grace_s, abandon) as stop:
             return _run_training(cfg, run_dir, stop)
     except (MemoryError, RuntimeError) as e:
         short = out_of_memory(e)
@@ -278,6 +291,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         )
     autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
+    check_budget(cfg, mcfg, model, device, precision, getattr(objective, "row_tokens", None))
     state = None
     if cfg.resume:
         load_weights(run_dir, model)
@@ -314,8 +328,6 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         flex.describe(mcfg.attention, device, model.pe.has_bias, mcfg.head_dim),
     )
     log.info("precision: %s (%s)", precision, why)
-    if note := schedule_note(cfg.train.warmup_steps, cfg.train.max_steps):
-        log.warning(note)
     try:
         trainer.fit(stop)
     except (StopRequested, KeyboardInterrupt) as e:
@@ -335,17 +347,9 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     shown = "  ".join(
         f"{names[k]} {metric_text(k, v)}" for k, v in metrics.items() if k != "final/params"
     )
-    log.info("done in %s: %s", _duration(time.perf_counter() - started), shown)
+    log.info("done in %s: %s", clock_text(time.perf_counter() - started), shown)
     log.info("run dir %s  (tensorboard --logdir %s)", run_dir, run_dir.parent)
     return metrics
-
-
-def _duration(seconds: float) -> str:
-    """1h02m, 3m05s or 42s."""
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def train_task(cfg: DictConfig) -> dict[str, Any] | None:
@@ -393,7 +397,7 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
                 return done
             if distributed.is_main():
                 write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
-        return run_training(from_composed(cfg), run_dir)
+        return run_training(from_composed(cfg), run_dir, discard=fresh and not multirun)
     except PosexpError as e:
         fail_run(run_dir, e, multirun, discard=fresh)
     except KeyboardInterrupt:

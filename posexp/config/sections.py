@@ -25,6 +25,8 @@ MISSING = "???"  # Hydra's mark for a value the user must give
 SEED_MAX = (
     2**63 - 1
 )  # numpy takes no negative seed, torch none past 2**64 - 1; int64 keeps it exact
+# train.warmup_steps=null: a tenth of train.max_steps (the 60 of the default 600-step run).
+WARMUP_SHARE, WARMUP_SHARE_TEXT = 10, "a tenth"
 THREADS_MAX = 1024  # more CPU threads than any machine has: torch spawns them and the OS refuses
 
 
@@ -119,12 +121,13 @@ class TrainConfig:
     compile: bool
     threads: int | None
     precision: str
+    stop_grace_s: float | None
 
     @classmethod
     def from_dict(cls, value: Any) -> TrainConfig:
         """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1)."""
         # Runs saved before train.precision existed mean auto (see runtime/precision.py).
-        d = _section("train", value, cls, added={"precision": "auto"})
+        d = _section("train", value, cls, added={"precision": "auto", "stop_grace_s": 20.0})
         for key in (
             "max_steps",
             "batch_size",
@@ -135,7 +138,15 @@ class TrainConfig:
             "checkpoint_interval",
         ):
             positive_int(f"train.{key}", d[key])
-        checks.integer("train.warmup_steps", d["warmup_steps"], low=0)
+        warmup = checks.integer("train.warmup_steps", d["warmup_steps"], low=0, allow_none=True)
+        if warmup is None:  # follows the run's length: a 50-step smoke run still decays
+            d["warmup_steps"] = d["max_steps"] // WARMUP_SHARE
+        elif warmup >= d["max_steps"]:
+            raise PosexpError(
+                f"train.warmup_steps={warmup} must be below train.max_steps={d['max_steps']} "
+                f"(the learning rate would only rise, never decay); lower it, or "
+                f"train.warmup_steps=null for {WARMUP_SHARE_TEXT} of the run"
+            )
         betas = d["betas"]
         if not isinstance(betas, (list, tuple)) or len(betas) != 2:
             raise PosexpError(f"train.betas must be two numbers in [0, 1), got {betas!r}")
@@ -162,7 +173,7 @@ class TrainConfig:
                 )
             },
             lr=number("train.lr", d["lr"], "> 0"),
-            min_lr=number("train.min_lr", d["min_lr"], ">= 0"),
+            min_lr=_min_lr(d["min_lr"], d["lr"]),
             weight_decay=number("train.weight_decay", d["weight_decay"], ">= 0"),
             grad_clip=number("train.grad_clip", d["grad_clip"], "> 0"),
             betas=(
@@ -171,7 +182,20 @@ class TrainConfig:
             ),
             threads=_threads(d["threads"]),
             precision=d["precision"],
+            stop_grace_s=number("train.stop_grace_s", d["stop_grace_s"], "> 0", allow_none=True),
         )
+
+
+def _min_lr(value: Any, lr: Any) -> float:
+    """``train.min_lr``: the cosine decay's floor, at most ``train.lr`` (above it the "decay"
+    would climb)."""
+    min_lr = number("train.min_lr", value, ">= 0")
+    if min_lr > number("train.lr", lr, "> 0"):
+        raise PosexpError(
+            f"train.min_lr={min_lr:g} is above train.lr={lr:g}: the cosine decay would climb "
+            f"instead of decaying; allowed: train.min_lr <= {lr:g}"
+        )
+    return min_lr
 
 
 def _threads(value: Any) -> int | None:

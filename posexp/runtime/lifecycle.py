@@ -56,6 +56,34 @@ def report_stop(run_dir: Path, e: BaseException, step: int) -> None:
         )
 
 
+def abandon_run(run_dir: Path, discard: bool, why: str) -> None:
+    """A stop that could not wait for the step's end (``GracefulStop``): the dir is left
+    resumable (its last checkpoint, whole: checkpoints are swapped in atomically) or, with no
+    checkpoint yet and ``discard``, removed; one line says which."""
+    if not distributed.is_main():
+        return
+    try:
+        saved = RunDir(run_dir).step()
+    except PosexpError:
+        saved = None
+    if saved is None and discard:
+        log.warning(
+            "stopped at once (%s): no checkpoint yet, nothing to resume; removed %s", why, run_dir
+        )
+        release_log_files(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        if provenance.opened_here(run_dir):
+            provenance.finish(run_dir, "interrupted")
+    kept = (
+        "no checkpoint yet: rerun it with the same command"
+        if saved is None
+        else f"the checkpoint of step {saved} is kept; resume with: posexp train resume={run_dir}"
+    )
+    log.warning("stopped at once (%s); %s", why, kept)
+
+
 def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:
     """End a job on a user error: a sweep records it and goes on; a single run stops in one line."""
     if multirun or isinstance(e, Diverged):

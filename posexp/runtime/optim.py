@@ -44,13 +44,3 @@ def parameter_groups(
     """The parameters with weight decay (matrices) and without (norms, biases), in the optimizer's order."""
     params = list(model.parameters())
     return [p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2]
-
-
-def schedule_note(warmup_steps: int, max_steps: int) -> str | None:
-    """A warning when the warmup covers the whole run (the learning rate never decays)."""
-    if warmup_steps < max_steps:
-        return None
-    return (
-        f"train.warmup_steps={warmup_steps} covers the whole run (train.max_steps={max_steps}): "
-        "the learning rate only rises and never decays"
-    )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import json
 import platform
 import subprocess
 import time
@@ -28,8 +27,8 @@ from typing import Any
 import torch
 
 from posexp.config import PRECISIONS
-from posexp.errors import PosexpError, choose
-from posexp.files import write_json_atomic
+from posexp.errors import PosexpError, UnreadableFile, choose
+from posexp.files import keep_damaged, read_json, write_json_atomic
 
 Autocast = Callable[[], Any]
 # bf16 must beat fp32 by this much for auto to take it: a CPU near parity gains nothing, and a
@@ -126,11 +125,12 @@ def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
     path = cache_dir / "precision" / f"cpu_bf16_{digest}.json" if cache_dir else None
     if path is not None:
         try:
-            cached = json.loads(path.read_text())
-            if cached.get("key") == key:
+            cached = read_json(path, _cache_shape)
+            if cached is not None and cached["key"] == key:
                 return float(cached["speedup"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        except UnreadableFile:  # a cache: measured again, the damaged file kept as .bak
+            with contextlib.suppress(OSError):
+                keep_damaged(path)
     speedup = matmul_speedup(width)
     if path is not None:
         try:
@@ -139,6 +139,17 @@ def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
         except OSError:
             pass  # a read-only cache only costs the measurement next time
     return speedup
+
+
+def _cache_shape(data: Any) -> str | None:
+    """A cached verdict: its key and a positive speedup."""
+    ok = (
+        isinstance(data, dict)
+        and isinstance(data.get("key"), str)
+        and isinstance(data.get("speedup"), (int, float))
+        and data["speedup"] > 0
+    )
+    return None if ok else "expected a key and a positive speedup"
 
 
 def resolve_precision(

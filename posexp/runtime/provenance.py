@@ -6,7 +6,7 @@ run and every resume), so a resumed run says what each part of it ran with.
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import platform
 import shlex
@@ -17,7 +17,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from posexp.files import write_json_atomic
+from posexp.errors import UnreadableFile
+from posexp.files import keep_damaged, read_json, write_json_atomic
+
+log = logging.getLogger("posexp")
 
 FILE = "provenance.json"
 # Set by the CLI; inherited by sweep workers and torchrun's processes, whose own argv differ.
@@ -98,15 +101,28 @@ def scheduler() -> dict[str, str] | None:
     return {"name": "slurm", "restart_count": "0", **facts}  # Slurm sets it from the 1st requeue
 
 
+def provenance_shape(data: Any) -> str | None:
+    """What is wrong with a loaded ``provenance.json`` (None: nothing): a list of sessions."""
+    if not isinstance(data, dict) or not isinstance(data.get("sessions"), list):
+        return "expected a JSON object with a list of sessions"
+    bad = [i for i, s in enumerate(data["sessions"]) if not isinstance(s, dict)]
+    return f"session {bad[0] + 1} is not a JSON object" if bad else None
+
+
+def sessions(run_dir: Path) -> list[dict[str, Any]]:
+    """The recorded sessions of ``run_dir`` ([] without a record); ``UnreadableFile`` if damaged."""
+    data = read_json(Path(run_dir) / FILE, provenance_shape)
+    return data["sessions"] if data else []
+
+
 def _read(run_dir: Path) -> dict[str, Any]:
+    """The record to add to: a damaged one is kept as ``provenance.json.bak`` and said so, once,
+    and the history starts again from this session (never silently replaced)."""
     try:
-        data = json.loads((run_dir / FILE).read_text())
-        return (
-            data
-            if isinstance(data, dict) and isinstance(data.get("sessions"), list)
-            else {"sessions": []}
-        )
-    except (OSError, ValueError):
+        return {"sessions": sessions(run_dir)}
+    except UnreadableFile as e:
+        backup = keep_damaged(Path(run_dir) / FILE)
+        log.warning("%s: its sessions are kept in %s; a new record starts here", e, backup)
         return {"sessions": []}
 
 

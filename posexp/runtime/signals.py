@@ -1,19 +1,32 @@
-"""A graceful stop on SIGTERM and the time-limit signal: finish the step, checkpoint, exit.
+"""A graceful stop on SIGTERM, SIGINT and the time-limit signal: finish the step, checkpoint,
+exit; a second signal (or a step that does not end within the grace period) exits at once.
 
 Slurm, Kubernetes and ``kill`` send SIGTERM first (Slurm at a job's time limit, after
 ``scancel``, on preemption), and submitit asks Slurm for SIGUSR2 shortly before the limit. A
 training that dies on them loses every step since its last periodic checkpoint. Inside
 ``GracefulStop`` the signal only sets a flag; the training loop reads it after each step (under
-torchrun at logging steps, where the ranks agree on it), writes a checkpoint at that step and raises ``StopRequested``. Whoever
-listened to the signal before (submitit's handler, which requeues the job) then gets it; with
-nobody, the process exits with 128 + the signal number (143 for SIGTERM, 140 for SIGUSR2).
+torchrun at logging steps, where the ranks agree on it), writes a checkpoint at that step and
+raises ``StopRequested``. Whoever listened to the signal before (submitit's handler, which
+requeues the job; Python's Ctrl-C handler) then gets it; with nobody, the process exits with
+128 + the signal number (143 for SIGTERM, 140 for SIGUSR2).
+
+Python runs signal handlers only between bytecodes, so a handler waits for a long torch call
+(a step at 100k tokens takes hours on a CPU) to return. The C-level handler still writes each
+signal's number to a wakeup fd at once: a watchdog thread reads it there, and on a second
+signal, or when the step has not ended ``grace_s`` after the first, it ends the process itself
+(``on_force`` says what is kept, then ``os._exit``), whatever the main thread is doing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
+import socket
 import threading
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -24,8 +37,11 @@ from posexp.runtime import distributed
 log = logging.getLogger("posexp")
 
 STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGUSR2") if hasattr(signal, name)
+    getattr(signal, name) for name in ("SIGTERM", "SIGUSR2", "SIGINT") if hasattr(signal, name)
 )
+# Slurm's KillWait (SIGTERM to SIGKILL) is 30 s by default: a stop that waits longer is killed
+# anyway, without a word.
+DEFAULT_GRACE_S = 20.0
 
 
 class StopRequested(BaseException):
@@ -56,30 +72,130 @@ class StopRequested(BaseException):
 
 
 class GracefulStop:
-    """Context manager: stop signals set a flag instead of ending the process."""
+    """Context manager: stop signals set a flag instead of ending the process; a second one, or
+    ``grace_s`` seconds without reaching a step's end, ends it at once through ``on_force``."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        grace_s: float | None = DEFAULT_GRACE_S,
+        on_force: Callable[[int, str], None] | None = None,
+        exit_now: Callable[[int], Any] = os._exit,
+    ) -> None:
         self.signum: int | None = None
         self.previous: dict[int, Any] = {}
+        self.grace_s, self.on_force, self.exit_now = grace_s, on_force, exit_now
+        self.saving = threading.Event()  # a checkpoint is being written: the grace waits for it
+        self.started = False  # set by the loop (begin): Ctrl-C before it interrupts at once
+        self._socks: tuple[socket.socket, socket.socket] | None = None
+        self._old_fd = -1
+        self._watchdog: threading.Thread | None = None
 
     def __enter__(self) -> GracefulStop:
-        if threading.current_thread() is threading.main_thread():  # handlers live there only
-            for sig in STOP_SIGNALS:
-                self.previous[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is not threading.main_thread():  # handlers live there only
+            return self
+        for sig in STOP_SIGNALS:
+            self.previous[sig] = signal.signal(sig, self._handle)
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        self._socks = (reader, writer)
+        self._old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._watchdog = threading.Thread(target=self._watch, name="posexp-stop", daemon=True)
+        self._watchdog.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._socks is not None:
+            signal.set_wakeup_fd(self._old_fd)
+            self._socks[1].close()  # the watchdog's read returns: it ends
+            if self._watchdog is not None:
+                self._watchdog.join(timeout=5)
+            self._socks[0].close()
+            self._socks = None
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
+    def begin(self) -> None:
+        """The training loop starts: from now on Ctrl-C, too, waits for the step's end."""
+        self.started = True
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # The Python-level handler (main thread, between bytecodes): the watchdog counts and
+        # speaks; this only makes sure the flag is up when the loop looks. Ctrl-C before the
+        # first step has nothing to wait for: it interrupts at once, as Python's own handler.
+        if signum == signal.SIGINT and not self.started:
+            raise KeyboardInterrupt
         if self.signum is None:
             self.signum = signum
-            if distributed.is_main():  # every torchrun rank gets it; one line says so
-                log.warning(
-                    "received %s: stopping after this step, with a checkpoint",
-                    signal.Signals(signum).name,
+
+    @contextlib.contextmanager
+    def checkpointing(self) -> Iterator[None]:
+        """A checkpoint write: the grace period does not end inside it (a second signal does)."""
+        self.saving.set()
+        try:
+            yield
+        finally:
+            self.saving.clear()
+
+    def _watch(self) -> None:
+        """Read signal numbers from the wakeup fd until the context ends (a thread)."""
+        assert self._socks is not None
+        reader, first_at = self._socks[0], None
+        while True:
+            timeout = None
+            if first_at is not None and self.grace_s is not None:
+                timeout = (
+                    1.0 if self.saving.is_set() else first_at + self.grace_s - time.monotonic()
                 )
+            reader.settimeout(None if timeout is None else max(timeout, 0.0))
+            try:
+                data = reader.recv(64)
+            except TimeoutError:
+                if not self.saving.is_set():
+                    assert self.signum is not None and self.grace_s is not None
+                    name = signal.Signals(self.signum).name
+                    self._force(
+                        self.signum, f"{name} {self.grace_s:g} s ago and the step had not ended"
+                    )
+                    return
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in STOP_SIGNALS:
+                    continue
+                if first_at is None:
+                    first_at = time.monotonic()
+                    self.signum = self.signum or signum
+                    if signum == signal.SIGINT and not self.started:
+                        continue  # a KeyboardInterrupt in the main thread (``_handle``)
+                    if distributed.is_main():  # every torchrun rank gets it; one line says so
+                        log.warning(
+                            "received %s: stopping after this step, with a checkpoint "
+                            "(a second signal stops at once)",
+                            signal.Signals(signum).name,
+                        )
+                else:
+                    self._force(signum, f"a second stop signal, {signal.Signals(signum).name}")
+                    return
+
+    def _force(self, signum: int, why: str) -> None:
+        """End the process now: hand the first signal on (submitit requeues the job from it),
+        let ``on_force`` record what is kept, exit with 128 + ``signum``."""
+        try:
+            first = self.signum or signum
+            previous = self.previous.get(first)
+            if callable(previous) and previous is not signal.default_int_handler:
+                with contextlib.suppress(BaseException):  # submitit's handler ends in sys.exit
+                    previous(first, None)
+            if self.on_force is not None:
+                self.on_force(signum, why)
+        finally:
+            for handler in logging.getLogger().handlers + log.handlers:
+                with contextlib.suppress(Exception):
+                    handler.flush()
+            self.exit_now(128 + signum)
 
     def requested(self, device: torch.device) -> int | None:
         """The stop signal, if one arrived on any rank (a collective under torchrun, so every

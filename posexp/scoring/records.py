@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posexp import checks
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, UnreadableFile
 from posexp.rundir import EVAL, RunDir
 
 RECORDS = "extrapolate.json"
@@ -180,25 +180,21 @@ class Record:
 
 def read_file(run: RunDir, name: str) -> list[Record]:
     """The records of ``eval/<name>`` ([] when there is none); a damaged file is one line."""
-    from posexp.files import staged_current
+    from posexp.files import read_json, staged_current
 
     path = staged_current(run.path / EVAL) / name
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError) as e:
-        raise PosexpError(f"{str(path)!r} cannot be read ({e})") from None
-    import json
+
+    def shape(data: Any) -> str | None:
+        return None if isinstance(data, list) else "expected a list of records"
 
     try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise PosexpError(
-            f"{str(path)!r} is damaged ({e}); move it aside, or rescore its cells with --force"
+        data = read_json(path, shape)
+    except UnreadableFile as e:
+        raise UnreadableFile(
+            path, f"{e.reason}; move it aside, or rescore its cells with --force"
         ) from None
-    if not isinstance(data, list):
-        raise PosexpError(f"{str(path)!r} is damaged: expected a list of records")
+    if data is None:
+        return []
     return [Record.from_dict(r, f"{path.name} record {i + 1}") for i, r in enumerate(data)]
 
 
@@ -209,6 +205,7 @@ class Stored:
     current: list[Record]  # of the run's current checkpoint
     stale: list[Record]  # of earlier checkpoints (or of none named: written by an older posexp)
     checkpoint: Checkpoint
+    damaged: list[str] = field(default_factory=list)  # files read as empty (force): kept as .bak
 
     def measured(self) -> dict[tuple, Record]:
         """The current records by key."""
@@ -222,15 +219,17 @@ def load(run: RunDir, checkpoint: Checkpoint | None = None, force: bool = False)
     """
     checkpoint = checkpoint or checkpoint_of(run)
     records: list[Record] = []
+    damaged = []
     for name in (RECORDS, STALE):
         try:
             records += read_file(run, name)
         except PosexpError:
             if not force:
                 raise
+            damaged.append(name)
     current = [r for r in records if r.checkpoint == checkpoint]
     stale = [r for r in records if r.checkpoint != checkpoint]
-    return Stored(current, stale, checkpoint)
+    return Stored(current, stale, checkpoint, damaged)
 
 
 def merged(stored: Stored, new: list[Record]) -> list[Record]:

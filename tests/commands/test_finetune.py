@@ -137,7 +137,8 @@ def test_finetune_needs_a_checkpoint(tmp_path, cache):
     proc = posexp(tmp_path, cache, "finetune", "--run", "empty", "extension=pi", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: no checkpoint in 'empty' (expected checkpoint/meta.json)"
+        "error: --run 'empty' is not a run dir (it holds no checkpoint/, results.json or "
+        ".hydra/); pass a run from `posexp runs`"
     ]
 
 

@@ -56,6 +56,7 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
         "bleu": None,
         "minutes": 7.0,
         "started": "2026-01-01T00:00:00+00:00",
+        "unreadable": [],
     }
     assert (
         rows["sweeps/s/heads=4"]["status"] == "failed" and rows["sweeps/s/heads=4"]["pe"] == "alibi"

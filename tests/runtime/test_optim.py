@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from posexp.runtime.optim import lr_lambda, schedule_note
+from posexp.runtime.optim import lr_lambda
 
 
 def test_warmup_then_cosine_to_the_floor():
@@ -17,9 +17,3 @@ def test_warmup_then_cosine_to_the_floor():
     # Half-way through the decay the cosine is at its mean: floor + (1 - floor) / 2.
     assert f(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)), abs=0.02)
     assert f(110) == pytest.approx(0.1, abs=1e-6)
-
-
-def test_a_warmup_as_long_as_the_run_is_named():
-    assert schedule_note(10, 11) is None
-    note = schedule_note(60, 60)
-    assert note.startswith("train.warmup_steps=60 covers the whole run (train.max_steps=60)")

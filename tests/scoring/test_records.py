@@ -137,7 +137,10 @@ def test_new_weights_get_a_new_checkpoint_id(run):
 def test_a_damaged_file_is_one_line_unless_forced(run, text):
     (run.path / "eval").mkdir()
     (run.path / "eval" / "extrapolate.json").write_text(text)
-    with pytest.raises(PosexpError, match=r"extrapolate\.json' is damaged"):
+    with pytest.raises(
+        PosexpError,
+        match=r"extrapolate\.json' is unreadable \(.*; move it aside, or rescore its cells with --force\)$",
+    ):
         load(run)
     assert load(run, force=True).current == []  # --force: its cells are rescored
 

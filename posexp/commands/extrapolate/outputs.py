@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,9 @@ from posexp.commands.extrapolate.plan import RunPlan, RunResult
 from posexp.commands.extrapolate.plots import panel, plot_accuracy, plot_per_position, plot_ppl
 from posexp.extension.spec import method_order
 from posexp.files import (
+    keep_damaged,
     save_figure_atomic,
+    staged_current,
     staged_dir,
     write_csv_atomic,
     write_json_atomic,
@@ -25,9 +29,12 @@ from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
 # ---- outputs -------------------------------------------------------------------------------
 
 
-def write_outputs(plan: RunPlan, records: list[Record], stale: list[Record]) -> list[Path]:
+def write_outputs(
+    plan: RunPlan, records: list[Record], stale: list[Record], damaged: Sequence[str] = ()
+) -> list[Path]:
     """JSON, CSV, plots (one per metric) and TensorBoard scalars of ``records`` (the run's
-    current weights), ``stale.json`` for ``stale``: swapped in together, so they always agree."""
+    current weights), ``stale.json`` for ``stale``: swapped in together, so they always agree.
+    ``damaged``: record files read as empty under --force, kept beside the new ones as .bak."""
     rows = sorted_rows([r.to_dict() for r in records])
     model = plan.meta["model"]
     if plan.task is not None:
@@ -44,7 +51,16 @@ def write_outputs(plan: RunPlan, records: list[Record], stale: list[Record]) -> 
         )
         span, unit = (plan.train_length, plan.train_length), "tokens"
     names = [RECORDS, "extrapolate.csv"]
+    previous = staged_current(plan.run.eval_dir)
     with staged_dir(plan.run.eval_dir) as out:
+        # A damaged record file replaced under --force, and earlier backups, stay beside it.
+        for name in damaged:
+            backup = keep_damaged(previous / name)
+            if backup is not None:
+                os.replace(backup, out / backup.name)
+        for old in previous.glob("*.bak*") if previous.is_dir() else ():
+            if not (out / old.name).exists():
+                shutil.copy2(old, out / old.name)
         write_json_atomic(out / RECORDS, rows)
         if stale:
             write_json_atomic(out / STALE, [r.to_dict() for r in stale])

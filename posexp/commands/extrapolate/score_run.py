@@ -129,7 +129,7 @@ def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
     with merging(plan.run):
         stored = load(plan.run, plan.checkpoint, force=plan.force)
         records = merged(stored, new)
-        files = write_outputs(plan, records, stored.stale)
+        files = write_outputs(plan, records, stored.stale, stored.damaged)
     return RunResult(
         plan.run_dir,
         plan.pe,

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs, swept_keys
 from posexp.commands.report.runs_section import runs_section
 from posexp.commands.report.view import ReportContext
@@ -54,7 +55,7 @@ def write_report(
     from posexp.config import ExtrapolateConfig
 
     console = console or Console()
-    target = Path(target)
+    target = user_path("report target", target)
     choose("--device", device, DEVICES)
     # Checked before any job is read: a bad spec is one line, nothing written.
     settings = Settings(

@@ -1,0 +1,93 @@
+"""The stop watchdog: a second signal, or a step outlasting the grace period, ends the process
+even while the main thread is stuck in one call (here a read nobody answers until then)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from posexp.runtime.signals import GracefulStop
+
+
+@pytest.fixture
+def stuck():
+    """A read that returns only when ``release`` is called: a step that never ends by itself."""
+    r, w = os.pipe()
+    yield (lambda: os.read(r, 1)), (lambda: os.write(w, b"x"))
+    os.close(r)
+    os.close(w)
+
+
+def test_a_first_signal_only_asks_and_the_loop_stops_after_its_step(stuck):
+    wait, release = stuck
+    exits = []
+    with GracefulStop(grace_s=None, exit_now=exits.append) as stop:
+        stop.begin()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signum == signal.SIGTERM  # the flag the loop reads after the step
+    assert exits == []  # the process goes on to checkpoint; nothing ended it
+
+
+def test_a_second_signal_ends_a_step_that_never_returns(stuck):
+    wait, release = stuck
+    exits, forced = [], []
+
+    def exit_now(code):
+        exits.append(code)
+        release()  # stands for the end of the process
+
+    with GracefulStop(None, lambda s, why: forced.append((s, why)), exit_now) as stop:
+        stop.begin()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        wait()
+    assert exits == [128 + signal.SIGINT]
+    assert forced == [(signal.SIGINT, "a second stop signal, SIGINT")]
+
+
+def test_a_step_outlasting_the_grace_period_is_ended_with_the_first_signal(stuck):
+    wait, release = stuck
+    exits, forced = [], []
+
+    def exit_now(code):
+        exits.append(code)
+        release()
+
+    with GracefulStop(0.05, lambda s, why: forced.append(why), exit_now) as stop:
+        stop.begin()
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait()
+    assert exits == [128 + signal.SIGTERM]
+    assert forced == ["SIGTERM 0.05 s ago and the step had not ended"]
+
+
+def test_the_handler_there_before_gets_the_signal_when_the_stop_is_forced(stuck):
+    # submitit's time-limit handler requeues the job from it: a forced stop must not skip it.
+    wait, release = stuck
+    handed = []
+    previous = signal.signal(signal.SIGUSR2, lambda s, f: handed.append(s))
+    try:
+        with GracefulStop(0.05, exit_now=lambda code: release()) as stop:
+            stop.begin()
+            os.kill(os.getpid(), signal.SIGUSR2)
+            wait()
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert handed == [signal.SIGUSR2]
+
+
+def test_ctrl_c_before_the_loop_interrupts_at_once():
+    with pytest.raises(KeyboardInterrupt), GracefulStop(grace_s=None):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10**6):  # bytecodes: the handler runs between two of them
+            pass
+
+
+def test_handlers_and_the_wakeup_fd_are_given_back():
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)}
+    with GracefulStop():
+        assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert signal.set_wakeup_fd(-1) == -1  # none left set
