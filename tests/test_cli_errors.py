@@ -94,3 +94,31 @@ def test_a_sweep_job_the_scheduler_ended_says_how_to_finish_the_sweep(tmp_path):
     # Any other failure names its type and points at the job dirs.
     other = sweep_failure(ValueError("heads=3 does not divide d_model=64"))
     assert other.startswith("error: a sweep job failed (ValueError: heads=3 does not divide")
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("train.max_step=10", "unknown setting train.max_step; did you mean train.max_steps?"),
+        ("trian.lr=3", "unknown setting trian.lr; did you mean train.lr?"),
+        ("pe.bas=5", "unknown setting pe.bas; did you mean pe.base?"),
+        (
+            "extension.beta_fst=3",
+            "unknown setting extension.beta_fst; did you mean extension.beta_fast?",
+        ),
+    ],
+)
+def test_a_misspelt_key_gets_the_closest_one_not_hydras_plus_advice(
+    tmp_path, cache, override, line
+):
+    from tests.helpers import posexp
+
+    proc = posexp(tmp_path, cache, "train", override, check=False)
+    assert proc.returncode == 2 and proc.stderr == f"error: {line}\n"
+
+
+def test_an_unknown_key_far_from_any_lists_its_section(tmp_path, cache):
+    from tests.helpers import posexp
+
+    proc = posexp(tmp_path, cache, "train", "train.zzz=1", check=False)
+    assert proc.stderr.startswith("error: unknown setting train.zzz; allowed in train: max_steps,")

@@ -71,7 +71,12 @@ def generate(
     max_new_tokens: int = typer.Option(
         200, "--max-new-tokens", help="Most tokens to generate per prompt (at most 65,536)."
     ),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (deterministic)."),
+    temperature: float = typer.Option(
+        0.0,
+        "--temperature",
+        help="0 = greedy (deterministic; a small language model then tends to repeat a phrase: "
+        "sample with e.g. --temperature 0.8 --top-k 40).",
+    ),
     top_k: int | None = typer.Option(None, "--top-k", help="Sample from the k most likely tokens."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed, 0 to 2**63 - 1."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
@@ -92,6 +97,9 @@ def generate(
     ),
     factor: float | None = typer.Option(
         None, "--factor", help="Its factor s; default (prompt + new tokens) / training length."
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Torch CPU threads; default torch's (one per core)."
     ),
 ) -> None:
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
@@ -114,6 +122,7 @@ def generate(
         announce=announce,
         method=method,
         factor=factor,
+        threads=threads,
     ):
         typer.echo(text)
 
@@ -375,5 +384,7 @@ def main() -> None:
         if not is_sweep(sys.argv):
             raise  # a bug, not bad input: keep the traceback
         # The sweep ran every job; each failed one holds results.json and a log with the details.
-        typer.echo(sweep_failure(e), err=True)
+        from posexp.runtime.slurm import unsatisfiable_line
+
+        typer.echo(unsatisfiable_line() or sweep_failure(e), err=True)
         raise SystemExit(1) from None

@@ -13,8 +13,36 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options:
         group, _, name = str(e.missing_cfg_file).rpartition("/")
         return f"unknown {group or 'config'} {name!r}; allowed: {', '.join(sorted(e.options))}"
+    unknown = re.match(r"Could not override '([\w.]+)'", str(e))
+    if unknown:
+        return unknown_key_line(unknown[1])
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return " ".join(lines[:3]) or type(e).__name__
+
+
+def unknown_key_line(key: str) -> str:
+    """An override of a key the config does not have: the closest one it has (Hydra's own
+    advice, ``+key=``, would add the typo to the config)."""
+    import difflib
+
+    from posexp.config.run import known_keys
+
+    keys = known_keys()
+    section, _, leaf = key.rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == section]
+    if siblings:  # a known section (or the top level): the closest key there
+        near = [
+            f"{section}.{n}" if section else n
+            for n in difflib.get_close_matches(leaf, siblings, n=1)
+        ]
+    else:  # a misspelt section: the closest whole key
+        near = difflib.get_close_matches(
+            key, [k for k in keys if k.count(".") == key.count(".")], n=1
+        )
+    if near:
+        return f"unknown setting {key}; did you mean {near[0]}?"
+    shown = ", ".join(siblings) if siblings else "see `posexp train --cfg job`"
+    return f"unknown setting {key}; allowed{f' in {section}' if section else ''}: {shown}"
 
 
 def click_exceptions() -> ModuleType:

@@ -42,10 +42,23 @@ def expand_method_specs(args: list[str]) -> list[str]:
 def check_overrides(args: list[str]) -> None:
     """Every check below, in the order a user would want to hear of them."""
     check_evaluation_not_swept(args)
+    check_slurm_request(args)
     check_resume_arg(args)
     check_experiment_arg(args)
     check_output_arg(args)
     check_run_dir_arg(args)
+
+
+def check_slurm_request(args: list[str]) -> None:
+    """Refuse a Slurm sweep whose request no node of its partition can run (it would pend
+    forever), before anything is submitted (``posexp.runtime.slurm``)."""
+    if not any(a in ("-m", "--multirun") for a in args):
+        return
+    from posexp.runtime.slurm import check_request, launcher_params
+
+    params = launcher_params(args, config_dir())
+    if params is not None:
+        check_request(params)
 
 
 def check_evaluation_not_swept(args: list[str]) -> None:

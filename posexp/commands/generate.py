@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from posexp import checks
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.model.generation import TokenProgress, generate_ids
@@ -137,6 +138,7 @@ def generate_text(
     announce: Callable[[Path], None] | None = None,
     method: str | None = None,
     factor: float | None = None,
+    threads: int | None = None,
 ) -> list[str]:
     """`posexp generate`: load the run, continue (lm) or translate (pairs) each prompt.
 
@@ -153,6 +155,11 @@ def generate_text(
     for i, prompt in enumerate(prompts):
         check_text(f"prompt {i + 1}", prompt)
     check_options(max_new_tokens, temperature, top_k, seed, beam_size, length_penalty)
+    if threads is not None:
+        from posexp.config.sections import THREADS_MAX
+
+        checks.integer("--threads", threads, low=1, high=THREADS_MAX)
+        torch.set_num_threads(threads)
     dev = resolve_device(device)
     run_dir = RunDir.open_run(run, "--run") if run is not None else latest_run()
     if announce is not None:

@@ -10,9 +10,15 @@ Shell completion, which composes configs through Hydra, skips torch for the same
 
 from __future__ import annotations
 
+import logging
+import sys
+from collections import Counter
 from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+log = logging.getLogger("posexp")
 
 
 def train(cfg: DictConfig) -> dict[str, Any] | None:
@@ -27,3 +33,27 @@ def finetune(cfg: DictConfig) -> dict[str, Any] | None:
     from posexp.commands.finetune import finetune_task
 
     return finetune_task(cfg)
+
+
+class SweepSummary(Callback):
+    """After a sweep: how its jobs ended (the failed ones with their error) and the command that
+    reports it, so a sweep does not end on the last job's log line."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra calls this in the launching process once every job has returned."""
+        from posexp.commands.runs import list_runs
+        from posexp.errors import PosexpError
+
+        sweep = str(config.hydra.sweep.dir)
+        try:
+            rows = list_runs(sweep)
+        except PosexpError as e:  # no job got as far as its dir: nothing to sum up
+            log.warning("sweep %s: %s", sweep, e)
+            return
+        counts = Counter(row["status"] for row in rows)
+        shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        lines = [f"sweep {sweep}: {len(rows)} jobs, {shown}"]
+        lines += [f"  {r['run']}: {r['status']}" for r in rows if r["status"] != "completed"]
+        lines.append(f"report: posexp report {sweep}")
+        # Plain lines on stderr: the launcher's log format is Hydra's, not the jobs'.
+        print("\n".join(lines), file=sys.stderr, flush=True)

@@ -10,9 +10,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from posexp.checkpoint import CHECKPOINT
 from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
 from posexp.errors import PosexpError, UnreadableFile
+from posexp.rundir import HYDRA, RESULTS, RunDir
 from posexp.runtime import provenance
 
 FIELDS = (
@@ -125,7 +127,10 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     }
 
 
-def list_runs(root: Path | str = Path("outputs")) -> list[dict[str, Any]]:
+DEFAULT_ROOT = "outputs"
+
+
+def list_runs(root: Path | str = Path(DEFAULT_ROOT)) -> list[dict[str, Any]]:
     """Every run under ``root``, oldest first (by its first session's start; a run without a
     provenance record by its dir's time), so evaluating a run never moves it."""
     root = user_path("runs: FOLDER", root)
@@ -135,9 +140,14 @@ def list_runs(root: Path | str = Path("outputs")) -> list[dict[str, Any]]:
             f"of runs (default: outputs)"
         )
     if not root.is_dir():
+        if root == Path(DEFAULT_ROOT):  # nothing trained here yet: no runs, not an error
+            return []
         raise PosexpError(
             f"runs: no such directory {str(root)!r} (train a run first, or pass a folder)"
         )
+    marks = (f"{CHECKPOINT}/meta.json", RESULTS, HYDRA)
+    if not RunDir(root).is_run() and not any(any(root.rglob(m)) for m in marks):
+        return []  # a folder without runs yet: an empty list (scripts read `[]`), not an error
     rows = [(run_row(j, root), j) for j in find_jobs(root)]
 
     def when(item: tuple[dict[str, Any], Job]) -> float:
@@ -169,6 +179,10 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
     from rich import box
     from rich.console import Console
     from rich.table import Table
+
+    if not rows:
+        (console or Console()).print("no runs yet (train one with `posexp train`)", highlight=False)
+        return
 
     columns = [
         (h, keys)

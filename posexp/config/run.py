@@ -63,8 +63,11 @@ class RunConfig:
         return self.train_length or self.train.seq_len
 
     @classmethod
-    def from_dict(cls, value: Mapping[str, Any]) -> RunConfig:
-        """Validate a composed, resolved config mapping; the one place a run config is built."""
+    def from_dict(cls, value: Mapping[str, Any], saved: bool = False) -> RunConfig:
+        """Validate a composed, resolved config mapping; the one place a run config is built.
+
+        ``saved``: a run dir's config, read back: pairs a newer posexp refuses (a warmup as long
+        as the run, once only a warning) stay readable, as the run was trained."""
         from posexp.data import check_dataset, check_tokenizer
         from posexp.pe import get_pe
 
@@ -82,7 +85,7 @@ class RunConfig:
             )
         choose("device", d.get("device"), DEVICES)
         model = ModelSpec.from_dict(d.get("model"))
-        train = TrainConfig.from_dict(d.get("train"))
+        train = TrainConfig.from_dict(d.get("train"), pairs=not saved)
         train_length = positive_int("train_length", d.get("train_length"), allow_none=True)
         pe_name, pe_params = named_entry("pe", d.get("pe"), "name")
         pe_cls = get_pe(pe_name)  # unknown pe: one-line error naming the registered ones
@@ -134,7 +137,7 @@ class RunConfig:
                 merged[key] = {**default, **(merged.get(key) or {})}
             else:
                 merged.setdefault(key, default)
-        return cls.from_dict(merged)
+        return cls.from_dict(merged, saved=True)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data in the YAML layout (what a checkpoint's ``meta.json`` stores)."""
@@ -229,3 +232,28 @@ def saved_defaults() -> dict[str, Any]:
         key: OmegaConf.to_container(yaml[key], resolve=False)
         for key in ("train", "translate", "attention", "placement")
     } | {"device": "auto", "resume": None, "parent": None}
+
+
+def known_keys() -> list[str]:
+    """Every override key the run config has (``train.max_steps``, ``pe.base``, ``heads``):
+    what a misspelt key is matched against."""
+    from posexp.extension import EXTENSIONS
+    from posexp.pe import PE_REGISTRY
+
+    hidden = {"positions", "train_length"}  # filled in by posexp, never given
+    keys = [f.name for f in dataclasses.fields(RunConfig) if f.name not in hidden]
+    sections = {
+        "model": ModelSpec,
+        "train": TrainConfig,
+        "translate": TranslateConfig,
+        "attention": AttentionConfig,
+        "placement": PlacementConfig,
+        "extrapolate": ExtrapolateConfig,
+    }
+    for name, cls in sections.items():
+        keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
+    pe_keys = {k for pe in PE_REGISTRY.values() for k in pe.settings()}
+    keys += sorted(f"pe.{k}" for k in pe_keys | set(PositionSampling.KEYS))
+    ext_keys = {"factor", *(s.name for m in EXTENSIONS.values() for s in m.settings)}
+    keys += sorted(f"extension.{k}" for k in ext_keys)
+    return keys

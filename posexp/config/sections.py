@@ -16,7 +16,10 @@ from posexp.checks import number, positive_int
 from posexp.errors import PosexpError, choose
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "fp32", "bf16")  # train.precision: posexp/runtime/precision.py
+PRECISIONS = ("auto", "fp32", "bf16")
+# train.resume_schedule: a resume that trains longer keeps the planned LR decay or stretches it
+# (posexp/runtime/optim.py).
+RESUME_SCHEDULES = ("keep", "stretch")  # train.precision: posexp/runtime/precision.py
 # Config roots that define the network and its data: a fine-tune keeps its parent's.
 NETWORK_ROOTS = ("model", "pe", "heads", "data", "tokenizer")
 # A resumed run must not change them, nor the extension its weights were trained with.
@@ -122,12 +125,19 @@ class TrainConfig:
     threads: int | None
     precision: str
     stop_grace_s: float | None
+    resume_schedule: str
 
     @classmethod
-    def from_dict(cls, value: Any) -> TrainConfig:
-        """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1)."""
+    def from_dict(cls, value: Any, pairs: bool = True) -> TrainConfig:
+        """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1);
+        ``pairs``: also min_lr <= lr and warmup < max_steps (not for a saved run's config)."""
         # Runs saved before train.precision existed mean auto (see runtime/precision.py).
-        d = _section("train", value, cls, added={"precision": "auto", "stop_grace_s": 20.0})
+        d = _section(
+            "train",
+            value,
+            cls,
+            added={"precision": "auto", "stop_grace_s": 20.0, "resume_schedule": "keep"},
+        )
         for key in (
             "max_steps",
             "batch_size",
@@ -141,7 +151,7 @@ class TrainConfig:
         warmup = checks.integer("train.warmup_steps", d["warmup_steps"], low=0, allow_none=True)
         if warmup is None:  # follows the run's length: a 50-step smoke run still decays
             d["warmup_steps"] = d["max_steps"] // WARMUP_SHARE
-        elif warmup >= d["max_steps"]:
+        elif pairs and warmup >= d["max_steps"]:
             raise PosexpError(
                 f"train.warmup_steps={warmup} must be below train.max_steps={d['max_steps']} "
                 f"(the learning rate would only rise, never decay); lower it, or "
@@ -152,6 +162,7 @@ class TrainConfig:
             raise PosexpError(f"train.betas must be two numbers in [0, 1), got {betas!r}")
         checks.boolean("train.compile", d["compile"])
         choose("train.precision", d["precision"], PRECISIONS)
+        choose("train.resume_schedule", d["resume_schedule"], RESUME_SCHEDULES)
         if d["eval_tokens"] <= d["seq_len"]:
             raise PosexpError(
                 f"train.eval_tokens={d['eval_tokens']} is too few for one validation window of "
@@ -173,7 +184,9 @@ class TrainConfig:
                 )
             },
             lr=number("train.lr", d["lr"], "> 0"),
-            min_lr=_min_lr(d["min_lr"], d["lr"]),
+            min_lr=_min_lr(d["min_lr"], d["lr"])
+            if pairs
+            else number("train.min_lr", d["min_lr"], ">= 0"),
             weight_decay=number("train.weight_decay", d["weight_decay"], ">= 0"),
             grad_clip=number("train.grad_clip", d["grad_clip"], "> 0"),
             betas=(
@@ -183,6 +196,7 @@ class TrainConfig:
             threads=_threads(d["threads"]),
             precision=d["precision"],
             stop_grace_s=number("train.stop_grace_s", d["stop_grace_s"], "> 0", allow_none=True),
+            resume_schedule=d["resume_schedule"],
         )
 
 
@@ -258,9 +272,15 @@ class PlacementConfig:
     """The ``placement`` section: how parallel sweep jobs share GPUs."""
 
     jobs_per_gpu: int
+    pending_patience_min: float | None  # a Slurm job pending longer says why, once
 
     @classmethod
     def from_dict(cls, value: Any) -> PlacementConfig:
         """Validate ``placement.*``."""
-        d = _section("placement", value, cls)
-        return cls(jobs_per_gpu=positive_int("placement.jobs_per_gpu", d["jobs_per_gpu"]))
+        d = _section("placement", value, cls, added={"pending_patience_min": 10.0})
+        return cls(
+            jobs_per_gpu=positive_int("placement.jobs_per_gpu", d["jobs_per_gpu"]),
+            pending_patience_min=number(
+                "placement.pending_patience_min", d["pending_patience_min"], "> 0", allow_none=True
+            ),
+        )

@@ -181,8 +181,9 @@ def resolve_precision(
     verdict = "bf16" if speedup >= BF16_MIN_SPEEDUP else "fp32"
     return verdict, (
         f"auto: this CPU has {feature}; a bf16 matmul of width {width} ran at {speedup:.2f}x "
-        f"fp32 on {threads} thread{'s' if threads != 1 else ''} ({verdict}: bf16 needs "
-        f">= {BF16_MIN_SPEEDUP:.2f}x)"
+        f"fp32 on {threads} thread{'s' if threads != 1 else ''}, "
+        f"{'at least' if verdict == 'bf16' else 'below'} the {BF16_MIN_SPEEDUP:.2f}x auto asks "
+        f"of bf16"
     )
 
 

@@ -17,7 +17,14 @@ from posexp.rundir import RunDir
 log = logging.getLogger("posexp")
 
 # train.* keys that do not change what a finished job computed.
-RUNTIME_TRAIN_KEYS = ("threads", "compile", "log_interval", "checkpoint_interval", "stop_grace_s")
+RUNTIME_TRAIN_KEYS = (
+    "threads",
+    "compile",
+    "log_interval",
+    "checkpoint_interval",
+    "stop_grace_s",
+    "resume_schedule",
+)
 
 
 def record_failure(run_dir: Path, e: BaseException) -> None:

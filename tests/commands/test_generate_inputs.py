@@ -79,3 +79,8 @@ def test_a_slow_generation_without_a_terminal_reports_progress_from_the_start(ca
     lines = capsys.readouterr().err.splitlines()
     # The first tenth is 1,000 tokens away; a line comes anyway, once 10 s have passed.
     assert lines == ["generate: 1/10,000 tokens", "generate: 2/10,000 tokens"]
+
+
+def test_generate_takes_a_thread_count_and_refuses_a_bad_one():
+    with pytest.raises(PosexpError, match=r"^--threads must be an integer in \[1, 1024\], got 0$"):
+        generate_text(None, ["hi"], threads=0)

@@ -23,3 +23,14 @@ def test_a_pickled_task_loads_without_importing_torch():
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         ).stdout.split()
         assert out == ["posexp.commands.hydra_tasks", task.__name__, "False"]
+
+
+def test_a_sweep_ends_with_how_its_jobs_ended_and_the_report_command(tmp_path, cache):
+    from tests.helpers import TINY, posexp
+
+    sweep = tmp_path / "sweep"
+    proc = posexp(
+        tmp_path, cache, "train", "-m", *TINY, "pe=rope,alibi", f"hydra.sweep.dir={sweep}"
+    )
+    tail = proc.stderr.strip().splitlines()[-2:]
+    assert tail == [f"sweep {sweep}: 2 jobs, 2 completed", f"report: posexp report {sweep}"]

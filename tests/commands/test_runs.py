@@ -142,3 +142,19 @@ def test_a_table_with_every_column_still_fits_100_columns():
         assert f" {column} " in f" {lines[1]} "
     assert "yarn x4" in lines[3] and "46.91" in lines[3] and "1200/1200" in lines[3]
     assert lines[-1].startswith("(hidden at this width: min") and "--wide" in lines[-1]
+
+
+def test_runs_with_no_runs_yet_is_an_empty_list_not_an_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from posexp.cli import app
+
+    (tmp_path / "empty").mkdir()
+    for folder in (str(tmp_path / "empty"),):
+        result = CliRunner().invoke(app, ["runs", folder, "--json"])
+        assert result.exit_code == 0 and json.loads(result.output) == []
+        text = CliRunner().invoke(app, ["runs", folder])
+        assert (
+            text.exit_code == 0
+            and text.output.strip() == "no runs yet (train one with `posexp train`)"
+        )

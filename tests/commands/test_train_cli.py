@@ -339,3 +339,33 @@ def test_ctrl_c_before_the_first_step_removes_the_new_run_dir(tmp_path, cache):
     assert rest.splitlines()[-1] == "interrupted" and "Traceback" not in rest
     assert f"nothing to resume; removed {run}" in rest
     assert not run.exists()  # nothing to resume: removed, as after an error
+
+
+def test_resuming_longer_never_raises_the_lr_and_records_the_choice(tmp_path, cache):
+    run = tmp_path / "run"
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        "pe=rope",
+        *TINY,
+        "train.lr=0.01",
+        "train.min_lr=0.001",
+        f"hydra.run.dir={run}",
+    )
+    proc = posexp(tmp_path, cache, "train", f"resume={run}", "train.max_steps=9")
+    assert "LR schedule kept as the run began (train.resume_schedule=keep)" in proc.stderr
+    lr = scalars(run, "train/lr")
+    assert all(lr[s] <= lr[6] + 1e-12 for s in (7, 8, 9))  # at min_lr, never back up
+    assert lr[9] == pytest.approx(0.001)
+    sessions = json.loads((run / "provenance.json").read_text())["sessions"]
+    assert sessions[-1]["schedule"] == {"warmup_steps": 2, "decay_steps": 6, "on_resume": "keep"}
+    stretched = posexp(
+        tmp_path,
+        cache,
+        "train",
+        f"resume={run}",
+        "train.max_steps=12",
+        "train.resume_schedule=stretch",
+    )
+    assert "the LR goes from 0.001 to" in stretched.stderr

@@ -104,6 +104,23 @@ def test_a_failing_job_is_recorded_and_does_not_block_the_array(slurm, tmp_path,
     assert "2 runs: 1 completed, 1 failed." in (sweep / "report.md").read_text()
 
 
+def test_a_request_no_node_can_run_is_refused_before_anything_is_submitted(slurm, tmp_path, cache):
+    # 64 CPUs of a node with 2: Slurm would accept the jobs and keep them pending for ever
+    # (reason PartitionConfig); the sweep is refused in one line, nothing submitted or made.
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    proc = slurm_sweep(
+        tmp_path, cache, "hydra.launcher.cpus_per_task=64", "pe=rope,alibi", check=False
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: hydra.launcher.cpus_per_task=64 (x tasks_per_node=1) cannot run on Slurm partition "
+        f"'local': its largest node has {os.cpu_count()} CPUs; lower it, or pick another partition "
+        "(hydra.launcher.partition=NAME)"
+    ]
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    assert after == before and not (tmp_path / "sweep").exists()
+
+
 # Preemption and time limits. One training (the tiny model, one thread, fp32) three ways: an
 # uninterrupted plain run gives the weights every interrupted Slurm job must end with.
 STEPS = 6000  # about 40 s of training on one idle core: past the time-limit signal (<= 35 s)
