@@ -113,9 +113,9 @@ def test_a_request_no_node_can_run_is_refused_before_anything_is_submitted(slurm
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
-        "error: hydra.launcher.cpus_per_task=64 (x tasks_per_node=1) cannot run on Slurm partition "
-        f"'local': its largest node has {os.cpu_count()} CPUs; lower it, or pick another partition "
-        "(hydra.launcher.partition=NAME)"
+        "error: hydra.launcher.cpus_per_task=64 cannot run on Slurm partition 'local': its "
+        f"largest node has {os.cpu_count()} CPUs; lower it, or pick another partition "
+        "(no partition here fits)"
     ]
     after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
     assert after == before and not (tmp_path / "sweep").exists()
