@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -63,11 +64,90 @@ def test_shell_completion_answers_for_commands_and_each_commands_config(tmp_path
         (["runs"], "Usage: posexp runs [OPTIONS] [ROOT]"),
         (["generate"], "Usage: posexp generate [OPTIONS] PROMPTS..."),
         (["eval-extrapolate"], "Usage: posexp eval-extrapolate [OPTIONS]"),
+        (["train"], "Usage: posexp train [OPTIONS] [OVERRIDES]..."),
+        (["finetune"], "Usage: posexp finetune --run DIR [OPTIONS] [OVERRIDES]..."),
     ],
 )
 def test_help_labels_read_as_words_not_python_types(args, usage):
     out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "100"}).output
     assert usage in out
-    assert "<bool>" not in out and "<list[" not in out and "{" not in out
+    # No braces of Typer's {target}; a config's interpolations (${heads}) are the config's own.
+    assert "<bool>" not in out and "<list[" not in out and not re.search(r"(?<!\$)\{", out)
     if args == ["eval-extrapolate"]:
         assert re.search(r"--method +METHOD +Method specs", out)
+
+
+def help_panels(out: str) -> dict[str, list[str]]:
+    """A help text's panels by title: the text inside each box, a line per row."""
+    panels: dict[str, list[str]] = {}
+    title = None
+    for line in out.splitlines():
+        if line.startswith("╭─ "):
+            title = line[3:].rstrip("─╮ ").strip()
+            panels[title] = []
+        elif line.startswith("│") and title:
+            panels[title].append(line.strip("│ "))
+        else:
+            title = None
+    return panels
+
+
+def test_train_help_is_panels_of_its_flags_config_groups_keys_and_examples():
+    from omegaconf import OmegaConf
+
+    from posexp.paths import config_dir
+
+    result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    panels = help_panels(result.output)
+    assert list(panels) == [
+        "Hydra options",
+        "Config groups (group=option)",
+        "Config keys (key=value) and their defaults",
+        "Examples",
+    ]
+    assert any(row.startswith("-m, --multirun") for row in panels["Hydra options"])
+    # Every group, each with every option in its folder.
+    groups = {
+        row.split()[0]: row.split(None, 1)[1] for row in panels["Config groups (group=option)"]
+    }
+    root = Path(config_dir())
+    for folder in (d for d in root.iterdir() if d.is_dir() and d.name != "hydra"):
+        assert groups[folder.name] == ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+    # The keys with train.yaml's defaults, a row per section.
+    keys = {
+        row.split()[0]: row.split()[1:]
+        for row in panels["Config keys (key=value) and their defaults"]
+    }
+    train = OmegaConf.load(root / "train.yaml").train
+    assert f"max_steps={train.max_steps}" in keys["train"]  # the composed default
+    assert f"seq_len={train.seq_len}" in keys["train"]
+    top = OmegaConf.load(root / "train.yaml")
+    assert keys["top"][0] == "level" and f"heads={top.heads}" in keys["top"]
+    assert {"model", "pe", "extension", "data", "train"} <= set(keys)
+    # The examples are real command lines: their overrides compose (the first of a sweep's values).
+    examples = panels["Examples"][::2]
+    assert all(line.startswith("posexp train ") for line in examples)
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(root), version_base="1.3"):
+        for line in examples:
+            # <run> stands for a path: any string will do.
+            line = re.sub(r"<[^>]*>", "x", line)
+            overrides = [a.split(",")[0] for a in line.split()[2:] if "=" in a]
+            compose("train", overrides)  # an unknown key or option raises
+
+
+def test_finetune_help_marks_what_the_parent_keeps():
+    result = CliRunner().invoke(app, ["finetune", "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    panels = help_panels(result.output)
+    assert panels["Options"][0].split()[:2] == ["--run", "DIR"]
+    assert not any("--hydra-help" in row for row in panels["Hydra options (after the overrides)"])
+    groups = [row.split("  ")[0] for row in panels["Config groups (group=option)"]]
+    assert "model (the parent's)" in groups and "extension" in groups
+    keys = " ".join(panels["Config keys (key=value) and their defaults"])
+    assert "parent=<--run>" in keys and "pe (the parent's)" in keys
+    # Hydra's flags come after the overrides (finetune puts the parent's settings first).
+    sweep = next(line for line in panels["Examples"] if " -m" in line)
+    assert sweep.endswith(" -m")

@@ -145,7 +145,7 @@ def test_train_yaml_lists_every_field_of_its_sections(key, cls):
 # ---- properties over numeric overrides ------------------------------------------------------------
 
 RATES = {"lr": "> 0", "min_lr": ">= 0", "weight_decay": ">= 0", "grad_clip": "> 0"}
-COUNTS = ("max_steps", "batch_size", "eval_interval", "log_interval", "checkpoint_interval")
+COUNTS = ("max_steps", "batch_size", "log_interval", "checkpoint_interval")
 ANY_VALUE = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(10**9), 10**9),
@@ -231,3 +231,17 @@ def test_a_count_is_accepted_exactly_when_it_is_a_positive_integer(key, value):
     else:
         with pytest.raises(PosexpError, match=f"^train.{key} must be a positive integer, got "):
             RunConfig.from_dict(with_train(key, value))
+
+
+@pytest.mark.parametrize(("max_steps", "every"), [(600, 30), (60, 3), (10, 1), (100000, 5000)])
+def test_eval_interval_null_gives_about_twenty_points_whatever_the_run_length(max_steps, every):
+    d = with_train("max_steps", max_steps)
+    d["train"].update(eval_interval=None, warmup_steps=None)
+    assert RunConfig.from_dict(d).train.eval_interval == every
+    d["train"]["eval_interval"] = 7  # an explicit one stays
+    assert RunConfig.from_dict(d).train.eval_interval == 7
+    d["train"]["eval_interval"] = 0
+    with pytest.raises(
+        PosexpError, match=r"^train.eval_interval must be a positive integer or null, got 0$"
+    ):
+        RunConfig.from_dict(d)

@@ -12,7 +12,7 @@ import typer
 
 from posexp.cli import overrides as cli_overrides
 from posexp.cli.errors import click_exceptions, is_sweep, one_line, sweep_failure, usage_line
-from posexp.cli.help import Command, Group
+from posexp.cli.help import Command, Group, HydraCommand, help_asked, show_help
 from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
 from posexp.errors import Abort, PosexpError
@@ -48,12 +48,14 @@ def _root(
     """Train tiny decoder-only transformers and compare positional encodings."""
 
 
-@app.command(cls=Command, context_settings=HYDRA_COMMAND)
+@app.command(cls=HydraCommand, context_settings=HYDRA_COMMAND)
 @says_interrupted
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
     from posexp.commands import hydra_tasks
 
+    if help_asked(ctx.args):  # Hydra would print plain text: the panels of every command instead
+        return show_help(ctx)
     args = cli_overrides.expand_method_specs(ctx.args)
     check_overrides(args)
     run_hydra(hydra_tasks.train, "train", args)
@@ -222,21 +224,30 @@ def methods() -> None:
     print_methods()
 
 
-@app.command(cls=Command, context_settings=HYDRA_COMMAND)
+@app.command(cls=HydraCommand, context_settings=HYDRA_COMMAND)
 @says_interrupted
 def finetune(
     ctx: typer.Context,
     run: str | None = typer.Option(
-        None, "--run", help="The run to continue (its checkpoint is loaded)."
+        None,
+        "--run",
+        metavar="DIR",
+        help="The run to continue (needed): its checkpoint is loaded, its network and data kept.",
     ),
 ) -> None:
     """Continue a run at a longer train.seq_len with an extension baked in, as a new run.
 
-    Other arguments are Hydra overrides, e.g. `extension=yarn extension.factor=4 train.max_steps=200`.
+    Other arguments are Hydra overrides, e.g. `extension=yarn extension.factor=4`.
+
+    train.seq_len defaults to the parent's training length x extension.factor.
+
+    Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer.
     """
     from posexp.commands import hydra_tasks
     from posexp.commands.finetune import finetune_args
 
+    if help_asked(ctx.args):
+        return show_help(ctx)
     args = cli_overrides.expand_method_specs(ctx.args)
     check_output_arg(args)
     cli_overrides.check_run_dir_arg(args)
@@ -277,8 +288,12 @@ def runs(
     as_json: bool = typer.Option(False, "--json", help="Print JSON records instead of a table."),
     wide: bool = typer.Option(False, "--wide", help="Every column, even those empty in every run."),
 ) -> None:
-    """List every run under a folder, oldest first: data, model, seq_len, pe, heads, extension,
-    steps, status, val ppl, accuracy, BLEU, minutes."""
+    """List every run under a folder, oldest first, one row each.
+
+    Columns: data, model, seq_len, pe, heads, extension and factor, parent (a fine-tune's), steps,
+    status, val ppl, accuracy, BLEU, what eval-extrapolate scored, minutes; settings equal in
+    every run are named once, under the table.
+    """
     from posexp.commands.runs import list_runs, print_runs
 
     rows = list_runs(root)

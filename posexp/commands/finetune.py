@@ -71,7 +71,11 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
         if not given and (Path(config_dir()) / "data" / f"{source}.yaml").exists()
         else []
     )
-    return [f"parent='{quoted}'", *same_data, *args]
+    ours = [f"parent='{quoted}'", *same_data]
+    # Beside the user's first override: Hydra's argparse takes the overrides as one run of
+    # positional words, so flags (`-m`, `--cfg job`) may come before or after, never between.
+    first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
+    return [*args[:first], *ours, *args[first:]]
 
 
 def _plain(value: Any) -> Any:

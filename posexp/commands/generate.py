@@ -198,7 +198,7 @@ def generate_text(
     if length_penalty is None:
         length_penalty = cfg.translate.length_penalty
     generator = torch.Generator(device=dev).manual_seed(seed)
-    progress = TokenProgress(len(ids) * max_new_tokens)
+    progress = TokenProgress(len(ids) * max_new_tokens, items=len(ids))
     with progress:
         new = generate_ids(
             model,

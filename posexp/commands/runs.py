@@ -1,11 +1,13 @@
 """`posexp runs`: one table of every run under a folder (single runs and sweep jobs alike).
 
 Each row comes from the run dir's own files (checkpoint meta, config, results.json,
-provenance.json), so it works for finished, failed, unfinished and resumed runs.
+provenance.json, eval/extrapolate.json), so it works for finished, failed, unfinished and
+resumed runs.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from posexp.checkpoint import CHECKPOINT
 from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
 from posexp.errors import PosexpError, UnreadableFile
+from posexp.labels import extension_text
 from posexp.rundir import HYDRA, RESULTS, RunDir
 from posexp.runtime import provenance
 
@@ -25,18 +28,21 @@ FIELDS = (
     "pe",
     "heads",
     "extension",
+    "factor",
+    "parent",
     "step",
     "max_steps",
     "status",
     "val_ppl",
     "val_acc",
     "bleu",
+    "evaluated",
     "minutes",
     "started",
     "unreadable",
 )
-# The table's columns: (header, record keys). Steps show as step/max_steps; `started` only in
-# the JSON and the sort order.
+# The table's columns: (header, record keys). Steps show as step/max_steps, the extension with
+# its factor; `started` only in the JSON and the sort order.
 COLUMNS = (
     ("run", ("run",)),
     ("data", ("data",)),
@@ -44,21 +50,32 @@ COLUMNS = (
     ("seq", ("seq_len",)),
     ("pe", ("pe",)),
     ("h", ("heads",)),
-    ("ext", ("extension",)),
+    ("ext", ("extension", "factor")),
+    ("parent", ("parent",)),
     ("steps", ("step", "max_steps")),
     ("status", ("status",)),
     ("val ppl", ("val_ppl",)),
     ("val acc", ("val_acc",)),
     ("BLEU", ("bleu",)),
+    ("evaluated", ("evaluated",)),
     ("min", ("minutes",)),
 )
 NUMERIC = {"seq", "h", "steps", "val ppl", "val acc", "BLEU", "min"}
 DIGITS = {"val ppl": 2, "val acc": 3, "BLEU": 2, "min": 1}
 # Hidden unless --wide when every row has nothing to show in them.
-OPTIONAL = {"val acc", "BLEU", "ext"}
-# Left out, in this order, while the table is wider than the terminal (unless --wide); the run
-# name, pe, heads, extension, steps, status and val ppl always stay.
-DROP_FIRST = ("min", "seq", "model", "data", "BLEU", "val acc")
+OPTIONAL = {"val acc", "BLEU", "ext", "parent", "evaluated"}
+# Left out, in this order, while the table is wider than the terminal (unless --wide): first
+# the settings while the names do not fit whole, then what only some runs have while they do
+# not fit in NAME_READABLE characters (a sweep job's settings whole: `…/pe=alibi,seed=0`); the
+# names are then shortened in the middle to fit, never below RUN_MIN_WIDTH. The run name, pe,
+# heads, extension, parent, steps, status and val ppl always stay.
+DROP_FIRST = ("min", "seq", "model", "data")
+DROP_THEN = ("evaluated", "BLEU", "val acc")
+NAME_READABLE = 20
+# Results: kept as columns even where every run has the same (most often by chance).
+RESULTS_SHOWN = {"val ppl", "val acc", "BLEU", "evaluated", "min"}
+# Names that are shortened in the middle (never folded onto more lines) to fit the terminal.
+NAMES = ("run", "parent")
 RUN_MIN_WIDTH = 12
 
 
@@ -93,13 +110,38 @@ def _started(sessions: list[dict[str, Any]]) -> str | None:
     return first.get("started") if isinstance(first, dict) else None
 
 
+def _parent(job: Job, root: Path) -> str | None:
+    """A fine-tune's parent run dir: relative to ``root`` when inside it, else as recorded."""
+    parent = job.config.parent if job.config else None
+    if parent in (None, "", "None"):
+        return None
+    try:  # recorded as given to --run: relative to where finetune ran, like ``root`` here
+        return str(Path(str(parent)).resolve().relative_to(root.resolve()))
+    except (ValueError, OSError):
+        return str(parent)
+
+
+def _evaluated(job: Job) -> dict[str, Any] | None:
+    """What eval-extrapolate recorded for the run's current weights: its method labels, the
+    longest length and the number of cells; None when nothing (a damaged file: ``unreadable``)."""
+    records = job.evaluation[0]
+    if not records:
+        return None
+    return {
+        "methods": list(dict.fromkeys(str(r["method"]) for r in records)),
+        "longest": max(int(r["length"]) for r in records),
+        "cells": len(records),
+    }
+
+
 def run_row(job: Job, root: Path) -> dict[str, Any]:
     """One run as a flat, typed record."""
     cfg, meta, metrics = job.config, job.meta or {}, job.metrics
     model = meta.get("model") or {}
     ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
+    method = ext.get("method", "none")
     sessions, damaged = _sessions(job.path)  # provenance.json, read once
-    unreadable = [p for p in (job.run.results_problem(), damaged) if p]
+    unreadable = [p for p in (job.run.results_problem(), damaged, job.evaluation[1]) if p]
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
         # A synthetic run is named by its task (synthetic:copy).
@@ -114,13 +156,16 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         "seq_len": cfg.train.seq_len if cfg else None,
         "pe": job.pe,
         "heads": model.get("n_heads", cfg.heads if cfg else None),
-        "extension": ext.get("method", "none"),
+        "extension": method,
+        "factor": None if method == "none" else ext.get("factor"),
+        "parent": _parent(job, root),
         "step": meta.get("step"),
         "max_steps": cfg.train.max_steps if cfg else None,
         "status": job.status,
         "val_ppl": metrics.get("final/val_ppl"),
         "val_acc": metrics.get("final/val_accuracy"),
         "bleu": metrics.get("final/bleu"),
+        "evaluated": _evaluated(job),
         "minutes": _minutes(sessions),
         "started": _started(sessions),
         "unreadable": unreadable,  # files of the run that could not be read, each in one line
@@ -161,11 +206,20 @@ def list_runs(root: Path | str = Path(DEFAULT_ROOT)) -> list[dict[str, Any]]:
 
 
 def _text(header: str, row: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """One cell as the table shows it ('–' for nothing)."""
     values = [row.get(k) for k in keys]
     if header == "steps":
         step, total = values
         return f"{'–' if step is None else step}/{'?' if total is None else total}"
-    (v,) = values
+    if header == "ext":
+        return "–" if values[0] is None else extension_text(*values)
+    if header == "evaluated" and values[0] is not None:
+        done = values[0]
+        count = len(done["methods"])
+        return f"{count} method{'s' if count != 1 else ''} ≤{done['longest']}"
+    if header == "evaluated" and _eval_unreadable(row):
+        return "unreadable"  # named under the table
+    (v, *_) = values
     if v is None:
         return "–"
     if isinstance(v, float):
@@ -173,48 +227,79 @@ def _text(header: str, row: dict[str, Any], keys: tuple[str, ...]) -> str:
     return str(v)
 
 
-def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = False) -> None:
-    """The rows as a terminal table that fits the terminal: the run name wraps, columns that are
-    empty in every row are left out unless ``wide``."""
-    from rich import box
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: its start and its end with an ellipsis between.
+    The end names a sweep's job: its last path part is kept whole where it fits, else two thirds
+    of the width go to the end."""
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return text[:width]
+    last = text[text.rfind("/") :] if "/" in text else ""
+    tail = len(last) if last and len(last) + 2 <= width else width - 1 - (width - 1) // 3
+    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]
+
+
+def _same_text(header: str, value: str) -> str:
+    """A column equal in every row, as the line under the table names it."""
+    return f"no {header}" if value == "–" else f"{header} {value}"
+
+
+def _console(wide: bool) -> Any:
+    """The terminal's console; piped or logged, a 120-column one (200 for ``wide``) unless
+    COLUMNS says a width."""
     from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console = Console(width=200 if wide else 120)  # do not squeeze a log to 80 columns
+    return console
+
+
+def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = False) -> None:
+    """The rows as a terminal table that fits the terminal: long names are shortened in the
+    middle; columns empty in every row, or equal in every row (named once under the table),
+    are left out unless ``wide``."""
+    from rich import box
     from rich.table import Table
 
+    console = console or _console(wide)
     if not rows:
-        (console or Console()).print("no runs yet (train one with `posexp train`)", highlight=False)
+        console.print("no runs yet (train one with `posexp train`)", highlight=False)
         return
-
     columns = [
         (h, keys)
         for h, keys in COLUMNS
         if wide or h not in OPTIONAL or any(_shown(h, r, keys) for r in rows)
     ]
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # piped or logged: do not squeeze the table to 80 columns
-            console = Console(width=200 if wide else 120)
     texts = {h: [_text(h, r, keys) for r in rows] for h, keys in columns}
-    hidden = []
+    same = []
+    if not wide and len(rows) > 1:
+        same = [
+            h
+            for h, _ in columns
+            if h != "run" and h not in RESULTS_SHOWN and len(set(texts[h])) == 1
+        ]
+        columns = [(h, k) for h, k in columns if h not in same]
+    hidden: list[str] = []
     if not wide:
-        for header in DROP_FIRST:
-            if _table_width(texts, [h for h, _ in columns]) <= console.width:
-                break
-            if header in texts:
-                columns = [(h, k) for h, k in columns if h != header]
-                hidden.append(header)
+        for drop, cap in ((DROP_FIRST, None), (DROP_THEN, NAME_READABLE)):
+            for header in drop:
+                if _table_width(texts, [h for h, _ in columns], cap) <= console.width:
+                    break
+                if header in (h for h, _ in columns):
+                    columns = [(h, k) for h, k in columns if h != header]
+                    hidden.append(header)
+        _fit_names(texts, [h for h, _ in columns], console.width)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for header, _ in columns:
-        table.add_column(
-            header,
-            justify="right" if header in NUMERIC else "left",
-            no_wrap=header != "run",
-            overflow="fold" if header == "run" else "ellipsis",
-            ratio=1 if header == "run" else None,
-            min_width=RUN_MIN_WIDTH if header == "run" else None,
-        )
+        table.add_column(header, justify="right" if header in NUMERIC else "left", no_wrap=True)
     for i in range(len(rows)):
         table.add_row(*(texts[h][i] for h, _ in columns))
     console.print(table)
+    if same:
+        shown = ", ".join(_same_text(h, texts[h][0]) for h in same)
+        console.print(f"same in every run: {shown}", highlight=False)
     if hidden:
         console.print(
             f"(hidden at this width: {', '.join(hidden)}; --wide shows every column)",
@@ -225,14 +310,37 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
             console.print(f"{row['run']}: {problem}", highlight=False, soft_wrap=True)
 
 
-def _table_width(texts: dict[str, list[str]], headers: list[str]) -> int:
-    """The table's width with these columns: each at its widest cell (the run name folded to
-    RUN_MIN_WIDTH), plus three characters between columns (padding, the box's gap, padding)."""
-    widths = [RUN_MIN_WIDTH if h == "run" else max([len(h), *map(len, texts[h])]) for h in headers]
-    return sum(widths) + 3 * (len(widths) - 1)
+def _fit_names(texts: dict[str, list[str]], headers: list[str], width: int) -> None:
+    """Shorten the names (run, parent) in the middle, to one cap for both, until the table fits
+    ``width``; never below RUN_MIN_WIDTH."""
+    names = [h for h in NAMES if h in headers]
+    longest = max(len(t) for h in names for t in texts[h])
+    cap = longest
+    while cap > RUN_MIN_WIDTH and _table_width(texts, headers, cap) > width:
+        cap -= 1
+    for h in names:
+        texts[h] = [shorten_middle(t, cap) for t in texts[h]]
+
+
+def _table_width(texts: dict[str, list[str]], headers: list[str], cap: int | None = None) -> int:
+    """The table's width with these columns: each at its widest cell (the names cut to ``cap``),
+    three characters between columns (padding, the box's gap, padding) and one at each edge."""
+    widths = [
+        max([len(h), *(min(len(t), cap or len(t)) if h in NAMES else len(t) for t in texts[h])])
+        for h in headers
+    ]
+    return sum(widths) + 3 * (len(widths) - 1) + 2
 
 
 def _shown(header: str, row: dict[str, Any], keys: tuple[str, ...]) -> bool:
-    """Whether a cell has something to show (an extension other than none, a number)."""
+    """Whether a cell has something to show (an extension other than none, a number, records
+    that cannot be read)."""
     value = row.get(keys[0])
-    return value not in (None, "none")
+    return value not in (None, "none") or (header == "evaluated" and _eval_unreadable(row))
+
+
+def _eval_unreadable(row: dict[str, Any]) -> bool:
+    """Whether the run's evaluation records are among its files that cannot be read."""
+    from posexp.scoring.records import RECORDS, STALE
+
+    return any(RECORDS in p or STALE in p for p in row.get("unreadable") or ())

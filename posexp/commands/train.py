@@ -168,8 +168,8 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     if not distributed.is_main():
         return {}
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
-    params = {**hparam_dict(cfg, mcfg), "params": n_params, "precision": precision}
-    write_hparams(writer, params, metrics, trial=trial_name(params, run_dir))
+    params = {**hparam_dict(cfg), "params": n_params, "precision": precision}
+    write_hparams(writer, params, trial=trial_name(params, run_dir))
     writer.close()
     RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})
     provenance.finish(run_dir, "completed")

@@ -30,6 +30,9 @@ SEED_MAX = (
 )  # numpy takes no negative seed, torch none past 2**64 - 1; int64 keeps it exact
 # train.warmup_steps=null: a tenth of train.max_steps (the 60 of the default 600-step run).
 WARMUP_SHARE, WARMUP_SHARE_TEXT = 10, "a tenth"
+# train.eval_interval=null: about this many validation points over the run (plus step 0), so
+# a 60-step smoke run draws a curve as a 6000-step one does.
+EVAL_POINTS = 20
 THREADS_MAX = 1024  # more CPU threads than any machine has: torch spawns them and the OS refuses
 
 
@@ -142,12 +145,13 @@ class TrainConfig:
             "max_steps",
             "batch_size",
             "seq_len",
-            "eval_interval",
             "eval_tokens",
             "log_interval",
             "checkpoint_interval",
         ):
             positive_int(f"train.{key}", d[key])
+        every = checks.integer("train.eval_interval", d["eval_interval"], low=1, allow_none=True)
+        d["eval_interval"] = max(1, d["max_steps"] // EVAL_POINTS) if every is None else every
         warmup = checks.integer("train.warmup_steps", d["warmup_steps"], low=0, allow_none=True)
         if warmup is None:  # follows the run's length: a 50-step smoke run still decays
             d["warmup_steps"] = d["max_steps"] // WARMUP_SHARE

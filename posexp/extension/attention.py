@@ -64,9 +64,10 @@ def register_attention_method(
     acts_on: str,
     uses_factor: bool = True,
     settings: tuple[Setting, ...] = (),
+    caveat: str | None = None,
 ) -> Callable[[Callable[..., AttentionPlan]], Callable[..., AttentionPlan]]:
     """Register ``fn(spec: AttentionSpec, *, param=default, ...) -> AttentionPlan`` as ``name``,
-    with ``settings`` declaring its keyword-only params."""
+    with ``settings`` declaring its keyword-only params (``caveat``: what reports say of it)."""
 
     def decorate(fn: Callable[..., AttentionPlan]) -> Callable[..., AttentionPlan]:
         register_extension(
@@ -76,6 +77,7 @@ def register_attention_method(
             settings=settings,
             attention=fn,
             uses_factor=uses_factor,
+            caveat=caveat,
         )(_unchanged)
         return fn
 

@@ -73,6 +73,8 @@ class ExtensionMethod:
     # when every window is scored from position 0 (dynamic NTK: NTK).
     zero_shot_verdict: bool = False
     static_form: str | None = None
+    # What a reader must know beside any number of it (blockwise: how little context it keeps).
+    caveat: str | None = None
 
     @property
     def training_free(self) -> bool:
@@ -126,14 +128,15 @@ def register_extension(
     uses_factor: bool = True,
     zero_shot_verdict: bool | None = None,
     static_form: str | None = None,
+    caveat: str | None = None,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
     """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`.
 
     ``settings`` declares each keyword-only param (what it allows, its checker); ``relations``
     checks what they must satisfy together. Both run once, when a config or a spec names them.
     ``attention`` (training-free methods) builds the method's AttentionPlan; its keyword-only
-    params are the method's params. ``zero_shot_verdict`` (default: training-free methods) and
-    ``static_form`` say what reports write of it.
+    params are the method's params. ``zero_shot_verdict`` (default: training-free methods),
+    ``static_form`` and ``caveat`` say what reports write of it.
     """
 
     def decorate(fn: FrequencyFn) -> FrequencyFn:
@@ -164,6 +167,7 @@ def register_extension(
                 if zero_shot_verdict is None
                 else zero_shot_verdict,
                 static_form=static_form,
+                caveat=caveat,
             ),
         )
         return fn

@@ -111,28 +111,46 @@ def generate_ids(
 
 
 class TokenProgress:
-    """Generated tokens so far: a bar on a terminal; without one (nohup, Slurm), a plain line at
-    every tenth of a long generation (``PLAIN_MIN`` tokens or more) and at least every
-    ``PLAIN_EVERY_S`` seconds, so a slow one is not silent until its first tenth."""
+    """Generated tokens so far, of every prompt together: a bar on a terminal; without one
+    (nohup, Slurm), a plain line at every tenth of a long generation (``PLAIN_MIN`` tokens or
+    more) and at least every ``PLAIN_EVERY_S`` seconds, so a slow one is not silent until its
+    first tenth. The total is each prompt's limit summed: an end of text stops a prompt early."""
 
     PLAIN_MIN = 1000
     PLAIN_EVERY_S = 10.0
+    # Counts of all the prompts together, up to their limits: never a per-prompt count.
+    BAR = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt} of at most {total_fmt} new tokens [{elapsed}]"
 
-    def __init__(self, total: int, desc: str = "generate") -> None:
+    def __init__(
+        self,
+        total: int,
+        desc: str = "generate",
+        items: int | None = None,
+        noun: str = "prompt",
+        show: bool | None = None,  # None: the bar only on a terminal (tqdm's rule)
+    ) -> None:
         from tqdm import tqdm
 
+        if items is not None:  # generate (3 prompts), translate test (100 sentences)
+            desc = f"{desc} ({items:,} {noun}{'s' if items != 1 else ''})"
         self.bar = tqdm(
             total=total,
             desc=desc,
             unit="tok",
-            disable=None,
+            unit_scale=True,
+            disable=None if show is None else not show,
             leave=False,
             dynamic_ncols=True,
             file=sys.stderr,
+            bar_format=self.BAR,
         )
         self.desc, self.total, self.done, self.next_line = desc, total, 0, total / 10
         self.plain = self.bar.disable and total >= self.PLAIN_MIN
         self.last_line = time.monotonic()
+
+    def line(self) -> str:
+        """Where the generation is, as a plain line says it."""
+        return f"{self.desc}: {self.done:,} of at most {self.total:,} new tokens"
 
     def update(self, n: int) -> None:
         """``n`` more tokens (one decoding step of ``n`` rows)."""
@@ -143,7 +161,7 @@ class TokenProgress:
             self.done >= self.next_line or now - self.last_line >= self.PLAIN_EVERY_S
         ):
             self.last_line = now
-            print(f"{self.desc}: {self.done:,}/{self.total:,} tokens", file=sys.stderr, flush=True)
+            print(self.line(), file=sys.stderr, flush=True)
             while self.next_line <= self.done:
                 self.next_line += self.total / 10
 

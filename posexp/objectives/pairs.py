@@ -173,7 +173,9 @@ class Translation:
         limits = [
             min(self.seq_len - len(p), 2 * len(p) + 8 if cap is None else cap) for p in prompts
         ]
-        tracker = TokenProgress(sum(limits), progress) if progress else None
+        tracker = (
+            TokenProgress(sum(limits), progress, len(sources), "sentence") if progress else None
+        )
         with tracker or contextlib.nullcontext():
             new = generate_ids(
                 model,

@@ -1,127 +1,128 @@
-"""TensorBoard helpers: one writer per run dir, hparams written into that same run."""
+"""TensorBoard helpers: one writer per run dir, hparams written into that same run.
+
+The hparams entry is a session start (the run's settings) and a session end, and no experiment
+summary: with none in any run, TensorBoard builds the table's columns from every run's settings,
+flags those whose values differ across the runs shown (and shows them first), and takes every
+scalar the runs logged as a metric (validation, test and ``eval-extrapolate``'s). An experiment
+summary would be one run's view of the whole table, and TensorBoard uses the first it finds.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import re
+import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from torch.utils.tensorboard import SummaryWriter
-from torch.utils.tensorboard.summary import hparams
 
 from posexp.config import RunConfig
-from posexp.model import ModelConfig
+from posexp.labels import is_plumbing, order_key, run_label, run_settings, setting_key, value_text
 
 
-def metric_tag(key: str) -> str | None:
-    """The scalar tag that already holds a final metric: final/val_X -> val/X, final/X -> test/X."""
-    name = key.removeprefix("final/")
-    if name == "params":
-        return None  # an hparam, not a metric
-    return f"val/{name[4:]}" if name.startswith("val_") else f"test/{name}"
+def hparam_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The run's settings by their override names (``pe``, ``train.seq_len``), no plumbing."""
+    from posexp.runtime.sweeps import flatten
+
+    return run_settings(flatten(cfg.to_dict()))
 
 
-# TensorBoard's hparams table shows 5 columns by default: those flagged "differs" first, then
-# by name. These are flagged, so a run shows what PE experiments are compared by.
-SHOWN_BY_DEFAULT = ("data", "extension", "heads", "pe", "seed")
+def label_keys(hydra_cfg: Any = None) -> list[str]:
+    """The settings a run's hparams name shows: a sweep job's swept keys, else the run's own
+    command-line overrides that change a result. ``hydra_cfg``: the ``hydra`` node (default:
+    the running job's; [] outside Hydra)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if hydra_cfg is None and not HydraConfig.initialized():
+        return []
+    hc = HydraConfig.get() if hydra_cfg is None else hydra_cfg
+    keys = [o.split("=", 1)[0].lstrip("+~") for o in hc.overrides.task if "=" in o]
+    swept = swept_keys(hc) if hc.mode == RunMode.MULTIRUN else None
+    if swept is not None:
+        keys = [k for k in keys if k in swept]
+    return list(dict.fromkeys(setting_key(k) for k in keys if not is_plumbing(k)))
 
 
-def trial_name(params: dict[str, Any], run_dir: Path) -> str:
-    """The hparams table's trial id: a short tag unique to the run dir, what the run is (pe,
-    heads, seed, extension, data), then where it lives.
+def swept_keys(hydra_cfg: Any) -> set[str] | None:
+    """The override keys a sweep varies, as ``posexp.resolvers._swept_only`` names job dirs
+    (None when the CLI did not say: then every override names the job)."""
+    from omegaconf import OmegaConf
 
-    TensorBoard cuts the column to its first ~20 characters; run dirs start with their timestamp
-    and sweep jobs with their first override, so those alone would all read alike, and so would
-    two runs that differ in a setting the id does not name: the tag keeps every row apart.
+    from posexp.resolvers import SWEEP_ENV, sweeps
+
+    try:
+        given = json.loads(os.environ[SWEEP_ENV])
+    except (KeyError, ValueError):
+        return None
+    preset = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
+    # Swept on the command line, or by the preset's sweeper unless the command line fixes it.
+    preset_swept = {str(k) for k, v in dict(preset).items() if sweeps(str(k), str(v))}
+    return set(given.get("swept", [])) | (preset_swept - set(given.get("fixed", [])))
+
+
+TRIAL_PARTS = 5  # settings named in a trial id at most
+
+
+def trial_name(settings: dict[str, Any], run_dir: Path, keys: list[str] | None = None) -> str:
+    """The hparams table's trial id: the run's label (``rope h4 s0``), then a tag unique to its
+    run dir (``rope h4 s0 · 7e80``).
+
+    TensorBoard cuts the column to its first ~20 characters, so the label comes first; the tag
+    keeps apart two runs that read alike. ``keys``: the settings the label names (default:
+    ``label_keys()``, the swept or overridden ones; none: the run's PE and extension).
     """
-    ext = str(params.get("extension", "none"))
     tag = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]
-    what = [
-        f"#{tag}",
-        str(params.get("pe", "?")),
-        f"h{params.get('heads', '?')}",
-        f"s{params.get('seed', '?')}",
-        *([ext] if ext != "none" else []),
-        str(params.get("data", "?")),
-    ]
-    where = (
-        run_dir.name
-        if re.match(r"\d{4}-\d{2}-\d{2}_", run_dir.name)
-        else f"{run_dir.parent.name}/{run_dir.name}"
-    )
-    return f"{' '.join(what)} · {where}"
+    named = sorted(k for k in (label_keys() if keys is None else keys) if k in settings)
+    # The settings that say most first (PE, extension, heads, ...): past TRIAL_PARTS the
+    # column would be cut anyway, and the hparams columns hold every setting.
+    label = run_label(settings, sorted(named, key=order_key)[:TRIAL_PARTS])
+    return f"{label} · {tag}"
 
 
-def write_hparams(
-    writer: SummaryWriter, params: dict[str, Any], metrics: dict[str, float], trial: str = ""
-) -> None:
-    """Record an hparams entry in the writer's own run (add_hparams would create a second run).
+def hparam_value(value: Any) -> tuple[str, Any]:
+    """A setting as a ``google.protobuf.Value`` field: (field name, value).
 
-    Its metrics point at scalars the run logged anyway (val/loss at the last step, test/bleu),
-    so no extra step-0 "final" scalars clutter the run's charts. Integers are written as text:
-    TensorBoard has no integer type and would show 64 as "64.000".
-    """
-    from tensorboard.plugins.hparams import plugin_data_pb2
+    Integers are text: TensorBoard has no integer type and would show 64 as "64.000"; lists
+    are text as labels show them, None as the config writes it (TensorBoard shows a non-ASCII
+    character, the labels' dash, as its JSON escape)."""
+    if value is None:
+        return "string_value", "null"
+    if isinstance(value, bool):
+        return "bool_value", value
+    if isinstance(value, float):
+        return "number_value", value
+    if isinstance(value, str):
+        return "string_value", value
+    return "string_value", value_text(value)
 
-    clean = {
-        k: (
-            str(v)
-            if isinstance(v, int) and not isinstance(v, bool)
-            else v
-            if isinstance(v, (float, str, bool))
-            else str(v)
+
+def write_hparams(writer: SummaryWriter, params: dict[str, Any], trial: str = "") -> None:
+    """Record the run's hparams entry (a session start and end) in the writer's own run:
+    ``add_hparams`` would make a second run, and an experiment summary would fix the table's
+    columns and metrics for every run to this one's."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+    start = plugin_data_pb2.SessionStartInfo(group_name=trial, start_time_secs=time.time())
+    for key, value in params.items():
+        field, shown = hparam_value(value)
+        setattr(start.hparams[key], field, shown)
+    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
+    for tag, data in (
+        (metadata.SESSION_START_INFO_TAG, {"session_start_info": start}),
+        (metadata.SESSION_END_INFO_TAG, {"session_end_info": end}),
+    ):
+        content = plugin_data_pb2.HParamsPluginData(version=metadata.PLUGIN_DATA_VERSION, **data)
+        plugin = SummaryMetadata.PluginData(
+            plugin_name=metadata.PLUGIN_NAME, content=content.SerializeToString()
         )
-        for k, v in params.items()
-    }
-    tags = {metric_tag(k): float(v) for k, v in metrics.items() if metric_tag(k)}
-    experiment, start, end = hparams(clean, tags)
-    if trial:
-        start_value = start.value[0]
-        info = plugin_data_pb2.HParamsPluginData.FromString(
-            start_value.metadata.plugin_data.content
-        )
-        info.session_start_info.group_name = trial
-        start_value.metadata.plugin_data.content = info.SerializeToString()
-    value = experiment.value[0]
-    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-    for info in data.experiment.hparam_infos:
-        info.differs = info.name in SHOWN_BY_DEFAULT
-    value.metadata.plugin_data.content = data.SerializeToString()
-    for summary in (experiment, start, end):
-        writer.file_writer.add_summary(summary)
+        value = Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin))
+        writer.file_writer.add_summary(Summary(value=[value]))
     writer.flush()
-
-
-def hparam_dict(cfg: RunConfig, mcfg: ModelConfig) -> dict[str, Any]:
-    """The knobs people sweep, for TensorBoard's hparams table (the training ones included)."""
-    ext = mcfg.extension.to_dict()
-    t = cfg.train
-    return {
-        # rope_randomized shows as "rope randomized"; a synthetic run's data as its task.
-        "pe": mcfg.pe + (" randomized" if cfg.positions.randomized else ""),
-        "heads": mcfg.n_heads,
-        "model": cfg.model.name,
-        "d_model": mcfg.d_model,
-        "n_layers": mcfg.n_layers,
-        "seq_len": t.seq_len,
-        "batch_size": t.batch_size,
-        "max_steps": t.max_steps,
-        "lr": float(t.lr),
-        "warmup_steps": t.warmup_steps,
-        "seed": cfg.seed,
-        "data": str(cfg.data.params.get("task", cfg.data.name)),
-        "tokenizer": cfg.tokenizer.name,
-        "extension": extension_label(ext),
-        "factor": float(ext.get("factor", 1.0)),
-    }
-
-
-def extension_label(ext: dict[str, Any]) -> str:
-    """``none``, or the method with its factor (``yarn x4``): one column shows both."""
-    method, factor = ext.get("method", "none"), float(ext.get("factor", 1.0))
-    return method if method == "none" else f"{method} x{factor:g}"
 
 
 def write_config_text(writer: SummaryWriter, config: dict[str, Any], precision: str) -> None:

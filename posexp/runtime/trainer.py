@@ -108,6 +108,18 @@ class Trainer:
             save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
         log.info("checkpoint saved at step %d", self.step)
 
+    def evaluate(self, train_loss: float | None = None) -> None:
+        """Validation metrics at this step: logged, shown, and kept as the last val loss."""
+        metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
+        self.model.train()
+        self.last_val = metrics["val/loss"]
+        self.best_val = min(self.best_val, self.last_val)
+        for tag, value in metrics.items():
+            self.writer.add_scalar(tag, value, self.step)
+        shown = "  ".join(f"{k} {metric_text(k, v)}" for k, v in metrics.items())
+        loss = "" if train_loss is None else f"  train/loss {train_loss:.4f}"
+        log.info("step %d%s  %s", self.step, loss, shown)
+
     def fit(self, stop: GracefulStop | None = None) -> float:
         """Train to ``train.max_steps`` (or to the step a stop signal arrives in); returns the
         final validation loss."""
@@ -130,6 +142,8 @@ class Trainer:
             # from the last evaluation, so evaluate once more (TensorBoard has it already).
             metrics = self.objective.evaluate(self.raw_model, self.step, distributed.NullWriter())
             self.last_val = metrics["val/loss"]
+        if self.step == 0 and distributed.is_main():
+            self.evaluate()  # the curves' first point: the untrained model
         self.model.train()
         if stop is not None:
             stop.begin()
@@ -200,13 +214,7 @@ class Trainer:
             if self.step % t.eval_interval == 0 or self.step == t.max_steps:
                 train_loss = distributed.global_mean(loss, weight)  # all ranks take part
                 if distributed.is_main():  # rank 0 evaluates; the others wait at the next step
-                    metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
-                    self.last_val = metrics["val/loss"]
-                    self.best_val = min(self.best_val, self.last_val)
-                    for tag, value in metrics.items():
-                        self.writer.add_scalar(tag, value, self.step)
-                    shown = "  ".join(f"{k} {metric_text(k, v)}" for k, v in metrics.items())
-                    log.info("step %d  train/loss %.4f  %s", self.step, train_loss, shown)
+                    self.evaluate(train_loss)
             if (
                 self.step % t.checkpoint_interval == 0 or self.step == t.max_steps
             ) and distributed.is_main():

@@ -83,7 +83,7 @@ def test_resume_errors(tmp_path, cache):
     done = posexp(tmp_path, cache, "train", f"resume={run}")  # completed: nothing to redo
     assert "already completed 6 steps" in done.stderr
     events = EventAccumulator(str(run)).Reload()
-    assert [e.step for e in events.Scalars("val/loss")] == [3, 6]  # nothing logged twice
+    assert [e.step for e in events.Scalars("val/loss")] == [0, 3, 6]  # nothing logged twice
     shorter = posexp(tmp_path, cache, "train", f"resume={run}", "train.max_steps=2", check=False)
     assert shorter.returncode == 2 and "Traceback" not in shorter.stderr
     assert "train.max_steps=2 is below the step 6 of" in shorter.stderr

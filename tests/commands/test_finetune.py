@@ -142,19 +142,25 @@ def test_finetune_needs_a_checkpoint(tmp_path, cache):
     ]
 
 
-def test_finetune_help_says_how_to_call_it_and_what_it_keeps(tmp_path, cache):
+def test_finetune_help_says_how_to_call_it_and_what_it_keeps(tmp_path, cache, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # a row per line: the panels' rows unwrapped
     out = posexp(tmp_path, cache, "finetune", "--help").stdout
-    assert out.startswith("Usage: posexp finetune --run DIR [OVERRIDES]")
+    assert "finetune --run DIR [OPTIONS] [OVERRIDES]..." in out  # after the program name
     assert (
         "Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer."
         in out
     )
     from pathlib import Path
 
+    from posexp.config import NETWORK_ROOTS
     from posexp.paths import config_dir
 
     methods = sorted(p.stem for p in (Path(config_dir()) / "extension").glob("*.yaml"))
-    assert f"extension: {', '.join(methods)}" in out  # the groups, discovered
+    rows = [line.strip("│ ") for line in out.splitlines() if line.startswith("│")]
+    # The groups, discovered; what a fine-tune changes is unmarked, what it keeps marked.
+    assert any(r.split(None, 1) == ["extension", ", ".join(methods)] for r in rows)
+    for root in (r for r in NETWORK_ROOTS if r != "heads"):  # heads: a key, not a group
+        assert any(r.startswith(f"{root} (the parent's) ") for r in rows)
     assert not list(tmp_path.glob("outputs/runs/*"))  # help starts no run
 
 
@@ -215,3 +221,20 @@ def test_finetuned_model_rotates_q_and_k_as_written_in_the_paper(parent, cache, 
                 x1, x2 = x.double().chunk(2, dim=-1)
                 expected = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
                 torch.testing.assert_close(rotated.double(), expected, atol=2e-5, rtol=2e-5)
+
+
+def test_hydra_flags_may_come_before_or_after_the_overrides(parent):
+    from posexp.commands.finetune import finetune_args
+
+    _, run = parent
+    ours = [f"parent='{run}'", "data=kjv"]
+    assert finetune_args(run, ["-m", "extension=pi,yarn"]) == ["-m", *ours, "extension=pi,yarn"]
+    assert finetune_args(run, ["--cfg", "job", "extension=yarn", "train.max_steps=2"]) == [
+        "--cfg",
+        "job",
+        *ours,
+        "extension=yarn",
+        "train.max_steps=2",
+    ]
+    assert finetune_args(run, ["extension=yarn", "-m"]) == [*ours, "extension=yarn", "-m"]
+    assert finetune_args(run, ["--cfg", "job"]) == ["--cfg", "job", *ours]

@@ -111,9 +111,12 @@ def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, 
     )
     capsys.readouterr()
     generate_text(tmp_path / "lm", ["And", "God"], 600, device="cpu")
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("generate: ")]
+    err = capsys.readouterr().err.splitlines()
+    lines = [ln for ln in err if ln.startswith("generate (2 prompts): ")]
     # 2 prompts x 600 tokens: a line at every tenth (no eos in a byte-level lm run).
-    assert lines == [f"generate: {n:,}/1,200 tokens" for n in range(120, 1201, 120)]
+    assert lines == [
+        f"generate (2 prompts): {n:,} of at most 1,200 new tokens" for n in range(120, 1201, 120)
+    ]
 
 
 def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(

@@ -73,12 +73,24 @@ def test_a_run_that_failed_before_training_says_so(tmp_path):
 def test_a_slow_generation_without_a_terminal_reports_progress_from_the_start(capsys, monkeypatch):
     clock = iter(range(0, 1000, 11))  # 11 s per decoding step: slower than PLAIN_EVERY_S
     monkeypatch.setattr("posexp.model.generation.time.monotonic", lambda: next(clock))
-    with TokenProgress(10_000) as progress:
+    with TokenProgress(10_000, items=20) as progress:
         progress.update(1)
         progress.update(1)
     lines = capsys.readouterr().err.splitlines()
-    # The first tenth is 1,000 tokens away; a line comes anyway, once 10 s have passed.
-    assert lines == ["generate: 1/10,000 tokens", "generate: 2/10,000 tokens"]
+    # The first tenth is 1,000 tokens away; a line comes anyway, once 10 s have passed. It counts
+    # the tokens of all 20 prompts together, up to their limits (an end of text stops one early).
+    assert lines == [
+        "generate (20 prompts): 1 of at most 10,000 new tokens",
+        "generate (20 prompts): 2 of at most 10,000 new tokens",
+    ]
+
+
+def test_the_generation_bar_says_it_counts_every_prompt_together():
+    with TokenProgress(40_000, "translate test", 100, "sentence", show=True) as progress:
+        progress.update(12_300)
+        text = str(progress.bar)
+    assert text.startswith("translate test (100 sentences): ")
+    assert "12.3k of at most 40.0k new tokens" in text
 
 
 def test_generate_takes_a_thread_count_and_refuses_a_bad_one():

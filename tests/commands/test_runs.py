@@ -8,13 +8,25 @@ from typer.testing import CliRunner
 
 from posexp.checkpoint import save_checkpoint
 from posexp.cli import app
+from posexp.extension import ExtensionConfig
 from posexp.model import GPT, ModelConfig
 from tests.helpers import run_config
 
 
-def make_run(path, pe, heads, step, total, results=None, minutes=None, hour=0):
-    mcfg = ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=heads, pe=pe)
-    config = run_config(f"heads={heads}", f"train.max_steps={total}").to_dict()
+def make_run(
+    path, pe, heads, step, total, results=None, minutes=None, hour=0, extension=None, parent=None
+):
+    mcfg = ModelConfig(
+        vocab_size=20,
+        d_model=16,
+        n_layers=1,
+        n_heads=heads,
+        pe=pe,
+        extension=extension or ExtensionConfig(),
+    )
+    # Quoted: a parent named like a sweep job (`pe=rope,seed=0`) is one value, not a list.
+    extra = [] if parent is None else [f"parent='{parent}'"]
+    config = run_config(f"heads={heads}", f"train.max_steps={total}", *extra).to_dict()
     save_checkpoint(path, GPT(mcfg), {"step": step, "model": mcfg.to_dict(), "config": config})
     if results is not None:
         (path / "results.json").write_text(json.dumps(results))
@@ -48,12 +60,15 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
         "pe": "rope",
         "heads": 2,
         "extension": "none",
+        "factor": None,
+        "parent": None,
         "step": 10,
         "max_steps": 10,
         "status": "completed",
         "val_ppl": 3.5,
         "val_acc": None,
         "bleu": None,
+        "evaluated": None,
         "minutes": 7.0,
         "started": "2026-01-01T00:00:00+00:00",
         "unreadable": [],
@@ -101,16 +116,29 @@ def test_runs_sort_by_start_time_and_fit_100_columns(tmp_path):
     console = Console(width=100, record=True)
     print_runs(rows, console)
     text = console.export_text()
-    assert max(len(line) for line in text.splitlines()) <= 100
-    header = text.splitlines()[1]
-    for column in ("pe", "h", "steps", "status", "val ppl", "model", "seq"):
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    header = lines[1]
+    for column in ("run", "pe", "h", "val ppl"):
         assert f" {column} " in f" {header} "
-    assert "alibi" in text and "3.50" in text and "…" not in text
+    assert long_name in lines[3] and "alibi" in lines[3] and "3.50" in lines[3]
+    # The settings both runs share are named once under the table instead of as columns.
+    same = "same in every run: data kjv, model small, seq 256, steps 10/10, status completed"
+    assert same in text
+    assert "model" not in header and "BLEU" not in header
+    # Narrower, the long name stays one line: its start and end kept, the middle left out.
+    narrow = Console(width=60, record=True)
+    print_runs(rows, narrow)
+    lines = narrow.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 60
+    name = lines[3].split()[0]
+    assert name.startswith("heads=4") and name.endswith("threads=1_abc") and "…" in name
+    assert lines[4].split()[0] == "late" and "3.50" in lines[3]
     # Columns empty in every row (accuracy, BLEU, extensions) only with --wide.
-    assert "BLEU" not in header
-    wide = Console(width=200, record=True)
+    wide = Console(width=300, record=True)
     print_runs(rows, wide, wide=True)
-    assert "BLEU" in wide.export_text()
+    text = wide.export_text()
+    assert "BLEU" in text and long_name in text and "same in every run" not in text
 
 
 def test_a_table_with_every_column_still_fits_100_columns():
@@ -125,23 +153,160 @@ def test_a_table_with_every_column_still_fits_100_columns():
         "seq_len": 96,
         "pe": "sinusoidal",
         "heads": 16,
-        "extension": "yarn x4",
+        "extension": "yarn",
+        "factor": 4.0,
+        "parent": "runs/base",
         "step": 1200,
         "max_steps": 1200,
         "status": "completed",
         "val_ppl": 46.91,
         "val_acc": 0.512,
         "bleu": 3.47,
+        "evaluated": {"methods": ["none", "yarn", "pi"], "longest": 4096, "cells": 18},
         "minutes": 6.2,
     }
     console = Console(width=100, record=True)
     print_runs([row], console)
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 100
-    for column in ("run", "pe", "h", "ext", "steps", "status", "val ppl"):
+    for column in ("run", "pe", "h", "ext", "parent", "steps", "status", "val ppl"):
         assert f" {column} " in f" {lines[1]} "
     assert "yarn x4" in lines[3] and "46.91" in lines[3] and "1200/1200" in lines[3]
+    assert "runs/base" in lines[3] and "pe=alibi,seed=0" in lines[3]
     assert lines[-1].startswith("(hidden at this width: min") and "--wide" in lines[-1]
+    wide = Console(width=250, record=True)
+    print_runs([row], wide, wide=True)
+    assert "3 methods ≤4096" in wide.export_text()
+
+
+def write_records(run_path, methods, lengths):
+    """eval/extrapolate.json as eval-extrapolate writes it: a cell per method and length, of
+    the run's current weights."""
+    from posexp.rundir import RunDir
+    from posexp.scoring.records import Record, checkpoint_of
+
+    now = checkpoint_of(RunDir(run_path))
+    records = [
+        Record(m, n, "nonoverlap", 1.0, checkpoint=now, values={"ppl": 9.0}).to_dict()
+        for m in methods
+        for n in lengths
+    ]
+    (run_path / "eval").mkdir(exist_ok=True)
+    (run_path / "eval" / "extrapolate.json").write_text(json.dumps(records))
+
+
+def sweep_and_finetune(root):
+    """A 4-job sweep under outputs-like folders, one job evaluated, and a fine-tune of it."""
+    sweep = root / "sweeps" / "2026-01-01_00-00-00"
+    jobs = [(pe, seed) for pe in ("rope", "alibi") for seed in (0, 1)]
+    for hour, (pe, seed) in enumerate(jobs):
+        results = {"status": "completed", "final/val_ppl": 20.0 + hour}
+        make_run(sweep / f"pe={pe},seed={seed}", pe, 4, 40, 40, results, 1, hour=hour)
+    parent = sweep / "pe=rope,seed=0"
+    write_records(parent, ["none", "yarn", "pi"], [64, 128, 256])
+    make_run(
+        root / "runs" / "2026-01-01_05-00-00_kjv_ft-yarn",
+        "rope",
+        4,
+        20,
+        20,
+        {"status": "completed", "final/val_ppl": 18.9},
+        1,
+        hour=5,
+        extension=ExtensionConfig("yarn", 4.0),
+        parent=parent,
+    )
+    return sweep
+
+
+def test_runs_json_names_a_finetunes_parent_its_factor_and_what_was_evaluated(tmp_path):
+    torch.manual_seed(0)
+    sweep_and_finetune(tmp_path)
+    result = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["run"]: r for r in json.loads(result.output)}
+    parent = "sweeps/2026-01-01_00-00-00/pe=rope,seed=0"
+    ft = rows["runs/2026-01-01_05-00-00_kjv_ft-yarn"]
+    assert (ft["extension"], ft["factor"], ft["parent"]) == ("yarn", 4.0, parent)
+    assert ft["evaluated"] is None
+    assert rows[parent]["evaluated"] == {
+        "methods": ["none", "yarn", "pi"],
+        "longest": 256,
+        "cells": 9,
+    }
+    assert (rows[parent]["parent"], rows[parent]["factor"]) == (None, None)
+    # A parent outside the listed folder keeps the path the fine-tune recorded.
+    inside = CliRunner().invoke(app, ["runs", str(tmp_path / "runs"), "--json"])
+    (row,) = json.loads(inside.output)
+    assert row["parent"] == str(tmp_path / "sweeps" / "2026-01-01_00-00-00" / "pe=rope,seed=0")
+
+
+def test_runs_at_80_columns_keep_each_run_on_one_line(tmp_path):
+    from rich.console import Console
+
+    from posexp.commands.runs import list_runs, print_runs
+
+    torch.manual_seed(0)
+    sweep_and_finetune(tmp_path)
+    console = Console(width=80, record=True)
+    print_runs(list_runs(tmp_path), console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    body = [line for line in lines[3:] if line.strip()][:5]
+    names = [line.split()[0] for line in body]
+    # One line per run: each name shortened in the middle, its job (the end) kept whole.
+    assert [n.split("…")[-1] for n in names[:4]] == [
+        "/pe=rope,seed=0",
+        "/pe=rope,seed=1",
+        "/pe=alibi,seed=0",
+        "/pe=alibi,seed=1",
+    ]
+    assert all(n.startswith("sw") for n in names[:4])
+    assert names[4].startswith("runs/") and names[4].endswith("ft-yarn")
+    assert "yarn x4" in body[4] and body[4].split()[-3].endswith("/pe=rope,seed=0")
+    header = lines[1].split()
+    assert header[:4] == ["run", "pe", "ext", "parent"]
+    # Equal in every run: said once, not a column.
+    same = next(line for line in lines if line.startswith("same in every run: "))
+    assert "data kjv" in same and "model small" in same and "h 4" in same
+    assert "status completed" in same and "status" not in header and "min" not in same
+    assert any(line.startswith("(hidden at this width: ") for line in lines)
+    # Wider, the evaluation shows: methods and the longest length of the current weights.
+    wide = Console(width=160, record=True)
+    print_runs(list_runs(tmp_path), wide)
+    text = wide.export_text()
+    assert "3 methods ≤256" in text and "sweeps/2026-01-01_00-00-00/pe=alibi,seed=1" in text
+    assert "hidden at this width" not in text
+
+
+def test_runs_name_a_damaged_evaluation_in_the_table_and_under_it(tmp_path):
+    from rich.console import Console
+
+    from posexp.commands.runs import list_runs, print_runs
+
+    torch.manual_seed(0)
+    for name in ("a", "b"):
+        make_run(tmp_path / name, "rope", 2, 10, 10, {"status": "completed"}, 1)
+    (tmp_path / "a" / "eval").mkdir()
+    (tmp_path / "a" / "eval" / "extrapolate.json").write_text('{"cut')
+    rows = list_runs(tmp_path)
+    assert rows[0]["evaluated"] is None and "extrapolate.json" in rows[0]["unreadable"][0]
+    console = Console(width=100, record=True)
+    print_runs(rows, console)
+    lines = console.export_text().splitlines()
+    assert "evaluated" in lines[1] and "unreadable" in lines[3]
+    assert any(line.startswith("a: ") and "extrapolate.json" in line for line in lines)
+
+
+def test_shorten_middle_keeps_the_start_and_the_end():
+    from posexp.commands.runs import shorten_middle
+
+    assert shorten_middle("short", 10) == "short"
+    assert shorten_middle("sweeps/2026-01-01_00-00-00/pe=rope,seed=0", 23) == (
+        "sweeps/…/pe=rope,seed=0"
+    )
+    cut = shorten_middle("2026-01-01_00-00-00_kjv_rope_h4", 16)
+    assert len(cut) == 16 and cut.startswith("2026-") and cut.endswith("rope_h4")
 
 
 def test_runs_with_no_runs_yet_is_an_empty_list_not_an_error(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,7 +84,8 @@ def write_outputs(
                 plot_per_position(curves, title), out / "per_position.png"
             )
             names += ["per_position.json", "per_position.png"]
-        write_tensorboard(out, display_rows(rows), images)
+    # After the records are in place: the run's curves then never show cells it does not hold.
+    write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length)
     remove_legacy_tensorboard(plan.run_dir)
     return [plan.run.eval_dir / name for name in names]
 
@@ -147,61 +149,124 @@ def per_position(rows: list[dict[str, Any]], train_length: int) -> dict[str, Any
     }
 
 
-def write_tensorboard(
-    folder: Path, records: list[dict[str, Any]], images: dict[str, bytes]
-) -> None:
-    """Per method, ``extrapolate/<protocol>/<metric>`` against length, its own TensorBoard run.
+# The evaluation's event file in the run dir (the run's own TensorBoard run) ends so.
+EVAL_EVENTS = ".eval-extrapolate"
 
-    ``folder`` is the evaluation's staged ``eval/`` folder: each method writes into
-    ``eval/<method>/``, so TensorBoard draws the methods of one card in different colours and
-    names them in its run list and tooltips, and the plots go into ``eval/`` itself. Being part
-    of the one staged set, the curves are swapped in with the JSON they come from, and each
-    evaluation writes them anew from every record, so they never duplicate or disagree with it.
+
+def write_tensorboard(
+    run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes], train_length: int
+) -> None:
+    """The evaluation in the run's own TensorBoard run: one event file in ``run_dir``, rewritten
+    from every current record at each evaluation, so points never duplicate or go stale.
+
+    Tags ``extrapolate/<protocol>/<metric>/<method>`` against length (one colour per run, as
+    its training curves), a custom-scalars chart per protocol and metric holding every method,
+    ``eval/<metric>_x<ratio>`` (the unextended model at each multiple of the training length:
+    the hparams table's test metrics), the exact numbers as text and the rendered plots (the
+    charts' smoothing draws values between lengths never measured; these are unsmoothed).
     """
+    import tempfile
+
     from matplotlib.image import imread
     from torch.utils.tensorboard import SummaryWriter
 
-    for method in dict.fromkeys(r["method"] for r in records):
-        points = sorted(
-            (
-                r
-                for r in records
-                if r["method"] == method and headline(r) is not None and math.isfinite(headline(r))
-            ),
-            key=lambda r: r["length"],
-        )
-        if not points:
-            continue  # no card for a method with no number (e.g. past a learned table)
-        writer = SummaryWriter(str(folder / method.replace(":", "-")))
+    curves = curve_points(records)
+    with tempfile.TemporaryDirectory(prefix="posexp-tb-") as tmp:
+        writer = SummaryWriter(tmp, filename_suffix=EVAL_EVENTS)
         try:
-            for r in points:
-                metric = r.get("metric") or "ppl"
-                depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
-                writer.add_scalar(
-                    f"extrapolate/{r['protocol']}{depth}/{metric}", r[metric], r["length"]
+            for tag, points in curves.items():
+                for length, value in points:
+                    writer.add_scalar(tag, value, length)
+            for tag, (value, length) in baseline_metrics(records, train_length).items():
+                writer.add_scalar(tag, value, length)
+            if curves:
+                writer.add_custom_scalars(scalar_layout(curves))
+            step = max((r["length"] for r in records), default=0)
+            if records:
+                writer.add_text("extrapolate/table", markdown_table(records), step)
+            for tag, png in images.items():  # the PNGs already rendered, not a second rendering
+                writer.add_image(
+                    tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
                 )
         finally:
             writer.close()
-    writer = SummaryWriter(str(folder))
-    try:
-        step = max((r["length"] for r in records), default=0)
-        # The measured numbers as a table: the charts' default smoothing (0.6) draws values
-        # between the few lengths that were never measured; the Text tab shows them exactly.
-        writer.add_text("extrapolate/table", markdown_table(records), step)
-        for tag, png in images.items():  # the PNGs already rendered, not a second rendering
-            writer.add_image(
-                tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
-            )
-    finally:
-        writer.close()
+        (built,) = Path(tmp).glob(f"events.out.tfevents.*{EVAL_EVENTS}")
+        final = run_dir / built.name
+        # Copied in under a name without "tfevents" (TensorBoard reads every file with it,
+        # half-written too), then renamed: the folder holds the old file or the whole new one.
+        staging = run_dir / f"{EVAL_EVENTS}.tmp"
+        shutil.copyfile(built, staging)
+        with open(staging, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(staging, final)
+    for old in run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"):
+        if old != final:
+            old.unlink(missing_ok=True)
+
+
+def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
+    """``extrapolate/<protocol>[_depthD]/<metric>/<method>`` -> (length, value) by length; the
+    cells without a number (past a learned table) are left out."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for r in records:
+        value = headline(r)
+        if value is None or not math.isfinite(value):
+            continue
+        depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
+        tag = f"extrapolate/{r['protocol']}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
+        curves.setdefault(tag, []).append((r["length"], float(value)))
+    return {tag: sorted(points) for tag, points in curves.items()}
+
+
+def scalar_layout(curves: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
+    """Custom scalars: one multiline chart per protocol and metric, every method in it.
+
+    A chart names its tags by prefix, not method by method: TensorBoard merges the runs'
+    layouts and keeps one of two charts only when they are equal, so runs evaluated with other
+    methods still share one chart per family (each run's methods in it)."""
+    families = dict.fromkeys(tag.rsplit("/", 1)[0] for tag in curves)
+    charts = {}
+    for family in families:
+        scorer, metric = family.removeprefix("extrapolate/").rsplit("/", 1)
+        title = f"{metric} by evaluation length, {scorer.replace('_', ' ')} (every method)"
+        charts[title] = ["Multiline", [f"^{re.escape(family)}/"]]
+    return {"extrapolation": charts}
+
+
+def baseline_metrics(
+    records: list[dict[str, Any]], train_length: int
+) -> dict[str, tuple[float, int]]:
+    """``eval/<metric>_x<ratio>`` -> (value, length): the unextended model's (method ``none``)
+    first protocol at each length, named by its multiple of the training length."""
+    base = [
+        r
+        for r in records
+        if r["method"].split(" [")[0] == "none"
+        and r.get("depth") is None
+        and headline(r) is not None
+        and math.isfinite(headline(r))
+    ]
+    if not base:
+        return {}
+    first = (base[0]["method"], base[0]["protocol"])  # records come in display order
+    return {
+        f"eval/{r.get('metric') or 'ppl'}_x{r['length'] / train_length:g}": (
+            float(headline(r)),
+            r["length"],
+        )
+        for r in base
+        if (r["method"], r["protocol"]) == first
+    }
 
 
 def remove_legacy_tensorboard(run_dir: Path) -> None:
-    """Drop the TensorBoard files earlier versions wrote outside ``eval/`` (their curves
-    would stand beside the new ones)."""
+    """Drop the TensorBoard files earlier versions wrote (their curves would stand beside the
+    new ones): ``*.extrapolate`` event files and ``extrapolate/`` in the run dir; per-method
+    runs inside ``eval/`` go with the eval folder each evaluation swaps in anew."""
     for old in run_dir.glob("events.out.tfevents.*.extrapolate"):
         old.unlink(missing_ok=True)
     shutil.rmtree(run_dir / "extrapolate", ignore_errors=True)
+    (run_dir / f"{EVAL_EVENTS}.tmp").unlink(missing_ok=True)  # a copy a kill left behind
 
 
 # Columns only some evaluations fill (task runs, passkey depths, sliding windows): left out of a

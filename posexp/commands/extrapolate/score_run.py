@@ -116,10 +116,10 @@ def score_cells(
         compiled = flex.compile_seconds() - compiling
         record.seconds = round(time.perf_counter() - start - compiled, 3)
         record.compile_seconds = round(compiled, 3) if compiled else None
-        if bar.disable:  # no terminal (nohup, Slurm): a plain line per cell instead of the bar
-            print_line(plan, item, scored[0], bar.total)
         new.append(record)
         bar.cell_done()
+        if bar.disable:  # no terminal (nohup, Slurm): a plain line per cell instead of the bar
+            print_line(plan, item, scored[0] - done, bar)
     return new
 
 
@@ -140,15 +140,19 @@ def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
     )
 
 
-def print_line(plan: RunPlan, item: Any, scored: int, total: int | None) -> None:
-    """One cell's result as a plain line on stderr (when no progress bar is shown)."""
+def print_line(plan: RunPlan, item: Any, tokens: int, bar: Any) -> None:
+    """One cell's result as a plain line on stderr (when no progress bar is shown): its own
+    time and tokens, then where the whole evaluation is (in this process: a worker knows only
+    its own cells)."""
     record, metric = item.record, item.scorer.metric
     value = record.values.get(metric.name)
     shown = record.note if value is None else f"{metric.name} {metric.format(value)}"
     where = record.protocol if record.depth is None else f"key depth {record.depth:g}"
+    summary = getattr(bar, "summary", None)
+    overall = f"; {summary()}" if summary else ""
     print(
         f"{plan.run_dir.name}: {record.method} at {record.length:,} ({where}): "
-        f"{shown}  [{record.seconds:.1f}s, {scored:,}/{total or 0:,} tokens]",
+        f"{shown}  [{record.seconds:.1f}s, {tokens:,} tokens{overall}]",
         file=sys.stderr,
         flush=True,
     )

@@ -10,10 +10,8 @@ from typing import Any
 
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
+from posexp.labels import is_plumbing, run_settings, setting_key, value_text, varying
 from posexp.rundir import RunDir, find_runs
-
-# Keys that never distinguish jobs in a table (seeds are shown when they vary).
-HIDDEN_PARAMS = ("hydra.", "device")
 
 
 @dataclass
@@ -69,6 +67,13 @@ class Job:
         from posexp.runtime.sweeps import flatten
 
         return flatten(self.config.to_dict()) if self.config else {}
+
+    @cached_property
+    def settings(self) -> dict[str, Any]:
+        """What the run is (``posexp.labels.run_settings``); from its overrides without a config."""
+        if self.flat_config:
+            return run_settings(self.flat_config)
+        return {setting_key(k): v for k, v in self.params.items() if not is_plumbing(k)}
 
     def setting(self, key: str) -> str:
         """A config value by its override key (``pe``, ``train.lr``) when not overridden; '' if unknown."""
@@ -132,20 +137,14 @@ def find_jobs(target: Path) -> list[Job]:
 
 
 def swept_value(job: Job, key: str) -> str:
-    """A swept key's value for ``job``: its override, else its resolved config's value."""
-    return job.params.get(key) or job.setting(key)
+    """A varying setting's value for ``job`` as text ('' when the job has no such setting)."""
+    return value_text(job.settings[key]) if key in job.settings else ""
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:
-    """Override keys whose values differ between jobs (all of them for a single job)."""
-    keys: list[str] = []
-    for job in jobs:
-        for key in job.params:
-            if key not in keys and not key.startswith(HIDDEN_PARAMS):
-                keys.append(key)
-    if len(jobs) == 1:
-        return keys
-    return [k for k in keys if len({job.params.get(k) for job in jobs}) > 1]
+    """The settings whose values differ between jobs (none for a single job), in label order;
+    plumbing (threads, paths, intervals) never counts."""
+    return varying([job.settings for job in jobs]) if len(jobs) > 1 else []
 
 
 def natural_order(value: Any) -> tuple:

@@ -13,9 +13,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.report.jobs import HIDDEN_PARAMS, Job, natural_order, swept_value
+from posexp.commands.report.jobs import Job, natural_order, swept_value
 from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table
+from posexp.labels import is_plumbing, setting_key, short_names
 
 # What a reader needs to know of every run, in this order (flattened config keys).
 SETTINGS = (
@@ -68,11 +69,12 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     """The table of every job: swept params, status, step, metrics, errors when there are any."""
     # A folder of different runs (a passkey folder: language model, passkey run, fine-tunes)
     # differs in many overrides: name each row by its dir, and list those keys as varying.
-    by_key = 0 < len(ctx.swept) <= MAX_KEY_COLUMNS
-    keys = ctx.swept if by_key else ["run"]
+    named_by = ctx.named_by()
+    by_key = 0 < len(named_by) <= MAX_KEY_COLUMNS
+    keys = named_by if by_key else ["run"]
     jobs = sorted(
         ctx.jobs,
-        key=lambda j: (*(natural_order(swept_value(j, k)) for k in ctx.swept if by_key), j.name),
+        key=lambda j: (*(natural_order(swept_value(j, k)) for k in named_by if by_key), j.name),
     )
     metric_keys: list[str] = list(dict.fromkeys(k for job in jobs for k in job.metrics))
     # A metric every completed run shares (the parameter count of one model) is a setting.
@@ -88,7 +90,9 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     with_dir = len(set(labels)) < len(labels)  # rows that would look alike get their folder
     with_error = any(j.error for j in jobs)
     decimals = {k: column_decimals([j.metrics.get(k) for j in jobs]) for k in shown}
-    header = [*keys, *(["dir"] if with_dir else []), "status", *map(metric_name, shown)]
+    names = short_names(keys)
+    header = [names[k] for k in keys]
+    header += [*(["dir"] if with_dir else []), "status", *map(metric_name, shown)]
     header += ["error"] if with_error else []
     rows, csv_rows = [], []
     for job, values in zip(jobs, labels, strict=True):
@@ -155,8 +159,8 @@ def settings_line(jobs: list[Job], swept: list[str], extra: list[str]) -> str:
         f"{k}={v}"
         for k, v in jobs[0].params.items()
         if k not in names
-        and k not in swept
-        and not k.startswith(HIDDEN_PARAMS)
+        and setting_key(k) not in swept
+        and not is_plumbing(k)
         and all(j.params.get(k) == v for j in jobs)
     ]
     fixed += shared
@@ -192,7 +196,8 @@ def comparison_sentence(ctx: ReportContext, jobs: list[Job]) -> str:
     n = min(n1, n2)
     digits = decimals_for(max(abs(m1), abs(m2)))
     gap = abs(m2 - m1)
-    relative = f" ({gap / abs(m1):.1%})" if m1 else ""
+    share = gap / abs(m1) if m1 else None
+    relative = "" if share is None else f" ({share:.{1 if share >= 0.01 else 2}%})"
     mean = "mean " if n > 1 else ""
     if n == 1:
         noise = (

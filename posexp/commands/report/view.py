@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.report.jobs import Job, swept_value
+from posexp.commands.report.jobs import Job
 from posexp.files import save_figure_atomic, write_csv_atomic
+from posexp.labels import distinguishing, run_label, run_labels, setting_key
 from posexp.registry import Registry
 
 
@@ -27,13 +28,26 @@ class ReportContext:
     jobs: list[Job]
     swept: list[str]
     files: list[Path] = field(default_factory=list)
+    _labels: dict[tuple[str, ...], dict[int, str]] = field(default_factory=dict, repr=False)
 
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
-        """The job's swept params as ``k=v k=v``, each its override or else its resolved
-        config's value (its dir name when nothing is swept)."""
-        values = {k: swept_value(job, k) for k in self.swept if k not in exclude}
-        parts = [f"{k}={v}" for k, v in values.items() if v]
-        return " ".join(parts) or job.name
+        """The job's name in tables and plots: the settings that vary across the report's jobs,
+        less ``exclude`` (``posexp.labels``); jobs alike but for ``exclude`` share it."""
+        if exclude not in self._labels:
+            names = run_labels([j.settings for j in self.jobs], exclude)
+            self._labels[exclude] = {id(j): n for j, n in zip(self.jobs, names, strict=True)}
+        return self._labels[exclude].get(id(job)) or run_label(job.settings, [])
+
+    def rest(self, job: Job, exclude: tuple[str, ...]) -> str:
+        """The job's varying settings other than ``exclude``, '' when there are none."""
+        skip = {setting_key(k) for k in exclude}
+        runs = [j.settings for j in self.jobs]
+        keys = distinguishing(runs, [k for k in self.swept if k not in skip])
+        return run_label(job.settings, keys, identity=False)
+
+    def named_by(self) -> list[str]:
+        """The varying settings that tell the jobs apart (those that follow from others left out)."""
+        return distinguishing([j.settings for j in self.jobs], self.swept)
 
     def write_csv(
         self, name: str, rows: list[dict[str, Any]], fields: list[str] | None = None

@@ -29,6 +29,11 @@ def blockwise(spec: AttentionSpec, *, block: int | None = None) -> AttentionPlan
     return AttentionPlan(block=b)
 
 
-register_attention_method("blockwise", acts_on="logits", uses_factor=False, settings=SETTINGS)(
-    blockwise
+CAVEAT = (
+    "each query sees only its own block and the one before (b = L0 / 2 by default): at most "
+    "L0 tokens of context however long the input, so its ppl at long lengths is that of a "
+    "short-context model"
 )
+register_attention_method(
+    "blockwise", acts_on="logits", uses_factor=False, settings=SETTINGS, caveat=CAVEAT
+)(blockwise)

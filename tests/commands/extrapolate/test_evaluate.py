@@ -90,6 +90,13 @@ def test_rope_every_method_length_protocol(runs, cache):
     )
     assert f"{rope.name}: yarn at 128 (sliding): ppl {yarn['ppl']:.2f}  [" in proc.stderr
     assert proc.stderr.count(f"{rope.name}: ") == len(recs)
+    # Each line: the cell's own tokens, then the whole evaluation's cells and tokens so far.
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(f"{rope.name}: ")]
+    total = sum(int(line.split(", ")[1].split()[0].replace(",", "")) for line in lines)
+    assert lines[-1].endswith(
+        f"; in all {len(recs)}/{len(recs)} cells done, {total:,}/{total:,} tokens]"
+    )
+    assert f"; in all 1/{len(recs)} cells done, " in lines[0]
     # JSON and CSV of one evaluation agree, and no staging folder or temp file is left.
     assert len((rope / "eval" / "extrapolate.csv").read_text().splitlines()) == len(recs) + 1
     assert not list(rope.glob("eval.*")) and not list((rope / "eval").glob("*.tmp"))
@@ -145,24 +152,23 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert per_position["length"] == 128 and set(per_position["methods"]) == set(METHODS)
     assert all(v is not None for v in per_position["methods"]["none"]["loss"])
 
-    # One TensorBoard run per method (so a card colours and names them), the same tags in each,
-    # inside the staged eval/ folder, so the curves and the records are swapped in together.
-    assert sorted(p.name for p in (rope / "eval").iterdir() if p.is_dir()) == sorted(METHODS)
+    # The evaluation goes into the run's own TensorBoard run (one colour per run on every
+    # card), a tag per method, and no folder of its own.
+    assert not [p for p in (rope / "eval").rglob("events.out.tfevents.*")]
+    assert len(list(rope.glob("events.out.tfevents.*.eval-extrapolate"))) == 1
+    events = EventAccumulator(str(rope), size_guidance={"images": 0}).Reload()
+    assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
     for method in METHODS:
-        events = EventAccumulator(str(rope / "eval" / method)).Reload()
-        assert set(events.Tags()["scalars"]) == {
-            "extrapolate/nonoverlap/ppl",
-            "extrapolate/sliding/ppl",
+        for protocol in ("nonoverlap", "sliding"):
+            assert f"extrapolate/{protocol}/ppl/{method}" in events.Tags()["scalars"]
+        got = {
+            (e.step, round(e.value, 3)) for e in events.Scalars(f"extrapolate/sliding/ppl/{method}")
         }
-        got = {(e.step, round(e.value, 3)) for e in events.Scalars("extrapolate/sliding/ppl")}
         assert got == {
             (r["length"], round(r["ppl"], 3))
             for r in recs
             if r["method"] == method and r["protocol"] == "sliding"
         }
-    events = EventAccumulator(str(rope)).Reload()
-    assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
-    events = EventAccumulator(str(rope / "eval"), size_guidance={"images": 0}).Reload()
     assert {"extrapolate/ppl_plot", "extrapolate/per_position_loss"} <= set(events.Tags()["images"])
     # The exact numbers in the Text tab, which no chart smoothing touches.
     (text,) = events.Tensors("extrapolate/table/text_summary")
@@ -214,8 +220,8 @@ def test_default_is_newest_run_and_a_second_evaluation_adds_to_the_first(runs, c
     # The first evaluation's records stay, each untouched (its 512-token cells are others).
     kept = {r["method"]: r for r in recs if r["length"] == 32 and r["sample_size"] == 512}
     assert kept == before and len(recs) == 12 + 4
-    assert len(list((learned / "eval").glob("events.out.tfevents.*"))) == 1
-    assert not list(learned.glob("events.out.tfevents.*.extrapolate"))  # nothing outside eval/
+    assert len(list(learned.glob("events.out.tfevents.*.eval-extrapolate"))) == 1
+    assert not list((learned / "eval").rglob("events.out.tfevents.*"))  # no run of its own
     # Asked again, nothing is scored and nothing is written.
     files = {p: p.stat().st_mtime_ns for p in (learned / "eval").rglob("*")}
     again = posexp(

@@ -66,3 +66,44 @@ def test_largest_tasks_go_first():
         ("b", 5),
         ("a", 3),
     ]
+
+
+def fake_plans(runs: int, methods: list[str], lengths: list[int]) -> list:
+    """Plans with only what the bar reads: each run's cells still to score."""
+    from types import SimpleNamespace
+
+    from posexp.scoring.records import Record
+
+    return [
+        SimpleNamespace(
+            todo=[
+                SimpleNamespace(record=Record(m, n, "nonoverlap", 1.0), size=n * 100)
+                for m in methods
+                for n in lengths
+            ]
+        )
+        for _ in range(runs)
+    ]
+
+
+def test_the_bar_says_it_counts_the_tokens_of_every_cell_together(capsys):
+    plans = fake_plans(1, ["none", "yarn"], [64, 128, 256])
+    assert parallel.scoring_text(plans) == "scoring 3 lengths × 2 methods"
+    assert parallel.scoring_text(fake_plans(4, ["none"], [64, 128])) == (
+        "scoring 4 runs × 2 lengths × 1 method"
+    )
+    # Cells already measured are not scored again: the count says how many are left.
+    partial = fake_plans(1, ["none", "yarn"], [64, 128, 256])
+    partial[0].todo.pop()
+    assert parallel.scoring_text(partial) == "scoring 5 cells (3 lengths, 2 methods)"
+    tokens = sum(item.size for item in plans[0].todo)
+    bar = parallel.Progress(tokens, 6, show=True, desc=parallel.scoring_text(plans))
+    bar.update(1234)
+    bar.cell_done()
+    text = str(bar.bar)
+    bar.close()
+    assert text.startswith("scoring 3 lengths × 2 methods:")
+    from tqdm import tqdm
+
+    assert f"1.23k/{tqdm.format_sizeof(tokens)} tokens" in text and "1/6 cells done" in text
+    assert bar.summary() == f"in all 1/6 cells done, 1,234/{tokens:,} tokens"

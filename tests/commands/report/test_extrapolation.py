@@ -48,8 +48,9 @@ def test_zero_shot_pi_is_judged_from_the_cells_past_the_training_length():
     )
     assert reading_sentences(worse, ["nonoverlap"], 64) == [
         "applied zero-shot (no fine-tuning), pi is worse than no extension for none in 2 of 2 "
-        "cells past the training length (nonoverlap) (one seed per cell: no verdict on seed "
-        "noise); `posexp finetune` trains at the longer length first."
+        "cells past the training length (nonoverlap; median change +25.0%, a cell counts beyond "
+        "±1%) (one seed per cell: no verdict on seed noise); `posexp finetune` trains at the "
+        "longer length first."
     ]
     better = columns({"none": {128: 20.0, 256: 40.0}, "pi": {128: 15.0, 256: 30.0}})
     (sentence,) = reading_sentences(better, ["nonoverlap"], 64)
@@ -57,6 +58,30 @@ def test_zero_shot_pi_is_judged_from_the_cells_past_the_training_length():
         "applied zero-shot (no fine-tuning), pi is better than no extension for none "
         "in 2 of 2 cells past the training length"
     )
+
+
+def test_a_method_within_one_percent_is_level_not_better():
+    close = columns({"none": {128: 20.0, 256: 40.0}, "pi": {128: 19.9, 256: 40.2}})
+    (sentence,) = reading_sentences(close, ["nonoverlap"], 64)
+    assert "pi is level with no extension for none (2 of 2 cells within 1%, 0 better, 0 worse)" in (
+        sentence
+    )
+    split = columns({"none": {128: 20.0, 256: 40.0}, "pi": {128: 15.0, 256: 40.1}})
+    (sentence,) = reading_sentences(split, ["nonoverlap"], 64)
+    assert "level with no extension for none (1 of 2 cells within 1%, 1 better, 0 worse)" in (
+        sentence
+    )
+
+
+def test_a_method_s_declared_caveat_follows_its_verdict():
+    from posexp.extension import EXTENSIONS
+
+    cols = columns({"none": {128: 20.0, 256: 40.0}, "blockwise": {128: 15.0, 256: 30.0}})
+    (sentence,) = reading_sentences(cols, ["nonoverlap"], 64)
+    assert "blockwise is better than no extension for none in 2 of 2 cells" in sentence
+    assert sentence.endswith(f"Caveat: blockwise: {EXTENSIONS['blockwise'].caveat}.")
+    assert "L0 tokens of context" in EXTENSIONS["blockwise"].caveat
+    assert EXTENSIONS["pi"].caveat is None
 
 
 def test_the_protocol_sentence_follows_the_ratio():

@@ -83,7 +83,13 @@ def fake_job(pe: str, ppl: float) -> SimpleNamespace:
         for n in (32, 64, 128)
     ]
     return SimpleNamespace(
-        pe=pe, config=None, params={"pe": pe}, name=f"pe={pe}", train_length=32, extrapolate=records
+        pe=pe,
+        config=None,
+        params={"pe": pe},
+        settings={"pe": pe},
+        name=f"pe={pe}",
+        train_length=32,
+        extrapolate=records,
     )
 
 
@@ -111,8 +117,9 @@ def test_declared_label_and_order_drive_the_extrapolation_view(throwaway_pe, tmp
     # Its own shape beside the paper's, for the PEs the paper measured: ALiBi only here.
     assert (
         "- compared with Press et al. 2022 (ALiBi), ppl relative to the training length "
-        "(nonoverlap): ALiBi degrades here (4.00× at 4× L_train; in the paper it stays flat, "
-        "0.93× at 4.9×)."
+        "(nonoverlap): ALiBi degrades here (4.00× at 4× L_train; in the paper it falls, "
+        "0.93× at 4.9×) (flat: within 5% of 1 or of the seed spread; rises: below 1.25×; "
+        "degrades: below 5×; explodes: above)."
     ) in md
 
 
@@ -157,3 +164,12 @@ def test_declared_label_and_order_drive_the_tasks_view(throwaway_pe, tmp_path):
         "removed_pe",
         "training sizes 1–4",
     ]
+
+
+def test_a_shape_word_holds_only_within_its_stated_bound():
+    from posexp.commands.report.views.extrapolation_paper import shape
+
+    assert shape(1.04) == "stays flat" and shape(0.96) == "stays flat"
+    assert shape(1.17) == "rises"  # a 17% rise is not flat
+    assert shape(1.08, spread=0.1) == "stays flat"  # within the seeds' spread
+    assert shape(0.93) == "falls" and shape(1.57) == "degrades" and shape(6.0) == "explodes"

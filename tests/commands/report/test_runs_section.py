@@ -12,12 +12,15 @@ from posexp.commands.report.runs_section import (
     runs_section,
 )
 from posexp.commands.report.view import ReportContext
+from posexp.labels import run_settings, setting_key
 
 
 def job(name, params, metrics, status="completed", error="", config=None):
     """A stand-in for a report Job with what the runs table reads."""
     flat = {"train.max_steps": 30, "seed": 0, **(config or {})}
+    settings = {**run_settings(flat), **{setting_key(k): v for k, v in params.items()}}
     return SimpleNamespace(
+        settings=settings,
         name=name,
         params=params,
         metrics=metrics,
@@ -75,7 +78,7 @@ def test_swept_key_missing_from_overrides_shows_the_resolved_value(tmp_path):
     ctx = ReportContext(tmp_path, jobs, ["pe"])
     md, _ = runs_section(ctx)
     assert "| rope | completed | 1.000 |" in md
-    assert ctx.label(jobs[0]) == "pe=rope"
+    assert ctx.label(jobs[0]) == "rope"
 
 
 def test_sentence_calls_noise_only_with_three_seeds(tmp_path):
@@ -85,7 +88,7 @@ def test_sentence_calls_noise_only_with_three_seeds(tmp_path):
     ]
     text = comparison_sentence(ReportContext(tmp_path, one, ["pe"]), one)
     assert text.startswith(
-        "Best validation perplexity: pe=rope (10.00); worst: pe=alibi (12.00), 2.00 apart (20.0%)"
+        "Best validation perplexity: rope (10.00); worst: alibi (12.00), 2.00 apart (20.0%)"
     )
     assert "one run per setting cannot tell that from seed noise" in text
     seeds = [
@@ -94,7 +97,7 @@ def test_sentence_calls_noise_only_with_three_seeds(tmp_path):
         for s in range(3)
     ]
     text = comparison_sentence(ReportContext(tmp_path, seeds, ["pe", "seed"]), seeds)
-    assert "pe=rope (mean 10.10)" in text and "pe=alibi (mean 12.10)" in text
+    assert "rope (mean 10.10)" in text and "alibi (mean 12.10)" in text
     assert "beyond seed noise (20.0× the larger seed std, n = 3)" in text
 
 
@@ -105,11 +108,12 @@ def test_one_run_draws_no_one_dot_plot(tmp_path):
 
 
 def test_a_folder_of_different_runs_names_rows_by_their_dir(tmp_path):
-    keys = ["data", "parent", "train.lr", "train.seq_len", "extension", "seed"]
+    keys = ["data", "fine-tuned", "train.lr", "train.seq_len", "extension", "seed"]
     jobs = [
         job(f"seed0/{name}", {k: f"{name}-{k}" for k in keys}, {"final/val_loss": 1.0 + i})
         for i, name in enumerate(("lm", "passkey"))
     ]
     md, _ = runs_section(ReportContext(tmp_path, jobs, keys))
-    assert "| run | status | val loss |" in md and "| seed0/lm | completed | 1.000 |" in md
-    assert "Varying: parent." in md  # a key that differs is still named
+    # Every key differs, but the data alone tells the two apart: the rows are named by it.
+    assert "| data | status | val loss |" in md and "| lm-data | completed | 1.000 |" in md
+    assert "Varying: fine-tuned." in md  # a key that differs is still named

@@ -89,6 +89,7 @@ def job(pe: str, accuracies: dict[int, float]) -> SimpleNamespace:
     return SimpleNamespace(
         extrapolate=recs,
         params={"data": "copy", "pe": pe},
+        settings={"data": "copy", "pe": pe},
         config=SimpleNamespace(pe=SimpleNamespace(name=pe, params={})),
     )
 
@@ -128,12 +129,12 @@ def test_a_setting_swept_beside_the_pe_gets_its_own_column_not_a_mean(monkeypatc
 
     monkeypatch.setattr(tasks, "job_pe", by_pe)
     jobs = [job("t5", {9: 0.4}), job("t5", {9: 0.0})]
-    jobs[0].params["pe.max_distance"], jobs[1].params["pe.max_distance"] = "128", "16"
+    jobs[0].settings["pe.max_distance"], jobs[1].settings["pe.max_distance"] = 128, 16
     ctx = ReportContext(None, jobs, ["pe.max_distance"])
     seeds = seed_summary(jobs, 8, tasks.column_key(ctx))["copy"]
     assert {pe.label: v for pe, v in seeds.items()} == {
-        "T5 bias (pe.max_distance=128)": [0.4],
-        "T5 bias (pe.max_distance=16)": [0.0],
+        "T5 bias (max_distance=128)": [0.4],
+        "T5 bias (max_distance=16)": [0.0],
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posexp.commands.report.jobs import Job, natural_order
+from posexp.commands.report.jobs import Job, natural_order, swept_value
 from posexp.commands.report.stats import (
     MIN_SEEDS,
     NOISE_STDS,
@@ -40,14 +40,12 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
         perplexity_jobs(ctx.jobs),
         key=lambda j: (
             job_pe(j).sort_key,
-            tuple(natural_order(j.params.get(k)) for k in ctx.swept),
+            tuple(natural_order(swept_value(j, k)) for k in ctx.swept),
         ),
     )
     groups: dict[tuple[Any, str], list[Job]] = {}
     for job in jobs:
-        rest = " ".join(
-            f"{k}={job.params[k]}" for k in ctx.swept if k in job.params and k not in ("pe", "seed")
-        )
+        rest = ctx.rest(job, exclude=("pe", "seed"))
         groups.setdefault((job_pe(job), rest), []).append(job)
     pes = [pe for pe, _ in groups]
     columns = []
@@ -265,18 +263,46 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
             pairs = _pairs(same_pe, method, baseline, first, l0)
             if not pairs:
                 continue
-            worse = sum(a["ppl"] > b["ppl"] for a, b in pairs)
-            verdict = "worse" if worse > len(pairs) / 2 else "better"
-            k = worse if verdict == "worse" else len(pairs) - worse
-            out.append(
-                f"applied zero-shot (no fine-tuning), {method} is {verdict} than no "
-                f"extension for {base.label} in {k} of {len(pairs)} cells past the training "
-                f"length ({first}){noise_clause(pairs)}; {after}."
-            )
+            out.append(verdict_sentence(method, base.label, pairs, first, after))
     if l0:
         out += shape_sentences(columns, first, l0)
     out += ranking_sentence(columns, first)
     return out
+
+
+LEVEL = 0.01  # a cell within 1% of no extension is level with it, neither better nor worse
+
+
+def verdict_sentence(
+    method: str,
+    label: str,
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    protocol: str,
+    after: str,
+) -> str:
+    """A method against no extension over the cells past the training length: better, worse
+    or level (cells within LEVEL), with the median change and the method's own caveat."""
+    changes = sorted(a["ppl"] / b["ppl"] - 1 for a, b in pairs)
+    median = changes[len(changes) // 2]
+    better = sum(c < -LEVEL for c in changes)
+    worse = sum(c > LEVEL for c in changes)
+    n = len(changes)
+    if better > n / 2:
+        verdict = f"better than no extension for {label} in {better} of {n} cells"
+    elif worse > n / 2:
+        verdict = f"worse than no extension for {label} in {worse} of {n} cells"
+    else:
+        verdict = (
+            f"level with no extension for {label} ({n - better - worse} of {n} cells within "
+            f"{LEVEL:.0%}, {better} better, {worse} worse)"
+        )
+    caveat = EXTENSIONS[base_method(method)].caveat
+    change = f"{median:+.1%}".replace("-0.0%", "0.0%")
+    return (
+        f"applied zero-shot (no fine-tuning), {method} is {verdict} past the training length "
+        f"({protocol}; median change {change}, a cell counts beyond ±{LEVEL:.0%})"
+        f"{noise_clause(pairs)}; {after}." + (f" Caveat: {method}: {caveat}." if caveat else "")
+    )
 
 
 def noise_clause(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:

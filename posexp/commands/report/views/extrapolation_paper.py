@@ -12,12 +12,23 @@ from posexp.commands.report.views.findings import findings
 from posexp.extension import baseline_method
 from posexp.pe.base import describe_pe
 
-# How a ppl ratio to the training length reads, below each bound (else "explodes").
-SHAPES = ((1.25, "stays flat"), (5.0, "degrades"))
+# How a ppl ratio to the training length reads. "Flat" within FLAT of 1 or within the seeds'
+# spread of the ratio; above that, the first bound it is below (else "explodes").
+FLAT = 0.05
+SHAPES = ((1.25, "rises"), (5.0, "degrades"))
+SHAPE_RULE = (
+    f"flat: within {FLAT:.0%} of 1 or of the seed spread; rises: below "
+    f"{SHAPES[0][0]:g}×; degrades: below {SHAPES[1][0]:g}×; explodes: above"
+)
 
 
-def shape(ratio: float) -> str:
-    """How a ppl ratio to the training length reads: stays flat, degrades or explodes."""
+def shape(ratio: float, spread: float = 0.0) -> str:
+    """How a ppl ratio to the training length reads: stays flat, falls, rises, degrades or
+    explodes (``spread``: the seeds' std of the ratio)."""
+    if abs(ratio - 1) <= max(FLAT, spread):
+        return "stays flat"
+    if ratio < 1:
+        return "falls"
     return next((words for bound, words in SHAPES if ratio < bound), "explodes")
 
 
@@ -46,7 +57,7 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
         mine, spread = mean_std(ratios)
         theirs = published[i] / published[0]
         clauses.append(
-            f"{c.label} {shape(mine)} here ({mean_std_text(mine, spread, len(ratios), 2)}× at "
+            f"{c.label} {shape(mine, spread)} here ({mean_std_text(mine, spread, len(ratios), 2)}× at "
             f"{n / l0:g}× L_train{f', {len(ratios)} seeds' if len(ratios) > 1 else ''}; in the "
             f"paper it {shape(theirs)}, {theirs:.2f}× at {paper['lengths'][i] / p0:.1f}×)"
         )
@@ -54,7 +65,7 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
         return []
     return [
         f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
-        f"{'; '.join(clauses)}."
+        f"{'; '.join(clauses)} ({SHAPE_RULE})."
     ]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
+from posexp.figures import figure_title, legend_below, panel_title
 
 
 def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
@@ -64,14 +65,15 @@ def extrapolation_plot(
     fig, axes = plt.subplots(
         rows,
         cols,
-        figsize=(4.2 * cols + (2.5 if panels == 1 else 0), 3.6 * rows + 0.6),
+        figsize=(4.2 * cols + (2.5 if panels == 1 else 0), 4.6 * rows + 0.6),
         sharey=True,
         squeeze=False,
         layout="constrained",
     )
     flat = list(axes.flat)
     pe_colors = plt.get_cmap("tab10").colors
-    method_colors = plt.get_cmap("tab10").colors[1:]  # C0 stays the plain line's colour
+    # One colour per method across the panels (tab10 without C0, then tab20's light tones).
+    method_colors = [*plt.get_cmap("tab10").colors[1:], *plt.get_cmap("tab20").colors[1::2]]
     lengths = sorted({n for c in columns for n, _ in _points(c, protocol)})
 
     def draw(ax: Any, c: Column, label: str, color: Any, marker: str, style: str) -> None:
@@ -93,31 +95,31 @@ def extrapolation_plot(
         color = pe_colors[i % len(pe_colors)]
         draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], "-")
         _band(ax, c, protocol, color)
-    ax.set_title("every encoding, no extension", fontsize=10)
+    panel_title(ax, "every encoding, no extension")
     for ax, (base, methods) in zip(flat[1:], with_methods, strict=False):
         draw(ax, base, "no extension", "black", "o", "-")
         _band(ax, base, protocol, "black")
         for c in methods:
             k = method_names.index(c.method)
             draw(ax, c, c.method, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
-        ax.set_title(f"{base.label} with extension methods", fontsize=10)
+        panel_title(ax, f"{base.label} with extension methods")
     for ax in flat[:panels]:
         if l0:
             ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
         if lengths:
             plain_log_axes(ax, lengths)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
         ax.set_xlabel("evaluation length (tokens)")
+        legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
     for ax in flat[panels:]:
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel("test perplexity (log scale)")
     several = any(r.get("n", 1) > 1 for c in columns for r in c.records.values())
-    fig.suptitle(
+    figure_title(
+        fig,
         f"Test perplexity against evaluation length ({protocol} windows)"
         + (f"; dotted: training length {l0:,}" if l0 else "")
         + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else ""),
-        fontsize=11,
     )
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")

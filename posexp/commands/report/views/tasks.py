@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from posexp.commands.report.jobs import Job, swept_value
+from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
@@ -67,12 +67,13 @@ def column_key(ctx: ReportContext) -> Column:
     """What a table column is: the PE, and every other swept setting but the task and the seed
     (a sweep over ``pe.max_distance`` gets one column per value, not a mean over them). A
     single run's overrides are its settings, listed once above the tables, not a column name."""
-    others = [k for k in ctx.swept if k not in ("data", "seed", "pe")] if len(ctx.jobs) > 1 else []
+    # The task's own settings (data.*) name its table already.
+    skip = ("seed", "pe", "pe.randomized", *(k for k in ctx.swept if k.startswith("data")))
 
     def key(job: Job) -> PEDisplay:
         pe = job_pe(job)
-        values = [f"{k}={swept_value(job, k)}" for k in others]
-        return replace(pe, label=f"{pe.label} ({', '.join(values)})") if values else pe
+        rest = ctx.rest(job, exclude=skip)
+        return replace(pe, label=f"{pe.label} ({rest})") if rest else pe
 
     return key
 

@@ -1,0 +1,155 @@
+"""The report's training curves: training and validation loss against step, per setting.
+
+Read back from each run's TensorBoard event files (what training logged anyway, so a report
+needs no second record), grouped by the run's label without its seed: a line is the mean over
+seeds at the steps they share, its band one seed std either side.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from posexp.commands.report.jobs import Job
+from posexp.commands.report.stats import mean_std
+from posexp.commands.report.view import ReportContext, register_report_view
+from posexp.figures import figure_title, legend_below, panel_title
+
+CURVES = (("train/loss", "training loss"), ("val/loss", "validation loss"))
+
+
+def event_files(job: Job) -> list[Path]:
+    """The run's TensorBoard event files (training writes them into the run dir)."""
+    return sorted(job.path.glob("events.out.tfevents.*"))
+
+
+def scalars(job: Job) -> dict[str, dict[int, float]]:
+    """tag -> step -> value of the curves' tags in the run's event files ({} when unreadable)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    try:
+        acc = EventAccumulator(str(job.path), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = set(acc.Tags().get("scalars", []))
+        return {
+            tag: {e.step: e.value for e in acc.Scalars(tag)}  # a resumed step: the last write
+            for tag, _ in CURVES
+            if tag in tags
+        }
+    except Exception:  # noqa: BLE001  a damaged event file: the run has no curve, said below
+        return {}
+
+
+def group_curves(
+    ctx: ReportContext, jobs: list[Job]
+) -> tuple[dict[str, dict[str, list[dict[int, float]]]], list[str]]:
+    """label -> tag -> one step->value curve per seed, and the jobs whose curves are unreadable."""
+    groups: dict[str, dict[str, list[dict[int, float]]]] = {}
+    unreadable = []
+    for job in jobs:
+        data = scalars(job)
+        if not data:
+            unreadable.append(job.name)
+            continue
+        label = ctx.label(job, exclude=("seed",))
+        for tag, points in data.items():
+            groups.setdefault(label, {}).setdefault(tag, []).append(points)
+    return groups, unreadable
+
+
+def seed_mean(curves: list[dict[int, float]]) -> list[tuple[int, float, float, int]]:
+    """(step, mean, std, n) at the steps every seed logged."""
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    out = []
+    for step in steps:
+        values = [c[step] for c in curves if math.isfinite(c[step])]
+        if values:
+            mean, std = mean_std(values)
+            out.append((step, mean, std, len(values)))
+    return out
+
+
+def curves_plot(ctx: ReportContext, groups: dict[str, dict[str, list[dict[int, float]]]]) -> Path:
+    """Two panels (training, validation loss against step), one line per setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
+    colors = [*plt.get_cmap("tab10").colors, *plt.get_cmap("tab20").colors[1::2]]
+    for ax, (tag, name) in zip(axes, CURVES, strict=True):
+        for i, (label, by_tag) in enumerate(groups.items()):
+            if tag not in by_tag:
+                continue
+            points = seed_mean(by_tag[tag])
+            if not points:
+                continue
+            steps, means, stds, ns = zip(*points, strict=True)
+            color = colors[i % len(colors)]
+            n = max(ns)
+            marker = "o" if tag == "val/loss" and len(steps) <= 40 else None
+            ax.plot(
+                steps,
+                means,
+                color=color,
+                marker=marker,
+                markersize=3,
+                linewidth=1.4,
+                label=label + (f" (n = {n})" if n > 1 else ""),
+            )
+            if n > 1:
+                lo = [m - s for m, s in zip(means, stds, strict=True)]
+                hi = [m + s for m, s in zip(means, stds, strict=True)]
+                ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
+        panel_title(ax, f"{name} (nats/token)")
+        ax.set_xlabel("training step")
+        ax.grid(True, alpha=0.3)
+        legend_below(ax, columns=2 if len(groups) > 4 else 1)
+    axes[0].set_ylabel("loss (nats/token)")
+    several = any(len(c) > 1 for by_tag in groups.values() for c in by_tag.values())
+    figure_title(
+        fig,
+        "Loss against training step"
+        + ("; lines: seed mean, bands: ± one seed std" if several else ""),
+    )
+    return ctx.save_figure(fig, "report_curves.png")
+
+
+def render(ctx: ReportContext) -> str:
+    """The curves' figure and CSV, and which runs have none."""
+    jobs = [j for j in ctx.jobs if event_files(j)]
+    groups, unreadable = group_curves(ctx, jobs)
+    rows = [
+        {"setting": label, "curve": tag, "step": step, "mean": mean, "std": std, "n": n}
+        for label, by_tag in groups.items()
+        for tag, curves in by_tag.items()
+        for step, mean, std, n in seed_mean(curves)
+    ]
+    md = ["## Training curves", ""]
+    if not rows:
+        return "\n".join([*md, "No run logged a loss curve."])
+    plot = curves_plot(ctx, groups)
+    ctx.write_csv("report_curves.csv", rows, ["setting", "curve", "step", "mean", "std", "n"])
+    md += [
+        "Training and validation loss (nats/token) against step, read from each run's "
+        "TensorBoard events; a line per setting: the mean over its seeds at the steps they "
+        "share (the legend gives n), the band one seed std either side. Validation starts at "
+        "step 0, the untrained model.",
+        "",
+        f"![loss curves]({plot.name})",
+        "",
+        "Points: [report_curves.csv](report_curves.csv).",
+    ]
+    if unreadable:
+        md += ["", f"No readable curve: {', '.join(f'`{n}`' for n in unreadable)}."]
+    return "\n".join(md)
+
+
+def detect(jobs: list[Any]) -> bool:
+    """Any job with TensorBoard events (every trained run has them)."""
+    return any(event_files(j) for j in jobs if hasattr(j, "path"))
+
+
+register_report_view("curves", detect, render, order=5)

@@ -1,0 +1,118 @@
+"""eval-extrapolate's TensorBoard output: into the trained run's own TensorBoard run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from torch.utils.tensorboard import SummaryWriter
+
+from posexp.commands.extrapolate.outputs import (
+    EVAL_EVENTS,
+    display_rows,
+    remove_legacy_tensorboard,
+    write_tensorboard,
+)
+
+
+def record(method, length, ppl, protocol="nonoverlap"):
+    return {"method": method, "protocol": protocol, "length": length, "metric": "ppl", "ppl": ppl}
+
+
+def ppl(method, length):
+    """A made-up perplexity per cell, different for every method and length."""
+    return 10.0 + len(method) + length / 32
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A trained run's dir: its training event file."""
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_scalar("val/loss", 2.0, 6)
+    writer.close()
+    return tmp_path
+
+
+def evaluate(run_dir, methods, lengths=(32, 64, 128), protocols=("nonoverlap",)):
+    rows = [record(m, n, ppl(m, n), p) for m in methods for n in lengths for p in protocols]
+    write_tensorboard(run_dir, display_rows(rows), {}, train_length=32)
+    return rows
+
+
+def event_runs(root):
+    """The folders TensorBoard would list as runs: those holding event files."""
+    return sorted({p.parent for p in root.rglob("events.out.tfevents.*")})
+
+
+def layout(run_dir):
+    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0}).Reload()
+    (point,) = events.Tensors("custom_scalars__config__")
+    return layout_pb2.Layout.FromString(point.tensor_proto.string_val[0])
+
+
+def test_the_evaluation_is_part_of_the_run_not_a_run_per_method(run_dir):
+    rows = evaluate(run_dir, ["none", "pi", "yarn"], protocols=("nonoverlap", "sliding"))
+    assert event_runs(run_dir) == [run_dir]
+    assert len(list(run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"))) == 1
+    events = EventAccumulator(str(run_dir)).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert "val/loss" in tags  # training's curves and the evaluation's share the run
+    for r in rows:
+        tag = f"extrapolate/{r['protocol']}/ppl/{r['method']}"
+        assert (r["length"], pytest.approx(r["ppl"])) in [
+            (e.step, e.value) for e in events.Scalars(tag)
+        ]
+    # The unextended model at each multiple of the training length: the hparams test metrics.
+    for ratio, length in ((1, 32), (2, 64), (4, 128)):
+        (point,) = events.Scalars(f"eval/ppl_x{ratio}")
+        assert point.value == pytest.approx(ppl("none", length)) and point.step == length
+    assert not any(t.startswith("eval/") and "sliding" in t for t in tags)
+    (text,) = events.Tensors("extrapolate/table/text_summary")
+    assert "| yarn | sliding |" in text.tensor_proto.string_val[0].decode()
+
+
+def test_the_custom_scalar_layout_has_a_chart_per_family_holding_every_method(run_dir):
+    rows = evaluate(run_dir, ["none", "pi", "yarn"], protocols=("nonoverlap", "sliding"))
+    (category,) = layout(run_dir).category
+    charts = {c.title: list(c.multiline.tag) for c in category.chart}
+    assert len(charts) == 2 and all(len(tags) == 1 for tags in charts.values())
+    for r in rows:
+        tag = f"extrapolate/{r['protocol']}/ppl/{r['method']}"
+        matching = [t for t, (regex,) in charts.items() if re.match(regex, tag)]
+        assert len(matching) == 1 and r["protocol"] in matching[0]
+    # Two runs with other methods get the same charts: TensorBoard merges equal ones into one.
+    other = run_dir / "other"
+    other.mkdir()
+    evaluate(other, ["none", "ntk"], protocols=("nonoverlap", "sliding"))
+    assert layout(other) == layout(run_dir)
+
+
+def test_evaluating_again_rewrites_the_curves_without_duplicates(run_dir):
+    evaluate(run_dir, ["none"], lengths=(32, 64))
+    first = list(run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"))
+    # A second evaluation: the records now hold every cell of both (what write_outputs passes).
+    evaluate(run_dir, ["none", "pi", "yarn"], lengths=(32, 64, 128))
+    (current,) = run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}")
+    assert first and not list(run_dir.glob(".*"))  # no staging copy left behind
+    events = EventAccumulator(str(run_dir)).Reload()
+    for method in ("none", "pi", "yarn"):
+        got = [(e.step, e.value) for e in events.Scalars(f"extrapolate/nonoverlap/ppl/{method}")]
+        assert got == [(n, pytest.approx(ppl(method, n))) for n in (32, 64, 128)]
+    assert [e.step for e in events.Scalars("val/loss")] == [6]  # training's file untouched
+    assert len(events.Scalars("eval/ppl_x2")) == 1
+
+
+def test_cells_without_a_number_have_no_point_and_legacy_runs_are_removed(run_dir):
+    (run_dir / "extrapolate").mkdir()
+    (run_dir / "extrapolate" / "events.out.tfevents.1.h.1.0").write_bytes(b"")
+    (run_dir / "events.out.tfevents.1.h.1.0.extrapolate").write_bytes(b"")
+    rows = [record("none", 32, 12.0), record("none", 64, None), record("pi", 64, float("nan"))]
+    write_tensorboard(run_dir, display_rows(rows), {}, train_length=32)
+    remove_legacy_tensorboard(run_dir)
+    assert event_runs(run_dir) == [run_dir]
+    events = EventAccumulator(str(run_dir)).Reload()
+    assert [e.step for e in events.Scalars("extrapolate/nonoverlap/ppl/none")] == [32]
+    assert "extrapolate/nonoverlap/ppl/pi" not in events.Tags()["scalars"]
+    assert set(t for t in events.Tags()["scalars"] if t.startswith("eval/")) == {"eval/ppl_x1"}
