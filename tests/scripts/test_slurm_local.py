@@ -313,15 +313,17 @@ def assert_resumed_where_it_stopped(job_dir: Path, signal_name: str, steps: int)
 def test_a_time_limit_signals_requeues_and_resumes_to_the_same_weights(
     slurm, tmp_path, cache, uninterrupted
 ):
-    # Limit 1 min, signal 55 s before it: Slurm sends submitit's SIGUSR2 5-35 s in (its
-    # timer runs every 30 s), before the 6,000 steps are done (about 43 s with start-up).
+    # Limit 1 min, signal 50 s before it: Slurm sends submitit's SIGUSR2 10-40 s in (its
+    # timer runs every 30 s), before the 6,000 steps are done (about 43 s with start-up). Not
+    # sooner: until submitit has unpickled the task (seconds on a loaded machine) SIGUSR2's
+    # default action kills the job instead of requeueing it.
     sweep = tmp_path / "sweep"
     proc = launch_sweep(
         tmp_path,
         cache,
         f"train.max_steps={STEPS}",
         "hydra.launcher.timeout_min=1",
-        "hydra.launcher.signal_delay_s=55",
+        "hydra.launcher.signal_delay_s=50",
         # A signal during start-up (submitit handles it from about 1 s in: the task it unpickles
         # imports no torch) requeues that session before training starts: spare requeues for it.
         "hydra.launcher.max_num_timeout=10",
