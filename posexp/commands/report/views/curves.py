@@ -7,6 +7,7 @@ seeds at the steps they share, its band one seed std either side.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ def scalars(job: Job) -> dict[str, dict[int, float]]:
     """tag -> step -> value of the curves' tags in the run's event files ({} when unreadable)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    # TensorBoard's reader logs each file it moves to at INFO: chatter in a report's output.
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)
     try:
         acc = EventAccumulator(str(job.path), size_guidance={"scalars": 0})
         acc.Reload()
