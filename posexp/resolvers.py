@@ -39,24 +39,40 @@ def job_dir(override_dirname: str, limit: int = 120, *, _root_: Any = None) -> s
 
 def _swept_only(root: Any) -> str:
     """``k=v,k=v`` of the job's overrides whose keys the sweep varies ('' if unknown or none)."""
-    import json
-    import os
-
+    given = sweep_given()
+    if given is None:
+        return ""
     try:
-        given = json.loads(os.environ[SWEEP_ENV])
         task = list(OmegaConf.select(root, "hydra.overrides.task", default=[]) or [])
-        preset = OmegaConf.select(root, "hydra.sweeper.params", default=None) or {}
+        preset = OmegaConf.select(root, "hydra.sweeper.params", default=None)
+        swept = swept_override_keys(given, preset)
         excluded = set(
             OmegaConf.select(root, "hydra.job.config.override_dirname.exclude_keys", default=[])
             or []
         )
     except (KeyError, ValueError, TypeError):
         return ""
-    # Swept on the command line, or by the preset's sweeper unless the command line fixes it.
-    preset_swept = {str(k) for k, v in dict(preset).items() if sweeps(str(k), str(v))}
-    swept = set(given["swept"]) | (preset_swept - set(given["fixed"]))
     chosen = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept - excluded and "=" in o]
     return ",".join(sorted(chosen))
+
+
+def sweep_given() -> dict[str, Any] | None:
+    """What the CLI said of a sweep's command line (SWEEP_ENV); None outside a CLI sweep."""
+    import json
+    import os
+
+    try:
+        given = json.loads(os.environ[SWEEP_ENV])
+    except (KeyError, ValueError):
+        return None
+    return given if isinstance(given, dict) else None
+
+
+def swept_override_keys(given: dict[str, Any], preset: Any) -> set[str]:
+    """The override keys a sweep varies: swept on the command line, or by the preset's
+    sweeper params unless the command line fixes them."""
+    preset_swept = {str(k) for k, v in dict(preset or {}).items() if sweeps(str(k), str(v))}
+    return set(given.get("swept", [])) | (preset_swept - set(given.get("fixed", [])))
 
 
 def sweeps(key: str, value: str) -> bool:

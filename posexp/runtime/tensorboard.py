@@ -10,8 +10,6 @@ summary would be one run's view of the whole table, and TensorBoard uses the fir
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -48,20 +46,16 @@ def label_keys(hydra_cfg: Any = None) -> list[str]:
 
 
 def swept_keys(hydra_cfg: Any) -> set[str] | None:
-    """The override keys a sweep varies, as ``posexp.resolvers._swept_only`` names job dirs
-    (None when the CLI did not say: then every override names the job)."""
+    """The override keys a sweep varies, as job dirs are named (None when the CLI did not say:
+    then every override names the job)."""
     from omegaconf import OmegaConf
 
-    from posexp.resolvers import SWEEP_ENV, sweeps
+    from posexp.resolvers import sweep_given, swept_override_keys
 
-    try:
-        given = json.loads(os.environ[SWEEP_ENV])
-    except (KeyError, ValueError):
+    given = sweep_given()
+    if given is None:
         return None
-    preset = OmegaConf.select(hydra_cfg, "sweeper.params", default=None) or {}
-    # Swept on the command line, or by the preset's sweeper unless the command line fixes it.
-    preset_swept = {str(k) for k, v in dict(preset).items() if sweeps(str(k), str(v))}
-    return set(given.get("swept", [])) | (preset_swept - set(given.get("fixed", [])))
+    return swept_override_keys(given, OmegaConf.select(hydra_cfg, "sweeper.params", default=None))
 
 
 TRIAL_PARTS = 5  # settings named in a trial id at most
@@ -76,7 +70,7 @@ def trial_name(settings: dict[str, Any], run_dir: Path, keys: list[str] | None =
     ``label_keys()``, the swept or overridden ones; none: the run's PE and extension).
     """
     tag = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:4]
-    named = sorted(k for k in (label_keys() if keys is None else keys) if k in settings)
+    named = [k for k in (label_keys() if keys is None else keys) if k in settings]
     # The settings that say most first (PE, extension, heads, ...): past TRIAL_PARTS the
     # column would be cut anyway, and the hparams columns hold every setting.
     label = run_label(settings, sorted(named, key=order_key)[:TRIAL_PARTS])
