@@ -34,6 +34,7 @@ PLUMBING = frozenset(
         "tokenizer.name",
         "train.threads",
         "train.compile",
+        "train.deterministic",
         "train.log_interval",
         "train.eval_interval",
         "train.checkpoint_interval",

@@ -35,7 +35,7 @@ from posexp.rundir import RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
-from posexp.runtime.device import place
+from posexp.runtime.device import place, set_cublas_workspace
 from posexp.runtime.lifecycle import (
     abandon_run,
     discard_interrupted,
@@ -60,6 +60,9 @@ from posexp.runtime.weights import check_same_network, check_start_weights
 
 log = logging.getLogger("posexp")
 
+# How torch words the error of an op without a deterministic kernel under train.deterministic.
+NOT_DETERMINISTIC = "does not have a deterministic implementation"
+
 
 def run_training(cfg: RunConfig, run_dir: Path, discard: bool = False) -> dict[str, Any]:
     """Train (or resume) the run described by ``cfg`` into ``run_dir``; returns final metrics.
@@ -77,6 +80,14 @@ def run_training(cfg: RunConfig, run_dir: Path, discard: bool = False) -> dict[s
         with GracefulStop(cfg.train.stop_grace_s, abandon) as stop:
             return _run_training(cfg, run_dir, stop)
     except (MemoryError, RuntimeError) as e:
+        if cfg.train.deterministic and NOT_DETERMINISTIC in str(e):
+            # torch names the op (e.g. "scatter_add_cuda_kernel does not have a deterministic
+            # implementation, but ..."): one line, not a traceback from inside the step.
+            op = (str(e).split(NOT_DETERMINISTIC)[0].strip().splitlines() or ["an op"])[-1]
+            raise PosexpError(
+                f"train.deterministic=true: {op} has no deterministic kernel; "
+                f"set train.deterministic=false for this run"
+            ) from None
         short = out_of_memory(e)
         if short is None:
             raise
@@ -137,7 +148,13 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             log.warning(note)
     if distributed.is_main():
         record = {**dataclasses.asdict(schedule), "on_resume": cfg.train.resume_schedule}
-        provenance.start(run_dir, precision=precision, precision_reason=why, schedule=record)
+        provenance.start(
+            run_dir,
+            precision=precision,
+            precision_reason=why,
+            schedule=record,
+            deterministic=cfg.train.deterministic,
+        )
         write_config_text(writer, cfg.to_dict(), precision)
     trainer = Trainer(
         cfg, run_dir, model, mcfg, device, objective, writer, autocast, precision, schedule=schedule
@@ -192,6 +209,8 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
         raise Abort(
             "torchrun runs one training run; drop -m (sweep with hydra/launcher=... instead)"
         )
+    if OmegaConf.select(cfg, "train.deterministic") is True:
+        set_cublas_workspace()  # before torchrun's process group first touches CUDA
     # One writer per run dir: this process's claim or lock, held until the task returns.
     with distributed.session(cfg.device), own_run_dir(run_dir, cfg, multirun) as run_dir:
         try:

@@ -129,6 +129,7 @@ class TrainConfig:
     precision: str
     stop_grace_s: float | None
     resume_schedule: str
+    deterministic: bool  # torch's deterministic kernels: a GPU run repeats bit for bit
 
     @classmethod
     def from_dict(cls, value: Any, pairs: bool = True) -> TrainConfig:
@@ -139,7 +140,12 @@ class TrainConfig:
             "train",
             value,
             cls,
-            added={"precision": "auto", "stop_grace_s": 20.0, "resume_schedule": "keep"},
+            added={
+                "precision": "auto",
+                "stop_grace_s": 20.0,
+                "resume_schedule": "keep",
+                "deterministic": False,
+            },
         )
         for key in (
             "max_steps",
@@ -165,6 +171,7 @@ class TrainConfig:
         if not isinstance(betas, (list, tuple)) or len(betas) != 2:
             raise PosexpError(f"train.betas must be two numbers in [0, 1), got {betas!r}")
         checks.boolean("train.compile", d["compile"])
+        checks.boolean("train.deterministic", d["deterministic"])
         choose("train.precision", d["precision"], PRECISIONS)
         choose("train.resume_schedule", d["resume_schedule"], RESUME_SCHEDULES)
         if d["eval_tokens"] <= d["seq_len"]:
@@ -185,6 +192,7 @@ class TrainConfig:
                     "log_interval",
                     "checkpoint_interval",
                     "compile",
+                    "deterministic",
                 )
             },
             lr=number("train.lr", d["lr"], "> 0"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -41,8 +42,44 @@ def resolve_device(name: str, gpu: int | None = None) -> torch.device:
     return torch.device(name)
 
 
+# cuBLAS workspace settings under which its matmuls repeat bit for bit (NVIDIA's cuBLAS docs,
+# "Results reproducibility"); torch refuses a deterministic matmul under any other.
+CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
+
+
+def set_cublas_workspace() -> None:
+    """``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless it holds a deterministic setting already."""
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") in CUBLAS_DETERMINISTIC:
+        return
+    if torch.cuda.is_initialized():
+        # torch reads the variable once, for this process's first cuBLAS handle.
+        log.warning(
+            "train.deterministic=true after CUDA started in this process: cuBLAS may keep "
+            "its workspace; run the job in a fresh process for bit-for-bit results"
+        )
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC[0]
+
+
+def set_deterministic(on: bool) -> None:
+    """``train.deterministic``: torch's deterministic kernels on or off for this process.
+
+    On: ``torch.use_deterministic_algorithms(True)`` (an op without a deterministic kernel
+    raises instead of running one that is not), cuDNN's deterministic algorithms without
+    autotuning, and a fixed cuBLAS workspace (``set_cublas_workspace``). Off sets them back, as
+    a joblib worker may run a deterministic job before this one.
+    """
+    if on:
+        set_cublas_workspace()
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    if on:
+        torch.backends.cudnn.benchmark = False  # autotuning may pick another kernel per run
+
+
 def place(cfg: RunConfig) -> torch.device:
-    """The run's device and CPU threads: torchrun's local rank, or a sweep job's placement."""
+    """The run's device and CPU threads: torchrun's local rank, or a sweep job's placement;
+    deterministic kernels where ``train.deterministic`` asks, set before CUDA's first use."""
+    set_deterministic(cfg.train.deterministic)
     env = distributed.env() if distributed.active() else distributed.DistEnv()
     where = job_placement(cfg, env.local_world_size)
     apply_threads(where)

@@ -20,6 +20,7 @@ log = logging.getLogger("posexp")
 RUNTIME_TRAIN_KEYS = (
     "threads",
     "compile",
+    "deterministic",
     "log_interval",
     "checkpoint_interval",
     "stop_grace_s",

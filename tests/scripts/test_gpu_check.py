@@ -14,8 +14,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
 
 def test_smoke_run_writes_every_part(tmp_path):
+    # --deterministic: the ablation's jobs run with train.deterministic=true, and say so.
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)],
+        [sys.executable, str(SCRIPT), "--smoke", "--deterministic", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -24,7 +25,15 @@ def test_smoke_run_writes_every_part(tmp_path):
     parts = report["parts"]
     failed = {k: v.get("error") for k, v in parts.items() if v["status"] != "ok"}
     assert proc.returncode == 0 and not failed, (failed, proc.stderr[-2000:])
-    assert list(parts) == ["train", "eval", "flex", "packing", "torchrun", "ablation"]
+    assert list(parts) == [
+        "train",
+        "eval",
+        "flex",
+        "packing",
+        "torchrun",
+        "deterministic",
+        "ablation",
+    ]
     assert [row["pe"] for row in parts["flex"]["result"]["rows"]] == ["alibi"]  # smoke: one PE
     for row in parts["flex"]["result"]["rows"]:  # CPU: forward only (no flex backward there)
         assert row["logits_max_abs_diff"] < 1e-4 and row["generation_equal"], row
@@ -41,13 +50,30 @@ def test_smoke_run_writes_every_part(tmp_path):
     assert ddp["backend"] == "gloo" and ddp["processes"] == 2
     assert ddp["max_loss_diff"] == pytest.approx(0, abs=1e-5) and ddp["max_weight_diff"] < 1e-5
     assert "repeat_max_loss_diff" not in ddp  # smoke: no repeat run
+    det = parts["deterministic"]["result"]
+    assert det["bitwise_equal_weights"] and det["max_loss_diff"] == 0 and det["on_vs_off"] > 0
     ablation = parts["ablation"]["result"]
-    assert [r["heads"] for r in ablation["rows"]] == [1, 2]
-    assert all(r["status"] == "completed" and r["bleu"] is not None for r in ablation["rows"])
-    assert ablation["projected_full_preset_hours"] > 0
+    # Every row x seed x task the plan lists ran, with the steps it gave them.
+    planned = {(j["task"], j["heads"], j["seed"], j["steps"]) for j in ablation["plan"]["jobs"]}
+    ran = {(r["task"], r["heads"], r["seed"], r["steps"]) for r in ablation["rows"]}
+    assert planned == ran == {(t, h, 0, 4) for t in ("lm", "mt") for h in (1, 2)}
+    assert ablation["completed"] == ablation["expected"] == 4 and not ablation["cut_at_deadline"]
+    assert all(r["status"] == "completed" and r["ppl"] > 1 for r in ablation["rows"])
+    assert all(r["bleu"] is not None for r in ablation["rows"] if r["task"] == "mt")
+    assert ablation["deterministic"] is True
+    assert all(r["deterministic"] is True for r in ablation["rows"])  # from each provenance
+    assert [(x["task"], x["heads"]) for x in ablation["table"]] == [
+        ("lm", 1),
+        ("lm", 2),
+        ("mt", 1),
+        ("mt", 2),
+    ]
+    for task in ("lm", "mt"):  # posexp report's figures, next to gpu_check's report
+        assert (tmp_path / "head_ablation" / task / "report_heads.png").is_file()
     md = (tmp_path / "report.md").read_text()
-    assert "SMOKE RUN" in md and md.count("## ") == 6 and "FAILED" not in md
-    assert "No repeat run" in md
+    assert "SMOKE RUN" in md and md.count("## ") == 7 and "FAILED" not in md
+    assert "No repeat run" in md and "train.deterministic=true. 4 of 4 jobs" in md
+    assert "Head ablation plan: 4 jobs (heads 1, 2 x seeds 0 x lm, mt) on CPU" in md
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
