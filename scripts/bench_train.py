@@ -1,26 +1,25 @@
-"""Training throughput against a plain PyTorch baseline, in fp32 and bf16, and model-FLOPs utilisation.
+"""Training throughput of posexp against the peers a user would pick instead, at the same shape,
+precision and step, in one process; every PE against posexp's learned PE; MFU; a profile.
 
-    python scripts/bench_train.py                         # d128, 4 layers, 4 heads, 256 x 32, byte
+    python scripts/bench_train.py --no-loop               # d128, 4 layers, 4 heads, 256 x 32, byte
+    python scripts/bench_train.py --pe all --peers plain --no-loop   # every PE, both precisions
+    python scripts/bench_train.py --profile --no-loop     # where posexp's RoPE step spends its time
     python scripts/bench_train.py --model medium --batch 8  # d512, 4 layers
-    python scripts/bench_train.py --pe rope,alibi,t5,fire --no-loop   # bare steps side by side
-    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --compile
-    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda --sdpa flash
+    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda
 
-Every rate is a ratio against the baseline measured in the same run:
+What is timed (scripts/bench_models.py): one training step (forward, mean cross-entropy from fp32
+logits, backward, clip 1.0, AdamW) of each model in each precision of --precision (fp32, bf16
+autocast), on fixed random tokens: posexp's GPT with each PE of --pe, and the peers of --peers
+(a nanoGPT-style GPT written here; litgpt's GPT with RoPE; x-transformers with rotary), all
+built up front and timed in interleaved rounds in alternating order, medians. Each rate is shown
+against the nanoGPT-style model and posexp's learned PE at the same precision, and bf16 against
+the same model's fp32. Then, unless --no-loop, the full `posexp train` loop (data, logging, eval,
+checkpoints) in a subprocess, its steady-state tokens/s read from its TensorBoard log.
 
-(0) plain GPT: a nanoGPT-style model of the same shape written here (pre-norm blocks, fused QKV,
-    SDPA is_causal, GELU MLP, tied embeddings, learned positions, init N(0, 0.02)), AdamW, in
-    the precision nanoGPT uses (fp32 on the CPU, bf16 autocast on CUDA); measured first and last,
-    the ratios use the mean of the two;
-(a) bare step: posexp's forward, backward, clip, AdamW on random tokens, nothing else, in each
-    precision of --precision; with several PEs (--pe a,b,c), each one's bare step too;
-(b) full loop: `posexp train` in a subprocess (data, logging, eval, checkpoints included) in each
-    precision, its steady-state tokens/s read from its TensorBoard log.
-
-It also prints the bf16 / fp32 rate of a matmul of the model's MLP shape: where bf16 is not
-faster there (a CPU with avx512_bf16 but no AMX, on Intel cores), no bf16 training step can be.
-MFU = achieved model FLOP/s / the matmul rate measured here in the same run (fp32 on CPU,
-bf16 on CUDA), with model FLOPs per token = 6·(matmul weights) + 12·layers·seq_len·d_model.
+MFU = achieved model FLOP/s / the matmul rate measured here in the same run at the row's own
+precision, with model FLOPs per token = 6·(matmul weights) + 12·layers·seq_len·d_model. It also
+prints the bf16 / fp32 rate of a matmul of the model's MLP shape: where bf16 is not faster there
+(a CPU with avx512_bf16 but no AMX, on Intel cores), no bf16 training step can be.
 """
 
 from __future__ import annotations
@@ -37,11 +36,10 @@ import time
 from pathlib import Path
 
 import torch
+from bench_models import PEERS, Step, missing_package, plain_model, profile_step, training_step
 
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
-from posexp.runtime.optim import build_optimizer
-from posexp.runtime.precision import autocast as precision_autocast
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "medium": (512, 4), "base": (768, 12)}
 
@@ -66,6 +64,20 @@ def matmul_rate(
         sync(device)
     sync(device)
     return 2 * n**3 * reps / (time.perf_counter() - start)
+
+
+def matmul_step(device: torch.device, precision: str, n: int) -> tuple[Step, float]:
+    """A step of n x n matmuls in ``precision`` lasting about as long as a model's step on the
+    CPU, and the FLOPs it does."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    reps = 8 if device.type == "cpu" else 200
+
+    def step() -> None:
+        for _ in range(reps):
+            a @ b
+
+    return step, 2 * n**3 * reps
 
 
 def sync(device: torch.device) -> None:
@@ -112,58 +124,6 @@ def flash_usable(cfg: ModelConfig, batch: int, seq_len: int, device: torch.devic
         return f"no ({str(e).splitlines()[0][:80]})"
 
 
-class PlainBlock(torch.nn.Module):
-    """nanoGPT's block: pre-norm, fused QKV, SDPA is_causal, GELU MLP, no biases."""
-
-    def __init__(self, d_model: int, heads: int) -> None:
-        super().__init__()
-        nn = torch.nn
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d_model, bias=False), nn.LayerNorm(d_model, bias=False)
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.proj = nn.Linear(d_model, d_model, bias=False)
-        self.fc = nn.Linear(d_model, 4 * d_model, bias=False)
-        self.down = nn.Linear(4 * d_model, d_model, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x + attn(ln(x)), then + mlp(ln(x))."""
-        B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-            for t in self.qkv(self.ln1(x)).split(C, dim=2)
-        )
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.down(torch.nn.functional.gelu(self.fc(self.ln2(x))))
-
-
-class PlainGPT(torch.nn.Module):
-    """The baseline: a nanoGPT-style GPT in plain PyTorch, the shape of posexp's model."""
-
-    def __init__(self, vocab: int, d_model: int, layers: int, heads: int, length: int) -> None:
-        super().__init__()
-        nn = torch.nn
-        self.tok, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(length, d_model)
-        self.blocks = nn.ModuleList(PlainBlock(d_model, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d_model, bias=False)
-        self.head = nn.Linear(d_model, vocab, bias=False)
-        self.head.weight = self.tok.weight
-        for p in self.parameters():  # N(0, 0.02) as nanoGPT (N(0, 1) makes denormal gradients)
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Logits and the mean cross-entropy, computed in fp32."""
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        logits = self.head(self.ln(x))
-        loss = torch.nn.functional.cross_entropy(
-            logits.float().view(-1, logits.size(-1)), targets.reshape(-1)
-        )
-        return {"logits": logits, "loss": loss}
-
-
 def bare_step_rate(
     cfg: ModelConfig,
     batch: int,
@@ -176,44 +136,37 @@ def bare_step_rate(
     plain: bool = False,
 ) -> tuple[float, torch.nn.Module]:
     """Tokens/s of forward + backward + clip + AdamW on random data (posexp's GPT, or the plain
-    baseline); ``precision`` None: bf16 on CUDA, fp32 on the CPU (nanoGPT's choice)."""
-    from omegaconf import OmegaConf
-
-    if plain:
-        model = PlainGPT(cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, seq_len)
-    else:
-        model = GPT(cfg)
-    model = model.to(device)
-    train = OmegaConf.create({"weight_decay": 0.1, "lr": 1e-3, "betas": [0.9, 0.95]})
-    opt = build_optimizer(model, train, device)
-    step_model = torch.compile(model) if compile_model else model
-    autocast = precision_autocast(
-        precision or ("bf16" if device.type == "cuda" else "fp32"), device
+    baseline), the median of five blocks of ``steps``; ``precision`` None: bf16 on CUDA, fp32
+    on the CPU (nanoGPT's choice)."""
+    model = plain_model(cfg, seq_len) if plain else GPT(cfg)
+    precision = precision or ("bf16" if device.type == "cuda" else "fp32")
+    step = training_step(
+        model, batch, seq_len, cfg.vocab_size, device, precision, compile_model, sdpa_context(sdpa)
     )
-    x = torch.randint(0, cfg.vocab_size, (batch, seq_len), device=device)
-    kernel = sdpa_context(sdpa)
+    rate = interleaved_rates({"": step}, device, batch * seq_len, rounds=5, steps=steps)[""]
+    return rate, model
 
-    def step() -> None:
-        with autocast(), kernel():
-            loss = step_model(x, x)["loss"]
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
-    for _ in range(3):
-        step()
-    # Median of five timed blocks, like the full loop's median logging window: both sides get the
-    # same treatment of a block slowed by another process on the machine.
-    rates = []
-    for _ in range(5):
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(steps):
+def interleaved_rates(
+    variants: dict[str, Step], device: torch.device, tokens: int, rounds: int, steps: int
+) -> dict[str, float]:
+    """Tokens/s of each variant's step, the median over ``rounds`` rounds that time every variant
+    in turn (``steps`` steps each), in alternating order: a slow minute on a shared machine, or
+    the order itself, then weighs on every variant alike."""
+    for step in variants.values():
+        for _ in range(2):
             step()
-        sync(device)
-        rates.append(batch * seq_len * steps / (time.perf_counter() - start))
-    return statistics.median(rates), model
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            sync(device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                variants[name]()
+            sync(device)
+            times[name].append((time.perf_counter() - start) / steps)
+    return {name: tokens / statistics.median(t) for name, t in times.items()}
 
 
 def full_loop_rate(args: argparse.Namespace, steps: int, precision: str) -> float:
@@ -254,38 +207,113 @@ def full_loop_rate(args: argparse.Namespace, steps: int, precision: str) -> floa
     return statistics.median(steady)
 
 
+def build_variants(
+    args: argparse.Namespace, cfgs: dict[str, ModelConfig], device: torch.device
+) -> tuple[dict[str, Step], dict[str, tuple[str, str]], list[str]]:
+    """Every (model, precision) step to time, what each row is (model, precision), and lines
+    saying which peers were skipped."""
+    first = next(iter(cfgs.values()))
+    kernel = sdpa_context(args.sdpa)
+    shape = (args.batch, args.seq_len, first.vocab_size, device)
+    steps: dict[str, Step] = {}
+    rows: dict[str, tuple[str, str]] = {}
+    skipped = []
+    for peer in args.peers:
+        if (package := missing_package(peer)) is not None:
+            skipped.append(
+                f"{peer}: skipped, {package} is not installed (pip install -e '.[bench]')"
+            )
+    for precision in args.precision:
+        for peer in args.peers:
+            if missing_package(peer) is None:
+                builder, _, label = PEERS[peer]
+                name = f"{label}, {precision}"
+                model = builder(first, args.seq_len)
+                steps[name] = training_step(model, *shape, precision, args.compile, kernel)
+                rows[name] = (peer, precision)
+        for pe, cfg in cfgs.items():
+            name = f"posexp {pe}, {precision}"
+            steps[name] = training_step(GPT(cfg), *shape, precision, args.compile, kernel)
+            rows[name] = (pe, precision)
+    return steps, rows, skipped
+
+
+def print_rates(
+    rates: dict[str, float], rows: dict[str, tuple[str, str]], peak: dict[str, float], fpt: float
+) -> None:
+    """The table: tokens/s, ratios at the same precision to the nanoGPT-style model and to
+    posexp's learned PE, bf16 over the same model's fp32, MFU."""
+    by_row = {row: rates[name] for name, row in rows.items()}
+    print(f"{'':34}{'tokens/s':>10}{'× nanoGPT':>11}{'× learned':>11}{'bf16/fp32':>11}{'MFU':>8}")
+    for name, (model, precision) in rows.items():
+        rate = rates[name]
+        cells = [f"{name:34}{rate:>10,.0f}"]
+        for ref in ("plain", "learned"):
+            base = by_row.get((ref, precision))
+            cells.append(f"{rate / base:>11.2f}" if base else f"{'–':>11}")
+        fp32 = by_row.get((model, "fp32"))
+        cells.append(f"{rate / fp32:>11.2f}" if fp32 and precision != "fp32" else f"{'':>11}")
+        cells.append(f"{rate * fpt / peak[precision]:>8.1%}")
+        print("".join(cells))
+
+
+def print_profile(steps: dict[str, Step], rows: dict[str, tuple[str, str]], pe: str) -> None:
+    """Where one step of posexp with ``pe`` spends its time, by kind of work, per precision."""
+    profiles = {
+        precision: profile_step(steps[name])
+        for name, (model, precision) in rows.items()
+        if model == pe
+    }
+    kinds = sorted(
+        {k for p in profiles.values() for k in p},
+        key=lambda k: -max(p.get(k, 0.0) for p in profiles.values()),
+    )
+    print(f"\nwhere a posexp {pe} step's time goes (torch.profiler, self CPU time, ms per step):")
+    print(f"{'':14}" + "".join(f"{p:>16}" for p in profiles))
+    for kind in kinds:
+        cells = []
+        for p in profiles.values():
+            total = sum(p.values())
+            cells.append(f"{p.get(kind, 0.0):>8.1f} ({p.get(kind, 0.0) / total:>4.0%})")
+        print(f"{kind:14}" + "".join(f"{c:>16}" for c in cells))
+    print(f"{'total':14}" + "".join(f"{sum(p.values()):>16.1f}" for p in profiles.values()))
+
+
 def main() -> None:
-    """Parse options, measure, print the table."""
+    """Parse options, measure, print the tables."""
+    from posexp.pe import PE_REGISTRY
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--model", default="small", choices=sorted(SIZES))
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--pe", default="rope", help="a PE, or several (comma-separated) side by side")
+    p.add_argument("--pe", default="learned,rope", help="posexp PEs (comma-separated), or all")
+    p.add_argument("--peers", default=",".join(PEERS), help=f"of {', '.join(PEERS)}; '' none")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument(
-        "--steps", type=int, default=6, help="timed bare steps per block (median of 5 blocks)"
-    )
+    p.add_argument("--rounds", type=int, default=8, help="interleaved rounds (median taken)")
+    p.add_argument("--steps", type=int, default=2, help="timed steps per variant and round")
     p.add_argument("--loop-steps", type=int, default=60, help="steps of the full training loop")
-    p.add_argument("--precision", default="fp32,bf16", help="posexp's precisions to measure")
+    p.add_argument("--precision", default="fp32,bf16", help="precisions to measure")
     p.add_argument("--device", default="auto")
-    p.add_argument("--compile", action="store_true", help="torch.compile (train.compile=true)")
+    p.add_argument("--compile", action="store_true", help="torch.compile every model")
     p.add_argument(
-        "--sdpa",
-        default="auto",
-        choices=["auto", "flash", "efficient", "cudnn", "math"],
-        help="force one SDPA kernel in the bare step",
+        "--sdpa", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"]
     )
-    p.add_argument("--no-loop", action="store_true", help="skip (b), the full `posexp train` loop")
+    p.add_argument("--profile", action="store_true", help="where posexp's step spends its time")
+    p.add_argument("--no-loop", action="store_true", help="skip the full `posexp train` loop")
     args = p.parse_args()
 
     device = resolve_device(args.device)
     d_model, n_layers = SIZES[args.model]
-    pes = [pe for pe in args.pe.split(",") if pe]
-    precisions = [x for x in args.precision.split(",") if x]
-    args.pe = pes[0]
-    configs = {
+    pes = sorted(PE_REGISTRY.names()) if args.pe == "all" else [x for x in args.pe.split(",") if x]
+    args.precision = [x for x in args.precision.split(",") if x]
+    args.peers = [x for x in args.peers.split(",") if x]
+    for peer in args.peers:
+        if peer not in PEERS:
+            raise SystemExit(f"unknown peer {peer!r}; allowed: {', '.join(PEERS)}")
+    cfgs = {
         pe: ModelConfig(
             vocab_size=260,
             d_model=d_model,
@@ -296,36 +324,31 @@ def main() -> None:
         )
         for pe in pes
     }
-    cfg = configs[pes[0]]
-    shape = (args.batch, args.seq_len, device, args.steps, args.compile, args.sdpa)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    peak = matmul_rate(device, dtype, n=8192 if device.type == "cuda" else 1024)
-    base_first, model = bare_step_rate(cfg, *shape, plain=True)
-    rows: list[tuple[str, float]] = []
-    for precision in precisions:
-        rows.append((f"(a) posexp step, {precision}", bare_step_rate(cfg, *shape, precision)[0]))
-    for pe in pes[1:]:
-        rows.append((f"(a) posexp step, {pe}", bare_step_rate(configs[pe], *shape)[0]))
-    if not args.no_loop:
-        for precision in precisions:
-            rows.append(
-                (f"(b) posexp train, {precision}", full_loop_rate(args, args.loop_steps, precision))
-            )
-    base_last = bare_step_rate(cfg, *shape, plain=True)[0]
-    baseline = (base_first + base_last) / 2
-    fpt = flops_per_token(model, cfg, args.seq_len)
+    steps, rows, skipped = build_variants(args, cfgs, device)
+    n = 8192 if device.type == "cuda" else 1024
+    # The matmul rate is timed in the same rounds as the models, so MFU compares like minutes.
+    matmuls = {precision: matmul_step(device, precision, n) for precision in args.precision}
+    tokens = args.batch * args.seq_len
+    rates = interleaved_rates(
+        {**steps, **{f"matmul {p}": step for p, (step, _) in matmuls.items()}},
+        device,
+        tokens,
+        args.rounds,
+        args.steps,
+    )
+    peak = {p: rates.pop(f"matmul {p}") / tokens * flops for p, (_, flops) in matmuls.items()}
+    first = next(iter(cfgs.values()))
+    fpt = flops_per_token(GPT(first), first, args.seq_len)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device {device} ({name}), threads {torch.get_num_threads()}, torch {torch.__version__}")
-    if device.type == "cuda":
-        print(
-            f"fused AdamW, SDPA {args.sdpa} (flash usable: "
-            f"{flash_usable(cfg, args.batch, args.seq_len, device)}), peak memory "
-            f"{torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB"
-        )
     print(
-        f"config: d_model {d_model}, {n_layers} layers, heads {args.heads}, pe {args.pe}, "
-        f"seq_len {args.seq_len}, batch {args.batch}, byte vocab, compile {args.compile}"
+        f"shape: d_model {d_model}, {n_layers} layers, {args.heads} heads, seq_len {args.seq_len}, "
+        f"batch {args.batch}, byte vocab, compile {args.compile}; the same step for every model "
+        f"(cross-entropy, backward, clip 1.0, AdamW); {args.rounds} interleaved rounds of "
+        f"{args.steps} steps, medians"
     )
+    if device.type == "cuda":
+        print(f"flash usable: {flash_usable(first, args.batch, args.seq_len, device)}")
     if device.type == "cpu":
         from posexp.runtime.precision import cpu_bf16_feature, matmul_speedup
 
@@ -334,16 +357,22 @@ def main() -> None:
             f"MLP's shape ({args.batch * args.seq_len} x {d_model} x {4 * d_model}): "
             f"{matmul_speedup(d_model, tokens=args.batch * args.seq_len):.2f}x"
         )
-    print(f"measured matmul rate ({str(dtype).removeprefix('torch.')}): {peak / 1e9:,.1f} GFLOP/s")
-    print(f"model FLOPs per token: {fpt / 1e6:,.2f} MFLOP")
-    plain_precision = "bf16" if device.type == "cuda" else "fp32"
-    print(f"{'':34}{'tokens/s':>10}{'× plain':>9}{'MFU':>8}")
     print(
-        f"{'(0) plain GPT, ' + plain_precision + ' (baseline)':34}{baseline:>10,.0f}{1:>9.2f}"
-        f"{baseline * fpt / peak:>8.1%}   ({base_first:,.0f} first, {base_last:,.0f} last)"
+        f"matmul rate ({n} x {n}, timed in the same rounds): "
+        + ", ".join(f"{p} {rate / 1e9:,.1f} GFLOP/s" for p, rate in peak.items())
+        + " (MFU: against the row's own precision)"
     )
-    for label, rate in rows:
-        print(f"{label:34}{rate:>10,.0f}{rate / baseline:>9.2f}{rate * fpt / peak:>8.1%}")
+    print(f"model FLOPs per token: {fpt / 1e6:,.2f} MFLOP")
+    for line in skipped:
+        print(line)
+    print_rates(rates, rows, peak, fpt)
+    if args.profile:
+        print_profile(steps, rows, "rope" if "rope" in cfgs else pes[0])
+    if not args.no_loop:
+        args.pe = pes[0]
+        for precision in args.precision:
+            rate = full_loop_rate(args, args.loop_steps, precision)
+            print(f"{'posexp train (full loop), ' + precision:34}{rate:>10,.0f}")
 
 
 if __name__ == "__main__":

@@ -132,15 +132,13 @@ class CausalSelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-            for t in self.qkv(x).split(C, dim=2)
-        )
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) views
         k_pos = q_pos if cache is None else self._append(cache, "pos", q_pos)
-        if self.query_scale is not None:
-            scale = self.query_scale(q_pos).to(q.dtype)
-            q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
-        if self.remaps_positions:
+        if cache is None and q_pos.dim() == 1 and not self.remaps_positions:
+            # Training and evaluation: q and k share their positions, rotated in one pass.
+            q, k = pe.rotate_qk(qkv[:, :, :2], q_pos, pe_state)
+        elif self.remaps_positions:
             # Each pair is rotated at positions that depend on both sides: keys are kept raw.
             if cache is not None:
                 k = self._append(cache, "k", k)
@@ -154,6 +152,10 @@ class CausalSelfAttention(nn.Module):
                 k = self._append(cache, "k", k)
         if cache is not None:
             v = self._append(cache, "v", v)
+        if self.query_scale is not None:
+            # A factor per query position: it commutes with the rotation.
+            scale = self.query_scale(q_pos).to(q.dtype)
+            q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
         y, weights = attend(
             q,
             k,

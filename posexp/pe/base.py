@@ -177,6 +177,14 @@ class PositionalEncoding(nn.Module):
         """Return queries and keys (B, H, T, head_dim) with position information applied."""
         return q, k
 
+    def rotate_qk(
+        self, qk: torch.Tensor, positions: torch.Tensor, state: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys packed as (B, T, 2, H, d), both at ``positions`` (T,): ``rotate`` of
+        each, returned as (B, H, T, d). An encoding may do both in one pass (RoPE)."""
+        q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)
+        return self.rotate(q, k, positions, positions, state)
+
     def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate queries or keys (B, H, T, head_dim) at any (float) positions (T,): what a
         method remapping relative positions (Self-Extend, ReRoPE) needs from a rotation."""

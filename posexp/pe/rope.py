@@ -7,6 +7,7 @@ interleaved layout of the original paper up to a fixed permutation of dimensions
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,11 +16,73 @@ from posexp import checks
 from posexp.extension import RopeSpec
 from posexp.pe.base import PEContext, PositionalEncoding, register_pe
 
+# The packed tables of a forward are laid out over (T, 2, heads, d) when that is at most this
+# many elements, so an elementwise pass runs over whole rows of 2·d_model values; past it (long
+# evaluations of wide models) they broadcast from (T, 1, 1, d) instead of taking the memory.
+PACKED_TABLE_ELEMENTS = 2**22
+
 
 def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (x_i, x_{i+d/2}) by the angles whose cos/sin are given (..., T, d/2)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def _turn(
+    x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, sign: float
+) -> torch.Tensor:
+    """x·cos + sign·swap(x)·signed_sin, with full-width tables cos = [c, c], signed_sin = [-s, s]
+    and swap exchanging the two halves of the last dim: the rotation by +angle (sign 1) or by
+    -angle (sign -1), in three passes over x."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.addcmul(x * cos, torch.cat((x2, x1), dim=-1), signed_sin, value=sign)
+
+
+class _Rotation(torch.autograd.Function):
+    """The rotate-half rotation whose gradient is the rotation by the opposite angle, so autograd
+    keeps only the tables (no activations) and runs three passes each way instead of seven."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
+        ctx.save_for_backward(cos, signed_sin)
+        return _turn(x, cos, signed_sin, 1.0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor):
+        cos, signed_sin = ctx.saved_tensors
+        return _turn(grad, cos, signed_sin, -1.0), None, None
+
+
+def rotate_packed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` by full-width tables (``_turn``'s layout) broadcastable to it; differentiable."""
+    return _Rotation.apply(x, cos, signed_sin)
+
+
+@dataclass
+class RotaryTables:
+    """One forward's cos and sin tables (length, d/2), fp32, scaled by the attention factor, and
+    the packed q/k tables built from them once per compute dtype and shape (``packed``)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    packed: dict[tuple[Any, ...], tuple[torch.Tensor, ...]] = field(default_factory=dict)
+
+    def for_qk(
+        self, positions: torch.Tensor, heads: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full-width tables for q and k packed as (B, T, 2, heads, d) at ``positions`` (T,), in
+        ``dtype``: built on the first layer's call of a forward, reused by the others."""
+        key = (id(positions), heads, dtype)
+        if key not in self.packed:
+            c, s = self.cos[positions], self.sin[positions]
+            cos, sin = torch.cat((c, c), dim=-1), torch.cat((-s, s), dim=-1)
+            cos, sin = cos[:, None, None].to(dtype), sin[:, None, None].to(dtype)
+            shape = (len(positions), 2, heads, cos.shape[-1])
+            if cos.shape[0] * 2 * heads * cos.shape[-1] <= PACKED_TABLE_ELEMENTS:
+                cos, sin = cos.expand(shape).contiguous(), sin.expand(shape).contiguous()
+            # The positions stay referenced, so their id cannot be reused within the forward.
+            self.packed[key] = (cos, sin, positions)
+        return self.packed[key][:2]
 
 
 @register_pe("rope")
@@ -48,9 +111,9 @@ class RotaryEncoding(PositionalEncoding):
         # A memo of the largest table built so far (static methods), sliced for each forward.
         self._cache: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
 
-    def prepare(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def prepare(self, length: int, device: torch.device) -> RotaryTables:
         """The cos/sin tables for positions 0..length-1, built (or sliced) once per forward."""
-        return self.cos_sin(length, device)
+        return RotaryTables(*self.cos_sin(length, device))
 
     def frequencies(self, seq_len: int) -> tuple[torch.Tensor, float]:
         """Inverse frequencies and attention factor for a sequence of ``seq_len`` positions."""
@@ -88,11 +151,22 @@ class RotaryEncoding(PositionalEncoding):
         """Rotate queries at ``q_pos`` and keys at ``k_pos`` by the tables ``prepare`` returned."""
         if state is None:
             raise ValueError("rope.rotate needs the cos/sin tables returned by prepare()")
-        cos, sin = state
+        cos, sin = state.cos, state.sin
         return (
             rotate_half(q, *self._at(cos, sin, q_pos, q.dtype)),
             rotate_half(k, *self._at(cos, sin, k_pos, k.dtype)),
         )
+
+    def rotate_qk(
+        self, qk: torch.Tensor, positions: torch.Tensor, state: Any = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys packed as (B, T, 2, H, d), both at ``positions`` (T,), rotated in one
+        pass each way; returns (B, H, T, d) views of the result."""
+        if state is None:
+            raise ValueError("rope.rotate_qk needs the cos/sin tables returned by prepare()")
+        cos, sin = state.for_qk(positions, qk.shape[3], qk.dtype)
+        rotated = rotate_packed(qk, cos, sin)
+        return rotated[:, :, 0].transpose(1, 2), rotated[:, :, 1].transpose(1, 2)
 
     def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` at float positions (T,) or (B, T) with the training-length frequencies."""

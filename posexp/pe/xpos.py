@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from posexp import checks
-from posexp.pe.base import PEContext, PositionOutOfRange, register_pe
+from posexp.pe.base import PEContext, PositionalEncoding, PositionOutOfRange, register_pe
 from posexp.pe.rope import RotaryEncoding
 
 # exp(±x) stays finite in fp32 and bf16 (same exponent range) for x below about 88.
@@ -82,6 +82,9 @@ class XPos(RotaryEncoding):
         """RoPE's rotation, then the decay factors of each position."""
         q, k = super().rotate(q, k, q_pos, k_pos, state)
         return q * self._decay(q_pos, 1.0, q.dtype), k * self._decay(k_pos, -1.0, k.dtype)
+
+    # Its decay differs between queries and keys, so packed q/k go through ``rotate``.
+    rotate_qk = PositionalEncoding.rotate_qk
 
     def _decay(self, pos: torch.Tensor, sign: float, dtype: torch.dtype) -> torch.Tensor:
         # ζ_i^(±p/B) per pair, laid out like the rotate-half pairs (i and i + d/2 share ζ_i).

@@ -65,3 +65,53 @@ def test_values_untouched_by_model_rope():
     v = x @ attn.qkv.weight[16:].T
     running_mean = v.cumsum(1) / torch.arange(1, 6).view(1, 5, 1)
     assert torch.allclose(out, attn.out(running_mean), atol=1e-5)
+
+
+def test_packed_rotation_equals_rotating_q_and_k_apart():
+    # The one-pass rotation of packed (B, T, 2, H, d) q/k against rotate() of each, at positions
+    # that do not start at zero (randomized-position training hands such positions).
+    pe = rope(head_dim=8)
+    qk = torch.randn(2, 7, 2, 3, 8)
+    pos = torch.tensor([0, 3, 4, 9, 10, 20, 31])
+    tables = pe.prepare(32, torch.device("cpu"))
+    q, k = pe.rotate_qk(qk, pos, tables)
+    q_ref, k_ref = pe.rotate(
+        qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), pos, pos, tables
+    )
+    torch.testing.assert_close(q, q_ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(k, k_ref, atol=1e-6, rtol=1e-5)
+    q16, _ = pe.rotate_qk(qk.bfloat16(), pos, tables)  # tables in the compute dtype
+    assert q16.dtype == torch.bfloat16
+    torch.testing.assert_close(q16.float(), q_ref, atol=0.05, rtol=0.02)
+
+
+def test_packed_rotation_gradient_is_the_rotation_by_the_opposite_angle():
+    from posexp.pe.rope import rotate_half, rotate_packed
+
+    angles = torch.rand(5, 1, 1, 3, dtype=torch.float64) * 6
+    c, s = angles.cos(), angles.sin()
+    cos, signed_sin = torch.cat((c, c), -1), torch.cat((-s, s), -1)
+    x = torch.randn(2, 5, 2, 4, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rotate_packed(t, cos, signed_sin), (x,))
+    # ... and the forward is the rotate-half rotation by those angles.
+    torch.testing.assert_close(rotate_packed(x, cos, signed_sin), rotate_half(x, c, s))
+
+
+def test_packed_tables_are_built_once_per_forward_and_dtype():
+    from posexp.pe import rope as rope_module
+
+    pe = rope(head_dim=8)
+    tables = pe.prepare(16, torch.device("cpu"))
+    pos = torch.arange(16)
+    first = tables.for_qk(pos, 3, torch.float32)
+    assert all(a is b for a, b in zip(first, tables.for_qk(pos, 3, torch.float32), strict=True))
+    assert first[0].shape == (16, 2, 3, 8) and first[0].is_contiguous()  # rows of 2·H·d values
+    assert tables.for_qk(pos, 3, torch.bfloat16)[0].dtype == torch.bfloat16
+    # Past PACKED_TABLE_ELEMENTS the tables broadcast instead of taking (T, 2, H, d) memory.
+    limit, rope_module.PACKED_TABLE_ELEMENTS = rope_module.PACKED_TABLE_ELEMENTS, 16 * 2 * 3 * 8 - 1
+    try:
+        wide = pe.prepare(16, torch.device("cpu")).for_qk(pos, 3, torch.float32)
+    finally:
+        rope_module.PACKED_TABLE_ELEMENTS = limit
+    assert wide[0].shape == (16, 1, 1, 8)
+    torch.testing.assert_close(wide[0].expand(16, 2, 3, 8), first[0])
