@@ -201,12 +201,14 @@ def test_finetuned_model_rotates_q_and_k_as_written_in_the_paper(parent, cache, 
     pe = model.pe
     seen = []
 
-    def spy(q, k, q_pos, k_pos, state=None):
-        rotated = type(pe).rotate(pe, q, k, q_pos, k_pos, state)
-        seen.append((q, k, q_pos, *rotated))
+    def spy(qk, positions, state=None):
+        # Training and evaluation rotate q and k packed as (B, T, 2, H, d) in one call.
+        rotated = type(pe).rotate_qk(pe, qk, positions, state)
+        q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)
+        seen.append((q, k, positions, *rotated))
         return rotated
 
-    pe.rotate = spy
+    pe.rotate_qk = spy
     for length in (64, 128):  # the fine-tune's length and past it
         seen.clear()
         with torch.no_grad():
