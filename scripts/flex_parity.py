@@ -30,13 +30,12 @@ def flex_parity(
     bias_pes = sorted(n for n, cls in PE_REGISTRY.items() if cls.kind == "bias")
     for name in pes or bias_pes:
         torch.manual_seed(0)
-        # 32-dimensional heads: FlexAttention's smallest on the CPU (flex.CPU_MIN_HEAD_DIM).
         cfg = dict(vocab_size=260, d_model=128, n_layers=2, n_heads=4, pe=name, train_length=64)
         a = GPT(ModelConfig(**cfg)).to(device)
         b = GPT(ModelConfig(**cfg, attention="sdpa")).to(device)
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, 260, (2, length), device=device)
-        trains = flex.use_flex("auto", device, needs_grad=True, dropout=0.0, head_dim=32)
+        trains = flex.use_flex("auto", device, needs_grad=True, dropout=0.0)
         row: dict[str, Any] = {
             "pe": name,
             "device": device.type,

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from posexp.model import GPT, ModelConfig, flex
 from posexp.pe import PE_REGISTRY, PEContext, build_pe
@@ -24,7 +25,7 @@ def test_every_bias_pe_has_a_score_mod():
 @pytest.mark.parametrize("T", [40, 200])  # 40: where 16-dim heads go wrong; 200: two blocks
 def test_flex_equals_explicit_softmax(name, T):
     torch.manual_seed(0)
-    H, D = 4, flex.CPU_MIN_HEAD_DIM  # lengths not a multiple of FlexAttention's 128-token blocks
+    H, D = 4, 16  # lengths not a multiple of FlexAttention's 128-token blocks
     pe = build_pe(name, PEContext(d_model=H * D, n_heads=H, head_dim=D, train_length=64))
     with torch.no_grad():
         if hasattr(pe, "table"):  # a trained-looking T5 table, not the near-zero init
@@ -42,7 +43,7 @@ def test_flex_equals_explicit_softmax(name, T):
 def test_models_agree_across_backends_with_and_without_the_kv_cache(name):
     torch.manual_seed(0)
     cfg = dict(vocab_size=260, d_model=64, n_layers=2, n_heads=2, pe=name, train_length=64)
-    assert flex.use_flex("auto", torch.device("cpu"), False, 0.0, head_dim=32)
+    assert flex.use_flex("auto", torch.device("cpu"), False, 0.0)
     auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
     sdpa.load_state_dict(auto.state_dict())
     x = torch.randint(0, 260, (2, 150))
@@ -71,22 +72,57 @@ def test_models_agree_across_backends_with_and_without_the_kv_cache(name):
     ],
 )
 def test_the_backend_is_chosen_in_one_place(backend, device, grad, dropout, expected):
-    assert flex.use_flex(backend, torch.device(device), grad, dropout, head_dim=32) is expected
+    assert flex.use_flex(backend, torch.device(device), grad, dropout) is expected
 
 
-def test_small_heads_take_sdpa_on_the_cpu_only():
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not flex.use_flex("auto", cpu, False, 0.0, head_dim=16)
-    assert not flex.use_flex("flex", cpu, False, 0.0, head_dim=16)
-    assert flex.use_flex("auto", cuda, False, 0.0, head_dim=16)
-    assert "heads of 16 dimensions" in flex.describe("auto", cpu, True, head_dim=16)
-    # A model with 16-dim heads evaluates through the explicit bias: the two backends agree.
-    cfg = dict(vocab_size=60, d_model=64, n_layers=1, n_heads=4, pe="alibi", train_length=64)
+@pytest.mark.parametrize("simdlen", [None, 256])  # this CPU's vectors, and AVX2's 8 floats
+def test_cpu_flex_equals_sdpa_at_every_length_for_small_heads(simdlen):
+    """torch 2.13's CPU kernel at 256-bit vectors was wrong for 8- and 16-dim heads at lengths
+    below 128 that are 8 mod 16; flex_causal_attention pads those lengths (flex.py)."""
+    import torch._inductor.config as inductor
+
+    torch._dynamo.reset()  # compile afresh at this vector width, and again after
+    try:
+        with inductor.patch({"cpp.simdlen": simdlen}), torch.no_grad():
+            for D in (8, 16, 32):
+                torch.manual_seed(D)
+                pe = build_pe(
+                    "alibi", PEContext(d_model=4 * D, n_heads=4, head_dim=D, train_length=64)
+                )
+                wrong = []
+                for T in range(2, 301):
+                    q, k, v = (torch.randn(2, 4, T, D) for _ in range(3))
+                    pos = torch.arange(T)
+                    bias = pe.bias(pos, pos, torch.float32).masked_fill(
+                        pos > pos[:, None], -math.inf
+                    )
+                    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+                    got = flex.flex_causal_attention(q, k, v, pe.score_mod())
+                    if not (got is not None and (got - expected).abs().max() < 1e-5):
+                        wrong.append(T)
+                assert not wrong, f"head dim {D}: flex differs from SDPA at lengths {wrong}"
+    finally:
+        torch._dynamo.reset()
+
+
+def test_small_heads_use_flex_on_the_cpu_too():
+    cfg = dict(vocab_size=60, d_model=64, n_layers=1, n_heads=8, pe="alibi", train_length=64)
     auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
     sdpa.load_state_dict(auto.state_dict())
-    x = torch.randint(0, 60, (2, 40))
-    with torch.no_grad():
-        assert torch.equal(auto(x)["logits"], sdpa(x)["logits"])
+    x = torch.randint(0, 60, (2, 40))  # 8-dim heads at a length 8 mod 16
+    calls = []
+    real = flex.flex_causal_attention
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flex, "flex_causal_attention", lambda *a: calls.append(1) or real(*a))
+        assert (auto(x)["logits"] - sdpa(x)["logits"]).abs().max() < 1e-5
+    assert calls
+
+
+@pytest.mark.parametrize(
+    ("length", "padded"), [(2, 16), (16, 16), (40, 48), (127, 128), (129, 129)]
+)
+def test_short_cpu_inputs_are_padded_to_a_multiple_of_16(length, padded):
+    assert flex.cpu_padded_length(length) == padded
 
 
 def test_an_unknown_backend_is_refused():
@@ -100,10 +136,10 @@ def test_an_unknown_backend_is_refused():
 
 def test_the_run_log_says_which_attention_runs():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert flex.describe("auto", cpu, has_bias=False, head_dim=32) == "sdpa (no bias)"
-    assert flex.describe("auto", cuda, has_bias=True, head_dim=32) == "flex"
-    assert flex.describe("auto", cpu, has_bias=True, head_dim=32).endswith("flex to evaluate")
-    explicit = flex.describe("sdpa", cuda, has_bias=True, head_dim=32)
+    assert flex.describe("auto", cpu, has_bias=False) == "sdpa (no bias)"
+    assert flex.describe("auto", cuda, has_bias=True) == "flex"
+    assert flex.describe("auto", cpu, has_bias=True).endswith("flex to evaluate")
+    explicit = flex.describe("sdpa", cuda, has_bias=True)
     assert explicit.startswith("sdpa with an explicit bias")
 
 

@@ -173,7 +173,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         mcfg.n_layers,
         f"{n_params:,}",
         device,
-        flex.describe(mcfg.attention, device, model.pe.has_bias, mcfg.head_dim),
+        flex.describe(mcfg.attention, device, model.pe.has_bias),
     )
     log.info("precision: %s (%s)", precision, why)
     try:

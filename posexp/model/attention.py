@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.model import flex
+from posexp.model import flex, near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
 # Queries are processed in chunks of this many when an additive bias goes through SDPA, so a long
@@ -47,8 +47,9 @@ def attend(
     """Causal attention of (rotated) ``q``, ``k`` over ``v`` by the kernel that can run it: the
     one place the kernel is chosen. In order: a training-free method's plan (blockwise causal
     attention, then remapped positions), a logit term computed from the scores (CoPE), the
-    weights asked for (explicit softmax), a position bias inside FlexAttention (``score_mod``,
-    when the caller built one), else SDPA (the bias, if any, added chunk by chunk). Returns the
+    weights asked for (explicit softmax), a bias constant past some distance split into near and
+    far parts (``near_far``), a position bias inside FlexAttention (``score_mod``, when the
+    caller built one), else SDPA (the bias, if any, added chunk by chunk). Returns the
     output and the weights (None unless asked for)."""
     if plan is not None and plan.block is not None:
         return block_local_attention(q, k, v, q_pos, k_pos, pe, plan.block, need_weights)
@@ -58,6 +59,12 @@ def attend(
         return content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
     if need_weights:
         return explicit_attention(q, k, v, q_pos, k_pos, pe)
+    far = pe.far_bias() if pe.has_bias else None
+    if far is not None and near_far.applies(q, k, v, q_pos, k_pos, far[1]):
+        scaled = q / math.sqrt(q.shape[-1])
+        return near_far.attention(
+            scaled, k, scaled, k, v, far[0], lambda qp, kp: pe.bias(qp, kp, q.dtype), far[1]
+        ), None
     if score_mod is not None:
         y = flex.flex_causal_attention(q, k, v, score_mod)  # None: compiling failed, use SDPA
         if y is not None:
@@ -155,6 +162,8 @@ def remapped_attention(
     # The scale goes on the queries: one pass over (T, d) instead of one over each chunk's scores.
     q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
     q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
+    if not need_weights and near_far.applies(q, k, v, q_pos, k_pos):
+        return near_far.attention(q_own, k_own, q_far, k_far, v, window), None
 
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
         # Every key before the chunk's band of `window` keys is far (and visible) when positions

@@ -11,8 +11,7 @@ template misnames some of them in the C++ it emits.
 
 Where it applies: causal attention whose query and key positions both run 0..L-1 (training,
 evaluation windows, the prompt of a generation), on CUDA, and on the CPU when no gradient is
-needed (torch has no CPU backward for it) and heads have at least ``CPU_MIN_HEAD_DIM``
-dimensions. Everything else, and ``attention=sdpa``, takes the
+needed (torch has no CPU backward for it). Everything else, and ``attention=sdpa``, takes the
 SDPA path with an explicit bias in ``posexp.model``. The backend is chosen in ``use_flex``.
 """
 
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 log = logging.getLogger("posexp")
 
@@ -57,37 +57,40 @@ def available() -> bool:
     return True
 
 
-# torch 2.13's compiled CPU kernel returns wrong numbers (off by O(1), at times NaN, varying
-# with the data) for heads of 16 dimensions or fewer at lengths below 128 that are 8 mod 16
-# (24, 40, ..., 120), with or without a score_mod; at 24, 32, 48 and 64 dimensions every
-# length from 2 to 300 matched SDPA (measured on an AMD EPYC, fp32). Smaller heads take SDPA.
-CPU_MIN_HEAD_DIM = 32
+# torch 2.13's compiled CPU kernel, vectorised 8 floats wide (AVX2, as on most laptops; here
+# reproduced by setting inductor's cpp.simdlen to 256), returns wrong numbers (off by O(1), at
+# times NaN, varying with the data) for heads of 8 or 16 dimensions at lengths below 128 that are
+# 8 mod 16 (8, 24, ..., 120), with or without a score_mod. 512-bit vectors, 32+ dimensions and
+# lengths from 128 up matched SDPA at every length 2-300. Lengths below 128 are padded to a
+# multiple of 16 on the CPU, which matched at every length with both vector widths: the padded
+# keys come after every real query, so the causal mask hides them, and padded queries are dropped.
+CPU_PAD_BELOW, CPU_PAD_MULTIPLE = 128, 16
 
 
-def use_flex(
-    backend: str, device: torch.device, needs_grad: bool, dropout: float, head_dim: int
-) -> bool:
+def cpu_padded_length(length: int) -> int:
+    """The length the CPU kernel runs a ``length``-token input at (see the note above)."""
+    if length >= CPU_PAD_BELOW:
+        return length
+    return -(-length // CPU_PAD_MULTIPLE) * CPU_PAD_MULTIPLE
+
+
+def use_flex(backend: str, device: torch.device, needs_grad: bool, dropout: float) -> bool:
     """The one place that decides between FlexAttention and the SDPA-with-bias path."""
     if backend == "sdpa" or _broken or dropout > 0 or not available():
         return False
     if device.type == "cuda":
         return True
-    return device.type == "cpu" and not needs_grad and head_dim >= CPU_MIN_HEAD_DIM
+    return device.type == "cpu" and not needs_grad
 
 
-def describe(backend: str, device: torch.device, has_bias: bool, head_dim: int) -> str:
+def describe(backend: str, device: torch.device, has_bias: bool) -> str:
     """What attention a run uses, for its log."""
     if not has_bias:
         return "sdpa (no bias)"
-    if use_flex(backend, device, needs_grad=True, dropout=0.0, head_dim=head_dim):
+    if use_flex(backend, device, needs_grad=True, dropout=0.0):
         return "flex"
-    if use_flex(backend, device, needs_grad=False, dropout=0.0, head_dim=head_dim):
+    if use_flex(backend, device, needs_grad=False, dropout=0.0):
         return "sdpa with the bias while training (no FlexAttention backward on this device), flex to evaluate"
-    if device.type == "cpu" and backend != "sdpa" and head_dim < CPU_MIN_HEAD_DIM:
-        return (
-            f"sdpa with an explicit bias (heads of {head_dim} dimensions: torch's CPU "
-            f"FlexAttention is wrong below {CPU_MIN_HEAD_DIM})"
-        )
     return f"sdpa with an explicit bias (attention.backend={backend}, device {device.type})"
 
 
@@ -166,7 +169,11 @@ def flex_causal_attention(
     """softmax(QKᵀ/√d + bias) V under a causal mask, or None if compiling failed (then: SDPA)."""
     if _broken:
         return None
-    mask = causal_block_mask(q.shape[2], str(q.device))
+    length = q.shape[2]
+    padded = cpu_padded_length(length) if q.device.type == "cpu" else length
+    if padded != length:
+        q, k, v = (F.pad(t, (0, 0, 0, padded - length)) for t in (q, k, v))
+    mask = causal_block_mask(padded, str(q.device))
     _static_captures(score_mod)
     # Batch and length vary together in an evaluation (a token budget per batch): dynamic from
     # the first call, so a new length reuses the kernel (sizes 1 still get their own).
@@ -179,7 +186,7 @@ def flex_causal_attention(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on CPU support; not the user's concern
-            out = _compiled()(q, k, v, score_mod=score_mod, block_mask=mask)
+            out = _compiled()(q, k, v, score_mod=score_mod, block_mask=mask)[:, :, :length]
         if _graphs_compiled() > graphs:
             took = time.perf_counter() - start
             _compile_seconds[0] += took

@@ -307,7 +307,6 @@ class GPT(nn.Module):
                 idx.device,
                 torch.is_grad_enabled(),
                 self.cfg.dropout if self.training else 0.0,
-                self.cfg.head_dim,
             )
         ):
             score_mod = self.pe.score_mod()

@@ -199,6 +199,12 @@ class PositionalEncoding(nn.Module):
         scaled scores (B, H, Tq, Tk), -inf where the causal mask hides a key."""
         raise NotImplementedError
 
+    def far_bias(self) -> tuple[int, torch.Tensor] | None:
+        """(w, c) when the bias depends on the distance alone and is c (one value per head) at
+        every distance >= w: attention then scores the far pairs in one unbiased flash call
+        (``posexp/model/near_far.py``). None: no such distance."""
+        return None
+
     def score_mod(self) -> Callable[..., torch.Tensor] | None:
         """The bias as FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)``, where query and
         key positions equal their indices; None: attention takes the ``bias`` path."""

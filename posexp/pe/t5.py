@@ -51,6 +51,10 @@ class T5Bias(PositionalEncoding):
         # initialisation of Linear/Embedding weights leaves it alone).
         self.table = nn.Parameter(torch.randn(num_buckets, ctx.n_heads) * ctx.d_model**-0.5)
 
+    def far_bias(self) -> tuple[int, torch.Tensor]:
+        """Every distance from ``max_distance`` on is in the last bucket."""
+        return self.max_distance, self.table[self.num_buckets - 1]
+
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The (H, Tq, Tk) bias, or (B, H, Tq, Tk) for per-row positions."""
         buckets = relative_buckets(
