@@ -69,7 +69,7 @@ class RunConfig:
         ``saved``: a run dir's config, read back: pairs a newer posexp refuses (a warmup as long
         as the run, once only a warning) stay readable, as the run was trained."""
         from posexp.data import check_dataset, check_tokenizer
-        from posexp.pe import get_pe
+        from posexp.pe import PEContext, build_pe, get_pe
 
         d = {str(k): v for k, v in value.items() if k != "hydra"}
         allowed = [f.name for f in dataclasses.fields(cls)]
@@ -103,6 +103,21 @@ class RunConfig:
         positions = PositionSampling.from_pe(
             pe_name, pe_params, train.seq_len, rows or train.seq_len
         )
+        if model.d_model % model.n_heads == 0:  # else the model's own one-line error, later
+            # Settings only the built encoding can judge (NeoX's rotated dims, LongRoPE's lists
+            # against them) fail here, before any run dir is made.
+            ctx_length = train_length or train.seq_len
+            build_pe(
+                pe_name,
+                PEContext(
+                    model.d_model,
+                    model.n_heads,
+                    model.d_model // model.n_heads,
+                    ctx_length,
+                    ext.with_original_length(ctx_length),
+                ),
+                **pe_params,
+            )
         for key in ("resume", "parent", "cache_dir"):
             checks.path(key, d.get(key))
         if not d.get("cache_dir"):  # its default is configs/train.yaml's, not one written here

@@ -66,7 +66,7 @@ class ExtensionConfig:
             s = 1.0
         elif fixed is not None:
             s = float(fixed)
-        elif ext.dynamic:
+        elif ext.scales_with_length:
             # Dynamic NTK already scales with the length l; s = l/L0 on top would count it twice.
             s, note = 1.0, "dynamic: base follows the window length"
         elif not ext.uses_factor:

@@ -58,6 +58,7 @@ class ExtensionMethod:
     name: str
     frequencies: FrequencyFn
     params: Mapping[str, Any]
+    # True when the frequencies depend on the current length (cached keys are then re-rotated).
     dynamic: bool
     acts_on: str
     needs_original_length: bool
@@ -75,6 +76,9 @@ class ExtensionMethod:
     static_form: str | None = None
     # What a reader must know beside any number of it (blockwise: how little context it keeps).
     caveat: str | None = None
+    # True when the method scales itself with the current length (dynamic NTK), so an
+    # evaluation holds s at 1; a dynamic method with a fixed target s (LongRoPE) sets False.
+    scales_with_length: bool = False
 
     @property
     def training_free(self) -> bool:
@@ -129,6 +133,7 @@ def register_extension(
     zero_shot_verdict: bool | None = None,
     static_form: str | None = None,
     caveat: str | None = None,
+    scales_with_length: bool | None = None,
 ) -> Callable[[FrequencyFn], FrequencyFn]:
     """Register `fn(spec, *, param=default, ...) -> (float64 inv_freq, attention_factor)` as `name`.
 
@@ -136,7 +141,8 @@ def register_extension(
     checks what they must satisfy together. Both run once, when a config or a spec names them.
     ``attention`` (training-free methods) builds the method's AttentionPlan; its keyword-only
     params are the method's params. ``zero_shot_verdict`` (default: training-free methods),
-    ``static_form`` and ``caveat`` say what reports write of it.
+    ``static_form`` and ``caveat`` say what reports write of it. ``scales_with_length``
+    (default: ``dynamic``) holds an evaluation's s at 1, the method scaling itself.
     """
 
     def decorate(fn: FrequencyFn) -> FrequencyFn:
@@ -168,6 +174,7 @@ def register_extension(
                 else zero_shot_verdict,
                 static_form=static_form,
                 caveat=caveat,
+                scales_with_length=dynamic if scales_with_length is None else scales_with_length,
             ),
         )
         return fn

@@ -138,6 +138,10 @@ class PositionalEncoding(nn.Module):
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """Refuse settings that cannot work at training length ``seq_len`` (one-line errors)."""
 
+    def check_built(self) -> None:
+        """Refuse, at model build, settings only the built encoding can judge (one-line errors;
+        e.g. per-pair lists against the rotated dims)."""
+
     @classmethod
     def position_limit(cls, params: dict[str, Any], seq_len: int) -> int | None:
         """How many positions these settings can represent (a learned table's rows); None: any."""
@@ -263,8 +267,10 @@ def get_pe(name: str) -> type[PositionalEncoding]:
 
 
 def build_pe(name: str, ctx: PEContext, **params: Any) -> PositionalEncoding:
-    """Instantiate the positional encoding registered as ``name``."""
-    return get_pe(name)(ctx, **params)
+    """Instantiate the positional encoding registered as ``name``, checked as built."""
+    pe = get_pe(name)(ctx, **params)
+    pe.check_built()
+    return pe
 
 
 def accepted_extensions(pe: str) -> list[str]:

@@ -111,6 +111,12 @@ class RotaryEncoding(PositionalEncoding):
         # A memo of the largest table built so far (static methods), sliced for each forward.
         self._cache: tuple[int, torch.device, torch.Tensor, torch.Tensor] | None = None
 
+    def check_built(self) -> None:
+        """Compute the frequencies within and past L0 once, so that an extension's settings the
+        rotated dims cannot take (LongRoPE's per-pair lists) fail at build, not mid-run."""
+        for seq_len in (self.extension.original_length, self.extension.original_length + 1):
+            self.frequencies(seq_len)
+
     def prepare(self, length: int, device: torch.device) -> RotaryTables:
         """The cos/sin tables for positions 0..length-1, built (or sliced) once per forward."""
         return RotaryTables(*self.cos_sin(length, device))

@@ -125,3 +125,69 @@ def test_grid_covers_all_bands():
     ratio = theta / inv
     assert bool((ratio == 1).any()) and bool(torch.isclose(ratio, torch.tensor(8.0)).any())
     assert bool(((ratio > 1.001) & (ratio < 7.999)).any())
+
+
+def factor_lists(d: int, seed: int) -> tuple[list[float], list[float]]:
+    """Per-pair long and short factor lists like Phi-3's: long rising from ~1 to ~s, short near 1."""
+    g = torch.Generator().manual_seed(seed)
+    long_ = (1 + torch.rand(d // 2, generator=g).sort().values * 15).tolist()
+    short = (1 + torch.rand(d // 2, generator=g) * 0.1).tolist()
+    return long_, short
+
+
+@pytest.mark.parametrize("d,s,l0,base", GRID)
+def test_longrope_matches_longrope(d, s, l0, base):
+    long_, short = factor_lists(d, seed=d + l0)
+    common = {"rope_theta": base, "factor": float(s), "original_max_position_embeddings": l0}
+    lists = {"long_factor": long_, "short_factor": short}
+    for seq_len in (l0 // 2, l0, l0 + 1, int(s * l0)):  # short within L0, long past it
+        ours = rope_frequencies(
+            "longrope", d, base=base, factor=s, original_length=l0, seq_len=seq_len, **lists
+        )
+        assert_parity(ours, hf("longrope", d, int(s * l0), seq_len=seq_len, **common, **lists))
+    # An attention factor given overrides sqrt(1 + ln s / ln L0).
+    assert_parity(
+        rope_frequencies(
+            "longrope",
+            d,
+            base=base,
+            factor=s,
+            original_length=l0,
+            seq_len=2 * l0,
+            attention_factor=1.3,
+            **lists,
+        ),
+        hf("longrope", d, int(s * l0), seq_len=2 * l0, **common, **lists, attention_factor=1.3),
+    )
+
+
+@pytest.mark.parametrize("rotary_pct", [0.25, 0.5, 1.0])
+def test_neox_partial_rotary_matches_gpt_neox(rotary_pct):
+    from transformers.models.gpt_neox import modeling_gpt_neox as neox
+
+    from posexp.pe import PEContext, build_pe
+
+    heads, d, T = 2, 64, 50
+    config = transformers.GPTNeoXConfig(
+        hidden_size=heads * d,
+        num_attention_heads=heads,
+        rotary_pct=rotary_pct,
+        max_position_embeddings=128,
+    )
+    assert config.rope_parameters["partial_rotary_factor"] == rotary_pct
+    rotary = neox.GPTNeoXRotaryEmbedding(config)
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, heads, T, d, generator=g) for _ in range(2))
+    positions = torch.arange(T)
+    cos, sin = rotary(q, positions[None])
+    hf_q, hf_k = neox.apply_rotary_pos_emb(q, k, cos, sin)
+    pe = build_pe("neox_rope", PEContext(heads * d, heads, d, 64), rotary_pct=rotary_pct)
+    state = pe.prepare(T, q.device)
+    our_q, our_k = pe.rotate(q, k, positions, positions, state)
+    torch.testing.assert_close(our_q, hf_q, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(our_k, hf_k, rtol=1e-5, atol=1e-5)
+    # Packed (training's path) agrees with the separate rotation.
+    packed = torch.stack((q, k), 2).permute(0, 3, 2, 1, 4).contiguous()  # (B, T, 2, H, d)
+    pq, pk = pe.rotate_qk(packed, positions, state)
+    torch.testing.assert_close(pq, our_q)
+    torch.testing.assert_close(pk, our_k)

@@ -5,7 +5,7 @@ import torch
 
 from posexp.extension import EXTENSIONS, position_scale, rope_frequencies
 
-METHODS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+METHODS = ("none", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
 
 
 def closed_form_theta(d: int, base: float) -> torch.Tensor:
@@ -20,7 +20,7 @@ def assert_rel_close(actual: torch.Tensor, expected: torch.Tensor, rtol: float =
     assert rel <= rtol, f"max relative error {rel:.3g} > {rtol}"
 
 
-def test_registry_holds_the_six_frequency_methods_and_the_training_free_ones():
+def test_registry_holds_the_seven_frequency_methods_and_the_training_free_ones():
     assert {n for n, m in EXTENSIONS.items() if not m.training_free} == set(METHODS)
     assert {n for n, m in EXTENSIONS.items() if m.training_free} == {
         "self_extend",
@@ -28,7 +28,7 @@ def test_registry_holds_the_six_frequency_methods_and_the_training_free_ones():
         "logn",
         "blockwise",
     }
-    assert {name for name, m in EXTENSIONS.items() if m.dynamic} == {"dynamic_ntk"}
+    assert {name for name, m in EXTENSIONS.items() if m.dynamic} == {"dynamic_ntk", "longrope"}
 
 
 @pytest.mark.parametrize("d,base", [(8, 10000.0), (64, 10000.0), (128, 500000.0)])

@@ -25,7 +25,7 @@ def raises_one_line(match: str):
 
 def test_unknown_method_lists_allowed():
     with raises_one_line(
-        r"unknown extension 'rope2'; allowed: blockwise, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn"
+        r"unknown extension 'rope2'; allowed: blockwise, dynamic_ntk, llama3, logn, longrope, none, ntk, pi, rerope, self_extend, yarn"
     ):
         rope_frequencies("rope2", 64)
 
@@ -40,7 +40,7 @@ def test_factor_not_a_number():
         rope_frequencies("pi", 64, factor="x")
 
 
-@pytest.mark.parametrize("method", ["yarn", "llama3", "dynamic_ntk"])
+@pytest.mark.parametrize("method", ["yarn", "llama3", "dynamic_ntk", "longrope"])
 def test_missing_original_length(method):
     with raises_one_line(rf"extension '{method}' needs original_length"):
         rope_frequencies(method, 64, factor=2)

@@ -21,6 +21,7 @@ _SHOWN_FIRST = (
     "dynamic_ntk",
     "yarn",
     "llama3",
+    "longrope",
     "self_extend",
     "rerope",
     "logn",
