@@ -28,6 +28,7 @@ PLUMBING = frozenset(
         "extension.method",
         "extension.factor",  # both in "extension"
         "pe.name",
+        "pe.layers",  # in "pe": a composition is named by its pattern
         "model.name",
         "data.source",
         "data.task",
@@ -66,6 +67,7 @@ BARE = {"pe", "extension", "model", "data", "tokenizer"}  # the value alone is c
 # An override key names the setting it changes (``extension.factor=4`` changes ``extension``).
 ALIASES = {
     "pe.name": "pe",
+    "pe.layers": "pe",
     "model.name": "model",
     "data.source": "data",
     "data.task": "data",
@@ -88,11 +90,25 @@ def extension_text(method: Any, factor: Any) -> str:
         return method
 
 
+def composition_text(layers: Any) -> str:
+    """A per-layer composition of encodings by its pattern (``rope*3+none``), so runs of two
+    patterns read apart; the value as given if it is not a pattern."""
+    from posexp.errors import PosexpError
+    from posexp.pe.layered import pattern_text
+
+    try:
+        return pattern_text(layers)
+    except PosexpError:
+        return value_text(layers)
+
+
 def run_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that say what a run is, from its flattened config (``{"train.lr": ...}``)."""
     out: dict[str, Any] = {}
     if "pe.name" in flat:
         out["pe"] = flat["pe.name"]
+    if "pe.layers" in flat:
+        out["pe"] = composition_text(flat["pe.layers"])
     if "extension.method" in flat:
         out["extension"] = extension_text(flat["extension.method"], flat.get("extension.factor"))
     if "model.name" in flat:

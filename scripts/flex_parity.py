@@ -22,7 +22,8 @@ def flex_parity(
     trains) and generated ids."""
     import torch
 
-    from posexp.model import GPT, ModelConfig, flex
+    from posexp.kernels import flex
+    from posexp.model import GPT, ModelConfig
     from posexp.pe import PE_REGISTRY
 
     device = torch.device(device_name)

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posexp.model import GPT, ModelConfig, flex
+from posexp.kernels import flex
+from posexp.model import GPT, ModelConfig
 from posexp.pe import PE_REGISTRY, PEContext, build_pe
 
 BIAS_PES = sorted(name for name, cls in PE_REGISTRY.items() if cls.kind == "bias")

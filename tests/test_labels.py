@@ -121,3 +121,23 @@ def test_only_settings_that_split_runs_further_name_them():
     runs = [{"pe": p, "lr": lr, "seed": s} for p, lr in (("rope", 1), ("alibi", 2)) for s in (0, 1)]
     assert distinguishing(runs, ["pe", "lr", "seed"]) == ["pe", "seed"]  # lr follows from pe
     assert distinguishing(runs, ["lr", "pe", "seed"]) == ["lr", "seed"]
+
+
+def test_a_composition_of_encodings_is_named_by_its_pattern():
+    def layered(layers):
+        return run(**{"pe.name": "layered", "pe.layers": layers, "pe.chunk": None})
+
+    irope, other = layered(["rope", "rope", "rope", "none"]), layered("rope+alibi+rope+alibi")
+    assert irope["pe"] == "rope*3+none" and "pe.layers" not in irope
+    assert run_labels([irope, other, run()]) == ["rope*3+none", "rope+alibi", "rope"]
+    assert layered(["rope", "nope"])["pe"] == "rope+nope"  # a removed PE: still its pattern
+    assert layered(7)["pe"] == "7"  # not a pattern at all: the value as given
+    assert setting_key("pe.layers") == "pe" and not is_plumbing("pe.layers")
+
+
+def test_pe_irope_is_named_by_its_pattern_in_tensorboard():
+    from posexp.runtime.tensorboard import hparam_dict
+    from tests.helpers import run_config
+
+    settings = hparam_dict(run_config("pe=irope", "model=tiny"))
+    assert settings["pe"] == "rope*3+none" and settings["pe.chunk"] == 64

@@ -28,8 +28,9 @@ from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.hardware import out_of_memory
+from posexp.kernels import flex
 from posexp.metrics import clock_text, metric_text
-from posexp.model import GPT, flex
+from posexp.model import GPT
 from posexp.objectives import OBJECTIVES, build_objective
 from posexp.rundir import RunDir
 from posexp.runtime import distributed, provenance

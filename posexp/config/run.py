@@ -115,6 +115,7 @@ class RunConfig:
                     model.d_model // model.n_heads,
                     ctx_length,
                     ext.with_original_length(ctx_length),
+                    model.n_layers,
                 ),
                 **pe_params,
             )

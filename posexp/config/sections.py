@@ -265,14 +265,14 @@ class TranslateConfig:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/model/flex.py``)."""
+    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/kernels/flex.py``)."""
 
     backend: str
 
     @classmethod
     def from_dict(cls, value: Any) -> AttentionConfig:
         """Validate ``attention.*``."""
-        from posexp.model.flex import BACKENDS
+        from posexp.kernels.flex import BACKENDS
 
         d = _section("attention", value, cls)
         choose("attention.backend", d["backend"], BACKENDS)

@@ -1,7 +1,7 @@
 """Attention, and the one place that picks its kernel (``attend``).
 
 The kernels: torch's SDPA (with an encoding's position bias added one chunk of queries at a
-time), FlexAttention (``posexp/model/flex.py``: the bias inside the kernel), the explicit softmax
+time), FlexAttention (``posexp/kernels/flex.py``: the bias inside the kernel), the explicit softmax
 that also returns the weights (attention maps, and the reference the tests compare SDPA
 against), the softmax over scores with a term computed from them (CoPE), the two-position
 attention of the training-free methods that remap relative positions, and blockwise causal
@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.model import flex, near_far
+from posexp.kernels import flex
+from posexp.model import near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
 # Queries are processed in chunks of this many when an additive bias goes through SDPA, so a long

@@ -47,12 +47,13 @@ def length_penalty(n: int, alpha: float) -> float:
 
 
 def reorder_cache(cache: Any, index: torch.Tensor) -> None:
-    """Keep rows ``index`` (in that order, repeats allowed) of every cached key/value tensor
-    and of what the positional encoding carries per row."""
+    """Keep rows ``index`` (in that order, repeats allowed) of every cached per-row tensor
+    (keys, values, what an encoding with attention of its own carries: batch first) and of what
+    the positional encoding carries per row. Positions shared by the batch are 1-D: kept."""
     for layer in cache.layers:
-        for key in ("k", "v"):
-            if key in layer:
-                layer[key] = layer[key].index_select(0, index)
+        for key, value in layer.items():
+            if isinstance(value, torch.Tensor) and value.dim() >= 2:
+                layer[key] = value.index_select(0, index)
     for key, value in cache.memo.items():
         cache.memo[key] = value.index_select(0, index)
 

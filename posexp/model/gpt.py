@@ -18,10 +18,18 @@ from torch import nn
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
-from posexp.model import flex
+from posexp.kernels import flex
 from posexp.model.attention import attend
 from posexp.model.decoding import beam_search, sample
-from posexp.pe import PEContext, PositionalEncoding, build_pe, get_pe
+from posexp.pe import (
+    LogitTerm,
+    PEContext,
+    PositionalEncoding,
+    append_cached,
+    build_pe,
+    get_pe,
+    takes_extension,
+)
 
 
 @dataclass
@@ -38,7 +46,7 @@ class ModelConfig:
     pe_params: dict[str, Any] = field(default_factory=dict)
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
-    attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/model/flex.py decides)
+    attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/kernels/flex.py decides)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -98,7 +106,8 @@ class KVCache:
     """Per layer, the keys, values and positions seen so far; ``length``: the next position.
 
     A layer's dict holds buffers ``k``, ``v``, ``pos`` with spare room at the end and the filled
-    part's size under ``k_len``, ``v_len``, ``pos_len`` (see ``CausalSelfAttention._append``).
+    part's size under ``k_len``, ``v_len``, ``pos_len`` (``posexp.pe.append_cached``), and
+    whatever an encoding with attention of its own carries.
     """
 
     layers: list[dict[str, Any]]
@@ -134,24 +143,28 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) views
-        k_pos = q_pos if cache is None else self._append(cache, "pos", q_pos)
+        k_pos = q_pos if cache is None else append_cached(cache, "pos", q_pos)
+        if pe.logit_term is LogitTerm.OWN:
+            # FoX, stick-breaking, PaTH: the encoding attends (and keeps its cache) itself.
+            y, weights = pe.own_attention(q, k, v, x, q_pos, k_pos, pe_state, cache, need_weights)
+            return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
         if cache is None and q_pos.dim() == 1 and not self.remaps_positions:
             # Training and evaluation: q and k share their positions, rotated in one pass.
             q, k = pe.rotate_qk(qkv[:, :, :2], q_pos, pe_state)
         elif self.remaps_positions:
             # Each pair is rotated at positions that depend on both sides: keys are kept raw.
             if cache is not None:
-                k = self._append(cache, "k", k)
+                k = append_cached(cache, "k", k)
         elif pe.rotates_cached_keys and cache is not None:
             # The rotation depends on the current length: cache raw keys, rotate them all now.
-            k = self._append(cache, "k", k)
+            k = append_cached(cache, "k", k)
             q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
         else:
             q, k = pe.rotate(q, k, q_pos, q_pos, pe_state)
             if cache is not None:
-                k = self._append(cache, "k", k)
+                k = append_cached(cache, "k", k)
         if cache is not None:
-            v = self._append(cache, "v", v)
+            v = append_cached(cache, "v", v)
         if self.query_scale is not None:
             # A factor per query position: it commutes with the rotation.
             scale = self.query_scale(q_pos).to(q.dtype)
@@ -169,29 +182,6 @@ class CausalSelfAttention(nn.Module):
             self.dropout * self.training,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
-
-    @staticmethod
-    def _append(cache: dict[str, Any], key: str, t: torch.Tensor) -> torch.Tensor:
-        """Cached entries of ``key`` followed by ``t``, along the sequence dim (keys/values: 2,
-        positions: last).
-
-        The buffer grows by doubling, so a long generation copies each entry O(1) times on
-        average instead of re-concatenating the whole cache at every token.
-        """
-        dim = 2 if t.dim() == 4 else t.dim() - 1
-        n = cache.get(f"{key}_len", 0)
-        need = n + t.shape[dim]
-        buf = cache.get(key)
-        if buf is None or buf.shape[dim] < need:
-            shape = list(t.shape)
-            shape[dim] = max(need, 2 * n)
-            grown = t.new_empty(shape)
-            if n:
-                grown.narrow(dim, 0, n).copy_(buf.narrow(dim, 0, n))
-            buf = cache[key] = grown
-        buf.narrow(dim, n, t.shape[dim]).copy_(t)
-        cache[f"{key}_len"] = need
-        return buf.narrow(dim, 0, need)
 
 
 class MLP(nn.Module):
@@ -243,13 +233,16 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        shape = (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length)
         self.pe = build_pe(
-            cfg.pe,
-            PEContext(cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length, cfg.extension),
-            **cfg.pe_params,
+            cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers, cfg.attention), **cfg.pe_params
         )
         plan = cfg.extension.attention_plan()  # training-free methods only, else None
-        self.blocks = nn.ModuleList(Block(cfg, plan) for _ in range(cfg.n_layers))
+        # A composition (iRoPE) applies the method in the layers whose encoding takes it.
+        self.blocks = nn.ModuleList(
+            Block(cfg, plan if takes_extension(self.pe.layer(i), cfg.extension.method) else None)
+            for i in range(cfg.n_layers)
+        )
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight
@@ -292,14 +285,10 @@ class GPT(nn.Module):
             length = int(positions.max()) + 1
         if cache is not None:
             cache.length = length
-        # Computed once per forward (RoPE: cos/sin tables) and handed to every layer.
-        pe_state = self.pe.prepare(length, idx.device)
         # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
-        # bias inside the kernel where it runs (posexp/model/flex.py); decoding steps keep SDPA.
-        score_mod = None
-        if (
-            self.pe.has_bias
-            and from_zero
+        # bias inside the kernel where it runs (posexp/kernels/flex.py); decoding steps keep SDPA.
+        flex_ok = (
+            from_zero
             and T > 1
             and not need_weights
             and flex.use_flex(
@@ -308,8 +297,14 @@ class GPT(nn.Module):
                 torch.is_grad_enabled(),
                 self.cfg.dropout if self.training else 0.0,
             )
-        ):
-            score_mod = self.pe.score_mod()
+        )
+        # Computed once per forward and encoding (RoPE: cos/sin tables), handed to its layers.
+        prepared: dict[int, tuple[Any, flex.ScoreMod | None]] = {}
+        layer_pes = [self.pe.layer(i) for i in range(len(self.blocks))]
+        for pe in layer_pes:
+            if id(pe) not in prepared:
+                score_mod = pe.score_mod() if pe.has_bias and flex_ok else None
+                prepared[id(pe)] = (pe.prepare(length, idx.device), score_mod)
         x = self.pe.embed_tokens(
             self.tok_emb(idx) * math.sqrt(self.cfg.d_model),
             idx,
@@ -318,8 +313,10 @@ class GPT(nn.Module):
         )
         weights = []
         for i, block in enumerate(self.blocks):
+            pe = layer_pes[i]
+            pe_state, score_mod = prepared[id(pe)]
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = block(x, self.pe, positions, pe_state, layer_cache, need_weights, score_mod)
+            x, w = block(x, pe, positions, pe_state, layer_cache, need_weights, score_mod)
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}

@@ -7,10 +7,13 @@ from posexp.pe.base import (
     PositionalEncoding,
     PositionOutOfRange,
     accepted_extensions,
+    append_cached,
     build_pe,
+    cached,
     check_extension,
     get_pe,
     register_pe,
+    takes_extension,
 )
 from posexp.registry import discover
 
@@ -27,10 +30,13 @@ __all__ = [
     "PositionOutOfRange",
     "PositionalEncoding",
     "accepted_extensions",
+    "append_cached",
     "alibi_slopes",
     "build_pe",
+    "cached",
     "check_extension",
     "get_pe",
     "register_pe",
     "sinusoidal_table",
+    "takes_extension",
 ]

@@ -7,7 +7,12 @@ the hooks it needs (all default to "do nothing"):
 * ``rotate``  transforms queries and keys per head (RoPE);
 * ``bias``    returns an additive attention-logit bias (ALiBi, T5);
 * ``score_bias`` returns an additive logit term computed from the queries and their scores
-  (content-dependent positions: CoPE).
+  (content-dependent positions: CoPE);
+* ``own_attention`` computes attention itself from q, k, v and the layer's input (kind
+  ``attention``: FoX's forget gate, stick-breaking, PaTH's Householder transitions).
+
+An encoding may act differently in each layer (``layer(i)``: per-layer parameters, or a
+composition of encodings such as iRoPE); by default every layer gets the encoding itself.
 
 Each encoding declares its own constraints as class attributes, so no other module names it:
 ``kind`` (none, embedding, rotation or bias), the kinds of extension method it takes
@@ -35,7 +40,7 @@ from posexp.errors import PosexpError
 from posexp.extension import EXTENSIONS, ExtensionConfig, get_extension
 from posexp.registry import Registry
 
-KINDS = ("none", "embedding", "rotation", "bias", "content")
+KINDS = ("none", "embedding", "rotation", "bias", "content", "attention")
 # What the extension methods may change, for each kind (see posexp/extension/registry.py).
 # Scaling the logits ("logits") suits any attention; remapping relative distances
 # ("relative_positions") needs a rotation that can be applied at any position (``rotate_at``).
@@ -43,6 +48,8 @@ ACCEPTS_BY_KIND = {
     "none": frozenset({"logits"}),
     "bias": frozenset({"logits"}),
     "content": frozenset({"logits"}),
+    # Attention of its own (no softmax over q·k, or a data-dependent bias): no method applies.
+    "attention": frozenset(),
     "embedding": frozenset({"positions", "logits"}),
     "rotation": frozenset({"positions", "frequencies", "relative_positions", "logits"}),
 }
@@ -56,6 +63,7 @@ class LogitTerm(enum.Enum):
     # FlexAttention's score_mod (ALiBi, T5, Kerple, FIRE, Sandwich)
     FROM_SCORES = "from_scores"  # a term computed from the scores themselves (``score_bias``):
     # an explicit softmax, one chunk of queries at a time (CoPE)
+    OWN = "own"  # the encoding computes attention itself (``own_attention``; kind attention)
 
 
 @dataclass
@@ -68,6 +76,8 @@ class PEContext:
     train_length: int
     # Checked where it was built; a null original_length becomes the training length here.
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
+    n_layers: int = 1  # encodings with per-layer parameters or patterns (``layer``) need it
+    attention: str = "auto"  # the model's attention backend (posexp.kernels.flex.BACKENDS)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -203,6 +213,29 @@ class PositionalEncoding(nn.Module):
         scaled scores (B, H, Tq, Tk), -inf where the causal mask hides a key."""
         raise NotImplementedError
 
+    def layer(self, index: int) -> PositionalEncoding:
+        """The encoding acting in layer ``index`` (0-based): itself, unless it has per-layer
+        parameters (FoX's gates) or is a composition of encodings (iRoPE)."""
+        return self
+
+    def own_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        x: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        state: Any = None,
+        cache: dict[str, Any] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Kind ``attention``: causal attention (B, H, Tq, d) of unrotated ``q``, ``k``, ``v``
+        given the layer's input ``x`` (B, Tq, d_model), and the weights (B, H, Tq, Tk) if asked.
+        With a KV cache (the layer's dict; ``k_pos`` already holds every position), the encoding
+        appends its own keys, values and whatever it carries (``append_cached``)."""
+        raise NotImplementedError(f"pe {self.name!r} has no attention of its own")
+
     def far_bias(self) -> tuple[int, torch.Tensor] | None:
         """(w, c) when the bias depends on the distance alone and is c (one value per head) at
         every distance >= w: attention then scores the far pairs in one unbiased flash call
@@ -213,6 +246,38 @@ class PositionalEncoding(nn.Module):
         """The bias as FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)``, where query and
         key positions equal their indices; None: attention takes the ``bias`` path."""
         return None
+
+
+def append_cached(cache: dict[str, Any], key: str, t: torch.Tensor) -> torch.Tensor:
+    """Cached entries of ``key`` followed by ``t``, along the sequence dim (4-D: dim 2, else the
+    last), kept in a buffer with spare room (the filled size under ``<key>_len``).
+
+    The buffer grows by doubling, so a long generation copies each entry O(1) times on average
+    instead of re-concatenating the whole cache at every token.
+    """
+    dim = 2 if t.dim() == 4 else t.dim() - 1
+    n = cache.get(f"{key}_len", 0)
+    need = n + t.shape[dim]
+    buf = cache.get(key)
+    if buf is None or buf.shape[dim] < need:
+        shape = list(t.shape)
+        shape[dim] = max(need, 2 * n)
+        grown = t.new_empty(shape)
+        if n:
+            grown.narrow(dim, 0, n).copy_(buf.narrow(dim, 0, n))
+        buf = cache[key] = grown
+    buf.narrow(dim, n, t.shape[dim]).copy_(t)
+    cache[f"{key}_len"] = need
+    return buf.narrow(dim, 0, need)
+
+
+def cached(cache: dict[str, Any], key: str) -> torch.Tensor | None:
+    """The filled part of the cached ``key`` (``append_cached``'s layout), or None if empty."""
+    buf = cache.get(key)
+    if buf is None:
+        return None
+    n = cache[f"{key}_len"]
+    return buf.narrow(2 if buf.dim() == 4 else buf.dim() - 1, 0, n)
 
 
 PE_REGISTRY: Registry[type[PositionalEncoding]] = Registry("pe")
@@ -279,6 +344,12 @@ def accepted_extensions(pe: str) -> list[str]:
     return [
         name for name, m in EXTENSIONS.items() if m.acts_on == "nothing" or m.acts_on in accepts
     ]
+
+
+def takes_extension(pe: PositionalEncoding | type[PositionalEncoding], method: str) -> bool:
+    """True when the encoding (class or a built layer of a composition) can take ``method``."""
+    acts_on = get_extension(method).acts_on
+    return acts_on == "nothing" or acts_on in pe.accepted()
 
 
 def check_extension(pe: str, method: str) -> None:

@@ -70,7 +70,7 @@ class FIRE(PositionalEncoding):
             bends = (kink > 0) & (kink < 1)
             linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
             intercept, slope = b2 + w2[:, linear] @ b1[linear], w2[:, linear] @ w1[linear]
-        # Only tensors are captured (posexp/model/flex.py fixes their shapes). FlexAttention's CUDA
+        # Only tensors are captured (posexp/kernels/flex.py fixes their shapes). FlexAttention's CUDA
         # backward lets each captured tensor that needs a gradient be indexed once per score, so
         # every scalar becomes its own (heads,) tensor read at [h], and every unit its own three:
         # one indexing each. The unit count is a loop bound, so the kernel is compiled for it.

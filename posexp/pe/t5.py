@@ -70,7 +70,7 @@ class T5Bias(PositionalEncoding):
         by_distance = self.table[
             relative_buckets(distance, self.num_buckets, self.max_distance)
         ].t()
-        # The largest distance as a tensor, not a Python int: posexp/model/flex.py fixes the shapes of
+        # The largest distance as a tensor, not a Python int: posexp/kernels/flex.py fixes the shapes of
         # captured tensors, while captured ints would become symbols of the compiled kernel.
         last = distance[-1]
 

@@ -41,7 +41,8 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
                 and pe != "abacus"
             )
             or (m.acts_on == "frequencies" and cls.kind == "rotation")
-            or m.acts_on == "logits"
+            # Attention of its own (FoX, stick-breaking, PaTH) takes no method.
+            or (m.acts_on == "logits" and cls.kind != "attention")
             # xPos decays by the raw distance, so it declines remapped ones.
             or (m.acts_on == "relative_positions" and cls.kind == "rotation" and pe != "xpos")
         )

@@ -22,7 +22,8 @@ from posexp.config import RunConfig
 from posexp.data import build_tokenizer
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
-from posexp.model import GPT, flex
+from posexp.kernels import flex
+from posexp.model import GPT
 from posexp.pe import PositionOutOfRange
 from posexp.positions import scoring_positions
 from posexp.runtime.build import Data, build_data, data_key

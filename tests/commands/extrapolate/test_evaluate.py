@@ -12,24 +12,16 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from posexp.extension import EXTENSIONS
 from posexp.model import GPT, ModelConfig
+from posexp.pe import accepted_extensions
 from posexp.rundir import RunDir
 from posexp.scoring.text import score_windows
 from posexp.scoring.windows import nonoverlap_windows, sliding_windows
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
-METHODS = [
-    "none",
-    "pi",
-    "ntk",
-    "dynamic_ntk",
-    "yarn",
-    "llama3",
-    "self_extend",
-    "rerope",
-    "logn",
-    "blockwise",
-]
+# Every method RoPE takes, as the registry lists them: a new method is evaluated here too.
+METHODS = accepted_extensions("rope")
 # Measured (1 thread, seed 0): a tiny rope model trained like this (400 steps of 32 x 32 bytes,
 # ~20 s) has test ppl ~6.4 at its training length and ~16 at 4x without extension (ratio ~2.5;
 # ~1.5 with 4 heads). 150 steps are not enough (ratio ~1.0: the model barely uses context yet).
@@ -242,7 +234,7 @@ def test_default_is_newest_run_and_a_second_evaluation_adds_to_the_first(runs, c
 BAD = {
     "unknown method": (
         ["--method", "none,rope2x"],
-        "--method 'rope2x': unknown method 'rope2x'; allowed: baked, blockwise, dynamic_ntk, llama3, logn, none, ntk, pi, rerope, self_extend, yarn",
+        f"--method 'rope2x': unknown method 'rope2x'; allowed: {', '.join(sorted(['baked', *EXTENSIONS]))}",
     ),
     "factor below 1": (["--factor", "0.5"], "--factor must be a finite number >= 1, got 0.5"),
     "len below training length": (["--len", "16"], "--len 16 is below the training length 32"),

@@ -1,0 +1,118 @@
+"""FoX: the forget gate's bias against the explicit sum, attention against a written-out softmax."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posexp.errors import PosexpError
+from posexp.kernels import flex
+from posexp.model import GPT, ModelConfig
+from posexp.pe import PEContext, build_pe
+from posexp.pe.fox import QUERY_CHUNK, gated_attention, running_log_forget, time_scale_bias
+
+
+def fox(gate: str = "data", heads: int = 2, d: int = 4, layers: int = 2, **params):
+    ctx = PEContext(heads * d, heads, d, train_length=16, n_layers=layers)
+    torch.manual_seed(0)
+    return build_pe("fox", ctx, gate=gate, **params)
+
+
+def test_time_scale_bias_forgets_over_its_time_scale():
+    b = time_scale_bias(3, 2.0, 200.0)
+    # σ(b_h) = exp(-1/T_h), T_h = 2, 20, 200 (log-spaced)
+    for bh, t in zip(b.tolist(), [2.0, 20.0, 200.0], strict=True):
+        assert 1 / (1 + math.exp(-bh)) == pytest.approx(math.exp(-1 / t), rel=1e-5)
+
+
+def test_bias_is_the_explicit_sum_of_log_forget_gates_over_j_to_i():
+    pe = fox()
+    x = torch.randn(2, 7, 8)
+    log_f = pe.layer(1).gate(x)  # (B, H, T)
+    f = torch.sigmoid(pe.layer(1).gate.proj(x).transpose(1, 2) + pe.layer(1).gate.bias[:, None])
+    assert torch.allclose(log_f, f.log(), atol=1e-6)
+    c_q, c_k = running_log_forget(log_f, None)
+    for i in range(7):
+        for j in range(i + 1):
+            explicit = sum(math.log(f[1, 0, m].item()) for m in range(j + 1, i + 1))
+            assert (c_q[1, 0, i] - c_k[1, 0, j]).item() == pytest.approx(explicit, abs=1e-5)
+            assert (c_q[1, 0, i] - c_k[1, 0, j]).item() <= 1e-7  # a decay, never a boost
+
+
+def explicit_fox(q, k, v, bias):
+    """softmax over j <= i of q_i·k_j/√d + bias[i, j], one query at a time."""
+    B, H, T, d = q.shape
+    out = torch.zeros_like(q)
+    for i in range(T):
+        logits = (q[:, :, i : i + 1] @ k[:, :, : i + 1].transpose(-2, -1))[:, :, 0] / math.sqrt(d)
+        w = (logits + bias[:, :, i, : i + 1]).softmax(-1)
+        out[:, :, i] = (w[..., None] * v[:, :, : i + 1]).sum(2)
+    return out
+
+
+@pytest.mark.parametrize("length", [5, QUERY_CHUNK + 37])
+def test_gated_attention_equals_the_written_out_softmax(length):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, length, 4, dtype=torch.float64) for _ in range(3))
+    log_f = torch.nn.functional.logsigmoid(torch.randn(1, 2, length, dtype=torch.float64))
+    c, _ = running_log_forget(log_f, None)
+    pos = torch.arange(length)
+    y, w = gated_attention(q, k, v, c, c, pos, pos, need_weights=True)
+    expected = explicit_fox(q, k, v, c[..., :, None] - c[..., None, :])
+    assert torch.allclose(y, expected, atol=1e-10)
+    assert torch.allclose(w.sum(-1), torch.ones(1, 2, length, dtype=torch.float64))
+    y_sdpa, _ = gated_attention(q, k, v, c, c, pos, pos)
+    assert torch.allclose(y_sdpa, expected, atol=1e-10)
+
+
+def test_variants_gate_on_the_input_or_not():
+    x = torch.randn(1, 5, 8)
+    data, bias, fixed = fox("data"), fox("bias"), fox("fixed")
+    assert not torch.allclose(data.layer(0).gate(x)[0, 0], data.layer(0).gate(x)[0, 0, :1])
+    for pe in (bias, fixed):  # a constant per head: the same log f at every token
+        log_f = pe.layer(0).gate(x)
+        assert torch.allclose(log_f, log_f[..., :1].expand_as(log_f))
+    assert fixed.layer(0).gate.bias.requires_grad is False
+    assert bias.layer(0).gate.bias.requires_grad is True
+    assert not hasattr(bias.layer(0).gate, "proj")
+
+
+def test_each_layer_has_its_own_gate_in_the_model():
+    model = GPT(ModelConfig(vocab_size=11, d_model=8, n_layers=3, n_heads=2, pe="fox"))
+    gates = [model.pe.layer(i).gate.proj.weight for i in range(3)]
+    assert len({id(g) for g in gates}) == 3
+    names = {n for n, _ in model.named_parameters() if n.startswith("pe.")}
+    assert len(names) == 6  # a projection and a bias per layer
+    out = model(torch.randint(0, 11, (2, 9)), targets=torch.randint(0, 11, (2, 9)))
+    out["loss"].backward()
+    assert all(g.grad is not None and g.grad.abs().sum() > 0 for g in gates)
+
+
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"gate": "full"}, "unknown pe.gate 'full'; allowed: bias, data, fixed"),
+        ({"time_scale_min": 0}, "pe.time_scale_min"),
+        ({"time_scale_min": 8, "time_scale_max": 2}, "pe.time_scale_max=2 is below"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(params, message):
+    with pytest.raises(PosexpError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        fox(**params)
+
+
+def test_flex_attention_adds_the_same_bias_inside_the_kernel():
+    """CPU evaluation runs FoX through FlexAttention (a score_mod reading c); 40 tokens also
+    take the CPU's padded path, so c is padded with q, k and v."""
+    cfg = dict(vocab_size=60, d_model=64, n_layers=2, n_heads=2, pe="fox", train_length=64)
+    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
+    sdpa.load_state_dict(auto.state_dict())
+    x = torch.randint(0, 60, (2, 40))
+    calls = []
+    real = flex.flex_causal_attention
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flex, "flex_causal_attention", lambda *a: calls.append(1) or real(*a))
+        assert (auto(x)["logits"] - sdpa(x)["logits"]).abs().max() < 1e-5
+    assert len(calls) == 2  # one call per layer
