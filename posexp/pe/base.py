@@ -134,6 +134,12 @@ class PositionalEncoding(nn.Module):
         """What extension methods may change for this encoding."""
         return ACCEPTS_BY_KIND[cls.kind] if cls.accepts is None else cls.accepts
 
+    @classmethod
+    def accepted_for(cls, params: dict[str, Any]) -> frozenset[str]:
+        """What extension methods may change under these settings: ``accepted`` unless the
+        settings decide it (a layered pattern takes what its layers take)."""
+        return cls.accepted()
+
     @property
     def max_positions(self) -> int | None:
         """How many positions the encoding can represent; None when any number."""
@@ -338,9 +344,11 @@ def build_pe(name: str, ctx: PEContext, **params: Any) -> PositionalEncoding:
     return pe
 
 
-def accepted_extensions(pe: str) -> list[str]:
-    """The extension methods ``pe`` can take, in registry order (always including none)."""
-    accepts = get_pe(pe).accepted()
+def accepted_extensions(pe: str, params: dict[str, Any] | None = None) -> list[str]:
+    """The extension methods ``pe`` can take, in registry order (always including none); with
+    its settings ``params``, those these settings take (a layered pattern's layers)."""
+    cls = get_pe(pe)
+    accepts = cls.accepted() if params is None else cls.accepted_for(params)
     return [
         name for name, m in EXTENSIONS.items() if m.acts_on == "nothing" or m.acts_on in accepts
     ]
@@ -352,10 +360,10 @@ def takes_extension(pe: PositionalEncoding | type[PositionalEncoding], method: s
     return acts_on == "nothing" or acts_on in pe.accepted()
 
 
-def check_extension(pe: str, method: str) -> None:
+def check_extension(pe: str, method: str, params: dict[str, Any] | None = None) -> None:
     """One rule for every command: a method the encoding cannot take is an error naming those it can."""
     get_extension(method)
-    allowed = accepted_extensions(pe)
+    allowed = accepted_extensions(pe, params)
     if method not in allowed:
         kind = get_pe(pe).kind
         raise PosexpError(

@@ -327,3 +327,12 @@ def test_an_irope_run_resumed_ends_bitwise_equal_to_an_uninterrupted_one(
         load_file(str(tmp_path / d / "checkpoint" / "model.safetensors")) for d in ("full", "cut")
     )
     assert full.keys() == cut.keys() and all(torch.equal(full[n], cut[n]) for n in full)
+
+
+def test_a_pattern_without_a_rotation_is_offered_only_what_its_layers_take():
+    from posexp.pe import accepted_extensions
+
+    assert accepted_extensions("layered", {"layers": ["alibi", "none"]}) == accepted_extensions(
+        "alibi"
+    )
+    assert "yarn" in accepted_extensions("layered", {"layers": ["rope", "none"]})

@@ -223,6 +223,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     given, s = settings.extrapolate, settings.for_run(cfg)
     mcfg = run.model_config()
     pe, train_length, baked = mcfg.pe, mcfg.train_length, mcfg.extension
+    pe_params = dict(mcfg.pe_params)
     task = task_data(cfg)
     if task is not None:
         if given.len is not None or given.protocol is not None or given.tokens is not None:
@@ -262,7 +263,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         log.warning("%s: %s; its records say so", run_dir, unfinished)
     precision = recorded_precision(meta, resolve_device(settings.device))
     stored = load(run, checkpoint_of(run), force=settings.force)
-    specs = method_specs(s.method, pe, baked.method != "none", s.factor)
+    specs = method_specs(s.method, pe, baked.method != "none", s.factor, pe_params)
     items: list[Item] = []
     dropped: list[str] = []
     for spec in specs:
@@ -275,9 +276,11 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                     f"--method baked: {str(run_dir)!r} has no baked-in extension "
                     f"(only runs made by `posexp finetune` with an extension have one)"
                 )
-        elif spec.name not in accepted_extensions(pe):
+        elif spec.name not in accepted_extensions(pe, pe_params):
             if n_runs == 1:
-                check_extension(pe, spec.name)  # the one-line error naming what pe can take
+                check_extension(
+                    pe, spec.name, pe_params
+                )  # the one-line error naming what pe can take
             # A sweep mixes PEs: a method this job's PE cannot take is skipped for it.
             dropped.append(spec.label)
             continue
@@ -304,7 +307,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     if not items and n_runs == 1:
         raise PosexpError(
             f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
-            f"allowed for {pe}: {', '.join(accepted_extensions(pe))}"
+            f"allowed for {pe}: {', '.join(accepted_extensions(pe, pe_params))}"
         )
     return RunPlan(
         run, meta, cfg, train_length, n_tokens, items, stored, dropped, task, settings.force
@@ -312,7 +315,11 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
 
 
 def method_specs(
-    asked: list[str] | None, pe: str, has_baked: bool, factor: float | None = None
+    asked: list[str] | None,
+    pe: str,
+    has_baked: bool,
+    factor: float | None = None,
+    pe_params: dict[str, Any] | None = None,
 ) -> list[MethodSpec]:
     """The specs asked for (canonical labels, parsed again), else every method the PE takes
     at its defaults, plus ``baked`` for a fine-tuned run. A fixed ``factor`` (--factor) goes
@@ -321,7 +328,7 @@ def method_specs(
     if asked is not None:
         specs = [parse_spec(text) for text in asked]
     else:
-        names = ([BAKED] if has_baked else []) + accepted_extensions(pe)
+        names = ([BAKED] if has_baked else []) + accepted_extensions(pe, pe_params)
         specs = [MethodSpec(name) for name in names]
     if factor is None:
         return specs
