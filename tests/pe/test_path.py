@@ -5,8 +5,6 @@ KV cache through the model (beam reordering included) and an exact resume."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from pathlib import Path
 
@@ -14,17 +12,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from safetensors.torch import load_file
 
-from posexp.commands import train as train_module
-from posexp.commands.train import run_training
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.model.decoding import reorder_cache
 from posexp.paths import config_dir
 from posexp.pe import PEContext, build_pe
 from posexp.pe.path import PaTH, householder, path_attention, path_decode, path_logits
-from tests.helpers import TINY, run_config
 
 F64 = torch.float64
 
@@ -298,39 +292,3 @@ def test_settings_defaults_per_layer_modules_and_errors():
             PaTH.check_params(params, 32)
         with pytest.raises(PosexpError, match=f"^{message}$"):
             build_pe("path", PEContext(8, 2, 4, 16), **params)
-
-
-def _weights_sha256(run_dir) -> str:
-    weights = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
-    digest = hashlib.sha256()
-    for name in sorted(weights):
-        digest.update(
-            name.encode() + weights[name].contiguous().view(torch.uint8).numpy().tobytes()
-        )
-    return digest.hexdigest()
-
-
-class Stop(Exception):
-    pass
-
-
-def test_a_resume_under_bf16_with_the_forget_gate_is_bitwise_exact(tmp_path, cache, monkeypatch):
-    # tests/pe/test_resume.py covers the plain fp32 run; this one adds the gate and autocast.
-    overrides = ("pe=path", "pe.forget_gate=true", "train.precision=bf16", f"cache_dir={cache}")
-    cfg = run_config(*TINY, *overrides)
-    run_training(cfg, tmp_path / "full")
-    save = train_module.Trainer.save
-
-    def save_then_stop(self):
-        save(self)
-        if self.step == 3:
-            raise Stop  # killed right after the middle checkpoint
-
-    monkeypatch.setattr(train_module.Trainer, "save", save_then_stop)
-    with pytest.raises(Stop):
-        run_training(cfg, tmp_path / "cut")
-    monkeypatch.undo()
-    run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
-    assert _weights_sha256(tmp_path / "full") == _weights_sha256(tmp_path / "cut")
-    meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())
-    assert meta["precision"] == "bf16" and meta["config"]["pe"]["forget_gate"] is True

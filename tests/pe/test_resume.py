@@ -39,9 +39,15 @@ def test_the_new_encodings_are_covered():
     assert "fox" in PES
 
 
-@pytest.mark.parametrize("pe", PES)
-def test_a_resume_ends_bit_identical(tmp_path, cache, monkeypatch, pe):
-    cfg = run_config(*TINY, f"pe={pe}", f"cache_dir={cache}")
+# Variants whose state differs: PaTH with FoX's gate, in bf16 (its keys stay fp32).
+VARIANTS = [[f"pe={pe}"] for pe in PES] + [
+    ["pe=path", "pe.forget_gate=true", "train.precision=bf16"]
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS, ids=" ".join)
+def test_a_resume_ends_bit_identical(tmp_path, cache, monkeypatch, overrides):
+    cfg = run_config(*TINY, *overrides, f"cache_dir={cache}")
     run_training(cfg, tmp_path / "full")
     save = train_module.Trainer.save
 
