@@ -154,7 +154,7 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         else None,
         "model": cfg.model.name if cfg else None,
         "seq_len": cfg.train.seq_len if cfg else None,
-        "pe": job.settings.get("pe") or job.pe,  # a layered pattern names itself
+        "pe": job.pe,
         "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": method,
         "factor": None if method == "none" else ext.get("factor"),

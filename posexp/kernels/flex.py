@@ -160,20 +160,7 @@ def _static_captures(score_mod: ScoreMod) -> None:
                 mark(item)
 
     for cell in score_mod.__closure__ or ():
-        value = cell.cell_contents
-        if isinstance(value, torch.Tensor) and getattr(value, "_posexp_per_token", False):
-            # A per-token tensor (B, H, T) grows with the input like q: its batch and length
-            # are dynamic too (FoX's running sum), so a new length reuses the kernel.
-            torch._dynamo.maybe_mark_dynamic(value, 0)
-            torch._dynamo.maybe_mark_dynamic(value, 2)
-            continue
-        mark(value)
-
-
-def per_token(t: torch.Tensor) -> torch.Tensor:
-    """Mark ``t`` (B, H, T), read by a score_mod, as growing with the input (not fixed)."""
-    t._posexp_per_token = True
-    return t
+        mark(cell.cell_contents)
 
 
 def flex_causal_attention(

@@ -45,6 +45,61 @@ def attend(
     score_mod: Any = None,
     dropout: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention of (rotated) ``q``, ``k`` over ``v``: within chunks when the encoding
+    attends locally (``attention_chunk``), else by ``attend_all``."""
+    if pe.attention_chunk is not None:
+        return chunked_attention(q, k, v, q_pos, k_pos, pe, plan, need_weights)
+    return attend_all(q, k, v, q_pos, k_pos, pe, plan, need_weights, score_mod, dropout)
+
+
+def chunked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    plan: AttentionPlan | None = None,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention in which a query at p sees only the keys of chunk ⌊p/chunk⌋ (iRoPE):
+    one ``attend_all`` call per chunk over at most ``chunk`` keys, so no score outlives it."""
+    chunk = pe.attention_chunk
+    if q_pos.dim() != 1 or k_pos.dim() != 1:
+        raise PosexpError("pe.chunk needs positions shared by the batch (1-D)")
+
+    def spans(positions: torch.Tensor) -> dict[int, tuple[int, int]]:
+        # Sorted positions: each chunk is one run, (start, end) in the sequence.
+        ids, counts = torch.unique_consecutive(positions // chunk, return_counts=True)
+        ends = counts.cumsum(0).tolist()
+        return {n: (e - c, e) for n, c, e in zip(ids.tolist(), counts.tolist(), ends, strict=True)}
+
+    keys = spans(k_pos)
+    outputs, weights = [], q.new_zeros(*q.shape[:3], k.shape[2]) if need_weights else None
+    for n, (qa, qz) in spans(q_pos).items():
+        ka, kz = keys[n]  # the cache holds every position up to the last query
+        qs, ks = slice(qa, qz), slice(ka, kz)
+        y, w = attend_all(
+            q[:, :, qs], k[:, :, ks], v[:, :, ks], q_pos[qs], k_pos[ks], pe, plan, need_weights
+        )
+        outputs.append(y)
+        if weights is not None:
+            weights[:, :, qa:qz, ka:kz] = w
+    return torch.cat(outputs, dim=2), weights
+
+
+def attend_all(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    plan: AttentionPlan | None = None,
+    need_weights: bool = False,
+    score_mod: Any = None,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention of (rotated) ``q``, ``k`` over ``v`` by the kernel that can run it: the
     one place the kernel is chosen. In order: a training-free method's plan (blockwise causal
     attention, then remapped positions), a logit term computed from the scores (CoPE), the

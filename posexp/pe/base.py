@@ -77,7 +77,6 @@ class PEContext:
     # Checked where it was built; a null original_length becomes the training length here.
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     n_layers: int = 1  # encodings with per-layer parameters or patterns (``layer``) need it
-    attention: str = "auto"  # the model's attention backend (posexp.kernels.flex.BACKENDS)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -110,6 +109,9 @@ class PositionalEncoding(nn.Module):
     # True when the encoding reads digit tokens (Abacus): the run config then requires a task
     # with numbers (``Task.numeric``) and the byte tokenizer.
     reads_digits: ClassVar[bool] = False
+    # Local attention (iRoPE's RoPE layers): a query at p sees only the keys of chunk
+    # ⌊p/attention_chunk⌋; None: every earlier key. The model's attention applies it.
+    attention_chunk: int | None = None
     # True when cached keys must be stored before rotation and re-rotated each step, because
     # the rotation depends on the current length (dynamic NTK).
     rotates_cached_keys: bool = False

@@ -10,10 +10,10 @@ The bias b_h starts from a time scale T_h, log-spaced over heads between ``pe.ti
 and ``pe.time_scale_max`` (null: the training length): b_h = −log(expm1(1/T_h)), so that
 σ(b_h) = exp(−1/T_h) and a head with zero input forgets over about T_h tokens.
 
-Where FlexAttention runs (a GPU; a CPU without gradients; ``attention=auto|flex``), the bias is
-its score_mod, read from the per-token tensor c inside the kernel; elsewhere SDPA adds it one
-chunk of queries at a time. Either way memory stays O(chunk × L) at any length; with a KV cache
-the running sum c is cached with the keys.
+SDPA adds the bias one chunk of queries at a time, so memory stays O(chunk × L) at any length;
+with a KV cache the running sum c is cached with the keys. (A FlexAttention score_mod reading c
+matched SDPA, but compiling it beside the position-bias kernels failed in a clean test process
+and switched FlexAttention off for the whole process, so it is not used.)
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from torch import nn
 
 from posexp import checks
 from posexp.errors import PosexpError, choose
-from posexp.kernels import flex
 from posexp.pe.base import (
     LogitTerm,
     PEContext,
@@ -113,26 +112,6 @@ def gated_attention(
     return torch.cat(outputs, 2), torch.cat(weights, 2) if need_weights else None
 
 
-def forget_score_mod(c: torch.Tensor) -> flex.ScoreMod:
-    """FlexAttention's score_mod adding c_i − c_j, c (B, H, T) the running sum of log f."""
-
-    def forget(score, b, h, q_idx, kv_idx):
-        return score + (c[b, h, q_idx] - c[b, h, kv_idx]).to(score.dtype)
-
-    return forget
-
-
-def flex_gated_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor
-) -> torch.Tensor | None:
-    """``gated_attention`` for queries and keys at 0..T-1 through FlexAttention, or None where
-    it cannot compile (then: SDPA). On a CPU short inputs run padded, so c is padded alike."""
-    length = q.shape[2]
-    padded = flex.cpu_padded_length(length) if q.device.type == "cpu" else length
-    c = flex.per_token(F.pad(c, (0, padded - length)))
-    return flex.flex_causal_attention(q, k, v, forget_score_mod(c))
-
-
 class FoXLayer(PositionalEncoding):
     """One layer's forgetting attention: its gate, and attention with the gate's decay."""
 
@@ -158,15 +137,6 @@ class FoXLayer(PositionalEncoding):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention with the forget gate's bias c_i − c_j; c, keys and values cached."""
         c_q, c_k = running_log_forget(self.gate(x), cache)
-        from_zero = cache is None and q_pos.dim() == 1 and q.shape[2] > 1
-        if (
-            from_zero
-            and not need_weights
-            and flex.use_flex(self.ctx.attention, q.device, torch.is_grad_enabled(), 0.0)
-        ):
-            y = flex_gated_attention(q, k, v, c_q)
-            if y is not None:
-                return y, None
         if cache is not None:
             k, v = append_cached(cache, "k", k), append_cached(cache, "v", v)
         return gated_attention(q, k, v, c_q, c_k, q_pos, k_pos, need_weights)

@@ -36,7 +36,6 @@ from posexp.pe.base import (
     LogitTerm,
     PEContext,
     PositionalEncoding,
-    append_cached,
     build_pe,
     get_pe,
     register_pe,
@@ -119,44 +118,6 @@ def _per_query(scale: torch.Tensor) -> torch.Tensor:
     return scale[:, None, :, None] if scale.dim() == 2 else scale[:, None]
 
 
-def chunked_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_pos: torch.Tensor,
-    k_pos: torch.Tensor,
-    chunk: int,
-    pe: PositionalEncoding,
-    plan: Any = None,
-    need_weights: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Causal attention in which a query at p sees only the keys of chunk ⌊p/chunk⌋: one
-    ``attend`` call per chunk over at most ``chunk`` keys, so no score outlives its chunk."""
-    from posexp.model.attention import attend  # the model imports this package first
-
-    if q_pos.dim() != 1 or k_pos.dim() != 1:
-        raise PosexpError("pe.chunk needs positions shared by the batch (1-D)")
-
-    def spans(positions: torch.Tensor) -> dict[int, tuple[int, int]]:
-        # Sorted positions: each chunk is one run, (start, end) in the sequence.
-        ids, counts = torch.unique_consecutive(positions // chunk, return_counts=True)
-        ends = counts.cumsum(0).tolist()
-        return {n: (e - c, e) for n, c, e in zip(ids.tolist(), counts.tolist(), ends, strict=True)}
-
-    keys = spans(k_pos)
-    outputs, weights = [], q.new_zeros(*q.shape[:3], k.shape[2]) if need_weights else None
-    for n, (qa, qz) in spans(q_pos).items():
-        ka, kz = keys[n]  # the cache holds every position up to the last query
-        qs, ks = slice(qa, qz), slice(ka, kz)
-        y, w = attend(
-            q[:, :, qs], k[:, :, ks], v[:, :, ks], q_pos[qs], k_pos[ks], pe, plan, need_weights
-        )
-        outputs.append(y)
-        if weights is not None:
-            weights[:, :, qa:qz, ka:kz] = w
-    return torch.cat(outputs, dim=2), weights
-
-
 class _Wrapped(PositionalEncoding):
     """A child with one change (not registered). It holds the child unregistered, so the
     composition owns each parameter once, and forwards what the model asks of a layer of the
@@ -201,41 +162,21 @@ class _Tempered(_Wrapped):
 
 
 class _Chunked(_Wrapped):
-    """A rotation layer attending within chunks (``chunked_attention``), caching its keys the
-    way the model's attention would, with the layer's training-free method (if it takes one)."""
+    """A rotation layer whose queries see only the keys of their own chunk: the model's attention
+    reads ``attention_chunk`` (posexp/model/attention.py); rotations are the child's."""
 
     def __init__(self, inner: PositionalEncoding, chunk: int) -> None:
         super().__init__(inner)
-        self.logit_term, self.chunk = LogitTerm.OWN, chunk
-        # The model's attention hands its plan to the kernels it picks; this layer picks its own.
-        self.plan = inner.ctx.extension.attention_plan()
+        self.attention_chunk = chunk
 
-    def own_attention(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        x: Tensor,
-        q_pos: Tensor,
-        k_pos: Tensor,
-        state: Any = None,
-        cache: dict[str, Any] | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Rotate (or keep raw, for a remapping method or dynamic NTK), cache, attend per chunk."""
-        inner, plan = self.inner, self.plan
-        remaps = plan is not None and plan.remaps_positions
-        raw_keys = remaps or (inner.rotates_cached_keys and cache is not None)
-        if cache is not None and raw_keys:
-            k = append_cached(cache, "k", k)
-        if not remaps:
-            q, k = inner.rotate(q, k, q_pos, k_pos if raw_keys else q_pos, state)
-        if cache is not None:
-            k = k if raw_keys else append_cached(cache, "k", k)
-            v = append_cached(cache, "v", v)
-        if plan is not None and plan.query_scale is not None:
-            q = q * _per_query(plan.query_scale(q_pos)).to(q.dtype)
-        return chunked_attention(q, k, v, q_pos, k_pos, self.chunk, inner, plan, need_weights)
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, state: Any = None) -> QK:
+        return self.inner.rotate(q, k, q_pos, k_pos, state)
+
+    def rotate_qk(self, qk: Tensor, positions: Tensor, state: Any = None) -> QK:
+        return self.inner.rotate_qk(qk, positions, state)
+
+    def rotate_at(self, x: Tensor, positions: Tensor) -> Tensor:
+        return self.inner.rotate_at(x, positions)
 
 
 @cache

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from posexp.errors import PosexpError
-from posexp.kernels import flex
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PEContext, build_pe
 from posexp.pe.fox import QUERY_CHUNK, gated_attention, running_log_forget, time_scale_bias
@@ -101,18 +100,3 @@ def test_each_layer_has_its_own_gate_in_the_model():
 def test_bad_settings_are_one_line_errors(params, message):
     with pytest.raises(PosexpError, match=message.replace("(", r"\(").replace(")", r"\)")):
         fox(**params)
-
-
-def test_flex_attention_adds_the_same_bias_inside_the_kernel():
-    """CPU evaluation runs FoX through FlexAttention (a score_mod reading c); 40 tokens also
-    take the CPU's padded path, so c is padded with q, k and v."""
-    cfg = dict(vocab_size=60, d_model=64, n_layers=2, n_heads=2, pe="fox", train_length=64)
-    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
-    sdpa.load_state_dict(auto.state_dict())
-    x = torch.randint(0, 60, (2, 40))
-    calls = []
-    real = flex.flex_causal_attention
-    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(flex, "flex_causal_attention", lambda *a: calls.append(1) or real(*a))
-        assert (auto(x)["logits"] - sdpa(x)["logits"]).abs().max() < 1e-5
-    assert len(calls) == 2  # one call per layer

@@ -13,8 +13,9 @@ import torch
 from posexp.errors import PosexpError
 from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.model import GPT, ModelConfig
+from posexp.model.attention import attend
 from posexp.pe import PEContext, accepted_extensions, build_pe, get_pe
-from posexp.pe.layered import chunked_attention, parse_layers, pattern_text, query_temperature
+from posexp.pe.layered import parse_layers, pattern_text, query_temperature
 
 VOCAB = 40
 
@@ -79,10 +80,11 @@ def test_chunked_attention_equals_explicit_masked_attention(chunk):
     q, k, v = (torch.randn(2, 3, 11, 8) for _ in range(3))
     pos = torch.arange(11)
     none = build_pe("none", PEContext(24, 3, 8, 16))
+    none.attention_chunk = chunk  # what a chunked layer of a pattern declares
     want, weights = masked_reference(q, k, v, chunk)
-    got, none_w = chunked_attention(q, k, v, pos, pos, chunk, none)
+    got, none_w = attend(q, k, v, pos, pos, none)
     assert none_w is None and torch.allclose(got, want, atol=1e-5)
-    got, got_w = chunked_attention(q, k, v, pos, pos, chunk, none, need_weights=True)
+    got, got_w = attend(q, k, v, pos, pos, none, need_weights=True)
     assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got_w, weights, atol=1e-6)
 
 
@@ -285,7 +287,7 @@ def test_the_irope_preset_is_layered_with_llama_4_s_pattern_and_extras():
     assert cfg.pe.name == "layered" and cfg.pe.params["layers"] == ["rope", "rope", "rope", "none"]
     m = GPT(model_config(cfg, vocab_size=VOCAB))
     layers = [m.pe.layer(i) for i in range(4)]
-    assert [pe.logit_term.value for pe in layers] == ["own", "own", "own", "none"]  # chunked
+    assert [pe.attention_chunk for pe in layers] == [64, 64, 64, None]  # chunked RoPE layers
     assert layers[3].a == 0.1 and layers[3].floor_scale == cfg.train.seq_len  # null: L
     with pytest.raises(PosexpError, match="^pe.layers: 'sinusoidal' is an embedding"):
         run_config("pe=layered", "pe.layers=rope+sinusoidal")
