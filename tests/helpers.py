@@ -151,3 +151,44 @@ def run_config(*overrides: str):
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return from_composed(compose("train", list(overrides)))
+
+
+def weights_sha256(run_dir: Path) -> str:
+    """sha256 over a run's saved weights (names and bytes, sorted): equal means bit-identical."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file
+
+    weights = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(
+            name.encode() + weights[name].contiguous().view(torch.uint8).numpy().tobytes()
+        )
+    return digest.hexdigest()
+
+
+class Killed(Exception):
+    """Raised in place of a kill, right after a checkpoint (``train_killed_halfway``)."""
+
+
+def train_killed_halfway(cfg, run_dir: Path, monkeypatch) -> None:
+    """Train ``cfg`` into ``run_dir`` and stop it right after its middle checkpoint, as a kill
+    would (the run dir is left as it was then)."""
+    import pytest
+
+    from posexp.commands import train as train_module
+    from posexp.commands.train import run_training
+
+    save = train_module.Trainer.save
+
+    def save_then_stop(self):
+        save(self)
+        if self.step == cfg.train.max_steps // 2:
+            raise Killed
+
+    monkeypatch.setattr(train_module.Trainer, "save", save_then_stop)
+    with pytest.raises(Killed):
+        run_training(cfg, run_dir)
+    monkeypatch.undo()

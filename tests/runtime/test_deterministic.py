@@ -3,19 +3,17 @@ the setting recorded in provenance, and its bad values and missing kernels in on
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from posexp.commands import train as train_module
 from posexp.commands.train import run_training
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.runtime import device
-from tests.helpers import TINY, run_config
+from tests.helpers import TINY, run_config, train_killed_halfway, weights_sha256
 
 
 @pytest.fixture(autouse=True)
@@ -30,16 +28,6 @@ def _restore(monkeypatch):
     yield
     torch.use_deterministic_algorithms(before[0])
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[1:]
-
-
-def _weights_sha256(run_dir) -> str:
-    weights = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
-    digest = hashlib.sha256()
-    for name in sorted(weights):
-        digest.update(
-            name.encode() + weights[name].contiguous().view(torch.uint8).numpy().tobytes()
-        )
-    return digest.hexdigest()
 
 
 def test_off_by_default_and_a_non_bool_is_one_line():
@@ -70,29 +58,15 @@ def test_on_sets_every_switch_and_off_sets_them_back(monkeypatch):
     assert device.os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
 
 
-class Stop(Exception):
-    pass
-
-
 def test_a_deterministic_run_resumed_halfway_ends_bit_identical(tmp_path, cache, monkeypatch):
     cfg = run_config(*TINY, "train.deterministic=true", f"cache_dir={cache}")
     run_training(cfg, tmp_path / "full")
     assert torch.are_deterministic_algorithms_enabled()  # the run switched them on
-    save = train_module.Trainer.save
-
-    def save_then_stop(self):
-        save(self)
-        if self.step == cfg.train.max_steps // 2:
-            raise Stop  # killed right after the middle checkpoint
-
-    monkeypatch.setattr(train_module.Trainer, "save", save_then_stop)
-    with pytest.raises(Stop):
-        run_training(cfg, tmp_path / "cut")
-    monkeypatch.undo()
+    train_killed_halfway(cfg, tmp_path / "cut", monkeypatch)
     torch.use_deterministic_algorithms(False)  # the resume must set it again itself
     run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
     assert torch.are_deterministic_algorithms_enabled()
-    assert _weights_sha256(tmp_path / "full") == _weights_sha256(tmp_path / "cut")
+    assert weights_sha256(tmp_path / "full") == weights_sha256(tmp_path / "cut")
     sessions = json.loads((tmp_path / "cut" / "provenance.json").read_text())["sessions"]
     assert [s["deterministic"] for s in sessions] == [True, True]
     meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())

@@ -3,20 +3,17 @@ weights, optimizer state and loss, and an exact resume in bf16."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from posexp.commands import train as train_module
 from posexp.commands.train import run_training
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.runtime import precision
-from tests.helpers import TINY, run_config
+from tests.helpers import TINY, run_config, train_killed_halfway, weights_sha256
 
 CPU = torch.device("cpu")
 
@@ -129,37 +126,13 @@ def test_bf16_autocast_computes_the_loss_in_fp32_from_fp32_weights():
     )
 
 
-def _weights_sha256(run_dir) -> str:
-    weights = load_file(str(run_dir / "checkpoint" / "model.safetensors"))
-    digest = hashlib.sha256()
-    for name in sorted(weights):
-        digest.update(
-            name.encode() + weights[name].contiguous().view(torch.uint8).numpy().tobytes()
-        )
-    return digest.hexdigest()
-
-
-class Stop(Exception):
-    pass
-
-
 @pytest.mark.parametrize("chosen", ["bf16", "fp32"])
 def test_a_resume_in_the_same_precision_is_bitwise_exact(tmp_path, cache, monkeypatch, chosen):
     cfg = run_config(*TINY, f"train.precision={chosen}", f"cache_dir={cache}")
     run_training(cfg, tmp_path / "full")
-    save = train_module.Trainer.save
-
-    def save_then_stop(self):
-        save(self)
-        if self.step == 3:
-            raise Stop  # killed right after the middle checkpoint
-
-    monkeypatch.setattr(train_module.Trainer, "save", save_then_stop)
-    with pytest.raises(Stop):
-        run_training(cfg, tmp_path / "cut")
-    monkeypatch.undo()
+    train_killed_halfway(cfg, tmp_path / "cut", monkeypatch)
     run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
-    assert _weights_sha256(tmp_path / "full") == _weights_sha256(tmp_path / "cut")
+    assert weights_sha256(tmp_path / "full") == weights_sha256(tmp_path / "cut")
     meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())
     assert meta["precision"] == chosen and meta["config"]["train"]["precision"] == chosen
     state = torch.load(tmp_path / "cut" / "checkpoint" / "state.pt", weights_only=True)
