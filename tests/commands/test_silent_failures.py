@@ -339,13 +339,15 @@ def stopped_inside_a_step(tmp_path, cache, signals, *extra):
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    seen = []
+    seen, pending = [], list(signals)
     for line in proc.stderr:  # blocks on the child's output; no sleeps
         seen.append(line)
-        if "precision:" in line:  # the last line before the loop
-            for sig in signals:
-                proc.send_signal(sig)
-            break
+        # the last line before the loop, then the first signal's acknowledgement: two
+        # signals sent together may be handled lowest number first, whatever the send order
+        if "precision:" in line or "stopping after this step" in line:
+            proc.send_signal(pending.pop(0))
+            if not pending:
+                break
     rest = "".join(seen) + proc.stderr.read()
     proc.wait(timeout=120)
     return proc.returncode, rest, run
