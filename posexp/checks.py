@@ -84,6 +84,14 @@ def boolean(name: str, value: Any) -> bool:
     return value
 
 
+def choice(name: str, value: Any, allowed: Iterable[str]) -> str:
+    """``value`` if it is one of ``allowed``, else a one-line error listing them."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise PosexpError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 def path(name: str, value: Any) -> str | None:
     """``value`` as a path string, or None, else a one-line error (empty, not UTF-8)."""
     if value is None:

@@ -83,7 +83,8 @@ SCORING_SEED = 0x5C0BE  # fixed: every evaluation of a run scores the same draws
 
 def scoring_positions(sampling: PositionSampling) -> PositionDraw | None:
     """How to position scored task rows: drawn as in training for a randomized run (a fixed
-    seed, one draw per batch), None (0..T-1) for any other run."""
+    seed, one draw per batch), None (0..T-1) for any other run, PoSE runs included (their
+    skipped positions are a training-time method, and PoSE excludes pe.randomized)."""
     if not sampling.randomized:
         return None
     m = sampling.max_position

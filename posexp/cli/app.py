@@ -239,7 +239,9 @@ def finetune(
 
     Other arguments are Hydra overrides, e.g. `extension=yarn extension.factor=4`.
 
-    train.seq_len defaults to the parent's training length x extension.factor.
+    train.seq_len defaults to the parent's training length x extension.factor. With PoSE
+    (train.pose.enabled=true) it defaults to the parent's length, and train.pose.target_length
+    to the parent's length x extension.factor.
 
     Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer.
     """

@@ -104,6 +104,11 @@ HYDRA_HELP = {
                 "train.seq_len = the parent's length x 4",
             ),
             (
+                "posexp finetune --run outputs/runs/<run> extension=yarn extension.factor=4 "
+                "train.pose.enabled=true",
+                "PoSE: windows of the parent's length, positions up to its length x 4",
+            ),
+            (
                 "posexp finetune --run outputs/sweeps/<sweep>/<job> extension=pi "
                 "train.max_steps=400",
                 "a sweep's job as the parent",

@@ -11,6 +11,11 @@ overrides; the task then builds the effective config from the PARENT's saved con
   (e.g. a preset's ``extrapolate:``) are kept;
 * train: the parent's settings, with finetune.yaml's defaults (max_steps, lr, ...) and then the
   user's ``train.*`` overrides on top; ``train.seq_len`` defaults to L0 x extension.factor;
+* PoSE (``train.pose.enabled=true``, ``posexp/pose.py``): ``train.seq_len``, the window, defaults
+  to L0 and ``train.pose.target_length`` to L0 x extension.factor; a target given without
+  ``extension.factor`` sets the factor to target / L0 (the method is set up for the target);
+  for a synthetic-task parent L0 here is its longest training row, the window its whole rows
+  must fit in (``task_window``);
 * ``parent`` = the parent run dir, ``train_length`` = the parent's training length L0, which is
   also the extension's ``original_length`` unless given.
 
@@ -21,6 +26,7 @@ extension in its config, so the checkpoint's ``meta.json`` records the baked-in 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -29,9 +35,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from posexp import checks
 from posexp.commands.train import run_training
 from posexp.config import NETWORK_ROOTS, from_composed
 from posexp.config.run import check_trainable
+from posexp.config.sections import named_entry
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.files import write_text_atomic
@@ -127,19 +135,88 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     # The extension's original_length is the parent's training length unless given.
     extension = ExtensionConfig.from_dict(_plain(merged.extension)).with_original_length(l0)
     check_trainable(meta["model"]["pe"], extension.method)
-    merged.extension = extension.to_dict()
     merged.parent = str(parent)
     merged.resume = None
-    factor = extension.factor
-    if merged.train.seq_len is None:
-        merged.train.seq_len = int(round(l0 * factor))
-    if merged.train.seq_len <= l0:
-        raise PosexpError(
-            f"finetune needs train.seq_len longer than the parent's training length {l0}, got "
-            f"{merged.train.seq_len}; set train.seq_len or extension.factor > 1 "
-            f"(e.g. extension=yarn extension.factor=4)"
-        )
+    if checks.boolean("train.pose.enabled", merged.train.pose.enabled):
+        window = task_window(saved.data, merged.data)
+        extension = pose_lengths(merged, extension, l0, "extension.factor" in keys, window)
+    else:
+        if merged.train.seq_len is None:
+            merged.train.seq_len = int(round(l0 * extension.factor))
+        if merged.train.seq_len <= l0:
+            raise PosexpError(
+                f"finetune needs train.seq_len longer than the parent's training length {l0}, "
+                f"got {merged.train.seq_len}; set train.seq_len or extension.factor > 1 "
+                f"(e.g. extension=yarn extension.factor=4)"
+            )
+    merged.extension = extension.to_dict()
     return merged
+
+
+def task_window(parent_data: Any, data: Any) -> int | None:
+    """PoSE's window for a synthetic-task parent: its longest training row (None for text).
+    Refuses a fine-tune whose rows (data.train_lengths) are longer than the window."""
+    from posexp.data import check_dataset, dataset_kind
+
+    source, params = named_entry("data", _plain(parent_data), "source")
+    if dataset_kind(source) != "synthetic":
+        return None
+    window = check_dataset(source, params)
+    _, own = named_entry("data", _plain(data), "source")
+    longest = check_dataset(source, own)
+    if window is not None and longest is not None and longest > window:
+        raise PosexpError(
+            f"finetune with PoSE trains task rows within the window, the parent's longest "
+            f"training row ({window} tokens); data.train_lengths={list(own['train_lengths'])} "
+            f"makes rows of {longest} tokens; keep data.train_lengths within the parent's "
+            f"{list(params['train_lengths'])}, or drop train.pose.enabled for a full-length "
+            f"fine-tune"
+        )
+    return window
+
+
+def pose_lengths(
+    merged: DictConfig,
+    extension: ExtensionConfig,
+    l0: int,
+    factor_given: bool,
+    window: int | None = None,
+) -> ExtensionConfig:
+    """PoSE's lengths for a fine-tune: the window (train.seq_len) defaults to L0, the target
+    to L0 x extension.factor; a target given without the factor sets s = target / L0. For a
+    task parent L0 here is ``window``, its longest training row (train.seq_len only bounds the
+    rows). Returns the extension, set up for the target."""
+    pose = merged.train.pose
+    target = checks.positive_int("train.pose.target_length", pose.target_length, allow_none=True)
+    scales = extension.registered.uses_factor and extension.registered.acts_on != "nothing"
+    base = window or l0
+    if target is None:
+        target = int(round(base * extension.factor))
+    if target <= base:
+        parent = (
+            f"training length {l0}" if window is None else f"longest training row ({window} tokens)"
+        )
+        raise PosexpError(
+            f"finetune with PoSE needs train.pose.target_length longer than the parent's "
+            f"{parent}, got {target}; set train.pose.target_length or "
+            f"extension.factor > 1 (e.g. extension=yarn extension.factor=4)"
+        )
+    if scales and not factor_given:
+        extension = dataclasses.replace(extension, factor=target / base)
+    elif scales and abs(extension.factor * base - target) >= 1:
+        log.warning(
+            "PoSE trains positions up to train.pose.target_length=%d, but extension %s is set "
+            "up for %d (extension.factor=%g x %d)",
+            target,
+            extension.method,
+            round(extension.factor * base),
+            extension.factor,
+            base,
+        )
+    pose.target_length = target
+    if merged.train.seq_len is None:
+        merged.train.seq_len = l0
+    return extension
 
 
 def _finetune_yaml() -> Path:
@@ -162,12 +239,16 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
         try:
             merged = finetune_config(cfg, list(hc.overrides.task))
             write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(merged))
+            pose = merged.train.pose
             log.info(
-                "fine-tuning %s at seq_len %d with extension %s (factor %s)",
+                "fine-tuning %s at seq_len %d with extension %s (factor %s)%s",
                 merged.parent,
                 merged.train.seq_len,
                 merged.extension.method,
                 merged.extension.get("factor"),
+                f" and PoSE (target {pose.target_length}, {pose.chunks} chunks)"
+                if pose.enabled
+                else "",
             )
             return run_training(from_composed(merged), run_dir, discard=not multirun)
         except StopRequested as e:

@@ -177,6 +177,9 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         flex.describe(mcfg.attention, device, model.pe.has_bias),
     )
     log.info("precision: %s (%s)", precision, why)
+    if cfg.train.pose.enabled:  # task rows: the window is the longest training row
+        window = getattr(objective, "row_tokens", cfg.train.seq_len)
+        log.info("%s", cfg.train.pose.describe(window))
     try:
         trainer.fit(stop)
     except (StopRequested, KeyboardInterrupt) as e:

@@ -31,6 +31,7 @@ from posexp.config.sections import (
 )
 from posexp.errors import PosexpError, choose
 from posexp.extension import ExtensionConfig
+from posexp.pose import PoseConfig, check_pose_run
 from posexp.positions import PositionSampling
 
 
@@ -103,11 +104,13 @@ class RunConfig:
         positions = PositionSampling.from_pe(
             pe_name, pe_params, train.seq_len, rows or train.seq_len
         )
+        ctx_length = train_length or train.seq_len
+        # The positions the PE can represent (a learned table's rows, stretched by PI), for PoSE.
+        limit = pe_cls.position_limit(pe_params, ctx_length)
         if model.d_model % model.n_heads == 0:  # else the model's own one-line error, later
             # Settings only the built encoding can judge (NeoX's rotated dims, LongRoPE's lists
             # against them) fail here, before any run dir is made.
-            ctx_length = train_length or train.seq_len
-            build_pe(
+            built = build_pe(
                 pe_name,
                 PEContext(
                     model.d_model,
@@ -119,6 +122,17 @@ class RunConfig:
                 ),
                 **pe_params,
             )
+            limit = built.max_positions
+        check_pose_run(
+            train.pose,
+            pe_name,
+            limit,
+            positions.randomized,
+            data_name,
+            data_params,
+            train.seq_len,
+            rows,
+        )
         for key in ("resume", "parent", "cache_dir"):
             checks.path(key, d.get(key))
         if not d.get("cache_dir"):  # its default is configs/train.yaml's, not one written here
@@ -269,6 +283,7 @@ def known_keys() -> list[str]:
     for name, cls in sections.items():
         keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
     pe_keys = {k for pe in PE_REGISTRY.values() for k in pe.settings()}
+    keys += [f"train.pose.{k}" for k in PoseConfig.KEYS]
     keys += sorted(f"pe.{k}" for k in pe_keys | set(PositionSampling.KEYS))
     ext_keys = {"factor", *(s.name for m in EXTENSIONS.values() for s in m.settings)}
     keys += sorted(f"extension.{k}" for k in ext_keys)

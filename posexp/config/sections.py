@@ -14,6 +14,7 @@ from typing import Any
 from posexp import checks
 from posexp.checks import number, positive_int
 from posexp.errors import PosexpError, choose
+from posexp.pose import PoseConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -130,6 +131,7 @@ class TrainConfig:
     stop_grace_s: float | None
     resume_schedule: str
     deterministic: bool  # torch's deterministic kernels: a GPU run repeats bit for bit
+    pose: PoseConfig  # PoSE: positions skipped up to a target length (posexp/pose.py)
 
     @classmethod
     def from_dict(cls, value: Any, pairs: bool = True) -> TrainConfig:
@@ -145,6 +147,7 @@ class TrainConfig:
                 "stop_grace_s": 20.0,
                 "resume_schedule": "keep",
                 "deterministic": False,
+                "pose": {"enabled": False, "target_length": None, "chunks": 2},
             },
         )
         for key in (
@@ -209,6 +212,7 @@ class TrainConfig:
             precision=d["precision"],
             stop_grace_s=number("train.stop_grace_s", d["stop_grace_s"], "> 0", allow_none=True),
             resume_schedule=d["resume_schedule"],
+            pose=PoseConfig.from_dict(d["pose"]),
         )
 
 

@@ -10,21 +10,29 @@ import torch
 from posexp.config import RunConfig
 from posexp.data import LMBatches, eval_windows
 from posexp.objectives.base import Autocast, mean_loss, register_objective
+from posexp.pose import PoseBatches
 
 
 @register_objective("lm")
 class LanguageModeling:
-    """Next-token prediction on random windows; validation on a fixed slice of the val split."""
+    """Next-token prediction on random windows (or PoSE rows); validation on a fixed slice of
+    the val split, at train.seq_len with positions 0..T-1."""
 
     def __init__(self, cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
         t = cfg.train
-        self.batches = LMBatches(data.tokens["train"], t.batch_size, t.seq_len, cfg.seed)
+        tokens = data.tokens["train"]
+        # PoSE: rows read at skipped positions up to the target length (posexp/pose.py).
+        self.batches = (
+            PoseBatches(tokens, t.batch_size, t.seq_len, t.pose, cfg.seed)
+            if t.pose.enabled
+            else LMBatches(tokens, t.batch_size, t.seq_len, cfg.seed)
+        )
         self.val = eval_windows(data.tokens["val"], t.seq_len, t.eval_tokens)
         self.batch_size, self.device, self.autocast = t.batch_size, device, autocast
         self.last: dict[str, float] = {}
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The random windows for ``step`` (a pure function of seed and step)."""
+        """The random windows (or PoSE rows) for ``step`` (a pure function of seed and step)."""
         return self.batches.batch(step)
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:

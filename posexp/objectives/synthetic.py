@@ -110,7 +110,9 @@ class SyntheticTask:
         # Rows are padded to the longest training row, not seq_len (which only bounds it).
         self.row_tokens = self.data.longest_train_row()
         self.device, self.autocast = device, autocast
-        self.positions = scoring_positions(cfg.positions)  # randomized runs: as in training
+        # Randomized runs: as in training; any other run (PoSE too, a training-time method)
+        # is scored at 0..T-1.
+        self.positions = scoring_positions(cfg.positions)
         sizes = self.data.val_sizes()
         self.val = [
             ex for n in sizes for ex in self.data.examples("val", n, self.data.val_examples)
@@ -118,10 +120,12 @@ class SyntheticTask:
         self.last: dict[str, float] = {}
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows for ``step``, a pure function of (seed, step), padded to the longest training row."""
+        """Rows for ``step``, a pure function of (seed, step), padded to the longest training row
+        (PoSE keeps them whole; the trainer skips their positions, ``posexp.pose``)."""
         examples = self.data.train_batch(self.seed, step, self.batch_size)
+        loss_on = "all" if self.data.loss_on == "all" else "target"
         return collate_rows(
-            encode_examples(examples, self.tokenizer), self.tokenizer, self.row_tokens
+            encode_examples(examples, self.tokenizer), self.tokenizer, self.row_tokens, loss_on
         )
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:

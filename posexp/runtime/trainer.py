@@ -28,6 +28,7 @@ from posexp.config import RunConfig
 from posexp.metrics import clock_text, metric_text
 from posexp.model import GPT, ModelConfig
 from posexp.objectives import Objective
+from posexp.pose import filled_lengths, pose_positions
 from posexp.positions import random_positions
 from posexp.rundir import RunDir
 from posexp.runtime import distributed
@@ -152,14 +153,29 @@ class Trainer:
         bar.close()
         return self.last_val
 
-    def positions(self, shape: torch.Size, rows: int) -> torch.Tensor | None:
-        """This rank's rows of the step's randomized positions (pe.randomized), else None."""
-        sampling = self.cfg.positions
-        if not sampling.randomized:
+    def positions(
+        self, shape: torch.Size, rows: int, targets: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """This rank's rows of the step's positions: PoSE's (train.pose: for text the ones the
+        objective read the tokens at; for task rows, laid out over each row's own tokens up to
+        its last scored ``targets``) or randomized ones (pe.randomized); else None (0..T-1)."""
+        sampling, pose = self.cfg.positions, self.cfg.train.pose
+        if pose.enabled:
+            drawn = pose_positions(
+                shape[0],
+                shape[1],
+                pose.target_length,
+                pose.chunks,
+                self.cfg.seed,
+                self.step,
+                None if targets is None else filled_lengths(targets),
+            )
+        elif sampling.randomized:
+            drawn = random_positions(
+                shape[0], shape[1], sampling.max_position, self.cfg.seed, self.step
+            )
+        else:
             return None
-        drawn = random_positions(
-            shape[0], shape[1], sampling.max_position, self.cfg.seed, self.step
-        )
         first = distributed.rank() * rows if distributed.active() else 0
         return to_device(drawn[first : first + rows], self.device)
 
@@ -171,7 +187,7 @@ class Trainer:
             x_all, y_all = self.objective.batch(self.step)
             x, y, weight = distributed.shard(x_all, y_all)
             x, y = to_device(x, self.device), to_device(y, self.device)
-            positions = self.positions(x_all.shape, x.shape[0])
+            positions = self.positions(x_all.shape, x.shape[0], y_all)
             with self.autocast():
                 loss = self.model(x, y, positions)["loss"]
             (loss if weight is None else loss * weight).backward()

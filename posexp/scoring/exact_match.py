@@ -11,7 +11,7 @@ from posexp.scoring.text import safe_exp
 
 def cut(cell: Any, source: Any) -> Work:
     """The cell's fixed test instances (a pure function of the run's data.seed)."""
-    examples = source.examples("test", cell.length, cell.sample_size, cell.depth)
+    examples = source.examples("test", cell.length, cell.sample_size, cell.depth, cell.task)
     return Work(sum(len(p) + len(a) + 1 for p, a in examples), examples)
 
 

@@ -2,8 +2,9 @@
 
 A record is keyed by everything that changes its value: the method and all its settings, the
 factor, the length, the protocol, the stride (sliding windows), the sample size (test targets
-of a language model, instances per size of a task), the key depth, the precision, and the
-checkpoint it scored (its step and a hash of its weights). In ``<run>/eval/``:
+of a language model, instances per size of a task), the key depth, the mixture's task, the
+precision, and the checkpoint it scored (its step and a hash of its weights). In
+``<run>/eval/``:
 
 * ``extrapolate.json``: the records of the weights they were scored on, every evaluation's
   cells together (a new evaluation adds its cells; ``--force`` replaces the cells it scores);
@@ -73,7 +74,7 @@ def checkpoint_of(run: RunDir) -> Checkpoint:
 
 # What a record holds besides the scorer's values, in the order JSON and CSV write them.
 CELL_FIELDS = ("method", "length", "protocol", "factor")
-KEY_EXTRA = ("stride", "sample_size", "depth", "precision")
+KEY_EXTRA = ("stride", "sample_size", "depth", "task", "precision")
 RUN_FIELDS = ("note", "seconds", "compile_seconds", "scored_at")
 
 
@@ -89,6 +90,7 @@ class Record:
     stride: int | None = None
     sample_size: int | None = None  # test targets asked for (text), instances per size (task)
     depth: float | None = None
+    task: str | None = None  # the part of a task mixture (data=ruler) the cell scores
     precision: str | None = None
     checkpoint: Checkpoint | None = None
     metric: str = "ppl"
@@ -112,6 +114,7 @@ class Record:
             self.stride,
             self.sample_size,
             self.depth,
+            self.task,
             self.precision,
             self.checkpoint,
         )
@@ -162,6 +165,7 @@ class Record:
                 f"{where}.sample_size", d.get("sample_size"), allow_none=True
             ),
             depth=depth,
+            task=d.get("task") if isinstance(d.get("task"), str) else None,
             precision=d.get("precision") if isinstance(d.get("precision"), str) else None,
             checkpoint=Checkpoint.from_dict(d.get("checkpoint"), where),
             metric=metric,

@@ -76,6 +76,40 @@ def test_addition_preset_sweeps_abacus_seeds_into_the_report(tmp_path, cache):
     assert config["pe"]["name"] == "abacus" and config["pe"]["max_digits"] == 6
 
 
+def test_ruler_preset_scores_each_task_apart_into_the_report(tmp_path, cache):
+    sweep, report = sweep_into_report(
+        tmp_path, cache, "experiment=ruler", "pe=rope", "seed=0,1", "data.test_lengths=[226,482]"
+    )
+    assert "## RULER-style tasks" in report and "n = 2 seed(s)" in report
+    assert "| model · method |" in report and "effective length |" in report
+    # untrained models score 0 at 1x: no threshold to pass, no effective length
+    assert "- Threshold: 0.9 × the task average of rope · none at 256 tokens" in report
+    assert "no effective length" in report
+    for method in ("none", "pi", "yarn"):
+        assert f"| rope · {method} | niah_multikey |" in report
+    assert (sweep / "report_ruler.png").stat().st_size > 10_000
+    assert (sweep / "report_ruler_depths_0.png").exists()
+    records = json.loads((sweep / "seed=0" / "eval" / "extrapolate.json").read_text())
+    depths = {}
+    for r in records:
+        assert r["metric"] == "score" and r["protocol"] == "string_match_all"
+        assert r["examples"] == 5 and 0 <= r["score"] <= 1
+        depths.setdefault(r["task"], set()).add(r["depth"])
+    assert depths["niah_single"] == {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert depths["variable_tracking"] == depths["common_words"] == {None}
+    assert set(depths) == {
+        "niah_single",
+        "niah_multikey",
+        "niah_multivalue",
+        "niah_multiquery",
+        "variable_tracking",
+        "common_words",
+        "frequent_words",
+    }
+    # every task x depth x length x method once: 4 tasks x 5 depths + 3, at 2 lengths, 3 methods
+    assert len(records) == (4 * 5 + 3) * 2 * 3
+
+
 def load_passkey_script():
     """scripts/passkey.py as a module (scripts are not a package)."""
     path = Path(__file__).parents[2] / "scripts" / "passkey.py"

@@ -29,7 +29,9 @@ def expected_answer(task: str, prompt: str, order: str = "msb") -> str:
 
 
 def test_every_listed_task_is_registered():
-    assert set(TASKS) == {"copy", "reverse", "sort", "addition", "parity", "passkey"}
+    ruler = {"niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery"}
+    ruler |= {"variable_tracking", "common_words", "frequent_words", "ruler"}
+    assert set(TASKS) == {"copy", "reverse", "sort", "addition", "parity", "passkey", *ruler}
 
 
 @pytest.mark.parametrize("task", SYMBOL_TASKS)
@@ -121,7 +123,9 @@ def test_test_instances_at_trained_sizes_never_appear_in_training():
     [
         (
             {"task": "juggle"},
-            "unknown data.task 'juggle'; allowed: addition, copy, parity, passkey, reverse, sort",
+            "unknown data.task 'juggle'; allowed: addition, common_words, copy, frequent_words, "
+            "niah_multikey, niah_multiquery, niah_multivalue, niah_single, parity, passkey, "
+            "reverse, ruler, sort, variable_tracking",
         ),
         (
             {"task": "copy", "answer_order": "lsb"},

@@ -48,6 +48,8 @@ def test_a_record_comes_back_from_json_as_it_went():
     r = record(note="n", seconds=1.5, compile_seconds=0.25, scored_at="2026-12-03T08:00:00+00:00")
     back = Record.from_dict(json.loads(json.dumps(r.to_dict())))
     assert back == r and back.key == r.key
+    part = record(task="variable_tracking", depth=0.25)
+    assert Record.from_dict(json.loads(json.dumps(part.to_dict()))) == part
 
 
 @pytest.mark.parametrize(
@@ -60,6 +62,7 @@ def test_a_record_comes_back_from_json_as_it_went():
         {"stride": 32},
         {"sample_size": 4096},
         {"depth": 0.5},
+        {"task": "niah_multikey"},
         {"precision": "bf16"},
         {"checkpoint": Checkpoint(400, "ffff000011112222")},
         {"checkpoint": Checkpoint(600, NOW.sha256)},

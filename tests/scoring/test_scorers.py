@@ -52,7 +52,7 @@ register_scorer(Scorer("top1", TEXT, TOP1, ("top1", "tokens"), cut, score))
 
 def test_protocols_are_the_registered_scorers():
     assert scorer_names(TEXT) == ["nonoverlap", "sliding"]
-    assert scorer_names(TASK) == ["exact_match"]
+    assert scorer_names(TASK) == ["exact_match", "string_match_all"]
     assert parse_protocols("both") == ["nonoverlap", "sliding"]
     assert parse_protocols("sliding,nonoverlap,sliding") == ["sliding", "nonoverlap"]
     with pytest.raises(

@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunPlan, RunResult
-from posexp.commands.extrapolate.plots import panel, plot_accuracy, plot_per_position, plot_ppl
+from posexp.commands.extrapolate.plots import (
+    over_depths,
+    panel,
+    plot_accuracy,
+    plot_per_position,
+    plot_ppl,
+)
 from posexp.extension.spec import method_order
 from posexp.files import (
     keep_damaged,
@@ -73,7 +79,7 @@ def write_outputs(
             fig = (
                 plot_ppl(shown, plan.train_length, title, metric)
                 if metric_of(shown[0]["protocol"]).log_scale
-                else plot_accuracy(shown, span, unit, title, metric)
+                else plot_accuracy(over_depths(shown, metric), span, unit, title, metric)
             )
             images[f"extrapolate/{metric}_plot"] = save_figure_atomic(fig, out / name)
             names.append(name)
@@ -205,7 +211,7 @@ def write_tensorboard(
 
 
 def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """``extrapolate/<protocol>[_depthD]/<metric>/<method>`` -> (length, value) by length; the
+    """``extrapolate/<protocol>[_<task>][_depthD]/<metric>/<method>`` -> (length, value) by length; the
     cells without a number (past a learned table) are left out."""
     curves: dict[str, list[tuple[int, float]]] = {}
     for r in records:
@@ -213,7 +219,8 @@ def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
         if value is None or not math.isfinite(value):
             continue
         depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
-        tag = f"extrapolate/{r['protocol']}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
+        part = "" if r.get("task") is None else f"_{r['task']}"
+        tag = f"extrapolate/{r['protocol']}{part}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
         curves.setdefault(tag, []).append((r["length"], float(value)))
     return {tag: sorted(points) for tag, points in curves.items()}
 
@@ -271,7 +278,16 @@ def remove_legacy_tensorboard(run_dir: Path) -> None:
 
 # Columns only some evaluations fill (task runs, passkey depths, sliding windows): left out of a
 # CSV where no record has a value, so a language model's CSV has no empty task columns.
-OPTIONAL_FIELDS = ("stride", "accuracy", "examples", "depth", "compile_seconds", "sample_size")
+OPTIONAL_FIELDS = (
+    "stride",
+    "accuracy",
+    "score",
+    "examples",
+    "depth",
+    "task",
+    "compile_seconds",
+    "sample_size",
+)
 
 
 def csv_fields(rows: list[dict[str, Any]]) -> list[str]:
@@ -302,8 +318,8 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     records = display_rows(result.records)
     lengths = sorted({r["length"] for r in records})
     task = any(
-        r.get("metric") == "accuracy" and r.get("depth") is not None for r in records
-    ) or all(r.get("metric") == "accuracy" for r in records)
+        r.get("metric") in ("accuracy", "score") and r.get("depth") is not None for r in records
+    ) or all(r.get("metric") in ("accuracy", "score") for r in records)
     precision = next((r["precision"] for r in records if r.get("precision")), None)
     console.print(
         f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {metrics_text(records)}, "
@@ -362,6 +378,7 @@ def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return (
             method_order(r["method"]),
             protocols.index(p) if p in protocols else len(protocols),
+            r.get("task") or "",
             -1.0 if r.get("depth") is None else r["depth"],
             r["length"],
         )

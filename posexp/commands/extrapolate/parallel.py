@@ -96,6 +96,7 @@ def scoring_text(plans: list[RunPlan]) -> str:
         "method": len({i.record.method for i in items}),
         "protocol": len({i.record.protocol for i in items}),
         "key depth": len({i.record.depth for i in items}),
+        "task": len({i.record.task for i in items}),
     }
     shown = [(n, w) for w, n in counts.items() if n > 1 or w in ("length", "method")]
     parts = [f"{n} {w}{'s' if n != 1 else ''}" for n, w in shown]

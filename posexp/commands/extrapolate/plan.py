@@ -30,7 +30,7 @@ from posexp.rundir import RunDir, latest_run
 from posexp.rundir import find_runs as find_run_dirs
 from posexp.runtime.device import resolve_device
 from posexp.runtime.precision import recorded_precision
-from posexp.scoring import TASK, TEXT, Scorer, Work, get_scorer, scorer_names
+from posexp.scoring import TEXT, Scorer, Work, get_scorer
 from posexp.scoring.records import Checkpoint, Record, Stored, checkpoint_of, load
 from posexp.scoring.text import DEFAULT_BATCH_TOKENS
 
@@ -239,13 +239,19 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                     f"{task.task.min_length}; allowed: sizes >= {task.task.min_length}"
                 )
         train_length = task.longest_train_row()  # positions trained: the longest training row
-        scorers = [get_scorer(name) for name in scorer_names(TASK)]
+        scorers = [get_scorer(task.task.scorer)]
         sample_size = task.test_examples
     else:
         lengths = plan_lengths(s, train_length, run_dir)
         scorers = [get_scorer(name) for name in (s.protocol or [DEFAULT_PROTOCOL])]
         sample_size = None  # the token count, set below
-    variants = task_variants(task, s.depths, run_dir)
+    # (mixture part or None, what each size is scored at): a mixture scores each task apart
+    parts = [(None, task_variants(task, s.depths, run_dir))]
+    if task is not None and task.task.parts:
+        parts = [
+            (name, task_variants(task, s.depths, run_dir, part.variants))
+            for name, part in task.task.parts.items()
+        ]
     stride = s.stride or max(1, train_length // 2)
     if given.tokens is not None and given.tokens < max(lengths):
         raise PosexpError(
@@ -288,7 +294,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             tokens = task.task.row_tokens(length) if task is not None else length
             ext, label, note = cell_extension(spec, baked, tokens, train_length, run_dir)
             for scorer in scorers:
-                for depth in variants:
+                for part, depth in ((p, d) for p, variants in parts for d in variants):
                     record = Record(
                         method=label,
                         length=length,
@@ -298,6 +304,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                         stride=min(stride, length) if scorer.uses_stride else None,
                         sample_size=sample_size,
                         depth=depth,
+                        task=part,
                         precision=precision,
                         checkpoint=stored.checkpoint,
                         metric=scorer.metric.name,

@@ -192,8 +192,26 @@ def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
 
 def panel(record: dict[str, Any]) -> str:
     """What a plot panel / table row group shows: the protocol, and the key depth if any."""
-    depth = record.get("depth")
+    depth, part = record.get("depth"), record.get("task")
+    if part is not None:  # a mixture's task: its needle depth, if it has one
+        return part if depth is None else f"{part}, needle at depth {depth:g}"
     return record["protocol"] if depth is None else f"key at depth {depth:g}"
+
+
+def over_depths(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """A mixture's records with each task's depths averaged (one panel per task, not per task
+    and depth); records of single tasks unchanged."""
+    if not any(r.get("task") for r in records):
+        return records
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["method"], r["protocol"], r.get("task"), r["length"]), []).append(r)
+    out = []
+    for rows in groups.values():
+        values = [r[metric] for r in rows if r.get(metric) is not None]
+        mean = sum(values) / len(values) if values else None
+        out.append({**rows[0], "depth": None, metric: mean})
+    return out
 
 
 def plot_accuracy(

@@ -149,6 +149,8 @@ def print_line(plan: RunPlan, item: Any, tokens: int, bar: Any) -> None:
     value = record.values.get(metric.name)
     shown = record.note if value is None else f"{metric.name} {metric.format(value)}"
     where = record.protocol if record.depth is None else f"key depth {record.depth:g}"
+    if record.task is not None:
+        where = f"{record.task}, {where}"
     summary = getattr(bar, "summary", None)
     overall = f"; {summary()}" if summary else ""
     print(

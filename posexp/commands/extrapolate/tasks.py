@@ -25,13 +25,17 @@ def task_data(cfg: RunConfig) -> Any:
     return make_data(**cfg.data.params)
 
 
-def task_variants(task: Any, depths: list[float] | None, run_dir: Path) -> tuple[Any, ...]:
-    """What each size is scored at: ``depths`` (--depths), else the task's own key depths;
-    ``(None,)`` for runs whose instances have none."""
-    variants = tuple(task.task.variants or ()) if task is not None else ()
+def task_variants(
+    task: Any, depths: list[float] | None, run_dir: Path, own: tuple[float, ...] | None = None
+) -> tuple[Any, ...]:
+    """What each size is scored at: ``depths`` (--depths), else the task's own key depths
+    (``own``: a mixture part's); ``(None,)`` for runs whose instances have none."""
+    variants = own if own is not None else tuple(task.task.variants or ()) if task else ()
     if depths is None:
         return variants or (None,)
     if not variants:
+        if own is not None and any(p.variants for p in task.task.parts.values()):
+            return (None,)  # a part without depths, beside parts with them
         what = "a language-model" if task is None else f"a {task.task.name} task"
         raise PosexpError(
             f"--depths {','.join(f'{d:g}' for d in depths)} sets where a key sits in the "

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from posexp import checks
 from posexp.checks import integer, positive_int
 from posexp.data.registry import SPLITS, Corpus, register_dataset
 from posexp.data.synthetic.base import TASKS, Task, build_task, draw, register_task
@@ -23,6 +24,9 @@ from posexp.registry import discover
 discover(__name__, __path__, skip=("base",))  # every task module registers itself
 
 SPLIT_INDEX = {s: i for i, s in enumerate(SPLITS)}
+# What training rows carry loss on: the answer (and eos), or every token, prompt included (a
+# language-model loss that teaches the copying a retrieval answer needs; scoring reads answers).
+LOSS_ON = ("answer", "all")
 
 
 @dataclass
@@ -35,18 +39,34 @@ class SyntheticData:
     val_examples: int
     test_examples: int
     seed: int
+    loss_on: str = "answer"  # training rows' loss: the answer only, or every token ("all")
 
     def trained_at(self, n: int) -> bool:
         """True for sizes training draws from (where instances must be held out by hash)."""
         return self.train_lengths[0] <= n <= self.train_lengths[1]
 
     def examples(
-        self, split: str, n: int, count: int, variant: float | None = None
+        self, split: str, n: int, count: int, variant: float | None = None, part: str | None = None
     ) -> list[tuple[str, str]]:
-        """``count`` fixed instances of size ``n`` for val or test (a pure function of data.seed)."""
+        """``count`` fixed instances of size ``n`` for val or test (a pure function of data.seed),
+        of the mixture's ``part`` when given."""
         key = [self.seed, SPLIT_INDEX[split], n, 0 if variant is None else 1 + round(variant * 1e6)]
+        task = self.task
+        if part is not None:
+            task = self.part(part)
+            key.append(1 + list(self.task.parts).index(part))
         rng = np.random.default_rng(key)
-        return [draw(self.task, rng, n, split, self.trained_at(n), variant) for _ in range(count)]
+        return [draw(task, rng, n, split, self.trained_at(n), variant) for _ in range(count)]
+
+    def part(self, name: str) -> Task:
+        """The mixture's task ``name`` (one line naming the parts otherwise)."""
+        parts = self.task.parts
+        if name not in parts:
+            raise PosexpError(
+                f"task {name!r} is not part of this {self.task.name} run; "
+                f"allowed: {', '.join(parts) or '(none: a single task)'}"
+            )
+        return parts[name]
 
     def train_batch(self, seed: int, step: int, batch_size: int) -> list[tuple[str, str]]:
         """Training instances for ``step``: sizes uniform in the training range."""
@@ -98,6 +118,7 @@ def make_data(
     val_examples: int = 64,
     test_examples: int = 100,
     seed: int = 0,
+    loss_on: str = "answer",
     **options: Any,
 ) -> SyntheticData:
     """Build and check the task and its settings (one-line errors naming data.<key>)."""
@@ -118,6 +139,7 @@ def make_data(
         positive_int("data.val_examples", val_examples),
         positive_int("data.test_examples", test_examples),
         integer("data.seed", seed, low=0),
+        checks.choice("data.loss_on", loss_on, LOSS_ON),
     )
 
 

@@ -37,6 +37,18 @@ class Task:
     variants: tuple[float, ...] = ()
     # The report view that shows its runs (posexp/commands/report/views), so no view names a task.
     report_view: ClassVar[str] = "length_generalization"
+    # The scorer of its test cells (posexp/scoring): exact match of the whole answer, or
+    # RULER's string_match_all over the answer's required items (``items``).
+    scorer: ClassVar[str] = "exact_match"
+
+    @property
+    def parts(self) -> dict[str, Task]:
+        """The tasks a mixture draws from, by name (scored apart); {} for a single task."""
+        return {}
+
+    def items(self, answer: str) -> list[str]:
+        """The items an answer must contain (string_match_all); the whole answer by default."""
+        return [answer]
 
     def instance(
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None

@@ -1,0 +1,27 @@
+"""The RULER report view: depth and task averages per seed, and effective lengths, by hand."""
+
+from __future__ import annotations
+
+from posexp.commands.report.views.ruler import effective_length, per_seed, task_average
+
+
+def test_depths_are_averaged_per_seed_and_tasks_only_over_seeds_that_scored_all():
+    niah = {(0.0, 100): {0: 1.0, 1: 0.5}, (1.0, 100): {0: 0.5, 1: 0.0}, (0.0, 200): {0: 0.2}}
+    words = {(None, 100): {0: 0.25, 2: 1.0}}
+    assert per_seed(niah, 100) == {0: 0.75, 1: 0.25}
+    assert per_seed(niah, 200) == {0: 0.2}
+    # seed 1 has no word score and seed 2 no needle score: only seed 0 averages both tasks
+    assert task_average({"niah": niah, "words": words}, 100) == {0: (0.75 + 0.25) / 2}
+    assert task_average({"niah": niah}, 300) == {}
+
+
+def test_effective_length_is_the_longest_context_up_to_which_every_length_passes():
+    context = {240: 256, 496: 512, 1008: 1024, 2032: 2048}
+    assert effective_length({240: 0.9, 496: 0.8, 1008: 0.5, 2032: 0.1}, 0.6, context) == 512
+    # a later length back above the threshold does not count: the run of passes broke at 1,024
+    assert effective_length({240: 0.9, 496: 0.8, 1008: 0.5, 2032: 0.7}, 0.6, context) == 512
+    assert effective_length({240: 0.9, 496: 0.9, 1008: 0.9, 2032: 0.9}, 0.6, context) == 2048
+    assert effective_length({240: 0.5, 496: 0.9}, 0.6, context) is None
+    assert effective_length({240: 0.6}, 0.6, context) == 256  # at the threshold counts
+    assert effective_length({240: float("nan")}, 0.6, context) is None
+    assert effective_length({240: 0.0, 496: 0.0}, 0.0, context) is None  # nothing learned
