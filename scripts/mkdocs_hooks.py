@@ -172,7 +172,10 @@ def config_reference() -> str:
         parts.append(table(["key", "default", "comment"], key_rows(path, None)))
     for group in sorted({p.parent for p in CONFIGS.rglob("*.yaml")} - {CONFIGS}):
         name, files = group.relative_to(CONFIGS).as_posix(), sorted(group.glob("*.yaml"))
-        parts.append(f"### `{name}` ({len(files)} option{'s' * (len(files) > 1)})")
+        # An explicit anchor: links to a group must not break when it gains an option.
+        parts.append(
+            f"### `{name}` ({len(files)} option{'s' * (len(files) > 1)}) {{#config-{name}}}"
+        )
         about = [[f"`{name}={f.stem}`", header_comment(f.read_text())] for f in files]
         parts.append(table(["option", "what it is"], about))
         rows = [row for f in files for row in key_rows(f, f.stem)]

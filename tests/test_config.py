@@ -129,6 +129,26 @@ def test_a_pe_key_the_encoding_does_not_take_is_refused_where_the_config_is_buil
 
 
 @pytest.mark.parametrize(
+    ("pe", "name", "what"),
+    [
+        ("fox", "fox", "computes its own attention"),
+        ("stick_breaking", "stick_breaking", "computes its own attention"),
+        ("path", "path", "computes its own attention"),
+        ("irope", "layered", "attends in chunks"),  # rope*3 with chunk 64, then none
+    ],
+)
+def test_attention_dropout_where_sdpa_does_not_attend_is_refused(pe, name, what):
+    with pytest.raises(
+        PosexpError,
+        match=rf"^model\.dropout=0\.1 is not applied in layer 0, whose encoding {what} "
+        rf"\(pe={name}\); allowed: model\.dropout=0 with pe={name}$",
+    ):
+        run_config(f"pe={pe}", "model.dropout=0.1")
+    assert run_config("pe=rope", "model.dropout=0.1").model.dropout == 0.1
+    assert run_config("pe=layered", "pe.layers=[none,alibi]", "model.dropout=0.1")
+
+
+@pytest.mark.parametrize(
     ("key", "cls"),
     [
         ("train", TrainConfig),

@@ -123,6 +123,7 @@ class RunConfig:
                 **pe_params,
             )
             limit = built.max_positions
+            check_dropout(pe_name, built, model.n_layers, model.dropout)
         check_pose_run(
             train.pose,
             pe_name,
@@ -196,6 +197,23 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with top-level fields changed (e.g. ``resume``, ``cache_dir``)."""
         return dataclasses.replace(self, **changes)
+
+
+def check_dropout(pe: str, built: Any, n_layers: int, dropout: float) -> None:
+    """Refuse attention dropout where attention is not SDPA's: an encoding that computes its own
+    (kind ``attention``) or attends within chunks would leave it out without a word."""
+    if dropout == 0:
+        return
+    for i in range(n_layers):
+        layer = built.layer(i)
+        if layer.kind == "attention" or layer.attention_chunk is not None:
+            what = (
+                "computes its own attention" if layer.kind == "attention" else "attends in chunks"
+            )
+            raise PosexpError(
+                f"model.dropout={dropout:g} is not applied in layer {i}, whose encoding "
+                f"{what} (pe={pe}); allowed: model.dropout=0 with pe={pe}"
+            )
 
 
 def check_pe_keys(pe: str, settings: tuple[str, ...], params: Mapping[str, Any]) -> None:

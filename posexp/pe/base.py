@@ -137,6 +137,12 @@ class PositionalEncoding(nn.Module):
         return ACCEPTS_BY_KIND[cls.kind] if cls.accepts is None else cls.accepts
 
     @classmethod
+    def label_for(cls, params: dict[str, Any]) -> str:
+        """How reports name the encoding with these settings: the class label unless a setting
+        makes another method of it (PaTH with a forget gate, a layered pattern)."""
+        return cls.label or cls.name
+
+    @classmethod
     def accepted_for(cls, params: dict[str, Any]) -> frozenset[str]:
         """What extension methods may change under these settings: ``accepted`` unless the
         settings decide it (a layered pattern takes what its layers take)."""
@@ -323,12 +329,17 @@ class PEDisplay:
         return self.order, self.name, self.randomized
 
 
-def describe_pe(name: str, randomized: bool = False) -> PEDisplay:
-    """Label, order and family of the encoding ``name``; an unknown name shows as itself, last."""
+def describe_pe(
+    name: str, randomized: bool = False, params: dict[str, Any] | None = None
+) -> PEDisplay:
+    """Label, order and family of the encoding ``name`` (with ``params``, the label its settings
+    give it); an unknown name shows as itself, last."""
     cls = PE_REGISTRY[name] if name in PE_REGISTRY else None
     label, order, family = (
         (cls.label or name, cls.order, cls.family or cls.kind) if cls else (name, UNKNOWN_ORDER, "")
     )
+    if cls is not None and params:
+        label = cls.label_for(params)
     return PEDisplay(
         name, randomized, f"{label} + randomized" if randomized else label, order, family
     )

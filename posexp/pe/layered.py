@@ -197,6 +197,13 @@ class Layered(PositionalEncoding):
     label, order, family = "Layered", 90, "composition"
 
     @classmethod
+    def label_for(cls, params: dict[str, Any]) -> str:
+        """The pattern, and its chunk if any: ``rope*3+none (chunk 64)``."""
+        text = pattern_text(params.get("layers", DEFAULT_LAYERS))
+        chunk = params.get("chunk")
+        return f"{text} (chunk {chunk})" if chunk else text
+
+    @classmethod
     def accepted(cls) -> frozenset[str]:
         """Every method some child may take; ``check_built`` refuses one no layer takes."""
         return frozenset().union(*(get_pe(n).accepted() for n in allowed_children()))

@@ -226,6 +226,11 @@ class PaTH(PositionalEncoding):
     label, order, family = "PaTH", 85, "householder"
 
     @classmethod
+    def label_for(cls, params: dict[str, Any]) -> str:
+        """PaTH-FoX with the forget gate (the paper's name for the combination)."""
+        return "PaTH-FoX" if params.get("forget_gate") else cls.label
+
+    @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """``pe.conv`` a positive integer, ``pe.forget_gate`` true or false."""
         checks.positive_int("pe.conv", params.get("conv", 3))

@@ -338,3 +338,13 @@ def test_a_pattern_without_a_rotation_is_offered_only_what_its_layers_take():
         "alibi"
     )
     assert "yarn" in accepted_extensions("layered", {"layers": ["rope", "none"]})
+
+
+def test_reports_name_a_layered_run_by_its_pattern_and_chunk():
+    from posexp.pe.base import describe_pe
+
+    irope = describe_pe("layered", params={"layers": ["rope", "rope", "rope", "none"], "chunk": 64})
+    assert irope.label == "rope*3+none (chunk 64)"
+    other = describe_pe("layered", params={"layers": "alibi+none", "chunk": None})
+    assert other.label == "alibi+none" and other != irope  # two patterns, two report columns
+    assert describe_pe("layered").label == "Layered"

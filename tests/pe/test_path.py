@@ -292,3 +292,11 @@ def test_settings_defaults_per_layer_modules_and_errors():
             PaTH.check_params(params, 32)
         with pytest.raises(PosexpError, match=f"^{message}$"):
             build_pe("path", PEContext(8, 2, 4, 16), **params)
+
+
+def test_reports_name_path_with_its_forget_gate_pathfox():
+    from posexp.pe.base import describe_pe
+
+    assert describe_pe("path", params={"conv": 3, "forget_gate": True}).label == "PaTH-FoX"
+    assert describe_pe("path", params={"conv": 3, "forget_gate": False}).label == "PaTH"
+    assert describe_pe("rope", params={"base": 10000.0}).label == describe_pe("rope").label

@@ -25,3 +25,24 @@ def test_effective_length_is_the_longest_context_up_to_which_every_length_passes
     assert effective_length({240: 0.6}, 0.6, context) == 256  # at the threshold counts
     assert effective_length({240: float("nan")}, 0.6, context) is None
     assert effective_length({240: 0.0, 496: 0.0}, 0.0, context) is None  # nothing learned
+
+
+def test_the_task_sentence_ranks_tasks_at_1x_and_says_what_is_left_at_the_longest():
+    from posexp.commands.report.views.ruler import task_sentence
+
+    tasks = {
+        "niah_single": {
+            (0.0, 226): {0: 1.0, 1: 0.8},
+            (1.0, 226): {0: 0.6, 1: 0.6},
+            (0.0, 994): {0: 0.1, 1: 0.3},
+        },
+        "common_words": {(None, 226): {0: 0.2, 1: 0.4}, (None, 994): {0: 0.0, 1: 0.0}},
+    }
+    context = {226: 256, 994: 1024}
+    assert task_sentence(tasks, 226, 994, context, "rope · none") == (
+        "\n- rope · none, by task at 256 → 1,024 tokens (seed means): "
+        "niah_single 0.75 → 0.20, common_words 0.30 → 0.00."
+    )
+    assert (
+        task_sentence(tasks, 226, 226, context, "rope · none") == ""
+    )  # one length: nothing to add

@@ -36,9 +36,10 @@ def findings() -> dict[str, Any]:
 
 
 def job_pe(job: Job) -> PEDisplay:
-    """How the report shows the job's PE: its declared label and order, randomized positions
-    marked (``pe=rope_randomized`` is rope with ``pe.randomized``; see configs/pe/)."""
-    return describe_pe(job.pe, bool(job.config and job.config.positions.randomized))
+    """How the report shows the job's PE: its label for its settings and its declared order,
+    randomized positions marked (``pe=rope_randomized`` is rope with ``pe.randomized``)."""
+    params = dict(job.config.pe.params) if job.config else None
+    return describe_pe(job.pe, bool(job.config and job.config.positions.randomized), params)
 
 
 def selects(selector: dict[str, Any], pe: PEDisplay) -> bool:

@@ -89,6 +89,22 @@ def effective_length(
     return best
 
 
+def task_sentence(
+    tasks: dict[str, Any], base: int, last: int, context: dict[int, int], row: str
+) -> str:
+    """Which tasks ``row`` does best and worst at the training length, and what is left of
+    each at the longest length (seed means)."""
+    at = {t: mean_std(list(per_seed(c, base).values()))[0] for t, c in tasks.items()}
+    far = {t: mean_std(list(per_seed(c, last).values()))[0] for t, c in tasks.items()}
+    if len(at) < 2 or last == base:
+        return ""
+    ranked = sorted(at, key=lambda t: -at[t])
+    kept = ", ".join(f"{t} {at[t]:.2f} → {far[t]:.2f}" for t in ranked)
+    return (
+        f"\n- {row}, by task at {context[base]:,} → {context[last]:,} tokens (seed means): {kept}."
+    )
+
+
 def threshold_fraction(jobs: list[Job]) -> float:
     """``data.threshold`` of the runs (a mixture's option), else the default."""
     values = {float(j.config.data.params.get("threshold", DEFAULT_THRESHOLD)) for j in jobs}
@@ -272,6 +288,8 @@ def render(ctx: ReportContext) -> str:
         reading += f" The longest effective length is {best_eff:,} tokens ({best})."
     elif not threshold > 0:
         reading += " No model scores above 0 at the training length: no effective length."
+    scored = {n for c in scores[reference].values() for _, n in c}
+    reading += task_sentence(scores[reference], base, max(scored), context, reference)
     return "\n".join(
         [
             "## RULER-style tasks",
