@@ -52,13 +52,13 @@ def finished(run_dir: Path) -> bool:
     return RunDir(run_dir).status() == "completed"
 
 
-def scores(run_dir: Path, method_prefix: str) -> dict[int, float]:
-    """Length -> the headline metric of ``run_dir``'s records whose method starts with
-    ``method_prefix``, averaged over tasks and depths."""
+def scores(run_dir: Path, method_prefix: str, field: str | None = None) -> dict[int, float]:
+    """Length -> ``field`` (default: the headline metric) of ``run_dir``'s records whose method
+    starts with ``method_prefix``, averaged over tasks and depths."""
     records = json.loads((run_dir / "eval" / "extrapolate.json").read_text())
     by_length: dict[int, list[float]] = {}
     for r in records:
-        value = r.get(r.get("metric") or "ppl")
+        value = r.get(field or r.get("metric") or "ppl")
         if r["method"].startswith(method_prefix) and value is not None:
             by_length.setdefault(int(r["length"]), []).append(float(value))
     return {n: sum(v) / len(v) for n, v in sorted(by_length.items())}
@@ -125,44 +125,44 @@ def main() -> None:
                 ],
                 a.threads,
             )
-            rows.append((name, seed, scores(run_dir, "baked:")))
+            rows.append((name, seed, scores(run_dir, "baked:"), scores(run_dir, "baked:", "ppl")))
     run(
         ["eval-extrapolate", "--run", str(a.parent), "--method", a.method, "--lengths", lengths],
         a.threads,
     )
-    zero_shot = scores(a.parent, a.method)
+    zero_shot, zero_ppl = scores(a.parent, a.method), scores(a.parent, a.method, "ppl")
 
-    sizes = sorted({n for _, _, s in rows for n in s})
+    sizes = sorted({n for _, _, s, _ in rows for n in s})
     context = {n: data.task.row_tokens(n) for n in sizes}
-    header = [
-        "variant",
-        "rows trained (tokens)",
-        *(f"{context[n]:,} ({context[n] / l0:.3g}×)" for n in sizes),
-    ]
+    at = [f"{context[n]:,} ({context[n] / l0:.3g}×)" for n in sizes]
+    header = ["variant", "rows trained (tokens)", *at, *(f"answer ppl, {x}" for x in at)]
     header += ["time (s)", "peak memory (MiB)"]
     table = [
         [
             "zero-shot (no fine-tune)",
             "—",
             *(f"{zero_shot.get(n, float('nan')):.2f}" for n in sizes),
+            *(f"{zero_ppl.get(n, float('nan')):.2f}" for n in sizes),
             "—",
             "—",
         ]
     ]
     widths = {"full": f"up to {target:,}", "pose": f"up to {l0:,}, positions to {target:,}"}
     for name in variants:
-        per_seed = [s for v, _, s in rows if v == name]
+        per_seed = [s for v, _, s, _ in rows if v == name]
+        ppls = [q for v, _, _, q in rows if v == name]
         cells = [spread([s[n] for s in per_seed if n in s], 2) for n in sizes]
+        cells += [spread([q[n] for q in ppls if n in q], 2) for n in sizes]
         secs, mibs = zip(*cost[name], strict=True)
         table.append([name, widths[name], *cells, spread(list(secs), 0), spread(list(mibs), 0)])
     with open(a.out / "pose_vs_full.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", "seed", *(context[n] for n in sizes)])
-        w.writerows([name, seed, *(s.get(n) for n in sizes)] for name, seed, s in rows)
+        w.writerows([name, seed, *(s.get(n) for n in sizes)] for name, seed, s, _ in rows)
     lines = [
         f"{a.method} at factor {a.factor:g} (L0 = {l0}, target {target}), {a.steps} steps each, "
-        f"seeds {a.seeds} (n = {len(seeds)}); score averaged over tasks and depths; "
-        f"mean ± sample std over seeds.",
+        f"seeds {a.seeds} (n = {len(seeds)}); score (string_match_all) and the answer "
+        f"tokens' perplexity, averaged over tasks and depths; mean ± sample std over seeds.",
         "",
         "| " + " | ".join(header) + " |",
         "|---|---|" + "---:|" * (len(header) - 2),

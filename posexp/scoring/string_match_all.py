@@ -4,7 +4,8 @@ Each test instance's prompt is continued greedily (KV cache, stopping at eos or 
 longest answer the task can have); its score is the share of the answer's required items
 (``Task.items``: the needle's value, every value of a key, every variable name, the common
 words) found in the generated text, case-insensitively, in any order. A cell's ``score`` is
-the mean over instances; ``accuracy`` is the share of instances with every item found.
+the mean over instances; ``accuracy`` is the share of instances with every item found; ``loss``
+and ``ppl`` are the answer tokens' teacher-forced loss and its perplexity.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Instance:
     prompt: str
     items: tuple[str, ...]
     max_answer: int
+    answer: str = ""  # the task's own answer (its items in order), for the answer loss
 
 
 def match_all(output: str, items: tuple[str, ...] | list[str]) -> float:
@@ -39,7 +41,7 @@ def cut(cell: Any, source: Any) -> Work:
     task = source.part(cell.task) if cell.task is not None else source.task
     longest = task.answer_length(cell.length)
     examples = source.examples("test", cell.length, cell.sample_size, cell.depth, cell.task)
-    data = [Instance(p, tuple(task.items(a)), longest) for p, a in examples]
+    data = [Instance(p, tuple(task.items(a)), longest, a) for p, a in examples]
     return Work(sum(len(i.prompt) + 1 + longest for i in data), data)
 
 
@@ -82,13 +84,32 @@ def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
     return {
         "score": total / n if n else float("nan"),
         "accuracy": full / n if n else float("nan"),
+        **answer_loss(model, work, scoring),
         "examples": n,
         "tokens": tokens,
     }
 
 
+def answer_loss(model: Any, work: Work, scoring: Scoring) -> dict[str, float]:
+    """The answer tokens' mean loss and its perplexity, teacher-forced on the task's own answer
+    (one more pass over each prompt; what the greedy score cannot show: how close a miss is)."""
+    from posexp.objectives.synthetic import score_examples
+    from posexp.scoring.text import safe_exp
+
+    answers = [(inst.prompt, inst.answer) for inst in work.data]
+    result = score_examples(
+        model, answers, scoring.tokenizer, scoring.device, scoring.batch_tokens, scoring.autocast
+    )
+    return {"loss": result.loss, "ppl": safe_exp(result.loss)}
+
+
 register_scorer(
     Scorer(
-        "string_match_all", "task", SCORE, ("score", "accuracy", "examples", "tokens"), cut, score
+        "string_match_all",
+        "task",
+        SCORE,
+        ("score", "accuracy", "loss", "ppl", "examples", "tokens"),
+        cut,
+        score,
     )
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -23,9 +25,13 @@ class Scripted(torch.nn.Module):
     """A model whose greedy continuation of prompt i is ``outputs[i]`` (token ids), so the
     scorer's decoding, eos cut and counting are checked apart from any learning."""
 
-    def __init__(self, outputs: list[list[int]]) -> None:
+    def __init__(self, outputs: list[list[int]], vocab: int = 260) -> None:
         super().__init__()
-        self.outputs, self.calls = outputs, []
+        self.outputs, self.calls, self.vocab = outputs, [], vocab
+
+    def forward(self, idx: torch.Tensor, **kwargs) -> dict[str, torch.Tensor]:
+        """Uniform next-token logits: every answer token's loss is ln(vocab)."""
+        return {"logits": torch.zeros(*idx.shape, self.vocab)}
 
     def generate(self, prompts: torch.Tensor, max_new_tokens: int, eos_id: int) -> torch.Tensor:
         self.calls.append((tuple(prompts.shape), max_new_tokens, eos_id))
@@ -37,22 +43,25 @@ class Scripted(torch.nn.Module):
 def test_score_decodes_up_to_eos_and_averages_over_instances():
     tok = ByteTokenizer()
     data = [
-        Instance("What? A:", ("1234", "5678"), 9),  # both found
-        Instance("What? B:", ("1234", "5678"), 9),  # one found
-        Instance("What? C:", ("42",), 9),  # found only after eos: not counted
+        Instance("What? A:", ("1234", "5678"), 9, "1234 5678"),  # both found
+        Instance("What? B:", ("1234", "5678"), 9, "1234 5678"),  # one found
+        Instance("What? C:", ("42",), 9, "42"),  # found only after eos: not counted
     ]
     outputs = [
         tok.encode("5678 1234"),
         tok.encode("1234 0000"),
         [*tok.encode("4"), tok.eos_id, *tok.encode("42")],
     ]
-    model = Scripted(outputs)
+    model = Scripted(outputs, tok.vocab_size)
     seen = []
     scoring = Scoring(torch.device("cpu"), batch_tokens=1 << 16, tokenizer=tok, advance=seen.append)
     out = score(model, Work(0, data), scoring)
     assert out["score"] == pytest.approx((1 + 0.5 + 0) / 3)
     assert out["accuracy"] == pytest.approx(1 / 3)
     assert out["examples"] == 3
+    # the teacher-forced answer loss of uniform logits: ln(vocab) per token, ppl = vocab
+    assert out["loss"] == pytest.approx(math.log(tok.vocab_size))
+    assert out["ppl"] == pytest.approx(tok.vocab_size)
     # one batch of three equal-length prompts (prompt + sep), the longest answer + eos
     assert model.calls == [((3, len("What? A:") + 1), 10, tok.eos_id)]
     assert sum(seen) == out["tokens"] == 3 * (len("What? A:") + 1 + 10)
@@ -60,7 +69,11 @@ def test_score_decodes_up_to_eos_and_averages_over_instances():
 
 def test_prompts_of_different_lengths_are_decoded_in_separate_batches():
     tok = ByteTokenizer()
-    data = [Instance("ab", ("x",), 1), Instance("abc", ("y",), 1), Instance("ab", ("z",), 1)]
+    data = [
+        Instance("ab", ("x",), 1, "x"),
+        Instance("abc", ("y",), 1, "y"),
+        Instance("ab", ("z",), 1, "z"),
+    ]
     model = Scripted([tok.encode("x"), tok.encode("q"), tok.encode("y")])
     scoring = Scoring(torch.device("cpu"), batch_tokens=1 << 16, tokenizer=tok)
     out = score(model, Work(0, data), scoring)
