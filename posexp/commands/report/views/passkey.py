@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from posexp.commands.report.depth_maps import depth_maps
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
 from posexp.commands.report.view import ReportContext, md_table, register_report_view
@@ -135,61 +136,13 @@ def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[s
     return out
 
 
-def seed_mean(seeds: dict[int, float] | None) -> float:
-    """Mean over seeds; nan for a cell no seed scored."""
-    return sum(seeds.values()) / len(seeds) if seeds else float("nan")
-
-
 def heat_maps(
     ctx: ReportContext, rows: dict[str, Cell], row_tokens: dict[int, int], l0: int, seeds: str
 ) -> Any:
     """One depth × length accuracy heat map per table row, values written in the cells."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(rows)
-    cols = min(4, n)
-    grid = (n + cols - 1) // cols
-    fig, axes = plt.subplots(
-        grid,
-        cols,
-        figsize=(3.6 * cols + 1.2, 3.0 * grid + 0.8),
-        squeeze=False,
-        layout="constrained",
-    )
-    image = None
-    for ax, (label, cell) in zip(axes.flat, rows.items(), strict=False):
-        depths = sorted({d for d, _ in cell})
-        sizes = sorted({s for _, s in cell})
-        values = [[seed_mean(cell.get((d, s))) for s in sizes] for d in depths]
-        image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        for i, row in enumerate(values):
-            for j, v in enumerate(row):
-                ax.text(
-                    j,
-                    i,
-                    f"{v:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if v < 0.6 else "black",
-                )
-        ax.set_xticks(range(len(sizes)), [f"{row_tokens[s] / l0:.3g}×" for s in sizes])
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
-        ax.set_xlabel(f"context (× L0 = {l0})")
-        ax.set_ylabel("key depth")
-        ax.set_title(label, fontsize=10)
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label="retrieval accuracy")
-    fig.suptitle(
-        f"Passkey retrieval accuracy by key depth and context length (mean over {seeds})",
-        fontsize=11,
-    )
-    return ctx.save_figure(fig, "report_passkey.png")
+    title = f"Passkey retrieval accuracy by key depth and context length (mean over {seeds})"
+    labels = ("key depth", "retrieval accuracy", title)
+    return depth_maps(ctx, rows, row_tokens, l0, labels, "report_passkey.png")
 
 
 def render(ctx: ReportContext) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from posexp.commands.report.depth_maps import depth_maps
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, md_table, register_report_view
@@ -168,53 +169,12 @@ def heat_map(
     n_text: str,
 ) -> Any:
     """One depth × length heat map per task with needle depths, for one row (seed mean)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     with_depth = {t: c for t, c in tasks.items() if any(d is not None for d, _ in c)}
     if not with_depth:
         return None
-    cols = min(4, len(with_depth))
-    grid = -(-len(with_depth) // cols)
-    fig, axes = plt.subplots(
-        grid,
-        cols,
-        figsize=(3.6 * cols + 1.2, 3.0 * grid + 0.9),
-        squeeze=False,
-        layout="constrained",
-    )
-    image = None
-    for ax, (task, cells) in zip(axes.flat, with_depth.items(), strict=False):
-        depths = sorted({d for d, _ in cells if d is not None})
-        sizes = sorted({s for _, s in cells})
-        values = [
-            [mean_std(list(cells.get((d, s), {}).values()))[0] for s in sizes] for d in depths
-        ]
-        image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        for i, line in enumerate(values):
-            for j, v in enumerate(line):
-                ax.text(
-                    j,
-                    i,
-                    f"{v:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if v < 0.6 else "black",
-                )
-        ax.set_xticks(range(len(sizes)), [f"{context[s] / l0:.3g}×" for s in sizes])
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
-        ax.set_xlabel(f"context (× L0 = {l0})")
-        ax.set_ylabel("needle depth")
-        ax.set_title(task, fontsize=10)
-    for ax in list(axes.flat)[len(with_depth) :]:
-        ax.axis("off")
-    if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label="string_match_all score")
-    fig.suptitle(f"{row}: score by needle depth and context length ({n_text})", fontsize=11)
-    return ctx.save_figure(fig, f"report_ruler_depths_{k}.png")
+    title = f"{row}: score by needle depth and context length ({n_text})"
+    labels = ("needle depth", "string_match_all score", title)
+    return depth_maps(ctx, with_depth, context, l0, labels, f"report_ruler_depths_{k}.png")
 
 
 def render(ctx: ReportContext) -> str:
