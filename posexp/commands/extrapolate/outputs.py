@@ -250,6 +250,7 @@ def baseline_metrics(
         for r in records
         if r["method"].split(" [")[0] == "none"
         and r.get("depth") is None
+        and r.get("task") is None  # one task of a mixture is not the run's headline
         and headline(r) is not None
         and math.isfinite(headline(r))
     ]

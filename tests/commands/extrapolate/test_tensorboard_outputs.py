@@ -116,3 +116,13 @@ def test_cells_without_a_number_have_no_point_and_legacy_runs_are_removed(run_di
     assert [e.step for e in events.Scalars("extrapolate/nonoverlap/ppl/none")] == [32]
     assert "extrapolate/nonoverlap/ppl/pi" not in events.Tags()["scalars"]
     assert set(t for t in events.Tags()["scalars"] if t.startswith("eval/")) == {"eval/ppl_x1"}
+
+
+def test_a_mixtures_single_task_is_not_the_runs_headline_scalar():
+    from posexp.commands.extrapolate.outputs import baseline_metrics
+
+    part = {"method": "none", "protocol": "string_match_all", "metric": "score", "length": 226}
+    records = [{**part, "task": "common_words", "score": 0.0}]
+    assert baseline_metrics(records, 256) == {}
+    whole = {**part, "task": None, "score": 0.5}
+    assert baseline_metrics([whole], 256) == {"eval/score_x0.882812": (0.5, 226)}
