@@ -130,6 +130,37 @@ def test_cached_batched_beam_equals_uncached_reference(pe, alpha):
         assert scores[i].item() == pytest.approx(ref_score, abs=1e-4)
 
 
+@pytest.mark.parametrize("pe", ["rope", "alibi", "learned", "fox", "path"])
+def test_prompts_of_different_lengths_in_one_batch_decode_as_each_alone(pe):
+    # Rows read the rest of their prompts while shorter ones already generate: each row's
+    # hypothesis and score equal the plain single-prompt reference, with per-row limits too.
+    model = tiny(pe, seed=6)
+    rows = [prompts(1, n, seed=20 + n)[0].tolist() for n in (2, 6, 3, 6, 9)]
+    limits = [8, 5, 8, 3, 7]
+    eos = frequent_token(model, prompts(4, 3, seed=11), 8)
+    width = max(map(len, rows))
+    x = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+    lengths = [len(r) for r in rows]
+    beam, scores = model.beam_search(x, limits, beam_size=3, eos_id=eos, lengths=lengths)
+    greedy = model.generate(x, limits, eos_id=eos, lengths=lengths)
+    for i, row in enumerate(rows):
+        ref_score, ref_tokens = reference_beam(model, row, 3, ALPHA, eos, limits[i])
+        assert cut(beam[i].tolist(), eos)[: limits[i]] == ref_tokens
+        assert scores[i].item() == pytest.approx(ref_score, abs=1e-4)
+        alone = model.generate(torch.tensor([row]), limits[i], eos_id=eos)[0].tolist()
+        assert cut(greedy[i].tolist(), eos)[: limits[i]] == cut(alone, eos)
+
+
+def test_rows_report_only_the_steps_they_generate():
+    # Progress counts generated tokens, not the prompt tokens a row reads after the prefill.
+    model = tiny("rope")
+    x = torch.tensor([[1, 2, 0, 0], [1, 2, 3, 4]])
+    for beam in (1, 3):
+        seen: list[int] = []
+        model.generate(x, 5, beam_size=beam, lengths=[2, 4], on_step=seen.append)
+        assert sum(seen) == 10 and seen[:2] == [1, 1]
+
+
 class Scripted:
     """A fake model: next-token log-probs chosen by a table keyed by the tokens so far."""
 

@@ -1,19 +1,28 @@
 """Decoding with a KV cache: greedy / temperature / top-k sampling, and batched beam search.
 
+Prompts of different lengths share a batch without padding or masks: the batch is prefilled up
+to its shortest prompt, and a row still reading its prompt is fed its next prompt token instead
+of a generated one (unscored). Every row thus sits at the same position at every step, each
+row's sequence is exactly its prompt and then its continuation, so positions, caches and every
+encoding behave as for the row alone. A batch of sorted lengths takes about (longest - shortest
+prompt) + (longest continuation) steps, against one pass per distinct length when batches must
+hold equal lengths: on a GPU shared by many jobs each step is a round trip, so steps are what count.
+
 Beam search follows Wu et al. 2016 (GNMT) as used by Vaswani et al. 2017 (beam 4, alpha 0.6):
 a hypothesis Y is scored ``sum log p(y_t) / lp(|Y|)`` with ``lp(n) = ((5 + n) / 6) ** alpha``,
 where |Y| counts the generated tokens, eos included. Each step ranks the 2K best extensions of
 the K open beams by their summed log-probability. An extension ending in eos and ranked among
 the top K is a finished hypothesis; the K best others are the next open beams (the KV cache is
 reordered to follow them). A row stops when it has K finished hypotheses, or when no open beam
-can still beat its best finished one (whatever length it reaches up to ``max_new_tokens``). At
+can still beat its best finished one (whatever length it reaches up to its limit). At
 the length limit the open beams compete as they are. Rows that stop leave the batch, so a long
 straggler does not cost the whole batch. With K = 1 this is greedy decoding, token for token.
+The best hypotheses are kept on the device, so a step syncs with the host once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -58,23 +67,122 @@ def reorder_cache(cache: Any, index: torch.Tensor) -> None:
         cache.memo[key] = value.index_select(0, index)
 
 
+def length_penalties(n: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``length_penalty`` of each hypothesis length in ``n``, as float32."""
+    return ((5.0 + n.float()) / 6.0) ** alpha
+
+
+def ragged(
+    prompts: torch.Tensor, max_new_tokens: int | Sequence[int], lengths: Sequence[int] | None
+) -> tuple[list[int], list[int]]:
+    """Each row's prompt length (default: all of it) and its limit of new tokens, checked."""
+    B, P = prompts.shape
+    limits = (
+        [int(max_new_tokens)] * B
+        if isinstance(max_new_tokens, int)
+        else [int(m) for m in max_new_tokens]
+    )
+    sizes = [P] * B if lengths is None else [int(n) for n in lengths]
+    if len(limits) != B or len(sizes) != B:
+        raise ValueError(f"{len(limits)} limits and {len(sizes)} lengths for {B} prompts")
+    for m in limits:
+        if m < 1:
+            raise PosexpError(f"max_new_tokens must be a positive integer, got {m}")
+    for n in sizes:
+        if not 1 <= n <= P:
+            raise ValueError(f"prompt length {n} outside 1..{P}")
+    return sizes, limits
+
+
+@torch.no_grad()
+def sample_decode(
+    step: StepFn,
+    cache: Any,
+    prompts: torch.Tensor,
+    max_new_tokens: int | Sequence[int],
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    eos_id: int | None = None,
+    generator: torch.Generator | None = None,
+    lengths: Sequence[int] | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """Greedy or sampled continuations (B, n) of each row's prompt (its first ``lengths[r]``
+    tokens), eos after a row's end (0 past its limit when there is no eos)."""
+    B, P = prompts.shape
+    lengths, limits = ragged(prompts, max_new_tokens, lengths)
+    start = min(lengths)
+    forced = [n - start for n in lengths]  # prompt tokens each row still reads after the prefill
+    ends = [f + m for f, m in zip(forced, limits, strict=True)]  # the step of a row's last token
+    pad = eos_id if eos_id is not None else 0
+    forced_t = torch.tensor(forced, device=prompts.device)
+    end_t = torch.tensor(ends, device=prompts.device)
+    logits = step(prompts[:, :start], cache)
+    finished = torch.zeros(B, dtype=torch.bool, device=prompts.device)
+    fed = []
+    for s in range(1, max(ends) + 1):
+        token = sample(logits, temperature, top_k, generator)
+        reading = forced_t >= s
+        if s <= max(forced):
+            token = torch.where(reading, prompts[:, min(start + s - 1, P - 1)], token)
+        token = token.masked_fill(finished, pad)
+        if eos_id is not None:
+            finished |= (token == eos_id) & ~reading
+        finished |= end_t <= s
+        fed.append(token)
+        if on_step is not None:
+            on_step(sum(1 for f, e in zip(forced, ends, strict=True) if f < s <= e))
+        if s == max(ends) or bool(finished.all()):
+            break
+        logits = step(token[:, None], cache)
+    seq = torch.stack(fed, dim=1).cpu()
+    rows = [seq[r, f : f + m] for r, (f, m) in enumerate(zip(forced, limits, strict=True))]
+    out = torch.full((B, max(len(r) for r in rows)), pad, dtype=prompts.dtype)
+    for r, row in enumerate(rows):
+        out[r, : len(row)] = row
+    return out.to(prompts.device)
+
+
+def keep_better(
+    best: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    rows: torch.Tensor,
+    score: torch.Tensor,
+    seqs: torch.Tensor,
+    at: torch.Tensor,
+) -> None:
+    """Where ``score`` (n,) beats a row's best, make slot ``at`` of ``seqs`` (n, K, s) its best
+    hypothesis: in place, on the device, with no sync."""
+    best_score, best_seq, best_end = best
+    better = score > best_score[rows]
+    s = seqs.shape[2]
+    chosen = seqs[torch.arange(rows.numel(), device=rows.device), at]  # (n, s)
+    best_score[rows] = torch.where(better, score, best_score[rows])
+    best_seq[rows, :s] = torch.where(better[:, None], chosen, best_seq[rows, :s])
+    best_end[rows] = torch.where(better, s, best_end[rows])
+
+
 @torch.no_grad()
 def beam_search(
     step: StepFn,
     cache: Any,
     prompts: torch.Tensor,
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     beam_size: int = 4,
     alpha: float = 0.6,
     eos_id: int | None = None,
+    lengths: Sequence[int] | None = None,
+    on_step: Callable[[int], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best hypothesis per prompt row (B, n), eos-padded, and its score (B,); see module doc."""
+    """Best hypothesis (B, n), eos-padded, and its score (B,) for each row's prompt (its first
+    ``lengths[r]`` tokens); see the module doc. ``on_step(n)``: a step of n rows generating."""
     if beam_size < 1:
         raise PosexpError(f"beam size must be a positive integer, got {beam_size}")
-    if max_new_tokens < 1:
-        raise PosexpError(f"max_new_tokens must be a positive integer, got {max_new_tokens}")
-    B, K, device = prompts.shape[0], beam_size, prompts.device
-    logp = step(prompts, cache).float().log_softmax(-1)  # (B, V)
+    lengths, limits = ragged(prompts, max_new_tokens, lengths)
+    (B, P), K, device = prompts.shape, beam_size, prompts.device
+    start = min(lengths)
+    forced = [n - start for n in lengths]  # prompt tokens each row still reads after the prefill
+    width = max(f + m for f, m in zip(forced, limits, strict=True))
+    logp = step(prompts[:, :start], cache).float().log_softmax(-1)  # (B, V)
     V = logp.shape[-1]
     expand = torch.arange(B, device=device).repeat_interleave(K)
     reorder_cache(cache, expand)
@@ -82,54 +190,67 @@ def beam_search(
     # Only beam 0 of each row is live at the start, so the K beams do not start as K copies.
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    tokens = prompts.new_empty(B * K, 0)
+    tokens = prompts.new_empty(B * K, 0)  # per slot, every token fed since the prefill
+    forced_t, limit_t = (torch.tensor(x, device=device) for x in (forced, limits))
+    beams = torch.arange(K, device=device)
     rows = torch.arange(B, device=device)  # original row of each row still searching
-    best_score = torch.full((B,), float("-inf"), device=device)
-    best_tokens: list[torch.Tensor | None] = [None] * B
-    for t in range(1, max_new_tokens + 1):
+    alive = list(range(B))  # the same, known to the host without a sync
+    pad = eos_id if eos_id is not None else 0
+    best = (
+        torch.full((B,), float("-inf"), device=device),
+        prompts.new_full((B, width), pad),
+        torch.zeros(B, dtype=torch.long, device=device),
+    )
+    for s in range(1, width + 1):
         n = rows.numel()
+        t = s - forced_t[rows]  # hypothesis length after this step; <= 0: the row reads its prompt
+        reading = t <= 0
         cand = (scores.reshape(n * K, 1) + logp).reshape(n, K * V)
         top, flat = cand.topk(K, dim=1)  # sorted, best first
         origin, token = flat // V, flat % V
-        lp = length_penalty(t, alpha)
+        if s <= max(forced):
+            # A row still reading its prompt takes its next prompt token on every beam, unscored.
+            read = reading[:, None]
+            top = torch.where(read, scores, top)
+            origin = torch.where(read, beams, origin)
+            token = torch.where(read, prompts[rows, min(start + s - 1, P - 1)][:, None], token)
+        src = torch.arange(n, device=device)[:, None] * K + origin  # the slot each one extends
+        tokens = torch.cat((tokens.index_select(0, src.flatten()), token.reshape(-1, 1)), dim=1)
+        seqs = tokens.view(n, K, s)
+        lp = length_penalties(t.clamp(min=1), alpha)[:, None]
         if eos_id is not None:
             # An extension ending in eos is a finished hypothesis; its slot leaves the beam.
-            is_eos = (token == eos_id) & torch.isfinite(top)
+            is_eos = (token == eos_id) & torch.isfinite(top) & ~reading[:, None]
             row_best, at = torch.where(is_eos, top / lp, float("-inf")).max(1)
-            for r in (row_best > best_score[rows]).nonzero().flatten().tolist():
-                best_score[rows[r]] = row_best[r]
-                best_tokens[int(rows[r])] = torch.cat(
-                    (tokens[r * K + int(origin[r, at[r]])], token[r, at[r]].view(1))
-                )
+            keep_better(best, rows, row_best, seqs, at)
             top = top.masked_fill(is_eos, float("-inf"))
-        src = torch.arange(n, device=device)[:, None] * K + origin  # the beam each one extends
-        tokens = torch.cat((tokens.index_select(0, src.flatten()), token.reshape(-1, 1)), dim=1)
         scores = top
-        if t == max_new_tokens:
-            # Length limit: the open beams compete as they are.
-            open_score, at = (scores / lp).max(1)
-            for r in (open_score > best_score[rows]).nonzero().flatten().tolist():
-                best_score[rows[r]] = open_score[r]
-                best_tokens[int(rows[r])] = tokens[r * K + int(at[r])]
-            break
+        # Length limit: the open beams compete as they are.
+        at_limit = t >= limit_t[rows]
+        open_score, at = torch.where(at_limit[:, None], scores / lp, float("-inf")).max(1)
+        keep_better(best, rows, open_score, seqs, at)
         # The best an open beam can still reach: its log-prob sum can only fall, so divide by
-        # the largest penalty among the lengths it could stop at (t + 1 .. max_new_tokens).
-        bound = scores.max(1).values / max(
-            length_penalty(t + 1, alpha), length_penalty(max_new_tokens, alpha)
+        # the largest penalty among the lengths it could stop at (t + 1 .. its limit). A row
+        # still reading has no finished hypothesis (-inf), so it never stops here.
+        bound = scores.max(1).values / torch.maximum(
+            length_penalties(t + 1, alpha), length_penalties(limit_t[rows], alpha)
         )
-        done = best_score[rows] >= bound  # also true once every slot of the row has finished
-        if bool(done.all()):
+        done = at_limit | (best[0][rows] >= bound)  # also once every slot has finished
+        if on_step is not None:
+            on_step(sum(1 for r in alive if forced[r] < s))
+        left = (~done).nonzero().flatten()  # the step's one sync with the device
+        if left.numel() == 0:
             break
-        if bool(done.any()):
-            alive = (~done).nonzero().flatten()
-            rows, scores, src = rows[alive], scores[alive], src[alive]
-            tokens = tokens.view(n, K, t)[alive].reshape(-1, t)
+        if left.numel() < n:
+            alive = [alive[i] for i in left.tolist()]
+            rows, scores, src = rows[left], scores[left], src[left]
+            tokens = seqs[left].reshape(-1, s)
         reorder_cache(cache, src.flatten())
         logp = step(tokens[:, -1:], cache).float().log_softmax(-1)
-    width = max(int(tok.numel()) for tok in best_tokens if tok is not None)
-    pad = eos_id if eos_id is not None else 0
-    out = prompts.new_full((B, width), pad)
-    for r, tok in enumerate(best_tokens):
-        if tok is not None:
-            out[r, : tok.numel()] = tok
-    return out, best_score
+    # Each row's hypothesis, without the prompt tokens it read after the prefill.
+    seq, end = best[1].cpu(), best[2].tolist()
+    hyps = [seq[r, forced[r] : max(end[r], forced[r])] for r in range(B)]
+    out = torch.full((B, max(h.numel() for h in hyps)), pad, dtype=prompts.dtype)
+    for r, hyp in enumerate(hyps):
+        out[r, : hyp.numel()] = hyp
+    return out.to(device), best[0]

@@ -1,21 +1,20 @@
 """Batched generation over prompts of any lengths, with a KV cache and no padding.
 
-``model.generate`` continues a batch of EQUAL-length prompts. Here prompts are grouped by exact
-length (sorted, then cut into chunks of ``batch_size``), so no row ever holds padding: every
-row's positions start at 0 exactly as in training, and nothing needs a key-padding mask. Results
-come back in the caller's order. Greedy (temperature 0) output is a pure function of the model
-and the prompts; sampling is reproducible from ``generator``. ``beam_size`` > 1 decodes each
-prompt by beam search (posexp/model/decoding.py) with GNMT's length penalty.
+Prompts are sorted by length and cut into batches of ``batch_size``; within a batch, rows of
+different lengths decode together without padding (posexp/model/decoding.py: each row reads the
+rest of its prompt while the batch advances), so every row's positions start at 0 exactly as in
+training, and nothing needs a key-padding mask. Results come back in the caller's order. Greedy
+(temperature 0) output is a pure function of the model and the prompts; sampling is
+reproducible from ``generator``. ``beam_size`` > 1 decodes each prompt by beam search with
+GNMT's length penalty.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,9 +42,8 @@ def generate_ids(
 ) -> list[list[int]]:
     """Continuations of each prompt (eos and anything after it removed), in the prompts' order.
 
-    ``max_new_tokens`` is one limit for all, or one per prompt (prompts of the same length are
-    decoded together up to the largest limit among them and cut to their own). ``on_step(n)``
-    hears of every decoding step of a batch of ``n`` rows.
+    ``max_new_tokens`` is one limit for all, or one per prompt (a prompt whose limit is 0 or
+    less gets nothing). ``on_step(n)`` hears of every decoding step of ``n`` rows generating.
     """
     if not math.isfinite(temperature) or temperature < 0:
         raise PosexpError(f"temperature must be a finite number >= 0, got {temperature}")
@@ -74,37 +72,36 @@ def generate_ids(
             raise PosexpError("empty prompt; give at least one token of text")
     was_training = model.training
     model.eval()
-    by_length: dict[int, list[int]] = defaultdict(list)
-    for i, p in enumerate(prompts):
-        by_length[len(p)].append(i)
     out: list[list[int]] = [[] for _ in prompts]
+    # Sorted by length, so a batch's rows differ little in how much prompt they still read.
+    order = sorted((i for i in range(len(prompts)) if limits[i] > 0), key=lambda i: len(prompts[i]))
     try:
-        for length in sorted(by_length):
-            group = by_length[length]
-            for start in range(0, len(group), batch_size):
-                rows = group[start : start + batch_size]
-                n_new = max(limits[i] for i in rows)
-                if n_new <= 0:
-                    continue
-                x = torch.tensor([list(prompts[i]) for i in rows], dtype=torch.long, device=device)
-                with autocast() if autocast is not None else contextlib.nullcontext():
-                    hook = None if on_step is None else functools.partial(on_step, len(rows))
-                    new = model.generate(
-                        x,
-                        n_new,
-                        temperature=temperature,
-                        top_k=top_k,
-                        eos_id=eos_id,
-                        generator=generator,
-                        beam_size=beam_size,
-                        length_penalty=length_penalty,
-                        on_step=hook,
-                    )
-                for r, i in enumerate(rows):
-                    ids = new[r, : limits[i]].tolist()
-                    if eos_id is not None and eos_id in ids:
-                        ids = ids[: ids.index(eos_id)]
-                    out[i] = ids
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            width = max(len(prompts[i]) for i in rows)
+            x = torch.tensor(
+                [[*prompts[i], *[0] * (width - len(prompts[i]))] for i in rows],
+                dtype=torch.long,
+                device=device,
+            )
+            with autocast() if autocast is not None else contextlib.nullcontext():
+                new = model.generate(
+                    x,
+                    [limits[i] for i in rows],
+                    temperature=temperature,
+                    top_k=top_k,
+                    eos_id=eos_id,
+                    generator=generator,
+                    beam_size=beam_size,
+                    length_penalty=length_penalty,
+                    on_step=on_step,
+                    lengths=[len(prompts[i]) for i in rows],
+                )
+            for i, row in zip(rows, new.tolist(), strict=True):
+                ids = row[: limits[i]]
+                if eos_id is not None and eos_id in ids:
+                    ids = ids[: ids.index(eos_id)]
+                out[i] = ids
     finally:
         model.train(was_training)
     return out

@@ -7,7 +7,7 @@ Reads top to bottom: config, attention, MLP, block, model, generation. The model
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
 from posexp.kernels import flex
 from posexp.model.attention import attend
-from posexp.model.decoding import beam_search, sample
+from posexp.model.decoding import beam_search, sample_decode
 from posexp.pe import (
     LogitTerm,
     PEContext,
@@ -334,18 +334,20 @@ class GPT(nn.Module):
     def generate(
         self,
         prompts: torch.Tensor,
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float = 0.0,
         top_k: int | None = None,
         eos_id: int | None = None,
         generator: torch.Generator | None = None,
         beam_size: int = 1,
         length_penalty: float = 0.6,
-        on_step: Callable[[], None] | None = None,
+        on_step: Callable[[int], None] | None = None,
+        lengths: Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Continue equal-length prompts (B, T) with a KV cache: greedy, sampled or beam search.
+        """Continue prompts (B, P), row r's being its first ``lengths[r]`` tokens (default all),
+        with a KV cache: greedy, sampled or beam search (posexp/model/decoding.py).
 
-        ``on_step`` is called once per decoding step (a progress display's hook).
+        ``on_step(n)`` hears of each decoding step of n rows (a progress display's hook).
         """
         if beam_size > 1:
             if temperature > 0:
@@ -354,42 +356,45 @@ class GPT(nn.Module):
                     f"with temperature {temperature} (use temperature 0)"
                 )
             return self.beam_search(
-                prompts, max_new_tokens, beam_size, length_penalty, eos_id, on_step
+                prompts, max_new_tokens, beam_size, length_penalty, eos_id, on_step, lengths
             )[0]
-        cache = self.new_cache()
-        logits = self(prompts, cache=cache)["logits"][:, -1]
-        out = []
-        finished = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
-        for _ in range(max_new_tokens):
-            token = sample(logits, temperature, top_k, generator)
-            if eos_id is not None:
-                token = token.masked_fill(finished, eos_id)
-                finished |= token == eos_id
-            out.append(token)
-            if on_step is not None:
-                on_step()
-            if len(out) == max_new_tokens or (eos_id is not None and bool(finished.all())):
-                break
-            logits = self(token[:, None], cache=cache)["logits"][:, -1]
-        return torch.stack(out, dim=1) if out else prompts.new_empty(prompts.shape[0], 0)
+        return sample_decode(
+            self.step,
+            self.new_cache(),
+            prompts,
+            max_new_tokens,
+            temperature,
+            top_k,
+            eos_id,
+            generator,
+            lengths,
+            on_step,
+        )
+
+    def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Next-token logits (B, V) after ``tokens`` (B, T), extending ``cache``."""
+        return self(tokens, cache=cache)["logits"][:, -1]
 
     @torch.no_grad()
     def beam_search(
         self,
         prompts: torch.Tensor,
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         beam_size: int = 4,
         length_penalty: float = 0.6,
         eos_id: int | None = None,
-        on_step: Callable[[], None] | None = None,
+        on_step: Callable[[int], None] | None = None,
+        lengths: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Best beam-search hypothesis per row (eos-padded) and its score (posexp/model/decoding.py)."""
-
-        def step(tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
-            if on_step is not None and cache.length:  # the prompt's pass is not a decoding step
-                on_step()
-            return self(tokens, cache=cache)["logits"][:, -1]
-
         return beam_search(
-            step, self.new_cache(), prompts, max_new_tokens, beam_size, length_penalty, eos_id
+            self.step,
+            self.new_cache(),
+            prompts,
+            max_new_tokens,
+            beam_size,
+            length_penalty,
+            eos_id,
+            lengths,
+            on_step,
         )
