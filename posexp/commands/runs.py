@@ -15,6 +15,7 @@ from typing import Any
 from posexp.checkpoint import CHECKPOINT
 from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
+from posexp.commands.report.views.findings import job_pe
 from posexp.errors import PosexpError, UnreadableFile
 from posexp.labels import extension_text
 from posexp.rundir import HYDRA, RESULTS, RunDir
@@ -26,6 +27,7 @@ FIELDS = (
     "model",
     "seq_len",
     "pe",
+    "pe_label",
     "heads",
     "extension",
     "factor",
@@ -48,7 +50,7 @@ COLUMNS = (
     ("data", ("data",)),
     ("model", ("model",)),
     ("seq", ("seq_len",)),
-    ("pe", ("pe",)),
+    ("pe", ("pe_label",)),
     ("h", ("heads",)),
     ("ext", ("extension", "factor")),
     ("parent", ("parent",)),
@@ -155,6 +157,8 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         "model": cfg.model.name if cfg else None,
         "seq_len": cfg.train.seq_len if cfg else None,
         "pe": job.pe,
+        # How reports name it: a layered run by its pattern, PaTH with a forget gate as PaTH-FoX.
+        "pe_label": job_pe(job).label,
         "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": method,
         "factor": None if method == "none" else ext.get("factor"),

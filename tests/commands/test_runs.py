@@ -14,7 +14,17 @@ from tests.helpers import run_config
 
 
 def make_run(
-    path, pe, heads, step, total, results=None, minutes=None, hour=0, extension=None, parent=None
+    path,
+    pe,
+    heads,
+    step,
+    total,
+    results=None,
+    minutes=None,
+    hour=0,
+    extension=None,
+    parent=None,
+    overrides=(),
 ):
     mcfg = ModelConfig(
         vocab_size=20,
@@ -26,7 +36,7 @@ def make_run(
     )
     # Quoted: a parent named like a sweep job (`pe=rope,seed=0`) is one value, not a list.
     extra = [] if parent is None else [f"parent='{parent}'"]
-    config = run_config(f"heads={heads}", f"train.max_steps={total}", *extra).to_dict()
+    config = run_config(f"heads={heads}", f"train.max_steps={total}", *extra, *overrides).to_dict()
     save_checkpoint(path, GPT(mcfg), {"step": step, "model": mcfg.to_dict(), "config": config})
     if results is not None:
         (path / "results.json").write_text(json.dumps(results))
@@ -58,6 +68,7 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
         "model": "small",
         "seq_len": 256,
         "pe": "rope",
+        "pe_label": "RoPE",
         "heads": 2,
         "extension": "none",
         "factor": None,
@@ -323,3 +334,14 @@ def test_runs_with_no_runs_yet_is_an_empty_list_not_an_error(tmp_path):
             text.exit_code == 0
             and text.output.strip() == "no runs yet (train one with `posexp train`)"
         )
+
+
+def test_runs_name_a_layered_run_by_its_pattern(tmp_path):
+    # The JSON keeps the registered name for scripts; the table shows what reports call it.
+    make_run(tmp_path / "irope", "layered", 2, 5, 5, overrides=("pe=irope", "model=small"))
+    result = CliRunner().invoke(app, ["runs", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["pe"] == "layered" and row["pe_label"].startswith("rope*3+none")
+    table = CliRunner().invoke(app, ["runs", str(tmp_path)], terminal_width=200)
+    assert "rope*3+none" in table.output
