@@ -67,6 +67,7 @@ def child(
 ) -> dict:
     """One measurement point (runs in its own process)."""
     import torch
+    from bench_models import pe_setting
 
     from posexp.extension import ExtensionConfig
     from posexp.model import GPT, ModelConfig
@@ -88,7 +89,8 @@ def child(
                 d_model=d_model,
                 n_layers=n_layers,
                 n_heads=heads,
-                pe=pe,
+                pe=pe_setting(pe)[0],
+                pe_params=pe_setting(pe)[1],
                 train_length=l0,
                 extension=extension,
                 attention=backend or "auto",

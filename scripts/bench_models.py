@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -197,6 +198,25 @@ def training_step(
 def posexp_model(cfg: ModelConfig, seq_len: int) -> nn.Module:
     """posexp's GPT for ``cfg``."""
     return GPT(cfg)
+
+
+def pe_setting(spec: str) -> tuple[str, dict[str, Any]]:
+    """A registered encoding's name and no settings, or for a preset of ``configs/pe/`` that is
+    not a registered name (``irope``, a layered pattern) the name and settings it composes to."""
+    from posexp.pe import PE_REGISTRY
+
+    if spec in PE_REGISTRY:
+        return spec, {}
+    from hydra import compose, initialize_config_dir
+
+    from posexp.config import from_composed
+    from posexp.paths import config_dir
+
+    if not (Path(config_dir()) / "pe" / f"{spec}.yaml").is_file():
+        raise SystemExit(f"unknown pe {spec!r}: neither registered nor a configs/pe/ preset")
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        run = from_composed(compose("train", [f"pe={spec}", "model=small"]))
+    return run.pe.name, dict(run.pe.params)
 
 
 # Kinds of work a profiled step's time is sorted into: the first kind whose marker is in an

@@ -36,7 +36,15 @@ import time
 from pathlib import Path
 
 import torch
-from bench_models import PEERS, Step, missing_package, plain_model, profile_step, training_step
+from bench_models import (
+    PEERS,
+    Step,
+    missing_package,
+    pe_setting,
+    plain_model,
+    profile_step,
+    training_step,
+)
 
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
@@ -288,7 +296,11 @@ def main() -> None:
     )
     p.add_argument("--model", default="small", choices=sorted(SIZES))
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--pe", default="learned,rope", help="posexp PEs (comma-separated), or all")
+    p.add_argument(
+        "--pe",
+        default="learned,rope",
+        help="posexp PEs or configs/pe presets such as irope (comma-separated), or all",
+    )
     p.add_argument("--peers", default=",".join(PEERS), help=f"of {', '.join(PEERS)}; '' none")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=32)
@@ -319,7 +331,8 @@ def main() -> None:
             d_model=d_model,
             n_layers=n_layers,
             n_heads=args.heads,
-            pe=pe,
+            pe=pe_setting(pe)[0],
+            pe_params=pe_setting(pe)[1],
             train_length=args.seq_len,
         )
         for pe in pes

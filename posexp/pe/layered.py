@@ -198,10 +198,17 @@ class Layered(PositionalEncoding):
 
     @classmethod
     def label_for(cls, params: dict[str, Any]) -> str:
-        """The pattern, and its chunk if any: ``rope*3+none (chunk 64)``."""
+        """The pattern and what else makes runs differ (chunk, query temperature and its floor
+        scale when set): ``rope*3+none (chunk 64, temperature 0.1)``."""
         text = pattern_text(params.get("layers", DEFAULT_LAYERS))
-        chunk = params.get("chunk")
-        return f"{text} (chunk {chunk})" if chunk else text
+        extras = [
+            f"{word} {params[key]:g}"
+            for key, word in (("chunk", "chunk"), ("temperature", "temperature"))
+            if params.get(key)
+        ]
+        if params.get("temperature") and params.get("floor_scale"):
+            extras.append(f"floor {params['floor_scale']:g}")
+        return f"{text} ({', '.join(extras)})" if extras else text
 
     @classmethod
     def accepted(cls) -> frozenset[str]:

@@ -345,6 +345,16 @@ def test_reports_name_a_layered_run_by_its_pattern_and_chunk():
 
     irope = describe_pe("layered", params={"layers": ["rope", "rope", "rope", "none"], "chunk": 64})
     assert irope.label == "rope*3+none (chunk 64)"
+    # The query temperature (and its floor scale) make another method: another column.
+    pattern = ["rope", "rope", "rope", "none"]
+    tempered = describe_pe("layered", params={"layers": pattern, "chunk": 64, "temperature": 0.1})
+    assert tempered.label == "rope*3+none (chunk 64, temperature 0.1)"
+    floored = {"layers": pattern, "temperature": 0.1, "floor_scale": 128}
+    assert (
+        describe_pe("layered", params=floored).label == "rope*3+none (temperature 0.1, floor 128)"
+    )
+    off = {"layers": pattern, "temperature": 0.0, "floor_scale": 128}  # no temperature: no floor
+    assert describe_pe("layered", params=off).label == "rope*3+none"
     other = describe_pe("layered", params={"layers": "alibi+none", "chunk": None})
     assert other.label == "alibi+none" and other != irope  # two patterns, two report columns
     assert describe_pe("layered").label == "Layered"
