@@ -12,7 +12,11 @@ data=ruler, data=passkey, ...) with the same extension method, factor and number
   (``train.pose.enabled=true``; Zhu et al. 2023).
 
 Each fine-tune runs as its own process, timed, with its peak resident memory read from the OS
-(``wait4``). Then ``posexp eval-extrapolate --method baked`` scores each at the parent's test
+(``wait4``). Most of that is the process itself (Python, torch, the data), so the script also
+measures what one training step needs: a fresh process builds the parent's model, resets the
+kernel's resident-set high-water mark (``/proc/self/clear_refs``), runs a forward and backward
+pass on a batch of the variant's rows (the parent's batch size; PoSE: L0 tokens, full: the
+target), and reports the high-water mark's growth (``step MiB``). Then ``posexp eval-extrapolate --method baked`` scores each at the parent's test
 lengths, beside the parent zero-shot with the same method. ``<out>/pose_vs_full.md`` and
 ``.csv``: the score at each length (mean ± sample std over seeds, averaged over tasks and
 depths), wall time and peak memory per variant. A rerun skips what finished.
@@ -45,6 +49,37 @@ def run(args: list[str], threads: int) -> tuple[float, float]:
     return time.monotonic() - start, usage.ru_maxrss / 1024  # Linux: kilobytes
 
 
+def step_memory_child(run_dir: str, tokens: int, batch: int) -> None:
+    """In a fresh process: print the MiB one training step on (batch, tokens) rows adds to the
+    resident-set high-water mark of a process holding the run's model."""
+    import re
+
+    import torch
+
+    from posexp.rundir import RunDir
+
+    def kib(field: str) -> int:
+        text = Path("/proc/self/status").read_text()
+        return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M).group(1))
+
+    model = RunDir(Path(run_dir)).load_model("cpu").train()
+    x = torch.randint(0, model.cfg.vocab_size, (batch, tokens))
+    Path("/proc/self/clear_refs").write_text("5")  # the high-water mark starts again here
+    base = kib("VmRSS")
+    model(x, x)["loss"].backward()
+    print(json.dumps({"step_mib": (kib("VmHWM") - base) / 1024}))
+
+
+def step_memory(run_dir: Path, tokens: int, batch: int, threads: int) -> float:
+    """``step_memory_child`` in its own interpreter; its MiB."""
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    cmd = [sys.executable, __file__, "--step-memory", str(run_dir), str(tokens), str(batch)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["step_mib"])
+
+
 def finished(run_dir: Path) -> bool:
     """True when ``run_dir`` completed training."""
     from posexp.rundir import RunDir
@@ -74,8 +109,8 @@ def spread(values: list[float], digits: int) -> str:
 def main() -> None:
     """Parse options, fine-tune both ways per seed, evaluate, write the comparison."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parent", type=Path, required=True, help="the synthetic-task run to extend")
-    p.add_argument("--out", type=Path, required=True, help="folder for the fine-tunes")
+    p.add_argument("--parent", type=Path, help="the synthetic-task run to extend (required)")
+    p.add_argument("--out", type=Path, help="folder for the fine-tunes (required)")
     p.add_argument("--method", default="yarn", help="extension method baked into both")
     p.add_argument("--factor", type=float, default=2.0, help="target length / L0")
     p.add_argument("--steps", type=int, default=500, help="fine-tune steps of each")
@@ -83,7 +118,14 @@ def main() -> None:
     p.add_argument("--seeds", default="0,1,2", help="fine-tune seeds")
     p.add_argument("--threads", type=int, default=2, help="torch threads per command")
     p.add_argument("--lengths", default=None, help="sizes to score (default: parent's)")
+    p.add_argument("--step-memory", nargs=3, help=argparse.SUPPRESS)  # RUN TOKENS BATCH
     a = p.parse_args()
+    if a.step_memory:
+        run_dir, tokens, batch = a.step_memory
+        step_memory_child(run_dir, int(tokens), int(batch))
+        return
+    if a.parent is None or a.out is None:
+        p.error("--parent and --out are required")
 
     from posexp.data.synthetic import make_data
     from posexp.rundir import RunDir
@@ -132,17 +174,24 @@ def main() -> None:
     )
     zero_shot, zero_ppl = scores(a.parent, a.method), scores(a.parent, a.method, "ppl")
 
+    # One training step's memory on each variant's rows (the parent's weights: same shapes).
+    batch = cfg.train.batch_size
+    step_mib = {
+        "full": step_memory(a.parent, target, batch, a.threads),
+        "pose": step_memory(a.parent, l0, batch, a.threads),
+    }
     sizes = sorted({n for _, _, s, _ in rows for n in s})
     context = {n: data.task.row_tokens(n) for n in sizes}
     at = [f"{context[n]:,} ({context[n] / l0:.3g}×)" for n in sizes]
     header = ["variant", "rows trained (tokens)", *at, *(f"answer ppl, {x}" for x in at)]
-    header += ["time (s)", "peak memory (MiB)"]
+    header += ["time (s)", "peak memory (MiB)", f"step MiB (batch {batch})"]
     table = [
         [
             "zero-shot (no fine-tune)",
             "—",
             *(f"{zero_shot.get(n, float('nan')):.2f}" for n in sizes),
             *(f"{zero_ppl.get(n, float('nan')):.2f}" for n in sizes),
+            "—",
             "—",
             "—",
         ]
@@ -154,7 +203,16 @@ def main() -> None:
         cells = [spread([s[n] for s in per_seed if n in s], 2) for n in sizes]
         cells += [spread([q[n] for q in ppls if n in q], 2) for n in sizes]
         secs, mibs = zip(*cost[name], strict=True)
-        table.append([name, widths[name], *cells, spread(list(secs), 0), spread(list(mibs), 0)])
+        table.append(
+            [
+                name,
+                widths[name],
+                *cells,
+                spread(list(secs), 0),
+                spread(list(mibs), 0),
+                f"{step_mib[name]:.0f}",
+            ]
+        )
     with open(a.out / "pose_vs_full.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", "seed", *(context[n] for n in sizes)])
