@@ -1,4 +1,6 @@
-"""FlexAttention against the explicit-bias SDPA path, for every bias PE: outputs and gradients.
+"""FlexAttention against the explicit-bias SDPA path, for every bias PE: outputs and gradients;
+and FoX's forget-gate kernel against its SDPA path (outputs, and on a GPU the gradients of q, k,
+v and the running sum c: what must hold before FoX trains on it).
 
     python scripts/flex_parity.py --device cuda     # forward and backward (a GPU trains on flex)
     python scripts/flex_parity.py                   # CPU: forward only (no CPU backward for flex)
@@ -60,12 +62,46 @@ def flex_parity(
     return rows
 
 
+def gate_parity(device_name: str = "cpu", length: int = 300) -> dict[str, Any]:
+    """FoX's forget gate: max |Δ| of ``flex_gated_attention`` against ``gated_attention`` (SDPA
+    with the bias), and of their gradients where the device has a FlexAttention backward."""
+    import torch
+    import torch.nn.functional as F
+
+    from posexp.kernels import flex
+    from posexp.pe.fox import gated_attention, running_log_forget
+
+    device = torch.device(device_name)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, length, 32, device=device) for _ in range(3))
+    log_f = F.logsigmoid(torch.randn(2, 4, length, device=device) + 2)
+    backward = device.type == "cuda"
+    inputs = [t.requires_grad_(backward) for t in (q, k, v, log_f)]
+    c, _ = running_log_forget(inputs[3], None)
+    positions = torch.arange(length, device=device)
+    with torch.set_grad_enabled(backward):
+        got = flex.flex_gated_attention(q, k, v, c)
+        want, _ = gated_attention(q, k, v, c, c, positions, positions)
+    row: dict[str, Any] = {"pe": "fox (gate kernel)", "device": device.type, "length": length}
+    if got is None:
+        return {**row, "error": flex._broken.get("gate", "not run")}
+    row["out_max_abs_diff"] = float((got - want).detach().abs().max())
+    if backward:
+        grads_got = torch.autograd.grad(got.square().sum(), inputs)
+        grads_want = torch.autograd.grad(want.square().sum(), inputs)
+        row["grad_max_abs_diff"] = max(
+            float((a - b).abs().max()) for a, b in zip(grads_got, grads_want, strict=True)
+        )
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--length", type=int, default=300)
     args = p.parse_args()
-    print(json.dumps(flex_parity(args.device, args.length), indent=2))
+    rows = [*flex_parity(args.device, args.length), gate_parity(args.device, args.length)]
+    print(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -224,12 +224,14 @@ def part_torchrun(c: Check) -> dict[str, Any]:
 
 
 def part_flex(c: Check) -> dict[str, Any]:
-    """FlexAttention against SDPA with an explicit bias, per bias PE (scripts/flex_parity.py)."""
-    from flex_parity import flex_parity
+    """FlexAttention against SDPA with an explicit bias, per bias PE, and FoX's forget-gate
+    kernel with its gradients (scripts/flex_parity.py)."""
+    from flex_parity import flex_parity, gate_parity
 
     if c.smoke:  # one PE shows the part works; tests/test_flex.py holds every PE to SDPA
-        return {"rows": flex_parity(c.sizes.device, length=150, pes=("alibi",))}
-    return {"rows": flex_parity(c.sizes.device, length=300)}
+        rows = flex_parity(c.sizes.device, length=150, pes=("alibi",))
+        return {"rows": [*rows, gate_parity(c.sizes.device, length=150)]}
+    return {"rows": [*flex_parity(c.sizes.device, length=300), gate_parity(c.sizes.device, 300)]}
 
 
 def posexp_popen(c: Check, *args: str) -> subprocess.Popen:

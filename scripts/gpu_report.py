@@ -34,13 +34,20 @@ def _eval(r: dict[str, Any]) -> list[str]:
 
 
 def _flex(r: dict[str, Any]) -> list[str]:
+    # A bias PE's row compares the model's logits; FoX's gate row the kernel's output alone.
+    def generation(x: dict[str, Any]) -> str:
+        if "generation_equal" not in x:
+            return "–"
+        return "equal" if x["generation_equal"] else "DIFFERS"
+
     return [
-        "| pe | device | length | flex trains | max Δ logits | max Δ grads | generation |",
+        "| pe | device | length | flex trains | max Δ logits (gate: output) | max Δ grads "
+        "| generation |",
         "|---|---|---:|---|---:|---:|---|",
     ] + [
-        f"| {x['pe']} | {x['device']} | {x['length']} | {x['flex_trains']} "
-        f"| {x['logits_max_abs_diff']:.1e} | {_f(x.get('grad_max_abs_diff'), '.1e')} "
-        f"| {'equal' if x['generation_equal'] else 'DIFFERS'} |"
+        f"| {x['pe']} | {x['device']} | {x['length']} | {x.get('flex_trains', '–')} "
+        f"| {_f(x.get('logits_max_abs_diff', x.get('out_max_abs_diff')), '.1e')} "
+        f"| {_f(x.get('grad_max_abs_diff'), '.1e')} | {x.get('error') or generation(x)} |"
         for x in r["rows"]
     ]
 

@@ -174,7 +174,7 @@ def test_the_causal_block_mask_needs_no_dense_mask():
 def test_a_call_that_compiles_is_announced_and_timed_apart(monkeypatch, caplog):
     graphs = iter([0, 1, 1, 1])  # the first call compiles one graph, the second none
     monkeypatch.setattr(flex, "_graphs_compiled", lambda: next(graphs))
-    monkeypatch.setattr(flex, "_compiled", lambda: lambda q, k, v, **kw: q)
+    monkeypatch.setattr(flex, "_compiled", lambda kind="bias": lambda q, k, v, **kw: q)
     monkeypatch.setattr(flex, "_compile_seconds", [0.0])
     q = torch.zeros(1, 1, 4, 8)
     with caplog.at_level("INFO", logger="posexp"):

@@ -234,7 +234,9 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         shape = (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length)
-        self.pe = build_pe(cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers), **cfg.pe_params)
+        self.pe = build_pe(
+            cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers, cfg.attention), **cfg.pe_params
+        )
         plan = cfg.extension.attention_plan()  # training-free methods only, else None
         # A composition (iRoPE) applies the method in the layers whose encoding takes it.
         self.blocks = nn.ModuleList(

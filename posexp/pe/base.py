@@ -77,6 +77,9 @@ class PEContext:
     # Checked where it was built; a null original_length becomes the training length here.
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     n_layers: int = 1  # encodings with per-layer parameters or patterns (``layer``) need it
+    # The model's attention backend (auto, flex, sdpa): what an encoding with attention of its
+    # own (FoX) may run, as posexp.kernels.flex.use_flex decides for the position biases.
+    attention: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):

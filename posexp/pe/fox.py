@@ -10,10 +10,13 @@ The bias b_h starts from a time scale T_h, log-spaced over heads between ``pe.ti
 and ``pe.time_scale_max`` (null: the training length): b_h = −log(expm1(1/T_h)), so that
 σ(b_h) = exp(−1/T_h) and a head with zero input forgets over about T_h tokens.
 
-SDPA adds the bias one chunk of queries at a time, so memory stays O(chunk × L) at any length;
-with a KV cache the running sum c is cached with the keys. (A FlexAttention score_mod reading c
-matched SDPA, but compiling it beside the position-bias kernels failed in a clean test process
-and switched FlexAttention off for the whole process, so it is not used.)
+Evaluating one sequence from its start of 1,024 tokens or more on the CPU (without gradients;
+not with ``attention=sdpa``), the bias is added inside FlexAttention's kernel by a score_mod
+reading c (``posexp.kernels.flex.use_gate_flex``): one compilation serves every length. Elsewhere
+(training, short sequences, decoding steps, a GPU for now), SDPA adds it one chunk of queries at
+a time, so memory stays O(chunk × L) at any length; with a KV cache the running sum c is cached
+with the keys. The gate's kernel is compiled apart from the position biases': if it fails to
+compile, FoX alone falls back to SDPA.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 
 from posexp import checks
 from posexp.errors import PosexpError, choose
+from posexp.kernels import flex
 from posexp.pe.base import (
     LogitTerm,
     PEContext,
@@ -139,6 +143,12 @@ class FoXLayer(PositionalEncoding):
         c_q, c_k = running_log_forget(self.gate(x), cache)
         if cache is not None:
             k, v = append_cached(cache, "k", k), append_cached(cache, "v", v)
+        # One sequence from its start (nothing cached before): FlexAttention where it pays.
+        whole = q.shape[2] == k.shape[2] > 1 and q_pos.dim() == 1 and not need_weights
+        if whole and flex.use_gate_flex(self.ctx.attention, q):
+            y = flex.flex_gated_attention(q, k, v, c_q)
+            if y is not None:  # None: compiling failed, SDPA below
+                return y, None
         return gated_attention(q, k, v, c_q, c_k, q_pos, k_pos, need_weights)
 
 

@@ -100,3 +100,58 @@ def test_each_layer_has_its_own_gate_in_the_model():
 def test_bad_settings_are_one_line_errors(params, message):
     with pytest.raises(PosexpError, match=message.replace("(", r"\(").replace(")", r"\)")):
         fox(**params)
+
+
+@pytest.mark.parametrize("length,d", [(40, 16), (40, 8), (200, 32)])
+def test_flexattention_forget_gate_equals_the_written_out_softmax(length, d):
+    # The kernel path of one sequence from its start (lengths under 128 are padded on the CPU).
+    from posexp.kernels import flex
+
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(2, 3, length, d) for _ in range(3))
+    c, _ = running_log_forget(torch.nn.functional.logsigmoid(torch.randn(2, 3, length)), None)
+    got = flex.flex_gated_attention(q, k, v, c)
+    assert got is not None, flex._broken
+    expected = explicit_fox(q, k, v, c[..., :, None] - c[..., None, :])
+    assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-5)
+
+
+def fox_model(attention: str) -> GPT:
+    torch.manual_seed(3)
+    cfg = ModelConfig(
+        vocab_size=40, d_model=32, n_layers=2, n_heads=2, pe="fox", attention=attention
+    )
+    return GPT(cfg).eval()
+
+
+def test_the_model_takes_flexattention_for_long_sequences_and_agrees_with_sdpa(monkeypatch):
+    from posexp.kernels import flex
+
+    calls = []
+    real = flex.flex_gated_attention
+    monkeypatch.setattr(flex, "flex_gated_attention", lambda *a: calls.append(1) or real(*a))
+    auto, sdpa = fox_model("auto"), fox_model("sdpa")
+    long = torch.randint(0, 40, (2, flex.GATE_MIN_CPU + 6))
+    with torch.no_grad():
+        a, b = auto(long)["logits"], sdpa(long)["logits"]
+        assert len(calls) == 2  # one per layer: a whole sequence, no gradient, long enough
+        assert torch.allclose(a, b, atol=1e-5)
+        calls.clear()
+        auto(long[:, :100])  # short: SDPA is as fast
+        assert calls == []
+    auto(long)["logits"].sum().backward()  # training keeps SDPA (no CPU backward)
+    assert calls == []
+
+
+def test_a_forget_gate_kernel_that_fails_to_compile_leaves_the_position_biases_on_flex(
+    monkeypatch,
+):
+    from posexp.kernels import flex
+
+    monkeypatch.setattr(flex, "_broken", {"gate": "CppCompileError: simulated"})
+    cpu = torch.device("cpu")
+    assert not flex.use_flex("auto", cpu, False, 0.0, kind="gate")
+    assert flex.use_flex("auto", cpu, False, 0.0, kind="bias")
+    x = torch.randint(0, 40, (1, 30))
+    with torch.no_grad():  # FoX falls back to SDPA with its bias, same numbers
+        assert torch.allclose(fox_model("auto")(x)["logits"], fox_model("sdpa")(x)["logits"])

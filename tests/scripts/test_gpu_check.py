@@ -34,9 +34,11 @@ def test_smoke_run_writes_every_part(tmp_path):
         "deterministic",
         "ablation",
     ]
-    assert [row["pe"] for row in parts["flex"]["result"]["rows"]] == ["alibi"]  # smoke: one PE
-    for row in parts["flex"]["result"]["rows"]:  # CPU: forward only (no flex backward there)
-        assert row["logits_max_abs_diff"] < 1e-4 and row["generation_equal"], row
+    bias_row, gate_row = parts["flex"]["result"]["rows"]  # smoke: one bias PE, and FoX's gate
+    assert bias_row["pe"] == "alibi" and gate_row["pe"] == "fox (gate kernel)"
+    # CPU: forward only (no flex backward there)
+    assert bias_row["logits_max_abs_diff"] < 1e-4 and bias_row["generation_equal"], bias_row
+    assert gate_row["out_max_abs_diff"] < 1e-4 and "grad_max_abs_diff" not in gate_row, gate_row
     train = parts["train"]["result"]
     assert train["tokens_per_s"] > 0 and 0 < train["mfu"] < 1.5
     assert "flash_attention_for_cpu" in train["sdpa_kernel"] or "math" in train["sdpa_kernel"]
