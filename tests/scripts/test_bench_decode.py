@@ -3,21 +3,11 @@ decoding steps than one batch per length."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_decode.py"
-
-
-def load():
-    spec = importlib.util.spec_from_file_location("bench_decode", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_script
 
 
 def test_ragged_batches_take_fewer_steps_than_one_batch_per_length():
-    bench = load()
+    bench = load_script("bench_decode")
     result = bench.worker(bench.parse_args(["--smoke", "--threads", "1"]))
     assert result["lengths"] > 1
     assert 0 < result["ragged_steps"] < result["by_length_steps"]
@@ -25,7 +15,7 @@ def test_ragged_batches_take_fewer_steps_than_one_batch_per_length():
 
 
 def test_prompt_lengths_are_seeded_and_within_bounds():
-    bench = load()
+    bench = load_script("bench_decode")
     a, b = bench.prompt_lengths(200, 2, 100), bench.prompt_lengths(200, 2, 100)
     assert a == b and min(a) >= 4 and max(a) <= 100
     assert 20 <= sorted(a)[100] <= 45  # the median near 30 tokens, as documented

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "passkey.py"
+from tests.helpers import load_script
+
 HEADER = "method,length,protocol,factor,ppl,loss,tokens,seconds,note,metric,accuracy,examples,depth,precision\n"
 
 
 @pytest.fixture
 def script():
-    spec = importlib.util.spec_from_file_location("passkey_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("passkey")
 
 
 def fake_stage(out: Path, step: int, accuracies: list[float], lengths=(122,)) -> Path:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -13,17 +11,12 @@ from posexp.data.pairs import IGNORE, collate_rows
 from posexp.data.synthetic import make_data
 from posexp.data.tokenizers import ByteTokenizer
 from posexp.objectives.synthetic import encode_examples
-from tests.helpers import TINY, posexp, run_dirs
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "t5_diagnosis.py"
+from tests.helpers import TINY, load_script, posexp, run_dirs
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("t5_diagnosis", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("t5_diagnosis")
 
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
