@@ -82,6 +82,7 @@ def child(
     pe, _, backend = pe.partition(":")
     l0 = min(length, train_length)
     extension = ExtensionConfig.for_length(method or "none", length, l0)[0]
+    name, params = pe_setting(pe)
     model = (
         GPT(
             ModelConfig(
@@ -89,8 +90,8 @@ def child(
                 d_model=d_model,
                 n_layers=n_layers,
                 n_heads=heads,
-                pe=pe_setting(pe)[0],
-                pe_params=pe_setting(pe)[1],
+                pe=name,
+                pe_params=params,
                 train_length=l0,
                 extension=extension,
                 attention=backend or "auto",

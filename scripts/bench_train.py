@@ -325,17 +325,18 @@ def main() -> None:
     for peer in args.peers:
         if peer not in PEERS:
             raise SystemExit(f"unknown peer {peer!r}; allowed: {', '.join(PEERS)}")
+    settings = {pe: pe_setting(pe) for pe in pes}  # a preset composed once
     cfgs = {
         pe: ModelConfig(
             vocab_size=260,
             d_model=d_model,
             n_layers=n_layers,
             n_heads=args.heads,
-            pe=pe_setting(pe)[0],
-            pe_params=pe_setting(pe)[1],
+            pe=name,
+            pe_params=params,
             train_length=args.seq_len,
         )
-        for pe in pes
+        for pe, (name, params) in settings.items()
     }
     steps, rows, skipped = build_variants(args, cfgs, device)
     n = 8192 if device.type == "cuda" else 1024

@@ -52,15 +52,10 @@ def run(args: list[str], threads: int) -> tuple[float, float]:
 def step_memory_child(run_dir: str, tokens: int, batch: int) -> None:
     """In a fresh process: print the MiB one training step on (batch, tokens) rows adds to the
     resident-set high-water mark of a process holding the run's model."""
-    import re
-
     import torch
+    from bench_eval import _status_kib as kib  # this script's folder is on sys.path here
 
     from posexp.rundir import RunDir
-
-    def kib(field: str) -> int:
-        text = Path("/proc/self/status").read_text()
-        return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M).group(1))
 
     model = RunDir(Path(run_dir)).load_model("cpu").train()
     x = torch.randint(0, model.cfg.vocab_size, (batch, tokens))

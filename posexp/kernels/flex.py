@@ -37,7 +37,6 @@ log = logging.getLogger("posexp")
 BACKENDS = ("auto", "flex", "sdpa")
 ScoreMod = Callable[..., torch.Tensor]  # (score, batch, head, q_idx, kv_idx) -> score
 
-KINDS = ("bias", "gate")
 _broken: dict[str, str] = {}  # kind -> why compiling failed: later calls go straight to SDPA
 _compile_seconds = [0.0]  # wall time of the calls that compiled a kernel, this process
 
@@ -218,11 +217,10 @@ def flex_gated_attention(
 ) -> torch.Tensor | None:
     """softmax(QKᵀ/√d + c_i − c_j) V under a causal mask, c (B, H, L) a running sum per token
     (FoX's forget gate), one row at a time; None if compiling failed (then: SDPA)."""
-    rows = []
+    if "gate" in _broken:
+        return None
+    rows, length = [], q.shape[2]
     for i in range(q.shape[0]):
-        if "gate" in _broken:
-            return None
-        length = q.shape[2]
         qi, ki, vi, ci = _padded(q[i : i + 1], k[i : i + 1], v[i : i + 1], c[i : i + 1])
         # ci is left to the compiler's dynamic shapes: marking its dims dynamic by hand makes
         # torch 2.13's CPU template emit C++ that does not compile.

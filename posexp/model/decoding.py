@@ -23,7 +23,7 @@ The best hypotheses are kept on the device, so a step syncs with the host once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -72,10 +72,25 @@ def length_penalties(n: torch.Tensor, alpha: float) -> torch.Tensor:
     return ((5.0 + n.float()) / 6.0) ** alpha
 
 
+class Ragged(NamedTuple):
+    """How a batch of prompts of different lengths decodes: prefilled to ``start`` tokens, row r
+    then reads ``forced[r]`` more prompt tokens and generates up to ``limits[r]``."""
+
+    start: int
+    forced: list[int]
+    limits: list[int]
+
+    @property
+    def ends(self) -> list[int]:
+        """The step of each row's last possible token."""
+        return [f + m for f, m in zip(self.forced, self.limits, strict=True)]
+
+
 def ragged(
     prompts: torch.Tensor, max_new_tokens: int | Sequence[int], lengths: Sequence[int] | None
-) -> tuple[list[int], list[int]]:
-    """Each row's prompt length (default: all of it) and its limit of new tokens, checked."""
+) -> Ragged:
+    """The layout of ``prompts`` (B, P), row r's prompt its first ``lengths[r]`` tokens (default:
+    all of it), each with its limit of new tokens; checked."""
     B, P = prompts.shape
     limits = (
         [int(max_new_tokens)] * B
@@ -91,7 +106,8 @@ def ragged(
     for n in sizes:
         if not 1 <= n <= P:
             raise ValueError(f"prompt length {n} outside 1..{P}")
-    return sizes, limits
+    start = min(sizes)
+    return Ragged(start, [n - start for n in sizes], limits)
 
 
 @torch.no_grad()
@@ -110,10 +126,8 @@ def sample_decode(
     """Greedy or sampled continuations (B, n) of each row's prompt (its first ``lengths[r]``
     tokens), eos after a row's end (0 past its limit when there is no eos)."""
     B, P = prompts.shape
-    lengths, limits = ragged(prompts, max_new_tokens, lengths)
-    start = min(lengths)
-    forced = [n - start for n in lengths]  # prompt tokens each row still reads after the prefill
-    ends = [f + m for f, m in zip(forced, limits, strict=True)]  # the step of a row's last token
+    start, forced, limits = layout = ragged(prompts, max_new_tokens, lengths)
+    ends = layout.ends
     pad = eos_id if eos_id is not None else 0
     forced_t = torch.tensor(forced, device=prompts.device)
     end_t = torch.tensor(ends, device=prompts.device)
@@ -177,11 +191,9 @@ def beam_search(
     ``lengths[r]`` tokens); see the module doc. ``on_step(n)``: a step of n rows generating."""
     if beam_size < 1:
         raise PosexpError(f"beam size must be a positive integer, got {beam_size}")
-    lengths, limits = ragged(prompts, max_new_tokens, lengths)
+    start, forced, limits = layout = ragged(prompts, max_new_tokens, lengths)
     (B, P), K, device = prompts.shape, beam_size, prompts.device
-    start = min(lengths)
-    forced = [n - start for n in lengths]  # prompt tokens each row still reads after the prefill
-    width = max(f + m for f, m in zip(forced, limits, strict=True))
+    width = max(layout.ends)
     logp = step(prompts[:, :start], cache).float().log_softmax(-1)  # (B, V)
     V = logp.shape[-1]
     expand = torch.arange(B, device=device).repeat_interleave(K)
