@@ -137,11 +137,19 @@ def test_an_unknown_backend_is_refused():
 
 def test_the_run_log_says_which_attention_runs():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert flex.describe("auto", cpu, has_bias=False) == "sdpa (no bias)"
-    assert flex.describe("auto", cuda, has_bias=True) == "flex"
-    assert flex.describe("auto", cpu, has_bias=True).endswith("flex to evaluate")
-    explicit = flex.describe("sdpa", cuda, has_bias=True)
-    assert explicit.startswith("sdpa with an explicit bias")
+    assert flex.describe("auto", cpu, None) == "sdpa (no bias)"
+    assert flex.describe("auto", cuda, "bias") == "flex for the position bias"
+    assert flex.describe("auto", cpu, "bias").endswith("flex to evaluate")
+    explicit = flex.describe("sdpa", cuda, "bias")
+    assert explicit.startswith("sdpa with an explicit position bias")
+    assert flex.describe("auto", cuda, "gate").startswith("flex for the forget gate (its gradients")
+    assert flex.describe("auto", cpu, "gate").endswith("flex to evaluate of 1,024+ tokens")
+
+
+@pytest.mark.parametrize("name,kind", [("rope", None), ("alibi", "bias"), ("fox", "gate")])
+def test_each_encoding_names_its_kernel_kind(name, kind):
+    ctx = PEContext(d_model=32, n_heads=2, head_dim=16, train_length=16, n_layers=1)
+    assert build_pe(name, ctx).flex_kind == kind
 
 
 def valid_blocks(mask) -> list[tuple[set[int], set[int]]]:

@@ -174,7 +174,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         mcfg.n_layers,
         f"{n_params:,}",
         device,
-        flex.describe(mcfg.attention, device, model.pe.has_bias),
+        flex.describe(mcfg.attention, device, model.pe.flex_kind),
     )
     log.info("precision: %s (%s)", precision, why)
     if cfg.train.pose.enabled:  # task rows: the window is the longest training row

@@ -17,7 +17,8 @@ SDPA path with an explicit bias in ``posexp.model``. The backend is chosen in ``
 Two kernel kinds, each compiled and failing on its own: ``bias`` (position biases, whose
 score_mods read tensors of fixed shape) and ``gate`` (FoX: the score_mod reads the running sum c,
 (B, H, L), dynamic with the sequence). A kind whose compilation fails falls back to SDPA alone;
-the other keeps FlexAttention.
+the other keeps FlexAttention. Before the gate first trains on a device, ``verify_once`` compares
+its gradients with the SDPA path's on that batch (it has not yet been run on a GPU's backward).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ log = logging.getLogger("posexp")
 BACKENDS = ("auto", "flex", "sdpa")
 ScoreMod = Callable[..., torch.Tensor]  # (score, batch, head, q_idx, kv_idx) -> score
 
+_NAMES = {"gate": "forget gate", "bias": "position bias"}  # the kernel kinds, for messages
 _broken: dict[str, str] = {}  # kind -> why compiling failed: later calls go straight to SDPA
 _compile_seconds = [0.0]  # wall time of the calls that compiled a kernel, this process
 
@@ -90,15 +92,23 @@ def use_flex(
     return device.type == "cpu" and not needs_grad
 
 
-def describe(backend: str, device: torch.device, has_bias: bool) -> str:
-    """What attention a run uses, for its log."""
-    if not has_bias:
+def describe(backend: str, device: torch.device, kind: str | None) -> str:
+    """What attention a run uses, for its log (``kind``: the encoding's kernel kind, or None)."""
+    if kind is None:
         return "sdpa (no bias)"
-    if use_flex(backend, device, needs_grad=True, dropout=0.0):
-        return "flex"
-    if use_flex(backend, device, needs_grad=False, dropout=0.0):
-        return "sdpa with the bias while training (no FlexAttention backward on this device), flex to evaluate"
-    return f"sdpa with an explicit bias (attention.backend={backend}, device {device.type})"
+    what = _NAMES[kind]
+    if use_flex(backend, device, needs_grad=True, dropout=0.0, kind=kind):
+        checked = (
+            " (its gradients checked against SDPA's on the first batch)" if kind == "gate" else ""
+        )
+        return f"flex for the {what}{checked}"
+    if use_flex(backend, device, needs_grad=False, dropout=0.0, kind=kind):
+        long = f" of {GATE_MIN_CPU:,}+ tokens" if kind == "gate" else ""
+        return (
+            f"sdpa with the {what} while training (no FlexAttention backward on this device), "
+            f"flex to evaluate{long}"
+        )
+    return f"sdpa with an explicit {what} (attention.backend={backend}, device {device.type})"
 
 
 def _causal(b: Any, h: Any, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
@@ -195,48 +205,96 @@ def flex_causal_attention(
     return _run("bias", q, k, v, score_mod, length)
 
 
-# FoX's forget gate through FlexAttention: on the CPU, from this many tokens (at 1,024 it is as
-# fast as SDPA with the bias; at 4,096, 1.4x faster in a third of the memory), one row at a time:
-# torch 2.13's CPU template compiles the gate's kernel for a batch of one at every length tried
-# (48 to 16,384), but for larger batches emits C++ that does not compile at some lengths (128,
-# 130, 2,048 with two rows). Not on a GPU yet: its backward through c is unverified there.
+# FoX's forget gate through FlexAttention. On the CPU (no backward there), from this many tokens
+# (at 1,024 it is as fast as SDPA with the bias; at 4,096, 1.4x faster in a third of the memory),
+# one row at a time: torch 2.13's CPU template compiles the gate's kernel for a batch of one at
+# every length tried (48 to 16,384), but for larger batches emits C++ that does not compile at
+# some lengths (128, 130, 2,048 with two rows). On a GPU, whole batches, with gradients, once the
+# first call with gradients has passed ``verify_once`` (its gradients against SDPA's).
 GATE_MIN_CPU = 1024
 
 
 def use_gate_flex(backend: str, q: torch.Tensor) -> bool:
     """True where FoX's forget gate takes ``flex_gated_attention`` for queries ``q``."""
-    return (
-        q.device.type == "cpu"
-        and q.shape[2] >= GATE_MIN_CPU
-        and use_flex(backend, q.device, torch.is_grad_enabled(), 0.0, kind="gate")
-    )
+    grad = torch.is_grad_enabled()
+    if not use_flex(backend, q.device, grad, 0.0, kind="gate"):
+        return False
+    return q.device.type != "cpu" or q.shape[2] >= GATE_MIN_CPU
 
 
 def flex_gated_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor
 ) -> torch.Tensor | None:
     """softmax(QKᵀ/√d + c_i − c_j) V under a causal mask, c (B, H, L) a running sum per token
-    (FoX's forget gate), one row at a time; None if compiling failed (then: SDPA)."""
+    (FoX's forget gate); None if compiling failed (then: SDPA)."""
     if "gate" in _broken:
         return None
-    rows, length = [], q.shape[2]
-    for i in range(q.shape[0]):
+    length = q.shape[2]
+    if q.device.type != "cpu":
+        return _run("gate", q, k, v, _gate_score(c, copy_for_keys=True), length)
+    rows = []
+    for i in range(q.shape[0]):  # one row at a time on the CPU (see GATE_MIN_CPU's note)
         qi, ki, vi, ci = _padded(q[i : i + 1], k[i : i + 1], v[i : i + 1], c[i : i + 1])
         # ci is left to the compiler's dynamic shapes: marking its dims dynamic by hand makes
         # torch 2.13's CPU template emit C++ that does not compile.
-        rows.append(_run("gate", qi, ki, vi, _gate_score(ci), length))
+        rows.append(_run("gate", qi, ki, vi, _gate_score(ci, copy_for_keys=False), length))
         if rows[-1] is None:
             return None
     return torch.cat(rows)
 
 
-def _gate_score(c: torch.Tensor) -> ScoreMod:
+def _gate_score(c: torch.Tensor, copy_for_keys: bool) -> ScoreMod:
     """The score_mod adding c_i − c_j, reading ``c`` (B, H, L)."""
+    # FlexAttention's GPU backward accumulates a captured tensor's gradient for one indexing per
+    # score only (it refuses a tensor read twice), so there the keys read a copy; both gradients
+    # reach c. Not on the CPU (no backward there): a second dynamic tensor makes torch 2.13's CPU
+    # template emit C++ that does not compile.
+    c_keys = c.clone() if copy_for_keys else c
 
     def score_mod(score: torch.Tensor, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
-        return score + (c[b, h, q_idx] - c[b, h, kv_idx])
+        return score + (c[b, h, q_idx] - c_keys[b, h, kv_idx])
 
     return score_mod
+
+
+_verified: set[tuple[str, str]] = set()  # (kind, device type) whose gradients matched SDPA's
+GRAD_TOLERANCE = {torch.float32: 1e-2, torch.float64: 1e-6}  # else (16-bit): 5e-2; TF32-safe
+
+
+def verify_once(
+    kind: str, device: torch.device, dtype: torch.dtype, gap: Callable[[], float]
+) -> bool:
+    """Before a kind first trains on a device: ``gap()``, the largest gradient difference against
+    the SDPA path relative to the largest gradient, must be within the dtype's tolerance, or the
+    kind is switched off for the process (one warning) and SDPA trains instead."""
+    if (kind, device.type) in _verified:
+        return True
+    if kind in _broken:
+        return False
+    tolerance = GRAD_TOLERANCE.get(dtype, 5e-2)
+    try:
+        value = gap()
+        why = (
+            None
+            if value <= tolerance
+            else f"gradients differ from SDPA's by {value:.1e} of the largest gradient, over the {tolerance:.0e} allowed"
+        )
+    except Exception as e:  # noqa: BLE001  e.g. a backward the kernel cannot build
+        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if why is not None:
+        _broken[kind] = why
+        log.warning(
+            "FlexAttention off for the %s (%s); using SDPA with an explicit bias", _NAMES[kind], why
+        )
+        return False
+    _verified.add((kind, device.type))
+    log.info(
+        "FlexAttention's gradients for the %s match SDPA's on %s (%.1e)",
+        _NAMES[kind],
+        device.type,
+        value,
+    )
+    return True
 
 
 def _padded(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -285,7 +343,7 @@ def _run(
         _broken[kind] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         log.warning(
             "FlexAttention unavailable here for the %s (%s); using SDPA with an explicit bias",
-            "forget gate" if kind == "gate" else "position bias",
+            _NAMES[kind],
             _broken[kind],
         )
         return None

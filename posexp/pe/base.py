@@ -134,6 +134,11 @@ class PositionalEncoding(nn.Module):
         """True when attention needs ``bias``; SDPA then cannot use its is_causal fast path."""
         return self.logit_term is LogitTerm.POSITION_BIAS
 
+    @property
+    def flex_kind(self) -> str | None:
+        """The FlexAttention kernel kind its attention can take ("bias", "gate"), or None."""
+        return "bias" if self.has_bias else None
+
     @classmethod
     def accepted(cls) -> frozenset[str]:
         """What extension methods may change for this encoding."""

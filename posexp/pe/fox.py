@@ -10,13 +10,14 @@ The bias b_h starts from a time scale T_h, log-spaced over heads between ``pe.ti
 and ``pe.time_scale_max`` (null: the training length): b_h = −log(expm1(1/T_h)), so that
 σ(b_h) = exp(−1/T_h) and a head with zero input forgets over about T_h tokens.
 
-Evaluating one sequence from its start of 1,024 tokens or more on the CPU (without gradients;
-not with ``attention=sdpa``), the bias is added inside FlexAttention's kernel by a score_mod
-reading c (``posexp.kernels.flex.use_gate_flex``): one compilation serves every length. Elsewhere
-(training, short sequences, decoding steps, a GPU for now), SDPA adds it one chunk of queries at
-a time, so memory stays O(chunk × L) at any length; with a KV cache the running sum c is cached
-with the keys. The gate's kernel is compiled apart from the position biases': if it fails to
-compile, FoX alone falls back to SDPA.
+FlexAttention adds the bias inside its kernel, by a score_mod reading c
+(``posexp.kernels.flex.use_gate_flex``; one compilation serves every length), for one sequence
+from its start: on a GPU, training included, once the first batch with gradients has matched
+SDPA's gradients (``gate_gradient_gap``; else FoX trains on SDPA, with one warning); on the CPU,
+evaluation of 1,024+ tokens (no CPU backward). Elsewhere (CPU training, short sequences, decoding
+steps, ``attention=sdpa``), SDPA adds it one chunk of queries at a time, so memory stays
+O(chunk × L) at any length; with a KV cache the running sum c is cached with the keys. The gate's
+kernel is compiled apart from the position biases': if it fails, FoX alone falls back to SDPA.
 """
 
 from __future__ import annotations
@@ -145,11 +146,45 @@ class FoXLayer(PositionalEncoding):
             k, v = append_cached(cache, "k", k), append_cached(cache, "v", v)
         # One sequence from its start (nothing cached before): FlexAttention where it pays.
         whole = q.shape[2] == k.shape[2] > 1 and q_pos.dim() == 1 and not need_weights
-        if whole and flex.use_gate_flex(self.ctx.attention, q):
+        if (
+            whole
+            and flex.use_gate_flex(self.ctx.attention, q)
+            and self._gate_verified(q, k, v, c_q)
+        ):
             y = flex.flex_gated_attention(q, k, v, c_q)
             if y is not None:  # None: compiling failed, SDPA below
                 return y, None
         return gated_attention(q, k, v, c_q, c_k, q_pos, k_pos, need_weights)
+
+    @staticmethod
+    def _gate_verified(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> bool:
+        """Without gradients: True. With them: the first call on a device compares the kernel's
+        gradients with SDPA's on this batch (``flex.verify_once``); traced code never checks."""
+        if not torch.is_grad_enabled():
+            return True
+        if torch.compiler.is_compiling():
+            return ("gate", q.device.type) in flex._verified
+        return flex.verify_once("gate", q.device, q.dtype, lambda: gate_gradient_gap(q, k, v, c))
+
+
+def gate_gradient_gap(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> float:
+    """max |Δ| of the gradients of q, k, v and c, FlexAttention's gate kernel against SDPA with
+    the bias, over the largest gradient (on detached copies: the model's graph is untouched)."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v, c)]
+    got = flex.flex_gated_attention(*leaves)
+    if got is None:
+        raise RuntimeError(flex._broken.get("gate", "compiling failed"))
+    positions = torch.arange(q.shape[2], device=q.device)
+    want, _ = gated_attention(*leaves, leaves[3], positions, positions)
+    # The cotangent is the reference output itself: every output counts, and no random numbers
+    # are drawn (a resumed run must draw what the uninterrupted one drew).
+    cotangent = want.detach().float()
+    grads_got = torch.autograd.grad((got.float() * cotangent).sum(), leaves)
+    grads_want = torch.autograd.grad((want.float() * cotangent).sum(), leaves)
+    return max(
+        float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+        for a, b in zip(grads_got, grads_want, strict=True)
+    )
 
 
 @register_pe("fox")
@@ -159,6 +194,7 @@ class ForgettingTransformer(PositionalEncoding):
     kind = "attention"
     logit_term = LogitTerm.OWN
     label, order, family = "FoX", 80, "forget gate"
+    flex_kind = "gate"  # its forget gate has a FlexAttention kernel of its own
 
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:

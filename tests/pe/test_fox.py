@@ -155,3 +155,137 @@ def test_a_forget_gate_kernel_that_fails_to_compile_leaves_the_position_biases_o
     x = torch.randint(0, 40, (1, 30))
     with torch.no_grad():  # FoX falls back to SDPA with its bias, same numbers
         assert torch.allclose(fox_model("auto")(x)["logits"], fox_model("sdpa")(x)["logits"])
+
+
+@pytest.fixture
+def eager_flex_with_grads(monkeypatch):
+    """FlexAttention run eagerly (its dense reference) with gradients on the CPU, standing in for
+    a GPU's compiled backward: the score_mod's gradients are checked, not a kernel's."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    from posexp.kernels import flex
+
+    monkeypatch.setattr(flex_module, "_validate_device", lambda *a: None)
+    monkeypatch.setattr(flex, "_compiled", lambda kind="bias": flex_module.flex_attention)
+    monkeypatch.setattr(flex, "_verified", set())
+    monkeypatch.setattr(flex, "_broken", {})
+    return flex
+
+
+def gate_inputs(length=150):
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 3, length, 16, requires_grad=True) for _ in range(3))
+    log_f = torch.nn.functional.logsigmoid(torch.randn(2, 3, length) + 2).requires_grad_()
+    return q, k, v, log_f
+
+
+@pytest.mark.parametrize("copy_for_keys", [True, False])
+def test_the_gate_score_mods_gradients_equal_the_written_out_softmaxs(
+    eager_flex_with_grads, copy_for_keys
+):
+    # copy_for_keys=True is the GPU's form (its backward refuses a tensor indexed twice).
+    flex = eager_flex_with_grads
+    q, k, v, log_f = gate_inputs()
+    c, _ = running_log_forget(log_f, None)
+    got = flex._run("gate", q, k, v, flex._gate_score(c, copy_for_keys), q.shape[2])
+    expected = explicit_fox(q, k, v, c[..., :, None] - c[..., None, :])
+    cotangent = torch.randn_like(expected)
+    for a, b in zip(
+        torch.autograd.grad((got * cotangent).sum(), (q, k, v, log_f)),
+        torch.autograd.grad((expected * cotangent).sum(), (q, k, v, log_f)),
+        strict=True,
+    ):
+        assert a.abs().max() > 0 and torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_the_gradient_check_passes_the_kernel_and_catches_a_wrong_gradient(
+    eager_flex_with_grads, monkeypatch
+):
+    from posexp.pe.fox import gate_gradient_gap
+
+    flex = eager_flex_with_grads
+    q, k, v, log_f = gate_inputs()
+    c, _ = running_log_forget(log_f, None)
+    assert gate_gradient_gap(q, k, v, c) < 1e-5
+    # A kernel that drops c's gradient through the keys (the mistake a GPU backward that reads
+    # c once would make) is caught: c's gradient then differs by its own size.
+    right = flex._gate_score
+
+    def keys_detached(c, copy_for_keys):
+        score_mod = right(c, copy_for_keys)
+        cells = [cell.cell_contents for cell in score_mod.__closure__]
+        c_keys = c.detach()
+
+        def wrong(score, b, h, q_idx, kv_idx):
+            return score + (cells[0][b, h, q_idx] - c_keys[b, h, kv_idx])
+
+        return wrong
+
+    monkeypatch.setattr(flex, "_gate_score", keys_detached)
+    assert gate_gradient_gap(q, k, v, c) > 0.1
+
+
+def test_a_gate_kernel_whose_gradients_differ_is_switched_off_with_one_warning(
+    eager_flex_with_grads, caplog
+):
+    flex = eager_flex_with_grads
+    cuda = torch.device("cuda")  # nothing runs on it: the check only records the device type
+    with caplog.at_level("WARNING", logger="posexp"):
+        assert not flex.verify_once("gate", cuda, torch.float32, lambda: 0.5)
+        assert not flex.verify_once("gate", cuda, torch.float32, lambda: 0.0)  # stays off
+    assert "by 5.0e-01 of the largest gradient, over the 1e-02 allowed" in flex._broken["gate"]
+    assert len(caplog.records) == 1 and "forget gate" in caplog.text
+    assert not flex.use_flex("auto", cuda, True, 0.0, kind="gate")
+    assert flex.use_flex("auto", cuda, True, 0.0, kind="bias")  # the position biases keep flex
+
+
+def test_a_gate_kernel_whose_backward_fails_is_switched_off(eager_flex_with_grads):
+    flex = eager_flex_with_grads
+
+    def no_backward():
+        raise NotImplementedError("Using multiple indexing operations on the same tensor")
+
+    assert not flex.verify_once("gate", torch.device("cuda"), torch.bfloat16, no_backward)
+    assert flex._broken["gate"].startswith("NotImplementedError: Using multiple indexing")
+
+
+def test_a_16_bit_check_allows_16_bit_rounding_and_is_run_once_per_device(eager_flex_with_grads):
+    flex = eager_flex_with_grads
+    calls = []
+    cuda = torch.device("cuda")
+    assert flex.verify_once("gate", cuda, torch.bfloat16, lambda: calls.append(1) or 0.03)
+    assert flex.verify_once("gate", cuda, torch.bfloat16, lambda: calls.append(1) or 9.0)
+    assert calls == [1] and "gate" not in flex._broken
+
+
+def test_training_through_the_gate_kernel_checks_it_once_and_matches_sdpa(
+    eager_flex_with_grads, monkeypatch
+):
+    # As on a GPU: a model whose gate kernel may train is checked on its first batch, then
+    # trains on it, with the gradients of the SDPA path.
+    flex = eager_flex_with_grads
+    monkeypatch.setattr(flex, "use_gate_flex", lambda backend, q: backend != "sdpa")
+    import posexp.pe.fox as fox_module
+
+    checks, kernel_calls, gaps = [], [], []
+    real_gap, real_kernel = fox_module.gate_gradient_gap, flex.flex_gated_attention
+
+    def gap(*a):
+        checks.append(1)
+        gaps.append(real_gap(*a))
+        return gaps[-1]
+
+    monkeypatch.setattr(fox_module, "gate_gradient_gap", gap)
+    monkeypatch.setattr(
+        flex, "flex_gated_attention", lambda *a: kernel_calls.append(1) or real_kernel(*a)
+    )
+    auto, sdpa = fox_model("auto").train(), fox_model("sdpa").train()
+    x = torch.randint(0, 40, (2, 70))
+    for _ in range(2):
+        auto(x)["logits"].square().mean().backward()
+    sdpa(x)["logits"].square().mean().backward()
+    sdpa(x)["logits"].square().mean().backward()
+    assert len(checks) == 1 and gaps[0] < 1e-5 and ("gate", "cpu") in flex._verified
+    assert len(kernel_calls) == 1 + 2 * 2  # the check's own call, then 2 layers, 2 steps
+    for (name, a), (_, b) in zip(auto.named_parameters(), sdpa.named_parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4), name
