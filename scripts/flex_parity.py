@@ -7,7 +7,10 @@ v and the running sum c: what must hold before FoX trains on it).
 
 Two copies of one fp32 model (attention=auto and attention=sdpa, same weights) see the same
 batch; the largest absolute differences of the logits, of every parameter's gradient (GPU), and
-of a generation through the KV cache are printed. ``scripts/gpu_check.py`` runs this as a part.
+of a generation through the KV cache are printed, with each copy's training step time (median of
+5 after 2 to warm up) where flex trains. FoX's row is its model: on a GPU the copy on flex
+passes posexp's own gradient check on its first batch first (``gate_checked``), or falls back
+(``flex_off`` says why). ``scripts/gpu_check.py`` runs this as a part.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from typing import Any
 def flex_parity(
     device_name: str = "cpu", length: int = 300, pes: tuple[str, ...] | None = None
 ) -> list[dict[str, Any]]:
-    """One row per bias PE (``pes``, default all): max |Δ| of logits, gradients (where flex
-    trains) and generated ids."""
+    """One row per encoding with a FlexAttention kernel (``pes``, default all): max |Δ| of
+    logits, gradients and step times (where flex trains) and generated ids."""
+    import statistics
+    import time
+
     import torch
 
     from posexp.kernels import flex
@@ -30,15 +36,28 @@ def flex_parity(
 
     device = torch.device(device_name)
     rows = []
-    bias_pes = sorted(n for n, cls in PE_REGISTRY.items() if cls.kind == "bias")
-    for name in pes or bias_pes:
+    kinds = {n: "bias" for n, cls in PE_REGISTRY.items() if cls.kind == "bias"}
+    kinds |= {n: "gate" for n, cls in PE_REGISTRY.items() if cls.flex_kind == "gate"}
+
+    def step_ms(model: Any, x: Any) -> float:
+        times = []
+        for _ in range(7):
+            start = time.perf_counter()
+            model(x, x)["loss"].backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times[2:])
+
+    for name in pes or sorted(kinds):
         torch.manual_seed(0)
         cfg = dict(vocab_size=260, d_model=128, n_layers=2, n_heads=4, pe=name, train_length=64)
         a = GPT(ModelConfig(**cfg)).to(device)
         b = GPT(ModelConfig(**cfg, attention="sdpa")).to(device)
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, 260, (2, length), device=device)
-        trains = flex.use_flex("auto", device, needs_grad=True, dropout=0.0)
+        kind = kinds[name]
+        trains = flex.use_flex("auto", device, needs_grad=True, dropout=0.0, kind=kind)
         row: dict[str, Any] = {
             "pe": name,
             "device": device.type,
@@ -55,6 +74,11 @@ def flex_parity(
                 float((pa.grad - pb.grad).abs().max())
                 for pa, pb in zip(a.parameters(), b.parameters(), strict=True)
             )
+            row["step_ms_flex"], row["step_ms_sdpa"] = step_ms(a, x), step_ms(b, x)
+        if kind == "gate":
+            row["gate_checked"] = ("gate", device.type) in flex._verified
+        if kind in flex._broken:
+            row["flex_off"] = flex._broken[kind]
         with torch.no_grad():
             ga, gb = a.eval().generate(x[:, :64], 16), b.eval().generate(x[:, :64], 16)
         row["generation_equal"] = bool(torch.equal(ga, gb))

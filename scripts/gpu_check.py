@@ -2,6 +2,7 @@
 
     python scripts/gpu_check.py --parts train,eval,flex,packing,torchrun,deterministic  # ~5 min
     python scripts/gpu_check.py --parts ablation   # the head ablation: one 9-minute call, H200
+    python scripts/gpu_check.py --parts flex,ablation --flex-pes fox --budget 540  # FoX, then it
     python scripts/gpu_check.py                    # all of it: about 16 minutes
     python scripts/gpu_check.py --smoke            # every part at toy size on the CPU (CI)
     python scripts/gpu_check.py --dry-run          # the ablation's plan only, nothing trained
@@ -149,6 +150,11 @@ def parse_args() -> argparse.Namespace:
         help="the ablation's jobs with train.deterministic=true (recorded in the report)",
     )
     p.add_argument(
+        "--flex-pes",
+        default=None,
+        help="the flex part's encodings, comma-separated (default: every one with a kernel)",
+    )
+    p.add_argument(
         "--assume",
         action="append",
         default=[],
@@ -181,6 +187,7 @@ def main() -> int:
         SMOKE if args.smoke else FULL, args.out, budget, args.smoke, args.work, args.deterministic
     )
     check.assume = args.assume
+    check.flex_pes = tuple(args.flex_pes.split(",")) if args.flex_pes else None
     if args.smoke:
         torch.set_num_threads(1)
     if args.dry_run:

@@ -180,6 +180,7 @@ class Check:
         self.sizes, self.out, self.smoke = sizes, out, smoke
         self.deterministic = deterministic  # train.deterministic of the ablation's jobs
         self.assume: list[str] = []  # KEY=VALUE changes to the ablation plan's assumptions
+        self.flex_pes: tuple[str, ...] | None = None  # the flex part's encodings (None: all)
         self.deadline = time.monotonic() + budget_s
         self.work = work or out / "work"
         # The smoke run keeps its token caches to itself; a real run shares the user's.

@@ -224,14 +224,15 @@ def part_torchrun(c: Check) -> dict[str, Any]:
 
 
 def part_flex(c: Check) -> dict[str, Any]:
-    """FlexAttention against SDPA with an explicit bias, per bias PE, and FoX's forget-gate
-    kernel with its gradients (scripts/flex_parity.py)."""
+    """FlexAttention against SDPA with an explicit bias, per bias PE and for FoX (gradients and
+    step times where flex trains), and FoX's forget-gate kernel alone (scripts/flex_parity.py)."""
     from flex_parity import flex_parity, gate_parity
 
-    if c.smoke:  # one PE shows the part works; tests/test_flex.py holds every PE to SDPA
-        rows = flex_parity(c.sizes.device, length=150, pes=("alibi",))
+    if c.smoke:  # one PE per kernel kind shows the part works; tests hold every PE to SDPA
+        rows = flex_parity(c.sizes.device, length=150, pes=c.flex_pes or ("alibi", "fox"))
         return {"rows": [*rows, gate_parity(c.sizes.device, length=150)]}
-    return {"rows": [*flex_parity(c.sizes.device, length=300), gate_parity(c.sizes.device, 300)]}
+    rows = flex_parity(c.sizes.device, length=300, pes=c.flex_pes)
+    return {"rows": [*rows, gate_parity(c.sizes.device, 300)]}
 
 
 def posexp_popen(c: Check, *args: str) -> subprocess.Popen:

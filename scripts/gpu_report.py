@@ -34,20 +34,33 @@ def _eval(r: dict[str, Any]) -> list[str]:
 
 
 def _flex(r: dict[str, Any]) -> list[str]:
-    # A bias PE's row compares the model's logits; FoX's gate row the kernel's output alone.
+    # An encoding's row compares two models (attention auto vs sdpa); the gate-kernel row FoX's
+    # kernel alone (its output), and "step ms" is a training step on flex / on SDPA.
     def generation(x: dict[str, Any]) -> str:
         if "generation_equal" not in x:
             return "–"
         return "equal" if x["generation_equal"] else "DIFFERS"
 
+    def steps(x: dict[str, Any]) -> str:
+        if "step_ms_flex" not in x:
+            return "–"
+        return f"{x['step_ms_flex']:.1f} / {x['step_ms_sdpa']:.1f}"
+
+    def trains(x: dict[str, Any]) -> str:
+        said = str(x.get("flex_trains", "–"))
+        if "gate_checked" in x:
+            said += ", checked" if x["gate_checked"] else ", not checked"
+        return said + (f" (off: {x['flex_off']})" if x.get("flex_off") else "")
+
     return [
         "| pe | device | length | flex trains | max Δ logits (gate: output) | max Δ grads "
-        "| generation |",
-        "|---|---|---:|---|---:|---:|---|",
+        "| step ms flex / sdpa | generation |",
+        "|---|---|---:|---|---:|---:|---:|---|",
     ] + [
-        f"| {x['pe']} | {x['device']} | {x['length']} | {x.get('flex_trains', '–')} "
+        f"| {x['pe']} | {x['device']} | {x['length']} | {trains(x)} "
         f"| {_f(x.get('logits_max_abs_diff', x.get('out_max_abs_diff')), '.1e')} "
-        f"| {_f(x.get('grad_max_abs_diff'), '.1e')} | {x.get('error') or generation(x)} |"
+        f"| {_f(x.get('grad_max_abs_diff'), '.1e')} | {steps(x)} "
+        f"| {x.get('error') or generation(x)} |"
         for x in r["rows"]
     ]
 

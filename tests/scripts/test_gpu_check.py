@@ -34,10 +34,14 @@ def test_smoke_run_writes_every_part(tmp_path):
         "deterministic",
         "ablation",
     ]
-    bias_row, gate_row = parts["flex"]["result"]["rows"]  # smoke: one bias PE, and FoX's gate
-    assert bias_row["pe"] == "alibi" and gate_row["pe"] == "fox (gate kernel)"
-    # CPU: forward only (no flex backward there)
-    assert bias_row["logits_max_abs_diff"] < 1e-4 and bias_row["generation_equal"], bias_row
+    # smoke: one bias PE, FoX's model, and FoX's gate kernel alone
+    bias_row, fox_row, gate_row = parts["flex"]["result"]["rows"]
+    assert (bias_row["pe"], fox_row["pe"], gate_row["pe"]) == ("alibi", "fox", "fox (gate kernel)")
+    # CPU: forward only (no flex backward there), so no step times and no gradient check
+    for row in (bias_row, fox_row):
+        assert row["logits_max_abs_diff"] < 1e-4 and row["generation_equal"], row
+        assert not row["flex_trains"] and "step_ms_flex" not in row, row
+    assert fox_row["gate_checked"] is False and "flex_off" not in fox_row
     assert gate_row["out_max_abs_diff"] < 1e-4 and "grad_max_abs_diff" not in gate_row, gate_row
     train = parts["train"]["result"]
     assert train["tokens_per_s"] > 0 and 0 < train["mfu"] < 1.5
