@@ -73,6 +73,22 @@ def check_writable(path: Path | str, what: str) -> None:
 
 
 @contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing), waiting for its holder."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock on Windows: unlocked there
+        yield
+        return
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor drops the lock
+
+
+@contextlib.contextmanager
 def staged_dir(final: Path) -> Iterator[Path]:
     """Write a set of files into a fresh ``<final>.tmp`` folder, then swap it in as ``final``.
 

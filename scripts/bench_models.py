@@ -224,7 +224,19 @@ def pe_setting(spec: str) -> tuple[str, dict[str, Any]]:
 KINDS = (
     ("optimizer", ("Optimizer.step", "Optimizer.zero_grad", "clip_grad")),
     ("rotation", ("_Rotation",)),  # posexp's RoPE (posexp/pe/rope.py)
-    ("attention", ("scaled_dot_product", "flex_attention")),
+    # SDPA, FlexAttention, and posexp's matmul kernel: its forward by name, its backward by the
+    # ops only attention runs (the linear layers' are mm/addmm, the loss's log-softmax).
+    (
+        "attention",
+        (
+            "scaled_dot_product",
+            "flex_attention",
+            "matmul_attention",
+            "BaddbmmBackward",
+            "BmmBackward",
+            "aten::_softmax_backward_data",
+        ),
+    ),
     ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear")),
     ("norm", ("layer_norm", "rms_norm")),
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),

@@ -11,7 +11,10 @@ What is timed (scripts/bench_models.py): one training step (forward, mean cross-
 logits, backward, clip 1.0, AdamW) of each model in each precision of --precision (fp32, bf16
 autocast), on fixed random tokens: posexp's GPT with each PE of --pe, and the peers of --peers
 (a nanoGPT-style GPT written here; litgpt's GPT with RoPE; x-transformers with rotary), all
-built up front and timed in interleaved rounds in alternating order, medians. Each rate is shown
+built up front and timed in interleaved rounds in alternating order, medians. posexp's causal
+attention without a bias runs on the kernel `posexp train` would choose (``--causal auto``: in
+bf16 on a CPU, the matmul kernel where it measured faster at this shape; ``--causal both`` adds
+rows for the other). Each rate is shown
 against the nanoGPT-style model and posexp's learned PE at the same precision, and bf16 against
 the same model's fp32. Then, unless --no-loop, the full `posexp train` loop (data, logging, eval,
 checkpoints) in a subprocess, its steady-state tokens/s read from its TensorBoard log.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import os
 import statistics
@@ -46,8 +50,10 @@ from bench_models import (
     training_step,
 )
 
+from posexp.kernels.matmul_attention import KERNELS
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
+from posexp.runtime.kernel_choice import resolve_causal_kernel
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "medium": (512, 4), "base": (768, 12)}
 
@@ -239,11 +245,32 @@ def build_variants(
                 model = builder(first, args.seq_len)
                 steps[name] = training_step(model, *shape, precision, args.compile, kernel)
                 rows[name] = (peer, precision)
+        chosen = causal_kernels(args, first, precision, device)
         for pe, cfg in cfgs.items():
-            name = f"posexp {pe}, {precision}"
-            steps[name] = training_step(GPT(cfg), *shape, precision, args.compile, kernel)
-            rows[name] = (pe, precision)
+            for i, causal in enumerate(chosen):
+                # The first kernel is posexp's own choice (its row); the others are extra rows.
+                tag = f" ({causal})" if causal != "sdpa" or len(chosen) > 1 else ""
+                name = f"posexp {pe}, {precision}{tag}"
+                model = GPT(dataclasses.replace(cfg, causal_kernel=causal))
+                steps[name] = training_step(model, *shape, precision, args.compile, kernel)
+                rows[name] = (pe if i == 0 else f"{pe} {causal}", precision)
     return steps, rows, skipped
+
+
+def causal_kernels(
+    args: argparse.Namespace, cfg: ModelConfig, precision: str, device: torch.device
+) -> list[str]:
+    """posexp's kernels for causal attention without a bias to time at ``precision``: what
+    ``posexp train`` would choose (``--causal auto``, said on a line), or the one named; with
+    ``both``, that choice and then the other."""
+    if args.causal in KERNELS:
+        return [args.causal if precision != "fp32" else "sdpa"]
+    shape = (args.batch, cfg.n_heads, args.seq_len, cfg.head_dim)
+    chosen, why = resolve_causal_kernel("auto", precision, device, shape)
+    print(f"posexp {precision}: causal attention {chosen} ({why})")
+    if args.causal == "both" and precision != "fp32":  # the matmul kernel is a 16-bit one
+        return [chosen, *(k for k in KERNELS if k != chosen)]
+    return [chosen]
 
 
 def print_rates(
@@ -312,6 +339,13 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile every model")
     p.add_argument(
         "--sdpa", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"]
+    )
+    p.add_argument(
+        "--causal",
+        default="auto",
+        choices=["auto", "both", *KERNELS],
+        help="posexp's kernel for causal attention without a bias: as `posexp train` chooses "
+        "(auto), one of them, or both (extra rows)",
     )
     p.add_argument("--profile", action="store_true", help="where posexp's step spends its time")
     p.add_argument("--no-loop", action="store_true", help="skip the full `posexp train` loop")

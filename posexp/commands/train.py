@@ -37,6 +37,7 @@ from posexp.runtime import distributed, provenance
 from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, set_cublas_workspace
+from posexp.runtime.kernel_choice import resolve_causal_kernel
 from posexp.runtime.lifecycle import (
     abandon_run,
     discard_interrupted,
@@ -113,16 +114,33 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
         data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
-    model = GPT(mcfg)
+    saved_meta = RunDir(run_dir).meta() if cfg.resume else {}
+    # Measurements draw from generators of their own: the model's init below is the seed's.
     with distributed.rank_zero_first():  # rank 0 measures (CPU auto), the others read its cache
         precision, why = run_precision(
             cfg.train.precision,
             device,
             mcfg.d_model,
             Path(cfg.cache_dir),
-            recorded=RunDir(run_dir).meta().get("precision") if cfg.resume else None,
+            recorded=saved_meta.get("precision"),
             resuming=bool(cfg.resume),
         )
+        kernel, kernel_why = resolve_causal_kernel(
+            cfg.attention.causal,
+            precision,
+            device,
+            (
+                cfg.train.batch_size // distributed.world_size(),
+                mcfg.n_heads,
+                cfg.train.seq_len,
+                mcfg.head_dim,
+            ),
+            Path(cfg.cache_dir),
+            recorded=(saved_meta.get("model") or {}).get("causal_kernel"),
+            resuming=bool(cfg.resume),
+        )
+    mcfg = dataclasses.replace(mcfg, causal_kernel=kernel)
+    model = GPT(mcfg)
     autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
     check_budget(cfg, mcfg, model, device, precision, getattr(objective, "row_tokens", None))
@@ -153,6 +171,8 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             run_dir,
             precision=precision,
             precision_reason=why,
+            causal_kernel=mcfg.causal_kernel,
+            causal_kernel_reason=kernel_why,
             schedule=record,
             deterministic=cfg.train.deterministic,
         )
@@ -177,6 +197,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         flex.describe(mcfg.attention, device, model.pe.flex_kind),
     )
     log.info("precision: %s (%s)", precision, why)
+    log.info("causal attention without a bias, training: %s (%s)", mcfg.causal_kernel, kernel_why)
     if cfg.train.pose.enabled:  # task rows: the window is the longest training row
         window = getattr(objective, "row_tokens", cfg.train.seq_len)
         log.info("%s", cfg.train.pose.describe(window))

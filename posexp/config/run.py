@@ -134,6 +134,12 @@ class RunConfig:
             train.seq_len,
             rows,
         )
+        attention = AttentionConfig.from_dict(d.get("attention"))
+        if attention.causal == "matmul" and train.precision == "fp32":
+            raise PosexpError(
+                "attention.causal=matmul is a bf16 kernel, and train.precision=fp32; "
+                "allowed: attention.causal=auto or sdpa, or train.precision=bf16"
+            )
         for key in ("resume", "parent", "cache_dir"):
             checks.path(key, d.get(key))
         if not d.get("cache_dir"):  # its default is configs/train.yaml's, not one written here
@@ -146,7 +152,7 @@ class RunConfig:
             tokenizer=NamedConfig(tok_name, tok_params),
             train=train,
             translate=TranslateConfig.from_dict(d.get("translate")),
-            attention=AttentionConfig.from_dict(d.get("attention")),
+            attention=attention,
             placement=PlacementConfig.from_dict(d.get("placement")),
             extrapolate=ExtrapolateConfig.from_dict(d.get("extrapolate")),
             heads=model.n_heads,

@@ -269,18 +269,22 @@ class TranslateConfig:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """The ``attention`` section: the kernel for PEs that add a bias (see ``posexp/kernels/flex.py``)."""
+    """The ``attention`` section: the kernel for PEs that add a bias (``posexp/kernels/flex.py``),
+    and for causal attention without one while training (``posexp/runtime/kernel_choice.py``)."""
 
     backend: str
+    causal: str
 
     @classmethod
     def from_dict(cls, value: Any) -> AttentionConfig:
         """Validate ``attention.*``."""
         from posexp.kernels.flex import BACKENDS
+        from posexp.kernels.matmul_attention import CHOICES
 
-        d = _section("attention", value, cls)
+        d = _section("attention", value, cls, added={"causal": "auto"})
         choose("attention.backend", d["backend"], BACKENDS)
-        return cls(backend=d["backend"])
+        choose("attention.causal", d["causal"], CHOICES)
+        return cls(backend=d["backend"], causal=d["causal"])
 
 
 @dataclass(frozen=True)

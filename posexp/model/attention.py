@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.kernels import flex
+from posexp.kernels import flex, matmul_attention
 from posexp.model import near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
@@ -44,12 +44,15 @@ def attend(
     need_weights: bool = False,
     score_mod: Any = None,
     dropout: float = 0.0,
+    causal_kernel: str = "sdpa",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention of (rotated) ``q``, ``k`` over ``v``: within chunks when the encoding
     attends locally (``attention_chunk``), else by ``attend_all``."""
     if pe.attention_chunk is not None:
         return chunked_attention(q, k, v, q_pos, k_pos, pe, plan, need_weights)
-    return attend_all(q, k, v, q_pos, k_pos, pe, plan, need_weights, score_mod, dropout)
+    return attend_all(
+        q, k, v, q_pos, k_pos, pe, plan, need_weights, score_mod, dropout, causal_kernel
+    )
 
 
 def chunked_attention(
@@ -99,14 +102,16 @@ def attend_all(
     need_weights: bool = False,
     score_mod: Any = None,
     dropout: float = 0.0,
+    causal_kernel: str = "sdpa",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention of (rotated) ``q``, ``k`` over ``v`` by the kernel that can run it: the
     one place the kernel is chosen. In order: a training-free method's plan (blockwise causal
     attention, then remapped positions), a logit term computed from the scores (CoPE), the
     weights asked for (explicit softmax), a bias constant past some distance split into near and
     far parts (``near_far``), a position bias inside FlexAttention (``score_mod``, when the
-    caller built one), else SDPA (the bias, if any, added chunk by chunk). Returns the
-    output and the weights (None unless asked for)."""
+    caller built one), else SDPA (the bias, if any, added chunk by chunk), or without a bias
+    the matmul kernel where the run chose it (``causal_kernel``; ``posexp/kernels/matmul_attention.py``).
+    Returns the output and the weights (None unless asked for)."""
     if plan is not None and plan.block is not None:
         return block_local_attention(q, k, v, q_pos, k_pos, pe, plan.block, need_weights)
     if plan is not None and plan.remaps_positions:
@@ -125,6 +130,14 @@ def attend_all(
         y = flex.flex_causal_attention(q, k, v, score_mod)  # None: compiling failed, use SDPA
         if y is not None:
             return y, None
+    if (
+        causal_kernel == "matmul"
+        and not pe.has_bias
+        and q.shape[2] == k.shape[2]
+        and q_pos.dim() == 1
+        and matmul_attention.applies(q)
+    ):
+        return matmul_attention.causal_attention(q, k, v, dropout), None
     return sdpa_attention(q, k, v, q_pos, k_pos, pe, dropout), None
 
 

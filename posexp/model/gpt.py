@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, choose
 from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
 from posexp.kernels import flex
+from posexp.kernels.matmul_attention import KERNELS
 from posexp.model.attention import attend
 from posexp.model.decoding import beam_search, sample_decode
 from posexp.pe import (
@@ -47,6 +48,9 @@ class ModelConfig:
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
     attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/kernels/flex.py decides)
+    causal_kernel: str = (
+        "sdpa"  # no bias, training in 16-bit: sdpa | matmul (kernels/matmul_attention.py)
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -71,6 +75,7 @@ class ModelConfig:
             raise PosexpError(
                 f"unknown attention backend {self.attention!r}; allowed: {', '.join(flex.BACKENDS)}"
             )
+        choose("causal kernel", self.causal_kernel, KERNELS)
         if self.attention == "flex" and not flex.available():
             raise PosexpError(
                 "attention=flex needs torch.nn.attention.flex_attention (torch >= 2.5); "
@@ -128,6 +133,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.dropout = cfg.dropout
+        self.causal_kernel = cfg.causal_kernel
 
     def forward(
         self,
@@ -180,6 +186,7 @@ class CausalSelfAttention(nn.Module):
             need_weights,
             score_mod,
             self.dropout * self.training,
+            self.causal_kernel,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
 

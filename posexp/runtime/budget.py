@@ -105,8 +105,9 @@ def matmul_rate(device: torch.device, precision: str, width: int, cache_dir: Pat
 def _measure(device: torch.device, dtype: torch.dtype, width: int, reps: int = 3) -> float:
     """The best of ``reps`` timings of a product of about a GFLOP (after a warm-up)."""
     tokens = max(512, min(8192, 2**27 // (width * width)))
-    a = torch.randn(tokens, width, device=device, dtype=dtype)
-    b = torch.randn(width, 4 * width, device=device, dtype=dtype)
+    g = torch.Generator(device=device).manual_seed(0)  # the run's random stream is not touched
+    a = torch.randn(tokens, width, device=device, generator=g).to(dtype)
+    b = torch.randn(width, 4 * width, device=device, generator=g).to(dtype)
     best = float("inf")
     for rep in range(reps + 1):
         start = time.perf_counter()

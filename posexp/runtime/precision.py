@@ -28,7 +28,7 @@ import torch
 
 from posexp.config import PRECISIONS
 from posexp.errors import PosexpError, UnreadableFile, choose
-from posexp.files import keep_damaged, read_json, write_json_atomic
+from posexp.files import exclusive_lock, keep_damaged, read_json, write_json_atomic
 
 Autocast = Callable[[], Any]
 # bf16 must beat fp32 by this much for auto to take it: a CPU near parity gains nothing, and a
@@ -91,8 +91,9 @@ def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: 
     on, so each timing spans several."""
     if tokens is None:  # about a GFLOP per product, whatever the width
         tokens = max(512, min(8192, 2**27 // (width * width)))
-    a = torch.randn(tokens, width)
-    b = torch.randn(width, 4 * width)
+    g = torch.Generator().manual_seed(0)  # the run's random stream is not touched
+    a = torch.randn(tokens, width, generator=g)
+    b = torch.randn(width, 4 * width, generator=g)
     pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
     times: dict[torch.dtype, list[float]] = {dtype: [] for dtype in pairs}
     for rep in range(reps + 1):
@@ -106,7 +107,7 @@ def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: 
     return median[torch.float32] / median[torch.bfloat16]
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     """The CPU's model as the OS names it (x86 ``model name``, Arm ``CPU part``)."""
     fields = _cpuinfo()
     for key in ("model name", "cpu part"):
@@ -120,25 +121,39 @@ def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
     version, thread count and width so that runs on one machine agree."""
     threads = torch.get_num_threads()
     # v2: timings over several products (v1 timed single, noisy ones; its verdicts are stale).
-    key = f"v2|{_cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
+    key = f"v2|{cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
+    return cached_speedup(cache_dir, "precision/cpu_bf16", key, lambda: matmul_speedup(width))
+
+
+def cached_speedup(
+    cache_dir: Path | None, name: str, key: str, measure: Callable[[], float]
+) -> float:
+    """``measure()``'s speedup, cached under ``cache_dir/name_<hash of key>.json`` so that every
+    run on one machine makes the same choice: jobs starting together (a parallel sweep) take
+    turns under a lock, so one measures and the others read its verdict. A damaged cache is kept
+    as .bak and measured again; where the cache cannot be written, it only costs the measurement."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    path = cache_dir / "precision" / f"cpu_bf16_{digest}.json" if cache_dir else None
-    if path is not None:
-        try:
-            cached = read_json(path, _cache_shape)
-            if cached is not None and cached["key"] == key:
-                return float(cached["speedup"])
-        except UnreadableFile:  # a cache: measured again, the damaged file kept as .bak
+    path = cache_dir / f"{name}_{digest}.json" if cache_dir else None
+    with contextlib.ExitStack() as held:
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                held.enter_context(exclusive_lock(path.with_suffix(".lock")))
+            except OSError:
+                path = None  # an unwritable cache: measure, keep nothing
+        if path is not None:
+            try:
+                cached = read_json(path, _cache_shape)
+                if cached is not None and cached["key"] == key:
+                    return float(cached["speedup"])
+            except UnreadableFile:
+                with contextlib.suppress(OSError):
+                    keep_damaged(path)
+        speedup = measure()
+        if path is not None:
             with contextlib.suppress(OSError):
-                keep_damaged(path)
-    speedup = matmul_speedup(width)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, {"key": key, "speedup": speedup})
-        except OSError:
-            pass  # a read-only cache only costs the measurement next time
-    return speedup
+                write_json_atomic(path, {"key": key, "speedup": speedup})
+        return speedup
 
 
 def _cache_shape(data: Any) -> str | None:

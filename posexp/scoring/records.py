@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from posexp import checks
 from posexp.errors import PosexpError, UnreadableFile
+from posexp.files import exclusive_lock
 from posexp.rundir import EVAL, RunDir
 
 RECORDS = "extrapolate.json"
@@ -248,17 +248,8 @@ def merged(stored: Stored, new: list[Record]) -> list[Record]:
 @contextlib.contextmanager
 def merging(run: RunDir) -> Iterator[None]:
     """Hold the run's eval lock (waiting for another evaluation's merge to end)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - no flock on Windows: evaluations go unlocked
+    with exclusive_lock(run.path / EVAL_LOCK):
         yield
-        return
-    fd = os.open(run.path / EVAL_LOCK, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def current_records(run: RunDir) -> list[dict[str, Any]] | None:

@@ -60,7 +60,7 @@ def test_a_corrupt_cache_entry_is_measured_again(monkeypatch, measured, tmp_path
     monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: "amx")
     calls = measured(2.0)
     precision.resolve_precision("auto", CPU, 128, tmp_path)
-    (entry,) = (tmp_path / "precision").iterdir()
+    (entry,) = (tmp_path / "precision").glob("*.json")
     entry.write_text("{not json")
     assert precision.resolve_precision("auto", CPU, 128, tmp_path)[0] == "bf16"
     assert len(calls) == 2 and json.loads(entry.read_text())["speedup"] == 2.0
@@ -138,3 +138,45 @@ def test_a_resume_in_the_same_precision_is_bitwise_exact(tmp_path, cache, monkey
     state = torch.load(tmp_path / "cut" / "checkpoint" / "state.pt", weights_only=True)
     moments = [s["exp_avg"] for s in state["optimizer"]["state"].values()]
     assert moments and all(m.dtype == torch.float32 for m in moments)  # AdamW's state stays fp32
+
+
+def test_jobs_starting_together_measure_once_and_agree(tmp_path):
+    # A parallel sweep's jobs resolve auto at the same moment: the first measures under the
+    # cache's lock; the other waits for it and reads its verdict instead of timing alongside it.
+    import threading
+
+    first_measuring, release = threading.Event(), threading.Event()
+    measured, verdicts = [], {}
+
+    def slow_measure():
+        measured.append("first")
+        first_measuring.set()
+        release.wait()
+        return 1.7
+
+    def job(name, measure):
+        verdicts[name] = precision.cached_speedup(tmp_path, "kind/x", "key", measure)
+
+    first = threading.Thread(target=job, args=("first", slow_measure))
+    first.start()
+    first_measuring.wait()
+    second = threading.Thread(target=job, args=("second", lambda: measured.append("second") or 0.9))
+    second.start()
+    second.join(timeout=0.5)
+    assert second.is_alive()  # waiting on the lock, not measuring beside the first
+    release.set()
+    first.join()
+    second.join()
+    assert measured == ["first"] and verdicts == {"first": 1.7, "second": 1.7}
+
+
+def test_an_unwritable_cache_only_costs_the_measurement(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    calls = []
+    for _ in range(2):
+        assert (
+            precision.cached_speedup(blocked, "kind/x", "key", lambda: calls.append(1) or 2.0)
+            == 2.0
+        )
+    assert calls == [1, 1]

@@ -23,6 +23,10 @@ TINY = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope",
     "names, kind",
     [
         (["aten::mm", "MmBackward0"], "matmul"),
+        (["aten::bmm", "posexp::matmul_attention"], "attention"),
+        (["aten::bmm", "BmmBackward0"], "attention"),
+        (["aten::_softmax_backward_data", "SoftmaxBackward0"], "attention"),
+        (["aten::_log_softmax_backward_data", "LogSoftmaxBackward0"], "loss"),
         (["aten::bmm", "aten::_scaled_dot_product_flash_attention_for_cpu"], "attention"),
         (["aten::mul", "_RotationBackward", "autograd::engine::evaluate_function"], "rotation"),
         (["aten::mul", "aten::lerp_", "Optimizer.step#AdamW.step"], "optimizer"),
@@ -84,3 +88,22 @@ def test_the_script_prints_every_row_and_the_profile(capsys, monkeypatch):
     for row in ("nanoGPT-style (learned), fp32", "posexp rope, bf16", "posexp learned, fp32"):
         assert row in out
     assert "where a posexp rope step's time goes" in out and "matmul" in out
+
+
+def test_both_causal_kernels_get_rows_and_posexp_s_own_choice_is_said(capsys, monkeypatch):
+    from posexp.runtime import kernel_choice
+
+    monkeypatch.setattr(kernel_choice, "measure_speedup", lambda *shape: 1.5)
+    args = ["--model=tiny", "--batch=2", "--seq-len=16", "--rounds=1", "--steps=1", "--no-loop"]
+    argv = ["bench_train.py", *args, "--pe=rope", "--peers=", "--causal=both"]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench_train.main()
+    out = capsys.readouterr().out
+    assert "posexp bf16: causal attention matmul (auto: matmul; in bf16 on this CPU" in out
+    assert "posexp fp32: causal attention sdpa (auto: sdpa for fp32)" in out
+    rows = [line.split("  ")[0] for line in out.splitlines() if line.startswith("posexp rope")]
+    assert rows == [
+        "posexp rope, fp32",
+        "posexp rope, bf16 (matmul)",
+        "posexp rope, bf16 (sdpa)",
+    ]

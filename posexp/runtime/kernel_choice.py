@@ -1,0 +1,58 @@
+"""Which kernel trains causal attention without a bias (RoPE, learned, NoPE, ...): torch's SDPA,
+or two batched matmuls and a softmax (``posexp.kernels.matmul_attention``), ``attention.causal``.
+
+``auto`` takes the matmul kernel only where it can win: bf16 training on a CPU, at most
+``MAX_WEIGHTS`` attention weights per layer, and only if, timed at the run's own shape on this
+CPU, it ran at least ``MIN_SPEEDUP`` times SDPA's speed. The verdict is cached per CPU, torch
+version, thread count and shape, so every run on one machine makes the same choice, and a resumed
+run keeps the kernel its checkpoint recorded (an exact resume needs the same arithmetic).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from posexp.errors import choose
+from posexp.kernels.matmul_attention import CHOICES, MAX_WEIGHTS, measure_speedup
+from posexp.runtime.precision import cached_speedup, cpu_name
+
+MIN_SPEEDUP = 1.1  # near parity the extra memory buys nothing, and a verdict could flip with noise
+
+
+def resolve_causal_kernel(
+    choice: str,
+    precision: str,
+    device: torch.device,
+    shape: tuple[int, int, int, int],
+    cache_dir: Path | None = None,
+    recorded: str | None = None,
+    resuming: bool = False,
+) -> tuple[str, str]:
+    """``sdpa`` or ``matmul`` for a run training at ``shape`` (batch, heads, tokens, head dim)
+    in ``precision`` on ``device``, and why (for the run's log)."""
+    choose("attention.causal", choice, CHOICES)
+    if resuming and choice == "auto":
+        return recorded or "sdpa", "the kernel this run trained with (resume)"
+    if choice != "auto":
+        return choice, f"attention.causal={choice}"
+    if precision != "bf16" or device.type != "cpu":
+        where = "fp32" if precision != "bf16" else f"bf16 on {device.type}"
+        return "sdpa", f"auto: sdpa for {where}"
+    batch, heads, length, head_dim = shape
+    if batch * heads * length * length > MAX_WEIGHTS:
+        return "sdpa", (
+            f"auto: sdpa, as {batch}x{heads}x{length}x{length} weights a layer is over the "
+            f"{MAX_WEIGHTS:,} the matmul kernel keeps"
+        )
+    key = f"v1|{cpu_name()}|{torch.__version__}|{torch.get_num_threads()}|{shape}"
+    speedup = cached_speedup(
+        cache_dir, "kernels/causal_matmul", key, lambda: measure_speedup(*shape, device)
+    )
+    verdict = "matmul" if speedup >= MIN_SPEEDUP else "sdpa"
+    return verdict, (
+        f"auto: {verdict}; in bf16 on this CPU the matmul kernel ran at {speedup:.2f}x SDPA's "
+        f"speed at batch {batch}, {heads} heads, {length} tokens, {head_dim}-dim heads "
+        f"({'at least' if verdict == 'matmul' else 'below'} the {MIN_SPEEDUP:.2f}x auto asks)"
+    )
