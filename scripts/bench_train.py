@@ -11,8 +11,8 @@ What is timed (scripts/bench_models.py): one training step (forward, mean cross-
 logits, backward, clip 1.0, AdamW) of each model in each precision of --precision (fp32, bf16
 autocast), on fixed random tokens: posexp's GPT with each PE of --pe, and the peers of --peers
 (a nanoGPT-style GPT written here; litgpt's GPT with RoPE; x-transformers with rotary), all
-built up front and timed in interleaved rounds in alternating order, medians. posexp's causal
-attention without a bias runs on the kernel `posexp train` would choose (``--causal auto``: in
+built up front and timed in interleaved rounds in alternating order, medians. posexp's
+attention runs on the kernel `posexp train` would choose (``--causal auto``: in
 bf16 on a CPU, the matmul kernel where it measured faster at this shape; ``--causal both`` adds
 rows for the other). Each rate is shown
 against the nanoGPT-style model and posexp's learned PE at the same precision, and bf16 against
@@ -260,7 +260,7 @@ def build_variants(
 def causal_kernels(
     args: argparse.Namespace, cfg: ModelConfig, precision: str, device: torch.device
 ) -> list[str]:
-    """posexp's kernels for causal attention without a bias to time at ``precision``: what
+    """posexp's kernels for attention while training to time at ``precision``: what
     ``posexp train`` would choose (``--causal auto``, said on a line), or the one named; with
     ``both``, that choice and then the other."""
     if args.causal in KERNELS:
@@ -344,7 +344,7 @@ def main() -> None:
         "--causal",
         default="auto",
         choices=["auto", "both", *KERNELS],
-        help="posexp's kernel for causal attention without a bias: as `posexp train` chooses "
+        help="posexp's kernel for attention while training: as `posexp train` chooses "
         "(auto), one of them, or both (extra rows)",
     )
     p.add_argument("--profile", action="store_true", help="where posexp's step spends its time")

@@ -13,10 +13,10 @@ from posexp.kernels import matmul_attention
 from posexp.kernels.matmul_attention import MAX_WEIGHTS, applies, causal_attention
 
 
-def written_out(q, k, v):
-    """softmax(QKᵀ/√d) V with key j > query i masked out, term by term."""
+def written_out(q, k, v, bias=0.0):
+    """softmax(QKᵀ/√d + bias) V with key j > query i masked out, term by term."""
     L = q.shape[2]
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias
     hidden = torch.arange(L)[None, :] > torch.arange(L)[:, None]
     return scores.masked_fill(hidden, float("-inf")).softmax(-1) @ v
 
@@ -26,14 +26,21 @@ def leaves(dtype, shape=(2, 3, 37, 8)):
     return [torch.randn(shape, dtype=torch.float64).to(dtype).requires_grad_() for _ in range(3)]
 
 
-def test_values_and_gradients_equal_the_written_out_softmax():
+@pytest.mark.parametrize("bias_shape", [None, (3, 37, 37), (2, 3, 37, 37)])
+def test_values_and_gradients_equal_the_written_out_softmax(bias_shape):
     q, k, v = leaves(torch.float64)
-    got, want = causal_attention(q, k, v), written_out(q, k, v)
+    inputs = [q, k, v]
+    bias = None
+    if bias_shape is not None:  # a learned position bias (T5, FIRE) gets its gradient too
+        bias = torch.randn(bias_shape, dtype=torch.float64, requires_grad=True)
+        inputs.append(bias)
+    got = causal_attention(q, k, v, bias=bias)
+    want = written_out(q, k, v, 0.0 if bias is None else bias)
     assert torch.allclose(got, want, atol=1e-12)
     cotangent = torch.randn_like(want)
     for a, b in zip(
-        torch.autograd.grad((got * cotangent).sum(), (q, k, v)),
-        torch.autograd.grad((want * cotangent).sum(), (q, k, v)),
+        torch.autograd.grad((got * cotangent).sum(), inputs),
+        torch.autograd.grad((want * cotangent).sum(), inputs),
         strict=True,
     ):
         assert a.abs().max() > 0 and torch.allclose(a, b, atol=1e-10)
@@ -81,8 +88,9 @@ def test_the_measurement_times_both_kernels_and_draws_no_random_numbers():
     assert torch.equal(torch.get_rng_state(), before)
 
 
+@pytest.mark.parametrize("pe", ["rope", "alibi", "t5"])
 @pytest.mark.parametrize("kernel", ["matmul", "sdpa"])
-def test_a_bf16_training_step_takes_the_chosen_kernel_and_agrees_with_sdpa(monkeypatch, kernel):
+def test_a_bf16_training_step_takes_the_chosen_kernel_and_agrees_with_sdpa(monkeypatch, kernel, pe):
     from posexp.model import GPT, ModelConfig
 
     calls = []
@@ -91,7 +99,7 @@ def test_a_bf16_training_step_takes_the_chosen_kernel_and_agrees_with_sdpa(monke
         matmul_attention, "causal_attention", lambda *a: calls.append(1) or real(*a)
     )
     torch.manual_seed(0)
-    cfg = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=2, train_length=64)
+    cfg = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=2, train_length=64, pe=pe)
     chosen, reference = GPT(ModelConfig(**cfg, causal_kernel=kernel)), GPT(ModelConfig(**cfg))
     reference.load_state_dict(chosen.state_dict())
     x = torch.randint(0, 50, (4, 64))

@@ -197,7 +197,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         flex.describe(mcfg.attention, device, model.pe.flex_kind),
     )
     log.info("precision: %s (%s)", precision, why)
-    log.info("causal attention without a bias, training: %s (%s)", mcfg.causal_kernel, kernel_why)
+    log.info("attention while training: %s (%s)", mcfg.causal_kernel, kernel_why)
     if cfg.train.pose.enabled:  # task rows: the window is the longest training row
         window = getattr(objective, "row_tokens", cfg.train.seq_len)
         log.info("%s", cfg.train.pose.describe(window))
@@ -210,7 +210,12 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     if not distributed.is_main():
         return {}
     metrics = {**objective.finish(trainer.raw_model, writer), "final/params": n_params}
-    params = {**hparam_dict(cfg), "params": n_params, "precision": precision}
+    params = {
+        **hparam_dict(cfg),
+        "params": n_params,
+        "precision": precision,
+        "causal_kernel": mcfg.causal_kernel,
+    }
     write_hparams(writer, params, trial=trial_name(params, run_dir))
     writer.close()
     RunDir(run_dir).write_results({"status": "completed", "step": trainer.step, **metrics})

@@ -109,8 +109,9 @@ def attend_all(
     attention, then remapped positions), a logit term computed from the scores (CoPE), the
     weights asked for (explicit softmax), a bias constant past some distance split into near and
     far parts (``near_far``), a position bias inside FlexAttention (``score_mod``, when the
-    caller built one), else SDPA (the bias, if any, added chunk by chunk), or without a bias
-    the matmul kernel where the run chose it (``causal_kernel``; ``posexp/kernels/matmul_attention.py``).
+    caller built one), the matmul kernel where the run chose it for training in 16-bit
+    (``causal_kernel``; ``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any,
+    added chunk by chunk).
     Returns the output and the weights (None unless asked for)."""
     if plan is not None and plan.block is not None:
         return block_local_attention(q, k, v, q_pos, k_pos, pe, plan.block, need_weights)
@@ -132,12 +133,12 @@ def attend_all(
             return y, None
     if (
         causal_kernel == "matmul"
-        and not pe.has_bias
         and q.shape[2] == k.shape[2]
         and q_pos.dim() == 1
         and matmul_attention.applies(q)
     ):
-        return matmul_attention.causal_attention(q, k, v, dropout), None
+        bias = pe.bias(q_pos, k_pos, q.dtype) if pe.has_bias else None
+        return matmul_attention.causal_attention(q, k, v, dropout, bias), None
     return sdpa_attention(q, k, v, q_pos, k_pos, pe, dropout), None
 
 

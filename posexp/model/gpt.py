@@ -242,7 +242,9 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         shape = (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length)
         self.pe = build_pe(
-            cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers, cfg.attention), **cfg.pe_params
+            cfg.pe,
+            PEContext(*shape, cfg.extension, cfg.n_layers, cfg.attention, cfg.causal_kernel),
+            **cfg.pe_params,
         )
         plan = cfg.extension.attention_plan()  # training-free methods only, else None
         # A composition (iRoPE) applies the method in the layers whose encoding takes it.

@@ -80,6 +80,7 @@ class PEContext:
     # The model's attention backend (auto, flex, sdpa): what an encoding with attention of its
     # own (FoX) may run, as posexp.kernels.flex.use_flex decides for the position biases.
     attention: str = "auto"
+    causal_kernel: str = "sdpa"  # the model's training kernel (sdpa, matmul), for FoX likewise
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):

@@ -15,7 +15,8 @@ FlexAttention adds the bias inside its kernel, by a score_mod reading c
 from its start: on a GPU, training included, once the first batch with gradients has matched
 SDPA's gradients (``gate_gradient_gap``; else FoX trains on SDPA, with one warning); on the CPU,
 evaluation of 1,024+ tokens (no CPU backward). Elsewhere (CPU training, short sequences, decoding
-steps, ``attention=sdpa``), SDPA adds it one chunk of queries at a time, so memory stays
+steps, ``attention=sdpa``), SDPA adds it one chunk of queries at a time (or, training in bf16
+where the run chose it, ``posexp.kernels.matmul_attention`` adds it whole), so memory stays
 O(chunk × L) at any length; with a KV cache the running sum c is cached with the keys. The gate's
 kernel is compiled apart from the position biases': if it fails, FoX alone falls back to SDPA.
 """
@@ -31,7 +32,7 @@ from torch import nn
 
 from posexp import checks
 from posexp.errors import PosexpError, choose
-from posexp.kernels import flex
+from posexp.kernels import flex, matmul_attention
 from posexp.pe.base import (
     LogitTerm,
     PEContext,
@@ -154,6 +155,9 @@ class FoXLayer(PositionalEncoding):
             y = flex.flex_gated_attention(q, k, v, c_q)
             if y is not None:  # None: compiling failed, SDPA below
                 return y, None
+        if whole and self.ctx.causal_kernel == "matmul" and matmul_attention.applies(q):
+            bias = c_q[..., :, None] - c_k[..., None, :]  # (B, H, L, L): within its bound
+            return matmul_attention.causal_attention(q, k, v, bias=bias), None
         return gated_attention(q, k, v, c_q, c_k, q_pos, k_pos, need_weights)
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""Which kernel trains causal attention without a bias (RoPE, learned, NoPE, ...): torch's SDPA,
-or two batched matmuls and a softmax (``posexp.kernels.matmul_attention``), ``attention.causal``.
+"""Which kernel trains causal attention in 16-bit (every encoding that leaves attention to the
+model, position biases included): torch's SDPA, or two batched matmuls and a softmax
+(``posexp.kernels.matmul_attention``), ``attention.causal``.
 
 ``auto`` takes the matmul kernel only where it can win: bf16 training on a CPU, at most
 ``MAX_WEIGHTS`` attention weights per layer, and only if, timed at the run's own shape on this
