@@ -292,26 +292,8 @@ def test_training_through_the_gate_kernel_checks_it_once_and_matches_sdpa(
 
 
 def test_bf16_training_on_the_matmul_kernel_adds_the_gate_and_agrees_with_sdpa(monkeypatch):
-    from posexp.kernels import matmul_attention
+    from tests.helpers import bf16_step_matches_sdpa
 
-    calls = []
-    real = matmul_attention.causal_attention
-    monkeypatch.setattr(
-        matmul_attention, "causal_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
-    )
     torch.manual_seed(3)
     cfg = dict(vocab_size=40, d_model=32, n_layers=2, n_heads=2, pe="fox")
-    chosen, reference = GPT(ModelConfig(**cfg, causal_kernel="matmul")), GPT(ModelConfig(**cfg))
-    reference.load_state_dict(chosen.state_dict())
-    x = torch.randint(0, 40, (2, 70))
-    losses = []
-    for model in (chosen, reference):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = model(x, x)["loss"]
-        loss.backward()
-        losses.append(loss.item())
-    assert len(calls) == 2 and losses[0] == pytest.approx(losses[1], rel=1e-2)
-    for (name, a), (_, b) in zip(
-        chosen.named_parameters(), reference.named_parameters(), strict=True
-    ):
-        assert (a.grad - b.grad).abs().max() <= 0.05 * b.grad.abs().max() + 1e-6, name
+    assert bf16_step_matches_sdpa(monkeypatch, cfg, torch.randint(0, 40, (2, 70))) == 2
