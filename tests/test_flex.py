@@ -137,7 +137,7 @@ def test_an_unknown_backend_is_refused():
 
 def test_the_run_log_says_which_attention_runs():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert flex.describe("auto", cpu, None) == "sdpa (no bias)"
+    assert flex.describe("auto", cpu, None) == "no bias"
     assert flex.describe("auto", cuda, "bias") == "flex for the position bias"
     assert flex.describe("auto", cpu, "bias").endswith("flex to evaluate")
     explicit = flex.describe("sdpa", cuda, "bias")

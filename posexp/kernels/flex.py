@@ -95,7 +95,7 @@ def use_flex(
 def describe(backend: str, device: torch.device, kind: str | None) -> str:
     """What attention a run uses, for its log (``kind``: the encoding's kernel kind, or None)."""
     if kind is None:
-        return "sdpa (no bias)"
+        return "no bias"
     what = _NAMES[kind]
     if use_flex(backend, device, needs_grad=True, dropout=0.0, kind=kind):
         checked = (
