@@ -214,7 +214,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         **hparam_dict(cfg),
         "params": n_params,
         "precision": precision,
-        "causal_kernel": mcfg.causal_kernel,
+        "training_attention": mcfg.causal_kernel,  # the kernel attention.causal chose
     }
     write_hparams(writer, params, trial=trial_name(params, run_dir))
     writer.close()
