@@ -111,6 +111,16 @@ def test_a_bf16_training_step_takes_the_chosen_kernel_and_agrees_with_sdpa(monke
     assert calls == []
 
 
+def test_irope_s_chunked_layers_take_the_matmul_kernel_chunk_by_chunk(monkeypatch):
+    from tests.helpers import bf16_step_matches_sdpa
+
+    torch.manual_seed(1)
+    params = {"layers": ["rope", "rope", "rope", "none"], "chunk": 16, "temperature": 0.1}
+    cfg = dict(vocab_size=50, d_model=32, n_layers=4, n_heads=2, pe="layered", pe_params=params)
+    runs = bf16_step_matches_sdpa(monkeypatch, cfg, torch.randint(0, 50, (2, 64)))
+    assert runs == 3 * 4 + 1  # three chunked layers of four chunks each, one whole layer
+
+
 def test_an_unknown_kernel_is_a_one_line_error():
     from posexp.errors import PosexpError
     from posexp.model import ModelConfig

@@ -49,7 +49,7 @@ def attend(
     """Causal attention of (rotated) ``q``, ``k`` over ``v``: within chunks when the encoding
     attends locally (``attention_chunk``), else by ``attend_all``."""
     if pe.attention_chunk is not None:
-        return chunked_attention(q, k, v, q_pos, k_pos, pe, plan, need_weights)
+        return chunked_attention(q, k, v, q_pos, k_pos, pe, plan, need_weights, causal_kernel)
     return attend_all(
         q, k, v, q_pos, k_pos, pe, plan, need_weights, score_mod, dropout, causal_kernel
     )
@@ -64,6 +64,7 @@ def chunked_attention(
     pe: PositionalEncoding,
     plan: AttentionPlan | None = None,
     need_weights: bool = False,
+    causal_kernel: str = "sdpa",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention in which a query at p sees only the keys of chunk ⌊p/chunk⌋ (iRoPE):
     one ``attend_all`` call per chunk over at most ``chunk`` keys, so no score outlives it."""
@@ -83,7 +84,15 @@ def chunked_attention(
         ka, kz = keys[n]  # the cache holds every position up to the last query
         qs, ks = slice(qa, qz), slice(ka, kz)
         y, w = attend_all(
-            q[:, :, qs], k[:, :, ks], v[:, :, ks], q_pos[qs], k_pos[ks], pe, plan, need_weights
+            q[:, :, qs],
+            k[:, :, ks],
+            v[:, :, ks],
+            q_pos[qs],
+            k_pos[ks],
+            pe,
+            plan,
+            need_weights,
+            causal_kernel=causal_kernel,
         )
         outputs.append(y)
         if weights is not None:
