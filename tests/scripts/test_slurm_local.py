@@ -123,7 +123,10 @@ def test_a_request_no_node_can_run_is_refused_before_anything_is_submitted(slurm
 
 # Preemption and time limits. One training (the tiny model, one thread, fp32) three ways: an
 # uninterrupted plain run gives the weights every interrupted Slurm job must end with.
-STEPS = 6000  # about 40 s of training on one idle core: past the time-limit signal (<= 35 s)
+# Past the time-limit signal (10-40 s in) on any machine: 2.7 ms a step on one idle core of the
+# 2026-12-04 machine (65 s), 6.7 ms on an earlier one (160 s). 6,000 steps finished in 16 s
+# there, before the signal came.
+STEPS = 24000
 SHORT_STEPS = 3000  # about 20 s: long enough for the test to requeue or cancel it mid-training
 TRAIN = (
     "model=tiny",
@@ -314,7 +317,7 @@ def test_a_time_limit_signals_requeues_and_resumes_to_the_same_weights(
     slurm, tmp_path, cache, uninterrupted
 ):
     # Limit 1 min, signal 50 s before it: Slurm sends submitit's SIGUSR2 10-40 s in (its
-    # timer runs every 30 s), before the 6,000 steps are done (about 43 s with start-up). Not
+    # timer runs every 30 s), before the STEPS are done (see STEPS). Not
     # sooner: until submitit has unpickled the task (seconds on a loaded machine) SIGUSR2's
     # default action kills the job instead of requeueing it.
     sweep = tmp_path / "sweep"
