@@ -7,8 +7,8 @@ precision verdict). Both are lower bounds, so an error is certain and a warning 
 
 * memory: weights, gradients and AdamW's two moments (16 bytes a parameter), the activations
   a backward pass keeps (about ``ACTIVATION_FLOATS`` x d_model floats per token and layer, plus
-  one H x T x T score tensor per layer where a position bias or a logit term keeps the
-  attention weights), and the logits with their log-softmax and gradient;
+  one H x T x T score tensor per layer where a position bias, a logit term or the bf16 matmul
+  kernel keeps the attention weights), and the logits with their log-softmax and gradient;
 * time: the step's model FLOPs (6 x parameters x tokens plus the attention's 12 x layers x
   d_model x T per token, as PaLM counts them) at the measured rate of one matmul of the
   model's width, which a whole step never beats.
@@ -70,13 +70,17 @@ def flops_per_token(params: int, n_layers: int, d_model: int, seq_len: int) -> f
     return 6.0 * params + 12.0 * n_layers * d_model * seq_len
 
 
-def step_memory(mcfg: Any, params: int, rows: int, seq_len: int, keeps_scores: bool) -> int:
+def step_memory(
+    mcfg: Any, params: int, rows: int, seq_len: int, keeps_scores: bool, score_bytes: int = 4
+) -> int:
     """Bytes one training step holds at least: weights, gradients, AdamW state, activations,
-    the attention weights where they are kept, and the logits with their gradient."""
+    the attention weights where they are kept (``score_bytes`` each), and the logits with their
+    gradient."""
     tokens = rows * seq_len
     state = 16 * params
     activations = 4 * ACTIVATION_FLOATS * mcfg.d_model * mcfg.n_layers * tokens
-    scores = 4 * rows * mcfg.n_heads * seq_len * seq_len * mcfg.n_layers if keeps_scores else 0
+    scores = rows * mcfg.n_heads * seq_len * seq_len * mcfg.n_layers if keeps_scores else 0
+    scores *= score_bytes
     logits = 3 * 4 * tokens * mcfg.vocab_size
     return state + activations + scores + logits
 
@@ -128,12 +132,13 @@ def estimate_step(
     keeps_scores: bool,
     rate: float | None,
     available: int | None,
+    score_bytes: int = 4,
 ) -> StepEstimate:
     """The estimate of one step of ``rows`` x ``seq_len`` tokens (per process) and of one
     evaluation pass over ``eval_tokens`` (a forward pass: a third of a step's FLOPs a token)."""
     per_token = flops_per_token(params, mcfg.n_layers, mcfg.d_model, seq_len)
     return StepEstimate(
-        memory_bytes=step_memory(mcfg, params, rows, seq_len, keeps_scores),
+        memory_bytes=step_memory(mcfg, params, rows, seq_len, keeps_scores, score_bytes),
         step_flops=per_token * rows * seq_len,
         eval_flops=per_token / 3 * eval_tokens,
         rate=rate,
@@ -192,15 +197,18 @@ def check_budget(
     """Before the first step: refuse one that cannot fit in memory, name one that nearly does
     or that takes long. ``cfg``: the run's ``RunConfig``; ``model``: its ``GPT``."""
     rate = matmul_rate(device, precision, mcfg.d_model, Path(cfg.cache_dir))
+    matmul_kernel = mcfg.causal_kernel == "matmul" and precision == "bf16"
     est = estimate_step(
         mcfg,
         model.num_params(),
         max(1, cfg.train.batch_size // distributed.world_size()),
         row_tokens or cfg.train.seq_len,
         cfg.train.eval_tokens,
-        keeps_scores=model.pe.logit_term is not LogitTerm.NONE,
+        # A bias or a logit term keeps fp32 weights; the bf16 matmul kernel, bf16 ones.
+        keeps_scores=model.pe.logit_term is not LogitTerm.NONE or matmul_kernel,
         rate=rate,
         available=available_memory(device.type),
+        score_bytes=2 if matmul_kernel and model.pe.logit_term is LogitTerm.NONE else 4,
     )
     for warning in check_step(est, cfg.train, device):
         log.warning(warning)

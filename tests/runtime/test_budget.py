@@ -86,3 +86,43 @@ def test_the_matmul_rate_is_measured_once_per_machine_and_width(tmp_path):
     assert matmul_rate(torch.device("cpu"), "fp32", 32, tmp_path) == 12345.0  # read back
     cached.write_text("{")  # damaged: measured again
     assert matmul_rate(torch.device("cpu"), "fp32", 32, tmp_path) != 12345.0
+
+
+def test_the_bf16_matmul_kernel_s_weights_count_at_two_bytes():
+    class Shape:
+        d_model, n_layers, n_heads, vocab_size = 64, 2, 4, 260
+
+    m, params, rows, t = Shape(), 10_000, 4, 128
+    base = step_memory(m, params, rows, t, keeps_scores=False)
+    kept = step_memory(m, params, rows, t, keeps_scores=True, score_bytes=2)
+    assert kept - base == 2 * rows * 4 * t * t * 2
+
+
+@pytest.mark.parametrize(
+    ("pe", "kernel", "precision", "expected"),
+    [
+        ("rope", "sdpa", "bf16", (False, 4)),
+        ("rope", "matmul", "bf16", (True, 2)),
+        ("rope", "matmul", "fp32", (False, 4)),  # the kernel runs in 16-bit only
+        ("alibi", "matmul", "bf16", (True, 4)),
+    ],
+)
+def test_a_run_s_estimate_counts_the_attention_weights_its_kernel_keeps(
+    monkeypatch, tmp_path, pe, kernel, precision, expected
+):
+    from posexp.model import GPT, ModelConfig
+    from posexp.runtime import budget
+    from tests.helpers import TINY, run_config
+
+    seen = {}
+
+    def estimate(*args, keeps_scores, score_bytes, **kwargs):
+        seen["scores"] = (keeps_scores, score_bytes)
+        return budget.StepEstimate(1, 1.0, 1.0, None, None)
+
+    monkeypatch.setattr(budget, "estimate_step", estimate)
+    monkeypatch.setattr(budget, "matmul_rate", lambda *a: 1e12)
+    cfg = run_config(*TINY, f"pe={pe}", f"cache_dir={tmp_path}")
+    model = GPT(ModelConfig(vocab_size=50, n_heads=2, d_model=64, pe=pe, causal_kernel=kernel))
+    budget.check_budget(cfg, model.cfg, model, torch.device("cpu"), precision, None)
+    assert seen["scores"] == expected
