@@ -216,8 +216,7 @@ GATE_MIN_CPU = 1024
 
 def use_gate_flex(backend: str, q: torch.Tensor) -> bool:
     """True where FoX's forget gate takes ``flex_gated_attention`` for queries ``q``."""
-    grad = torch.is_grad_enabled()
-    if not use_flex(backend, q.device, grad, 0.0, kind="gate"):
+    if not use_flex(backend, q.device, torch.is_grad_enabled(), 0.0, kind="gate"):
         return False
     return q.device.type != "cpu" or q.shape[2] >= GATE_MIN_CPU
 
@@ -280,7 +279,7 @@ def verify_once(
             else f"gradients differ from SDPA's by {value:.1e} of the largest gradient, over the {tolerance:.0e} allowed"
         )
     except Exception as e:  # noqa: BLE001  e.g. a backward the kernel cannot build
-        why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        why = _first_line(e)
     if why is not None:
         _broken[kind] = why
         log.warning(
@@ -295,6 +294,11 @@ def verify_once(
         value,
     )
     return True
+
+
+def _first_line(e: Exception) -> str:
+    """An exception as one line of a warning: its type and the first line of its message."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
 def _padded(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -340,7 +344,7 @@ def _run(
             )
         return out
     except Exception as e:  # noqa: BLE001  e.g. no C++ compiler for the CPU kernel
-        _broken[kind] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        _broken[kind] = _first_line(e)
         log.warning(
             "FlexAttention unavailable here for the %s (%s); using SDPA with an explicit bias",
             _NAMES[kind],

@@ -48,9 +48,8 @@ class ModelConfig:
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
     attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/kernels/flex.py decides)
-    causal_kernel: str = (
-        "sdpa"  # no bias, training in 16-bit: sdpa | matmul (kernels/matmul_attention.py)
-    )
+    # Training in 16-bit: sdpa | matmul (posexp/kernels/matmul_attention.py; the run chooses).
+    causal_kernel: str = "sdpa"
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
