@@ -104,10 +104,8 @@ def describe(backend: str, device: torch.device, kind: str | None) -> str:
         return f"flex for the {what}{checked}"
     if use_flex(backend, device, needs_grad=False, dropout=0.0, kind=kind):
         long = f" of {GATE_MIN_CPU:,}+ tokens" if kind == "gate" else ""
-        return (
-            f"sdpa with the {what} while training (no FlexAttention backward on this device), "
-            f"flex to evaluate{long}"
-        )
+        # Training takes the kernel of the run's next log line (no FlexAttention backward here).
+        return f"the {what} added by SDPA or the matmul kernel to train, flex to evaluate{long}"
     return f"sdpa with an explicit {what} (attention.backend={backend}, device {device.type})"
 
 
