@@ -10,7 +10,13 @@ from typing import Any
 from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan, AttentionSpec
-from posexp.extension.registry import ExtensionMethod, check_factor, get_extension, method_params
+from posexp.extension.registry import (
+    ExtensionMethod,
+    check_factor,
+    effective_params,
+    get_extension,
+    method_params,
+)
 from posexp.extension.spec import MethodSpec
 
 _COMMON_KEYS = ("method", "factor", "original_length")
@@ -90,6 +96,14 @@ class ExtensionConfig:
         if self.original_length is None:
             raise PosexpError(f"extension {self.method!r} needs original_length, got None")
         return ext.attention(AttentionSpec(self.factor, self.original_length), **self.params)
+
+    @property
+    def effective_params(self) -> dict[str, Any]:
+        """``params`` with every null that stands for a value at this factor and L0 filled in
+        (what an evaluation record keeps); ``params`` as they are while L0 is unknown."""
+        if self.original_length is None:
+            return dict(self.params)
+        return effective_params(self.registered, self.params, self.factor, self.original_length)
 
     def with_original_length(self, train_length: int) -> ExtensionConfig:
         """Fill a null original_length with the run's training length; keep an explicit one."""

@@ -227,6 +227,18 @@ def method_params(
     return full if method.relations is None else method.relations(full, prefix)
 
 
+def effective_params(
+    method: ExtensionMethod, params: Mapping[str, Any], factor: float, original_length: int
+) -> dict[str, Any]:
+    """``params`` (checked, as ``method_params`` returns them) with each null that stands for a
+    value at this s and L0 replaced by it (``Setting.null_means``), in declaration order."""
+    full = dict(params)
+    for setting in method.settings:
+        if full.get(setting.name) is None and setting.null_means is not None:
+            full[setting.name] = setting.null_means(full, factor, original_length)
+    return full
+
+
 def _check_head_dim(head_dim: Any) -> int:
     d = checks.positive_int("head_dim", head_dim)
     if d % 2:

@@ -10,7 +10,7 @@ names the setting with a prefix chosen by the caller: ``extension.group`` for a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +18,21 @@ from posexp import checks
 
 # (user-facing name, value) -> the value in normal form, else a one-line PosexpError.
 Checker = Callable[[str, Any], Any]
+# (the settings before this one, at their effective values; factor s; training length L0) ->
+# the value null stands for.
+NullMeans = Callable[[Mapping[str, Any], float, int], Any]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting of a method: its name, the values it allows (in words) and its checker."""
+    """One setting of a method: its name, the values it allows (in words), its checker, and
+    the value null stands for once s and L0 are known (None: null is a mode of its own, such as
+    ReRoPE's hard clip, or a per-pair list derived at use)."""
 
     name: str
     allowed: str  # shown by `posexp methods`: the range and what null means
     check: Checker
+    null_means: NullMeans | None = None
 
 
 def positive_int_or_null(name: str, value: Any) -> int | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -70,33 +71,48 @@ def causal_attention(
         return torch.bmm(weights, v.reshape(B * H, L, d)).view(B, H, L, d)
 
 
-def measure_speedup(
-    batch: int, heads: int, length: int, head_dim: int, device: torch.device, reps: int = 5
-) -> float:
-    """SDPA's time over the matmul kernel's for one forward and backward in bf16 at this shape,
-    q, k and v laid out as the model hands them over (views into one (B, L, 3, H, d) projection):
-    medians of ``reps`` interleaved rounds after one to warm up. The inputs come from a generator
-    of their own, so the run's random stream is not touched."""
+def time_kernels(
+    kernels: dict[str, Callable[..., torch.Tensor]],
+    shape: tuple[int, int, int, int],
+    device: torch.device,
+    dtype: torch.dtype = torch.bfloat16,
+    reps: int = 5,
+) -> dict[str, float]:
+    """Median seconds of one forward and backward of each attention kernel (q, k, v) -> output
+    at ``shape`` (batch, heads, length, head dim), q, k and v laid out as the model hands them
+    over (views into one (B, L, 3, H, d) projection): ``reps`` interleaved rounds, the order
+    reversed every other round, after one to warm up. The inputs come from a generator of their
+    own, so the run's random stream is not touched."""
+    batch, heads, length, head_dim = shape
     g = torch.Generator(device=device).manual_seed(0)
     qkv = torch.randn(batch, length, 3, heads, head_dim, generator=g, device=device)
-    qkv = qkv.bfloat16().requires_grad_()
+    qkv = qkv.to(dtype).requires_grad_()
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     # The output's gradient arrives as the model's does: through (B, L, H·d), a transposed view.
-    probe = torch.randn(batch, length, heads * head_dim, generator=g, device=device).bfloat16()
-
-    def loss(y: torch.Tensor) -> torch.Tensor:
-        return (y.transpose(1, 2).reshape(batch, length, -1) * probe).sum()
-
-    kernels = {
-        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "matmul": lambda: causal_attention(q, k, v),
-    }
+    probe = torch.randn(batch, length, heads * head_dim, generator=g, device=device).to(dtype)
     times: dict[str, list[float]] = {name: [] for name in kernels}
     with torch.enable_grad():
         for rep in range(reps + 1):
             for name, kernel in kernels.items() if rep % 2 else reversed(kernels.items()):
                 start = time.perf_counter()
-                loss(kernel()).backward()
+                y = kernel(q, k, v)
+                (y.transpose(1, 2).reshape(batch, length, -1) * probe).sum().backward()
+                qkv.grad = None
                 if rep:  # the first round warms up
                     times[name].append(time.perf_counter() - start)
-    return statistics.median(times["sdpa"]) / statistics.median(times["matmul"])
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def sdpa_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """torch's fused causal attention, the kernel this one is measured against."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def measure_speedup(
+    batch: int, heads: int, length: int, head_dim: int, device: torch.device, reps: int = 5
+) -> float:
+    """SDPA's time over the matmul kernel's for one forward and backward in bf16 at this shape
+    (``time_kernels``)."""
+    kernels = {"sdpa": sdpa_causal, "matmul": causal_attention}
+    seconds = time_kernels(kernels, (batch, heads, length, head_dim), device, reps=reps)
+    return seconds["sdpa"] / seconds["matmul"]

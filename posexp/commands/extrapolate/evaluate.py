@@ -37,7 +37,7 @@ from posexp.commands.extrapolate.plan import (
     needs_test_split,
     plan_run,
 )
-from posexp.commands.extrapolate.score_run import load_test_tokens
+from posexp.commands.extrapolate.score_run import load_test_tokens, write_merged
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 from posexp.runtime.build import Data
@@ -205,5 +205,7 @@ def stored_result(plan: RunPlan) -> RunResult | None:
     """The result of a run with nothing to score: its records as they are kept."""
     if plan.todo:
         return None  # its scoring failed (named by JobFailures)
+    if plan.copies:  # cells measured under another label: kept under this one too
+        return write_merged(plan, [])
     records = [r.to_dict() for r in plan.stored.current]
     return RunResult(plan.run_dir, plan.pe, plan.train_length, records, [], scored=0)

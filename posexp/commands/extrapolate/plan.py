@@ -17,11 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from posexp import checks
+from posexp.commands.extrapolate.cells import (
+    cell_extension,
+    cell_of,
+    effective_stored,
+    method_specs,
+    with_copies,
+)
 from posexp.commands.extrapolate.tasks import task_data, task_variants
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
-from posexp.extension import ExtensionConfig, get_extension
-from posexp.extension.spec import BAKED, MethodSpec, parse_spec, spec_of
+from posexp.extension import ExtensionConfig
+from posexp.extension.spec import BAKED
 from posexp.files import check_writable
 from posexp.hardware import available_memory
 from posexp.model.attention import QUERY_CHUNK
@@ -112,6 +119,7 @@ class RunPlan:
     dropped: list[str] = field(default_factory=list)  # asked-for methods that do not apply
     task: Any = None  # a synthetic-task run's SyntheticData (then items score instances)
     force: bool = False
+    baked: ExtensionConfig | None = None  # the extension a fine-tuned run was trained with
 
     @property
     def run_dir(self) -> Path:
@@ -131,23 +139,48 @@ class RunPlan:
 
     @cached_property
     def todo(self) -> list[Item]:
-        """The cells to score now: those not measured on these weights (every one with force);
-        decided once, from the records read when the plan was made."""
+        """The cells to score now: those not measured on these weights (every one with force),
+        each cell once: two specs whose settings are the same at this run's L0 (``self_extend``
+        and ``self_extend(window=16)`` at L0 64) share it. Decided once, from the records read
+        when the plan was made."""
         if self.force:
             return self.items
-        measured = self.stored.measured()
-        return [item for item in self.items if item.record.key not in measured]
+        seen = {cell_of(r) for r in self.stored.current}
+        todo = []
+        for item in self.items:
+            if cell_of(item.record) not in seen:
+                seen.add(cell_of(item.record))
+                todo.append(item)
+        return todo
+
+    @property
+    def copies(self) -> int:
+        """Cells asked for under a label of their own whose value another label's record holds
+        (measured, or scored now): kept under both labels, scored once."""
+        measured, scored = self.stored.measured(), {id(item) for item in self.todo}
+        return sum(i.record.key not in measured and id(i) not in scored for i in self.items)
 
     def progress_line(self) -> str:
         """How much of what was asked is measured already: '12 of 16 cells measured, scoring 4'."""
-        todo, total = len(self.todo), len(self.items)
+        todo, total, copies = len(self.todo), len(self.items), self.copies
+        shared = f" ({copies} the same cell as another label's)" if copies else ""
         if self.force:
             return f"rescoring {total} cell{'s' * (total != 1)} (--force)"
         if todo == total:
             return f"scoring {total} cell{'s' * (total != 1)}"
         if not todo:
-            return f"all {total} cells already measured on these weights, scoring none"
-        return f"{total - todo} of {total} cells already measured, scoring {todo}"
+            return f"all {total} cells already measured on these weights{shared}, scoring none"
+        return f"{total - todo} of {total} cells already measured{shared}, scoring {todo}"
+
+    def with_copies(self, records: list[Record]) -> list[Record]:
+        """``records`` plus, for each cell asked for under a label no record has, a copy of
+        the record of the same cell under another label (``todo`` scored it once)."""
+        return with_copies(self.items, records)
+
+    def effective(self, stored: Stored) -> Stored:
+        """``stored`` with each record's settings at their effective values (records written
+        before posexp kept them so hold null for a default), so its cells match this plan's."""
+        return effective_stored(stored, self.train_length, self.baked)
 
 
 def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
@@ -268,7 +301,9 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     if unfinished:
         log.warning("%s: %s; its records say so", run_dir, unfinished)
     precision = recorded_precision(meta, resolve_device(settings.device))
-    stored = load(run, checkpoint_of(run), force=settings.force)
+    stored = effective_stored(
+        load(run, checkpoint_of(run), force=settings.force), train_length, baked
+    )
     specs = method_specs(s.method, pe, baked.method != "none", s.factor, pe_params)
     items: list[Item] = []
     dropped: list[str] = []
@@ -300,7 +335,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                         length=length,
                         protocol=scorer.name,
                         factor=ext.factor,
-                        settings=dict(ext.params),
+                        settings=ext.effective_params,
                         stride=min(stride, length) if scorer.uses_stride else None,
                         sample_size=sample_size,
                         depth=depth,
@@ -317,56 +352,8 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             f"allowed for {pe}: {', '.join(accepted_extensions(pe, pe_params))}"
         )
     return RunPlan(
-        run, meta, cfg, train_length, n_tokens, items, stored, dropped, task, settings.force
+        run, meta, cfg, train_length, n_tokens, items, stored, dropped, task, settings.force, baked
     )
-
-
-def method_specs(
-    asked: list[str] | None,
-    pe: str,
-    has_baked: bool,
-    factor: float | None = None,
-    pe_params: dict[str, Any] | None = None,
-) -> list[MethodSpec]:
-    """The specs asked for (canonical labels, parsed again), else every method the PE takes
-    at its defaults, plus ``baked`` for a fine-tuned run. A fixed ``factor`` (--factor) goes
-    into the specs of the methods that scale with one and fix none themselves, so their label
-    says it (``yarn(factor=4)``) and their cells are apart from those at length / L0."""
-    if asked is not None:
-        specs = [parse_spec(text) for text in asked]
-    else:
-        names = ([BAKED] if has_baked else []) + accepted_extensions(pe, pe_params)
-        specs = [MethodSpec(name) for name in names]
-    if factor is None:
-        return specs
-    return [
-        dataclasses.replace(spec, factor=factor)
-        if spec.factor is None
-        and spec.name != BAKED
-        and any(x.name == "factor" for x in get_extension(spec.name).spec_settings)
-        else spec
-        for spec in specs
-    ]
-
-
-def cell_extension(
-    spec: MethodSpec,
-    baked: ExtensionConfig,
-    length: int,
-    train_length: int,
-    run_dir: Path,
-) -> tuple[ExtensionConfig, str, str]:
-    """(extension, label, note) of one spec at ``length`` tokens: the baked-in extension as it
-    was fine-tuned, else the method set up for the length (its settings checked against L0)."""
-    if spec.name == BAKED:
-        label = f"{BAKED}:{spec_of(baked.method, baked.params).label}"
-        note = f"baked in by finetune: factor {baked.factor:g}, original_length {baked.original_length}"
-        return baked, label, note
-    try:
-        ext, note = ExtensionConfig.for_length(spec, length, train_length)
-    except PosexpError as e:
-        raise PosexpError(f"--method {spec.label!r} for {str(run_dir)!r}: {e}") from None
-    return ext, spec.label, note
 
 
 @dataclass

@@ -128,8 +128,8 @@ def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
     """``new`` merged into the run's kept records under its eval lock (another evaluation may
     have merged meanwhile: they are read again there), and every output written from the union."""
     with merging(plan.run):
-        stored = load(plan.run, plan.checkpoint, force=plan.force)
-        records = merged(stored, new)
+        stored = plan.effective(load(plan.run, plan.checkpoint, force=plan.force))
+        records = plan.with_copies(merged(stored, new))
         files = write_outputs(plan, records, stored.stale, stored.damaged)
     return RunResult(
         plan.run_dir,

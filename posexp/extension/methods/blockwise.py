@@ -14,7 +14,14 @@ from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan, AttentionSpec, register_attention_method
 from posexp.extension.settings import Setting, positive_int_or_null
 
-SETTINGS = (Setting("block", "b: an integer in [1, L0 / 2]; null = L0 / 2", positive_int_or_null),)
+SETTINGS = (
+    Setting(
+        "block",
+        "b: an integer in [1, L0 / 2]; null = L0 / 2",
+        positive_int_or_null,
+        null_means=lambda given, s, l0: max(1, l0 // 2),
+    ),
+)
 
 
 def blockwise(spec: AttentionSpec, *, block: int | None = None) -> AttentionPlan:

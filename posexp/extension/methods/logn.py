@@ -30,6 +30,7 @@ SETTINGS = (
         "base_length",
         "b: an integer >= 2, the length from which logits are scaled up; null = L0",
         base_length_or_null,
+        null_means=lambda given, s, l0: l0,
     ),
 )
 

@@ -36,6 +36,13 @@ def factor_list(name: str, value: Any) -> list[float] | None:
     return [checks.number(f"{name}[{i}]", v, "> 0") for i, v in enumerate(value)]
 
 
+def default_attention_factor(s: float, original_length: int) -> float | None:
+    """sqrt(1 + ln(s) / ln(L0)), 1 at s = 1; None where L0 < 2 leaves it undefined."""
+    if s <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(s) / math.log(original_length)) if original_length > 1 else None
+
+
 SETTINGS = (
     Setting(
         "long_factor",
@@ -52,6 +59,7 @@ SETTINGS = (
         "attention_factor",
         "a number > 0; null = sqrt(1 + ln(s) / ln(L0)) (1 at s = 1)",
         number_rule("> 0", allow_none=True),
+        null_means=lambda given, s, l0: default_attention_factor(s, l0),
     ),
 )
 
@@ -98,12 +106,12 @@ def longrope(
     short = _per_pair(spec, "short_factor", short_factor)
     s, l0 = spec.factor, spec.original_length
     if attention_factor is None:
-        if s > 1 and l0 < 2:
+        attention_factor = default_attention_factor(s, l0)
+        if attention_factor is None:
             raise PosexpError(
                 f"extension 'longrope' needs original_length >= 2 for its attention factor "
                 f"sqrt(1 + ln(s)/ln(L0)), got {l0}; set extension.attention_factor"
             )
-        attention_factor = math.sqrt(1 + math.log(s) / math.log(l0)) if s > 1 else 1.0
     if spec.seq_len is not None and spec.seq_len > l0:
         factors = default_long_factor(spec) if long_ is None else long_
     else:

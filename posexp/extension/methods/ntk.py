@@ -13,6 +13,7 @@ SETTINGS = (
         "alpha",
         "a number >= 1: base' = base·alpha^(d/(d-2)) whatever the length; null = the factor s",
         number_rule(">= 1", allow_none=True),
+        null_means=lambda given, s, l0: s,
     ),
 )
 

@@ -26,7 +26,12 @@ from posexp.extension.settings import (
 )
 
 SETTINGS = (
-    Setting("window", f"w: {WINDOW_TEXT}; null = L0 / 2", positive_int_or_null),
+    Setting(
+        "window",
+        f"w: {WINDOW_TEXT}; null = L0 / 2",
+        positive_int_or_null,
+        null_means=lambda given, s, l0: l0 // 2,
+    ),
     Setting(
         "leaky_k",
         "a number > 1: leaky ReRoPE, r' = w + (r - w)/k; null = ReRoPE (clip at w)",

@@ -22,17 +22,6 @@ from posexp.extension.attention import (
 )
 from posexp.extension.settings import LOGN, WINDOW_TEXT, Setting, positive_int_or_null
 
-SETTINGS = (
-    Setting("window", f"W: {WINDOW_TEXT}; null = L0 / 4", positive_int_or_null),
-    Setting(
-        "group",
-        "G: a positive integer; null = the smallest G that keeps every distance at s·L0 below "
-        "L0 (1 = plain RoPE)",
-        positive_int_or_null,
-    ),
-    LOGN,
-)
-
 
 def smallest_group(original_length: int, window: int, target_length: float) -> int:
     """The smallest G whose largest grouped distance at the target length L stays below L0.
@@ -46,6 +35,24 @@ def smallest_group(original_length: int, window: int, target_length: float) -> i
     while last // group + window - window // group > original_length - 1:
         group += 1
     return group
+
+
+SETTINGS = (
+    Setting(
+        "window",
+        f"W: {WINDOW_TEXT}; null = L0 / 4",
+        positive_int_or_null,
+        null_means=lambda given, s, l0: l0 // 4,
+    ),
+    Setting(
+        "group",
+        "G: a positive integer; null = the smallest G that keeps every distance at s·L0 below "
+        "L0 (1 = plain RoPE)",
+        positive_int_or_null,
+        null_means=lambda given, s, l0: smallest_group(l0, given["window"], s * l0),
+    ),
+    LOGN,
+)
 
 
 def self_extend(

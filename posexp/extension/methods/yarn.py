@@ -11,6 +11,12 @@ from posexp.errors import PosexpError
 from posexp.extension.registry import RopeSpec, register_extension
 from posexp.extension.settings import Setting, number_rule
 
+
+def default_attention_factor(s: float) -> float:
+    """YaRN's attention factor for scale s: 0.1·ln(s) + 1, and 1 at s = 1."""
+    return 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
+
+
 SETTINGS = (
     Setting(
         "beta_fast",
@@ -26,6 +32,7 @@ SETTINGS = (
         "attention_factor",
         "a number > 0; null = 0.1·ln(s) + 1 (1 at s = 1)",
         number_rule("> 0", allow_none=True),
+        null_means=lambda given, s, l0: default_attention_factor(s),
     ),
 )
 
@@ -74,5 +81,5 @@ def yarn(
     theta = spec.theta()
     inv_freq = (theta / s) * ramp + theta * (1.0 - ramp)
     if attention_factor is None:
-        attention_factor = 0.1 * math.log(s) + 1.0 if s > 1 else 1.0
+        attention_factor = default_attention_factor(s)
     return inv_freq, attention_factor

@@ -75,6 +75,36 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
     assert snapshot(run / "eval") == before
 
 
+def test_two_specs_of_one_cell_score_it_once_and_keep_it_under_both(study, cache):
+    run, at = study / "fp32", ["--lengths", "48", "--tokens", "1024"]
+    posexp(
+        study, cache, "eval-extrapolate", "--run", str(run), "--method", "self_extend(group=2)", *at
+    )
+    (first,) = [r for r in records(run) if r["length"] == 48]
+    assert first["settings"] == {"window": 8, "group": 2, "logn": False}  # null window: L0 / 4
+    spelled = "self_extend(group=2,window=8)"
+    out = posexp(study, cache, "eval-extrapolate", "--run", str(run), "--method", spelled, *at)
+    assert (
+        "all 1 cells already measured on these weights (1 the same cell as another " in out.stdout
+    )
+    at_48 = {r["method"]: r for r in records(run) if r["length"] == 48}
+    assert set(at_48) == {"self_extend(group=2)", spelled}
+    assert (
+        at_48[spelled]["ppl"] == first["ppl"] and at_48[spelled]["scored_at"] == first["scored_at"]
+    )
+    # Records written before posexp filled nulls in hold null there: they still match.
+    path = run / "eval" / "extrapolate.json"
+    older = records(run)
+    for r in older:
+        if r["method"] == "self_extend(group=2)":
+            r["settings"]["window"] = None
+    path.write_text(json.dumps(older))
+    again = posexp(
+        study, cache, "eval-extrapolate", "--run", str(run), "--method", "self_extend(group=2)", *at
+    )
+    assert "all 1 cells already measured on these weights, scoring none" in again.stdout
+
+
 def test_force_rescores_just_the_cells_asked_for(study, cache):
     run = study / "fp32"
     before = {(r["method"], r["length"]): r["scored_at"] for r in records(run)}

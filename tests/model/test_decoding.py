@@ -21,7 +21,7 @@ def tiny(pe: str = "rope", seed: int = 0) -> GPT:
     # attention=sdpa: these tests compare decoding paths, not kernels. CPU FlexAttention (what
     # auto picks for a bias PE without gradients) rounds differently from the explicit bias:
     # on an AMD EPYC the beam scores of one ALiBi model differ by up to 6.6e-4 (sdpa: 1e-7);
-    # tests/test_flex.py checks FlexAttention against the explicit bias itself.
+    # tests/kernels/test_flex.py checks FlexAttention against the explicit bias itself.
     model = GPT(
         ModelConfig(
             vocab_size=VOCAB,

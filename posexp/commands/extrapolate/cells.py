@@ -1,0 +1,117 @@
+"""The cells of an evaluation: which method spec, set up how, and what a record measured.
+
+A cell is what one record measures: a method at its effective settings (every null that stands
+for a value at the run's L0 and the cell's factor filled in), a length, a protocol and the rest
+of the record's key. Two specs can name one cell (``self_extend`` and ``self_extend(window=16)``
+at L0 64): it is scored once and kept under both labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from posexp.errors import PosexpError
+from posexp.extension import ExtensionConfig, get_extension
+from posexp.extension.registry import effective_params
+from posexp.extension.spec import BAKED, MethodSpec, parse_spec, spec_of
+from posexp.pe import accepted_extensions
+from posexp.scoring.records import Record, Stored
+
+
+def cell_of(record: Record) -> tuple:
+    """What a record measured, whatever spec asked for it: its key with the label cut to the
+    method's name (the settings are in the key at their effective values)."""
+    return (record.method.partition("(")[0], *record.key[1:])
+
+
+def effective_stored(stored: Stored, train_length: int, baked: ExtensionConfig | None) -> Stored:
+    """``stored`` with null settings filled in as this run's evaluation fills them: at the
+    record's factor and L0 (the baked-in extension's own for ``baked:`` records)."""
+
+    def effective(record: Record) -> Record:
+        if all(v is not None for v in record.settings.values()):
+            return record
+        name = record.method.partition("(")[0]
+        if name.startswith(f"{BAKED}:"):
+            if baked is None or baked.original_length is None:
+                return record
+            factor, length, name = baked.factor, baked.original_length, name[len(BAKED) + 1 :]
+        else:
+            factor, length = record.factor, train_length
+        try:
+            method = get_extension(name)
+        except PosexpError:  # a method this posexp no longer has: kept as written
+            return record
+        filled = effective_params(method, record.settings, factor, length)
+        return dataclasses.replace(record, settings=filled)
+
+    return dataclasses.replace(
+        stored,
+        current=[effective(r) for r in stored.current],
+        stale=[effective(r) for r in stored.stale],
+    )
+
+
+def with_copies(items: Iterable[Any], records: list[Record]) -> list[Record]:
+    """``records`` plus, for each item's cell asked for under a label no record has, a copy of
+    the record of the same cell under another label."""
+    have = {r.key for r in records}
+    by_cell = {cell_of(r): r for r in records}
+    out = list(records)
+    for item in items:
+        source = by_cell.get(cell_of(item.record))
+        if item.record.key not in have and source is not None:
+            out.append(dataclasses.replace(source, method=item.record.method))
+            have.add(item.record.key)
+    return out
+
+
+def method_specs(
+    asked: list[str] | None,
+    pe: str,
+    has_baked: bool,
+    factor: float | None = None,
+    pe_params: dict[str, Any] | None = None,
+) -> list[MethodSpec]:
+    """The specs asked for (canonical labels, parsed again), else every method the PE takes
+    at its defaults, plus ``baked`` for a fine-tuned run. A fixed ``factor`` (--factor) goes
+    into the specs of the methods that scale with one and fix none themselves, so their label
+    says it (``yarn(factor=4)``) and their cells are apart from those at length / L0."""
+    if asked is not None:
+        specs = [parse_spec(text) for text in asked]
+    else:
+        names = ([BAKED] if has_baked else []) + accepted_extensions(pe, pe_params)
+        specs = [MethodSpec(name) for name in names]
+    if factor is None:
+        return specs
+    return [
+        dataclasses.replace(spec, factor=factor)
+        if spec.factor is None
+        and spec.name != BAKED
+        and any(x.name == "factor" for x in get_extension(spec.name).spec_settings)
+        else spec
+        for spec in specs
+    ]
+
+
+def cell_extension(
+    spec: MethodSpec,
+    baked: ExtensionConfig,
+    length: int,
+    train_length: int,
+    run_dir: Path,
+) -> tuple[ExtensionConfig, str, str]:
+    """(extension, label, note) of one spec at ``length`` tokens: the baked-in extension as it
+    was fine-tuned, else the method set up for the length (its settings checked against L0)."""
+    if spec.name == BAKED:
+        label = f"{BAKED}:{spec_of(baked.method, baked.params).label}"
+        note = f"baked in by finetune: factor {baked.factor:g}, original_length {baked.original_length}"
+        return baked, label, note
+    try:
+        ext, note = ExtensionConfig.for_length(spec, length, train_length)
+    except PosexpError as e:
+        raise PosexpError(f"--method {spec.label!r} for {str(run_dir)!r}: {e}") from None
+    return ext, spec.label, note

@@ -1,0 +1,27 @@
+"""scripts/bench_attention.py at toy size: every kernel row is timed in both precisions, and
+the chunked matmul kernel computes the same attention as SDPA."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tests.helpers import load_script
+
+
+def test_every_kernel_is_timed_in_each_precision(capsys):
+    bench = load_script("bench_attention")
+    argv = ["--batch", "4", "--heads", "2", "--seq-len", "16", "--head-dim", "8"]
+    results = bench.main([*argv, "--chunks", "1,2", "--rounds", "2", "--threads", "1"])
+    assert set(results) == {"fp32", "bf16"}
+    for ms in results.values():
+        assert set(ms) == {"sdpa", "matmul", "matmul, 2 chunks"}
+        assert all(value > 0 for value in ms.values())
+    assert capsys.readouterr().out.count("x1.00 SDPA") >= 2  # SDPA's own row, per precision
+
+
+def test_the_chunked_kernel_equals_sdpa():
+    bench = load_script("bench_attention")
+    q, k, v = torch.randn(3, 6, 2, 10, 8, dtype=torch.float64).unbind()
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(bench.chunked(3)(q, k, v), expected)
