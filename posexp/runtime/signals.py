@@ -15,6 +15,11 @@ Python runs signal handlers only between bytecodes, so a handler waits for a lon
 signal's number to a wakeup fd at once: a watchdog thread reads it there, and on a second
 signal, or when the step has not ended ``grace_s`` after the first, it ends the process itself
 (``on_force`` says what is kept, then ``os._exit``), whatever the main thread is doing.
+
+The same signal again within ``ECHO_S`` of the first is the first one echoed, not a second
+request: ``timeout -s INT`` and some wrappers and schedulers signal the process and then its
+process group, so one stop arrives twice microseconds apart (and, counted as two, had a run
+without a checkpoint removed). A person pressing Ctrl-C twice on purpose is slower than that.
 """
 
 from __future__ import annotations
@@ -71,6 +76,9 @@ class StopRequested(BaseException):
         raise SystemExit(self.exit_code)
 
 
+ECHO_S = 0.5  # the same signal again this soon after the first is one sender's echo
+
+
 class GracefulStop:
     """Context manager: stop signals set a flag instead of ending the process; a second one, or
     ``grace_s`` seconds without reaching a step's end, ends it at once through ``on_force``."""
@@ -80,8 +88,10 @@ class GracefulStop:
         grace_s: float | None = DEFAULT_GRACE_S,
         on_force: Callable[[int, str], None] | None = None,
         exit_now: Callable[[int], Any] = os._exit,
+        echo_s: float = ECHO_S,
     ) -> None:
         self.signum: int | None = None
+        self.echo_s = echo_s
         self.previous: dict[int, Any] = {}
         self.grace_s, self.on_force, self.exit_now = grace_s, on_force, exit_now
         self.saving = threading.Event()  # a checkpoint is being written: the grace waits for it
@@ -139,7 +149,7 @@ class GracefulStop:
     def _watch(self) -> None:
         """Read signal numbers from the wakeup fd until the context ends (a thread)."""
         assert self._socks is not None
-        reader, first_at = self._socks[0], None
+        reader, first_at, first_signum = self._socks[0], None, None
         while True:
             timeout = None
             if first_at is not None and self.grace_s is not None:
@@ -166,7 +176,7 @@ class GracefulStop:
                 if signum not in STOP_SIGNALS:
                     continue
                 if first_at is None:
-                    first_at = time.monotonic()
+                    first_at, first_signum = time.monotonic(), signum
                     self.signum = self.signum or signum
                     if signum == signal.SIGINT and not self.started:
                         continue  # a KeyboardInterrupt in the main thread (``_handle``)
@@ -176,6 +186,8 @@ class GracefulStop:
                             "(a second signal stops at once)",
                             signal.Signals(signum).name,
                         )
+                elif signum == first_signum and time.monotonic() - first_at < self.echo_s:
+                    continue  # the first signal again, from the same sender (ECHO_S)
                 else:
                     self._force(signum, f"a second stop signal, {signal.Signals(signum).name}")
                     return

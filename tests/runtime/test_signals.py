@@ -47,6 +47,33 @@ def test_a_second_signal_ends_a_step_that_never_returns(stuck):
     assert forced == [(signal.SIGINT, "a second stop signal, SIGINT")]
 
 
+def test_one_signal_sent_to_the_process_and_its_group_counts_once():
+    # `timeout -s INT` signals the child, then its process group: two SIGINTs microseconds apart.
+    exits, forced = [], []
+    with GracefulStop(None, lambda s, why: forced.append(why), exits.append) as stop:
+        stop.begin()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    # Leaving the context closes the wakeup fd: the watchdog has read both signals by then.
+    assert (exits, forced, stop.signum) == ([], [], signal.SIGINT)
+
+
+def test_the_same_signal_after_the_echo_window_is_a_second_request(stuck):
+    wait, release = stuck
+    exits, forced = [], []
+
+    def exit_now(code):
+        exits.append(code)
+        release()
+
+    with GracefulStop(None, lambda s, why: forced.append(why), exit_now, echo_s=0.0) as stop:
+        stop.begin()
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        wait()
+    assert (exits, forced) == ([128 + signal.SIGINT], ["a second stop signal, SIGINT"])
+
+
 def test_a_step_outlasting_the_grace_period_is_ended_with_the_first_signal(stuck):
     wait, release = stuck
     exits, forced = [], []

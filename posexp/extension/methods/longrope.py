@@ -7,7 +7,8 @@ stated rule λ_i = s^(2i/(d-2)), NTK-aware scaling written per pair (1 for the f
 for the slowest; one of the starting points of the paper's search), and ``short_factor`` null
 is 1 for every pair, so within L0 the model sees its own frequencies. Since the list in use
 depends on the current length, the method is dynamic: cached keys are kept unrotated and
-rotated again at every step, so a cached generation equals recomputing it.
+rotated again at every step (exact in the first layer; deeper layers keep what earlier steps'
+frequencies made, docs/catalogue.md).
 """
 
 from __future__ import annotations
