@@ -19,6 +19,12 @@ def test_a_method_spec_becomes_the_extension_group_and_its_keys():
     args = ["extension=yarn", "-m", "extension=none,pi", "train.lr=(1)"]
     assert expand_method_specs(args) == args
     assert expand_method_specs(["extension=yarn(beta_fast=32)"]) == ["extension=yarn"]
+    # A list setting (LongRoPE's per-pair factors) becomes a Hydra list.
+    assert expand_method_specs(["extension=longrope(factor=4,long_factor=[1,2])"]) == [
+        "extension=longrope",
+        "extension.long_factor=[1,2]",
+        "extension.factor=4",
+    ]
 
 
 def test_a_fine_tune_takes_a_method_spec(tmp_path, cache):

@@ -62,7 +62,9 @@ class MethodSpec:
 
 
 def format_value(value: Any) -> str:
-    """A setting's value as a spec writes it: ``4``, ``0.5``, ``true``, ``null``."""
+    """A setting's value as a spec writes it: ``4``, ``0.5``, ``true``, ``null``, ``[1,1.5,2]``."""
+    if isinstance(value, (list, tuple)):
+        return f"[{','.join(format_value(v) for v in value)}]"
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -100,14 +102,31 @@ def split_specs(text: str, where: str = "--method") -> list[str]:
 
 
 def parse_value(text: str) -> Any:
-    """A setting's value as a YAML scalar (``4`` an int, ``abc`` a string, ``null`` None)."""
+    """A setting's value as a YAML scalar (``4`` an int, ``abc`` a string, ``null`` None) or a
+    flat list of them (``[1,1.5,2]``, LongRoPE's per-pair factors)."""
     import yaml
+
+    def scalar(value: Any) -> bool:
+        return value is None or isinstance(value, (bool, int, float, str))
 
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    return value if value is None or isinstance(value, (bool, int, float, str)) else text
+    if isinstance(value, list) and all(scalar(v) for v in value):
+        return value
+    return value if scalar(value) else text
+
+
+def _split_outside_brackets(body: str) -> list[str]:
+    """``body`` cut at the commas outside ``[...]`` (a list value keeps its commas)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    return [*parts, body[start:]]
 
 
 def parse_spec(text: str, where: str = "--method", baked: bool = True) -> MethodSpec:
@@ -146,7 +165,7 @@ def _pairs(text: str, body: str | None, where: str) -> dict[str, Any]:
     given: dict[str, Any] = {}
     if not body:
         return given
-    for item in body.split(","):
+    for item in _split_outside_brackets(body):
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not _NAME.fullmatch(key) or not value.strip():

@@ -171,3 +171,17 @@ def test_log_scaling_starts_at_its_base_length():
     assert plan.query_scale(positions).tolist() == pytest.approx([1.0, 1.0, math.log(9, 8), 2.0])
     default = method.attention(AttentionSpec(1.0, 32))
     assert default.query_scale(torch.tensor([31, 1023])).tolist() == pytest.approx([1.0, 2.0])
+
+
+def test_a_list_setting_keeps_its_commas_and_its_label_parses_back():
+    spec = parse_spec("longrope(long_factor=[1, 1.5,2,4],factor=4)")
+    assert dict(spec.settings) == {"long_factor": [1.0, 1.5, 2.0, 4.0]} and spec.factor == 4.0
+    assert spec.label == "longrope(factor=4,long_factor=[1,1.5,2,4])"
+    assert parse_spec(spec.label) == spec
+    listed = [s.label for s in parse_specs("none,longrope(short_factor=[1,2],long_factor=[2,2])")]
+    assert listed == ["none", "longrope(long_factor=[2,2],short_factor=[1,2])"]
+
+
+def test_a_bad_list_entry_is_named():
+    with pytest.raises(PosexpError, match=r"long_factor\[1\] must be a finite number > 0, got -1"):
+        parse_spec("longrope(long_factor=[1,-1])")
