@@ -8,6 +8,7 @@ resumed runs.
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -69,16 +70,18 @@ OPTIONAL = {"val acc", "BLEU", "ext", "parent", "evaluated"}
 # Left out, in this order, while the table is wider than the terminal (unless --wide): first
 # the settings while the names do not fit whole, then what only some runs have while they do
 # not fit in NAME_READABLE characters (a sweep job's settings whole: `…/pe=alibi,seed=0`); the
-# names are then shortened in the middle to fit, never below RUN_MIN_WIDTH. The run name, pe,
-# heads, extension, parent, steps, status and val ppl always stay.
+# names then lose their date and are shortened in the middle to fit, never below
+# RUN_MIN_WIDTH. The run name, pe, heads, extension, steps, status and val ppl always stay.
 DROP_FIRST = ("min", "seq", "model", "data")
-DROP_THEN = ("evaluated", "BLEU", "val acc")
+DROP_THEN = ("evaluated", "BLEU", "val acc", "parent")
 NAME_READABLE = 20
 # Results: kept as columns even where every run has the same (most often by chance).
 RESULTS_SHOWN = {"val ppl", "val acc", "BLEU", "evaluated", "min"}
 # Names that are shortened in the middle (never folded onto more lines) to fit the terminal.
 NAMES = ("run", "parent")
 RUN_MIN_WIDTH = 12
+# What a name loses first when the table is too wide: `runs/` and the date of its start time.
+DATE_PREFIX = re.compile(r"^(runs/)?\d{4}-\d{2}-\d{2}_|(?<=^sweeps/)\d{4}-\d{2}-\d{2}_")
 
 
 def _sessions(path: Path) -> tuple[list[dict[str, Any]], str | None]:
@@ -294,10 +297,18 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
                 if header in (h for h, _ in columns):
                     columns = [(h, k) for h, k in columns if h != header]
                     hidden.append(header)
-        _fit_names(texts, [h for h, _ in columns], console.width)
+        if _fit_names(texts, [h for h, _ in columns], console.width):
+            hidden.append("the date in names")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for header, _ in columns:
-        table.add_column(header, justify="right" if header in NUMERIC else "left", no_wrap=True)
+        # Should the table still be too wide, rich narrows the names, never a number or status.
+        whole = max(len(header), *(len(t) for t in texts[header])) if header not in NAMES else 0
+        table.add_column(
+            header,
+            justify="right" if header in NUMERIC else "left",
+            no_wrap=True,
+            min_width=whole or None,
+        )
     for i in range(len(rows)):
         table.add_row(*(texts[h][i] for h, _ in columns))
     console.print(table)
@@ -314,16 +325,22 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
             console.print(f"{row['run']}: {problem}", highlight=False, soft_wrap=True)
 
 
-def _fit_names(texts: dict[str, list[str]], headers: list[str], width: int) -> None:
-    """Shorten the names (run, parent) in the middle, to one cap for both, until the table fits
-    ``width``; never below RUN_MIN_WIDTH."""
+def _fit_names(texts: dict[str, list[str]], headers: list[str], width: int) -> bool:
+    """Fit the names (run, parent) to ``width``: first without the run's date (``runs/`` and
+    ``2026-12-04_`` go, the time of day and the job stay), then shortened in the middle, to one
+    cap for both, never below RUN_MIN_WIDTH. True if the dates were left out."""
     names = [h for h in NAMES if h in headers]
+    dated = _table_width(texts, headers) > width
+    if dated:
+        for h in names:
+            texts[h] = [DATE_PREFIX.sub("", t) for t in texts[h]]
     longest = max(len(t) for h in names for t in texts[h])
     cap = longest
     while cap > RUN_MIN_WIDTH and _table_width(texts, headers, cap) > width:
         cap -= 1
     for h in names:
         texts[h] = [shorten_middle(t, cap) for t in texts[h]]
+    return dated
 
 
 def _table_width(texts: dict[str, list[str]], headers: list[str], cap: int | None = None) -> int:

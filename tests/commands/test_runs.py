@@ -265,23 +265,30 @@ def test_runs_at_80_columns_keep_each_run_on_one_line(tmp_path):
     assert max(len(line) for line in lines) <= 80
     body = [line for line in lines[3:] if line.strip()][:5]
     names = [line.split()[0] for line in body]
-    # One line per run: each name shortened in the middle, its job (the end) kept whole.
-    assert [n.split("…")[-1] for n in names[:4]] == [
-        "/pe=rope,seed=0",
-        "/pe=rope,seed=1",
-        "/pe=alibi,seed=0",
-        "/pe=alibi,seed=1",
+    # One line per run, each name whole: the parent column (a fine-tune's name ends in its
+    # method already) gives way first, and the footer says so.
+    assert [n.rpartition("/")[2] for n in names[:4]] == [
+        "pe=rope,seed=0",
+        "pe=rope,seed=1",
+        "pe=alibi,seed=0",
+        "pe=alibi,seed=1",
     ]
-    assert all(n.startswith("sw") for n in names[:4])
-    assert names[4].startswith("runs/") and names[4].endswith("ft-yarn")
-    assert "yarn x4" in body[4] and body[4].split()[-3].endswith("/pe=rope,seed=0")
+    assert all(n.startswith("sweeps/2026-01-01_00-00-00/") for n in names[:4])
+    assert names[4] == "runs/2026-01-01_05-00-00_kjv_ft-yarn" and "yarn x4" in body[4]
     header = lines[1].split()
-    assert header[:4] == ["run", "pe", "ext", "parent"]
+    assert header[:3] == ["run", "pe", "ext"] and "parent" not in header
+    assert any(line.startswith("(hidden at this width: ") and "parent" in line for line in lines)
     # Equal in every run: said once, not a column.
     same = next(line for line in lines if line.startswith("same in every run: "))
     assert "data kjv" in same and "model small" in same and "h 4" in same
     assert "status completed" in same and "status" not in header and "min" not in same
     assert any(line.startswith("(hidden at this width: ") for line in lines)
+    # Narrower, names lose their date first (the time of day and the job stay), numbers whole.
+    narrow = Console(width=70, record=True)
+    print_runs(list_runs(tmp_path), narrow)
+    text = narrow.export_text()
+    assert "sweeps/00-00-00/pe=alibi,seed=1" in text and "05-00-00_kjv_ft-yarn" in text
+    assert "the date in names" in text and "40/40" in text and "18.90" in text
     # Wider, the evaluation shows: methods and the longest length of the current weights.
     wide = Console(width=160, record=True)
     print_runs(list_runs(tmp_path), wide)

@@ -208,4 +208,6 @@ def stored_result(plan: RunPlan) -> RunResult | None:
     if plan.copies:  # cells measured under another label: kept under this one too
         return write_merged(plan, [])
     records = [r.to_dict() for r in plan.stored.current]
-    return RunResult(plan.run_dir, plan.pe, plan.train_length, records, [], scored=0)
+    return RunResult(
+        plan.run_dir, plan.pe, plan.train_length, records, [], scored=0, seq_len=plan.own_length
+    )

@@ -322,20 +322,31 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         r.get("metric") in ("accuracy", "score") and r.get("depth") is not None for r in records
     ) or all(r.get("metric") in ("accuracy", "score") for r in records)
     precision = next((r["precision"] for r in records if r.get("precision")), None)
+    rows = table_rows(records)
+    protocols = {protocol for _, protocol in rows}
+    trained = f"trained at {result.train_length}" + (" tokens (longest row)" if task else "")
+    if result.seq_len is not None:  # a fine-tune: the columns count from its parent's L0
+        trained = f"fine-tuned at {result.seq_len} from L0 {result.train_length} (×1)"
     console.print(
         f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {metrics_text(records)}, "
-        f"pe={result.pe}, trained at {result.train_length}"
-        + (" tokens (longest row)" if task else "")
-        + (f", {precision} as trained" if precision else ""),
+        f"pe={result.pe}, {trained}"
+        + (f", {precision} as trained" if precision else "")
+        + (f", {next(iter(protocols))}" if len(protocols) == 1 else ""),
         soft_wrap=True,
     )
+    # A narrow terminal (or a pipe: 80 columns) folds a long label onto more lines rather than
+    # cutting it, so rows stay apart; the numbers are never cut.
     table = Table()
-    table.add_column("method")
-    table.add_column("protocol")
+    table.add_column("method", overflow="fold", min_width=12)
+    if len(protocols) > 1:
+        table.add_column("protocol", overflow="fold")
     for n in lengths:
-        table.add_column(f"{n}" if task else f"{n}\n×{n / result.train_length:g}", justify="right")
-    for (method, protocol), by_len in table_rows(records).items():
-        table.add_row(escape(method), protocol, *(cell_text(by_len.get(n)) for n in lengths))
+        table.add_column(
+            f"{n}" if task else f"{n}\n×{n / result.train_length:g}", justify="right", no_wrap=True
+        )
+    for (method, protocol), by_len in rows.items():
+        shown = [protocol] if len(protocols) > 1 else []
+        table.add_row(escape(method), *shown, *(cell_text(by_len.get(n)) for n in lengths))
     console.print(table)
     notes = sorted({r["note"] for r in records if headline(r) is None and r["note"]})
     for note in notes:

@@ -130,6 +130,12 @@ class RunPlan:
         return self.meta["model"]["pe"]
 
     @property
+    def own_length(self) -> int | None:
+        """The length this run itself trained at, where that is not L0 (a fine-tune's)."""
+        own = self.cfg.train.seq_len
+        return own if self.task is None and own != self.train_length else None
+
+    @property
     def longest(self) -> int:
         return max(i.record.length for i in self.items)
 
@@ -366,6 +372,7 @@ class RunResult:
     records: list[dict[str, Any]]
     files: list[Path]
     scored: int = 0  # cells scored by this evaluation
+    seq_len: int | None = None  # the run's own training length, where it is not L0 (a fine-tune)
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,7 @@ def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
         [r.to_dict() for r in records],
         files,
         scored=len(new),
+        seq_len=plan.own_length,
     )
 
 
