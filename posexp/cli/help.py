@@ -110,11 +110,11 @@ HYDRA_HELP = {
             ),
             (
                 "posexp finetune --run outputs/sweeps/<sweep>/<job> extension=pi "
-                "train.max_steps=400",
+                "extension.factor=2 train.max_steps=400",
                 "a sweep's job as the parent",
             ),
             (
-                "posexp finetune --run outputs/runs/<run> extension=pi,yarn -m",
+                "posexp finetune --run outputs/runs/<run> extension=pi,yarn extension.factor=4 -m",
                 "one fine-tune per method (Hydra's flags after the overrides)",
             ),
             ("posexp train resume=outputs/runs/<fine-tune>", "continue an interrupted one"),

@@ -32,6 +32,7 @@ from posexp.kernels import flex
 from posexp.metrics import clock_text, metric_text
 from posexp.model import GPT
 from posexp.objectives import OBJECTIVES, build_objective
+from posexp.pe import get_pe
 from posexp.rundir import RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.budget import check_budget
@@ -125,20 +126,25 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             recorded=saved_meta.get("precision"),
             resuming=bool(cfg.resume),
         )
-        kernel, kernel_why = resolve_causal_kernel(
-            cfg.attention.causal,
-            precision,
-            device,
-            (
-                cfg.train.batch_size // distributed.world_size(),
-                mcfg.n_heads,
-                cfg.train.seq_len,
-                mcfg.head_dim,
-            ),
-            Path(cfg.cache_dir),
-            recorded=(saved_meta.get("model") or {}).get("causal_kernel"),
-            resuming=bool(cfg.resume),
-        )
+        # What attention trains on: the kernel attention.causal chose, or the encoding's own.
+        kernel, trained_on = "sdpa", "own"
+        kernel_why = f"pe={mcfg.pe} computes its attention itself; attention.causal is unused"
+        if get_pe(mcfg.pe).uses_causal_kernel(dict(mcfg.pe_params)):
+            kernel, kernel_why = resolve_causal_kernel(
+                cfg.attention.causal,
+                precision,
+                device,
+                (
+                    cfg.train.batch_size // distributed.world_size(),
+                    mcfg.n_heads,
+                    cfg.train.seq_len,
+                    mcfg.head_dim,
+                ),
+                Path(cfg.cache_dir),
+                recorded=(saved_meta.get("model") or {}).get("causal_kernel"),
+                resuming=bool(cfg.resume),
+            )
+            trained_on = kernel
     mcfg = dataclasses.replace(mcfg, causal_kernel=kernel)
     model = GPT(mcfg)
     autocast = precision_autocast(precision, device)
@@ -171,7 +177,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             run_dir,
             precision=precision,
             precision_reason=why,
-            causal_kernel=mcfg.causal_kernel,
+            causal_kernel=trained_on,
             causal_kernel_reason=kernel_why,
             schedule=record,
             deterministic=cfg.train.deterministic,
@@ -197,7 +203,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         flex.describe(mcfg.attention, device, model.pe.flex_kind),
     )
     log.info("precision: %s (%s)", precision, why)
-    log.info("attention while training: %s (%s)", mcfg.causal_kernel, kernel_why)
+    log.info("attention while training: %s (%s)", trained_on, kernel_why)
     if cfg.train.pose.enabled:  # task rows: the window is the longest training row
         window = getattr(objective, "row_tokens", cfg.train.seq_len)
         log.info("%s", cfg.train.pose.describe(window))
@@ -214,7 +220,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         **hparam_dict(cfg),
         "params": n_params,
         "precision": precision,
-        "training_attention": mcfg.causal_kernel,  # the kernel attention.causal chose
+        "training_attention": trained_on,  # the kernel attention.causal chose, or "own"
     }
     write_hparams(writer, params, trial=trial_name(params, run_dir))
     writer.close()

@@ -152,6 +152,12 @@ class PositionalEncoding(nn.Module):
         return cls.label or cls.name
 
     @classmethod
+    def uses_causal_kernel(cls, params: dict[str, Any]) -> bool:
+        """Whether training runs its attention on the kernel ``attention.causal`` chooses (the
+        model's causal attention): not where the encoding computes attention itself."""
+        return cls.logit_term in (LogitTerm.NONE, LogitTerm.POSITION_BIAS)
+
+    @classmethod
     def accepted_for(cls, params: dict[str, Any]) -> frozenset[str]:
         """What extension methods may change under these settings: ``accepted`` unless the
         settings decide it (a layered pattern takes what its layers take)."""

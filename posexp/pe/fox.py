@@ -201,6 +201,11 @@ class ForgettingTransformer(PositionalEncoding):
     flex_kind = "gate"  # its forget gate has a FlexAttention kernel of its own
 
     @classmethod
+    def uses_causal_kernel(cls, params: dict[str, Any]) -> bool:
+        """True: its attention adds the gate as a bias on the model's causal kernel."""
+        return True
+
+    @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """``pe.gate`` one of the variants, time scales positive and ordered."""
         choose("pe.gate", params.get("gate", "data"), GATES)

@@ -222,6 +222,12 @@ class Layered(PositionalEncoding):
         return frozenset().union(*(get_pe(n).accepted() for n in set(pattern)))
 
     @classmethod
+    def uses_causal_kernel(cls, params: dict[str, Any]) -> bool:
+        """Whether any layer's encoding leaves its attention to the model."""
+        pattern = parse_layers(params.get("layers", DEFAULT_LAYERS))
+        return any(get_pe(n).uses_causal_kernel({}) for n in set(pattern))
+
+    @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """The pattern's names, each child's settings, and the extras (one-line errors)."""
         pattern = parse_layers(params.get("layers", DEFAULT_LAYERS))

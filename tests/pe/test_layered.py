@@ -358,3 +358,12 @@ def test_reports_name_a_layered_run_by_its_pattern_and_chunk():
     other = describe_pe("layered", params={"layers": "alibi+none", "chunk": None})
     assert other.label == "alibi+none" and other != irope  # two patterns, two report columns
     assert describe_pe("layered").label == "Layered"
+
+
+def test_a_pattern_takes_the_causal_kernel_where_a_layer_leaves_attention_to_the_model():
+    from posexp.pe import get_pe
+
+    layered = get_pe("layered")
+    assert layered.uses_causal_kernel({"layers": ["rope", "rope", "rope", "none"]})
+    assert not layered.uses_causal_kernel({"layers": ["stick_breaking", "path"]})
+    assert layered.uses_causal_kernel({"layers": ["stick_breaking", "alibi"]})

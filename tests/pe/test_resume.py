@@ -33,3 +33,27 @@ def test_a_resume_ends_bit_identical(tmp_path, cache, monkeypatch, overrides):
     train_killed_halfway(cfg, tmp_path / "cut", monkeypatch)
     run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
     assert weights_sha256(tmp_path / "full") == weights_sha256(tmp_path / "cut")
+
+
+@pytest.mark.parametrize(
+    "pe, kernel_shown",
+    [("stick_breaking", "own"), ("path", "own"), ("cope", "own"), ("fox", "matmul")],
+)
+def test_a_run_records_the_attention_it_trained_on(tmp_path, cache, monkeypatch, pe, kernel_shown):
+    # attention.causal=matmul in bf16: FoX adds its gate on that kernel; the encodings that
+    # compute attention themselves do not take it, and their run says so.
+    from posexp.runtime import provenance
+
+    cfg = run_config(
+        *TINY,
+        f"pe={pe}",
+        "train.precision=bf16",
+        "attention.causal=matmul",
+        f"cache_dir={cache}",
+    )
+    run_training(cfg, tmp_path / "run")
+    (session,) = provenance.sessions(tmp_path / "run")
+    assert session["causal_kernel"] == kernel_shown
+    if kernel_shown == "own":
+        assert f"pe={pe} computes its attention itself" in session["causal_kernel_reason"]
+    assert PE_REGISTRY[pe].uses_causal_kernel({}) is (kernel_shown != "own")
