@@ -380,11 +380,9 @@ def main() -> None:
             raise SystemExit(2) from None
         if not e.filename or is_sweep(sys.argv):
             raise
-        # A path given on the command line that the OS refuses (e.g. a run dir under /proc).
-        typer.echo(
-            f"error: {str(e.filename)!r}: {e.strerror} (the operating system refused this path)",
-            err=True,
-        )
+        # A path the OS refuses (a run dir under /proc, a file gone since it was listed).
+        why = "missing" if isinstance(e, FileNotFoundError) else "the operating system refused it"
+        typer.echo(f"error: {str(e.filename)!r}: {e.strerror} ({why})", err=True)
         raise SystemExit(2) from None
     except Exception as e:
         from posexp.hardware import out_of_memory

@@ -66,9 +66,13 @@ def checkpoint_of(run: RunDir) -> Checkpoint:
     from posexp.checkpoint import checkpoint_dir
 
     digest = hashlib.sha256()
-    with open(checkpoint_dir(run.path) / "model.safetensors", "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    path = checkpoint_dir(run.path) / "model.safetensors"
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:  # deleted to save space, a partial copy: named, run by run
+        raise UnreadableFile(path, "missing: the checkpoint has no weights") from None
     return Checkpoint(int(run.meta()["step"]), digest.hexdigest()[:16])
 
 

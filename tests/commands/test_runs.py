@@ -316,6 +316,22 @@ def test_runs_name_a_damaged_evaluation_in_the_table_and_under_it(tmp_path):
     assert any(line.startswith("a: ") and "extrapolate.json" in line for line in lines)
 
 
+def test_a_run_whose_weights_are_gone_is_named_and_the_others_listed(tmp_path):
+    from posexp.commands.report.jobs import find_jobs
+    from posexp.commands.runs import list_runs
+
+    torch.manual_seed(0)
+    for name in ("a", "b"):
+        make_run(tmp_path / name, "rope", 2, 10, 10, {"status": "completed"}, 1)
+    (tmp_path / "a" / "checkpoint" / "model.safetensors").unlink()  # deleted to save space
+    rows = {row["run"]: row for row in list_runs(tmp_path)}
+    assert set(rows) == {"a", "b"} and not rows["b"]["unreadable"]
+    assert "model.safetensors' is unreadable (missing" in rows["a"]["unreadable"][0]
+    jobs = {job.run.path.name: job for job in find_jobs(tmp_path)}  # what a report reads
+    assert jobs["a"].evaluation[0] is None and "missing" in jobs["a"].evaluation[1]
+    assert jobs["b"].evaluation[1] is None
+
+
 def test_shorten_middle_keeps_the_start_and_the_end():
     from posexp.commands.runs import shorten_middle
 
