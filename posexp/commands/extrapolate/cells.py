@@ -9,6 +9,7 @@ at L0 64): it is scored once and kept under both labels.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from posexp.extension.registry import effective_params
 from posexp.extension.spec import BAKED, MethodSpec, parse_spec, spec_of
 from posexp.pe import accepted_extensions
 from posexp.scoring.records import Record, Stored
+
+log = logging.getLogger("posexp")
 
 
 def cell_of(record: Record) -> tuple:
@@ -115,3 +118,20 @@ def cell_extension(
     except PosexpError as e:
         raise PosexpError(f"--method {spec.label!r} for {str(run_dir)!r}: {e}") from None
     return ext, spec.label, note
+
+
+def say_other_token_counts(run_dir: Path, stored: Stored, n_tokens: int, longest: int) -> None:
+    """Warn when the default token count (which grows with the longest length) differs from
+    the one this run's earlier cells used: the new cells become a row of their own."""
+    earlier = sorted({r.sample_size for r in stored.current if r.sample_size} - {n_tokens})
+    usable = [n for n in earlier if n >= longest]
+    if earlier:
+        hint = f"; pass --tokens {usable[-1]} to add to those" if usable else ""
+        log.warning(
+            "%s: scoring %s test tokens per cell (the default, 4x the longest length); earlier "
+            "cells of this run used %s, so these form rows of their own%s",
+            run_dir.name,
+            f"{n_tokens:,}",
+            ", ".join(f"{n:,}" for n in earlier),
+            hint,
+        )

@@ -22,6 +22,7 @@ from posexp.commands.extrapolate.cells import (
     cell_of,
     effective_stored,
     method_specs,
+    say_other_token_counts,
     with_copies,
 )
 from posexp.commands.extrapolate.tasks import task_data, task_variants
@@ -310,6 +311,8 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     stored = effective_stored(
         load(run, checkpoint_of(run), force=settings.force), train_length, baked
     )
+    if task is None and s.tokens is None:
+        say_other_token_counts(run_dir, stored, n_tokens, max(lengths))
     specs = method_specs(s.method, pe, baked.method != "none", s.factor, pe_params)
     items: list[Item] = []
     dropped: list[str] = []

@@ -40,3 +40,19 @@ def test_the_estimate_counts_logits_activations_and_a_bias_block_per_head():
     )
     # Short windows are batched up to batch_tokens rows' worth of tokens.
     assert forward_bytes(64, 8192, model) == 4 * (8192 * (2 * 260 + 8 * 64) + 2 * 2 * 128 * 64)
+
+
+def test_a_default_token_count_other_than_the_runs_earlier_cells_is_said(caplog, tmp_path):
+    from posexp.commands.extrapolate.cells import say_other_token_counts
+    from posexp.scoring.records import Checkpoint, Record, Stored
+
+    weights = Checkpoint(10, "0" * 16)
+    earlier = [Record("none", n, "nonoverlap", 1.0, sample_size=16384) for n in (64, 128)]
+    stored = Stored(earlier, [], weights)
+    with caplog.at_level("WARNING", logger="posexp"):
+        say_other_token_counts(tmp_path, stored, 16384, 4096)  # the same count: nothing said
+        assert not caplog.records
+        say_other_token_counts(tmp_path, stored, 32768, 8192)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "scoring 32,768 test tokens" in line and "earlier cells of this run used 16,384" in line
+    assert line.endswith("pass --tokens 16384 to add to those")
