@@ -138,7 +138,12 @@ def share_runs(
                 console.print(f"{run.path}: skipped: {e}", soft_wrap=True, highlight=False)
     if not held:
         if skipped is not None and skipped.reasons and not refused:
-            raise PosexpError(skipped.reasons[0])
+            n = len(skipped.reasons)
+            raise PosexpError(
+                skipped.reasons[0]
+                if n == 1
+                else f"no run to evaluate: all {n} were skipped (each named above with its reason)"
+            )
         raise PosexpError(refused[0] if refused else "no run to evaluate")
     return held
 

@@ -420,3 +420,20 @@ def test_passkey_depths_given_replace_the_runs_own(tmp_path, cache):
         (0.5, 3),
         (1.0, 3),
     ]
+
+
+def test_a_sweep_whose_every_job_is_skipped_says_how_many(tmp_path):
+    from rich.console import Console
+
+    from posexp.commands.extrapolate.evaluate import JobFailures, share_runs
+    from posexp.errors import PosexpError
+
+    import io
+
+    skipped = JobFailures(Console(file=io.StringIO()))
+    skipped.skip(tmp_path / "extension=pi", "no checkpoint to evaluate (status failed)")
+    with pytest.raises(PosexpError, match=r"^no checkpoint|pi: no checkpoint"):
+        share_runs([], Console(), skipped)  # one run: its own reason
+    skipped.skip(tmp_path / "extension=yarn", "no checkpoint to evaluate (status failed)")
+    with pytest.raises(PosexpError, match=r"all 2 were skipped \(each named above"):
+        share_runs([], Console(), skipped)
