@@ -423,12 +423,12 @@ def test_passkey_depths_given_replace_the_runs_own(tmp_path, cache):
 
 
 def test_a_sweep_whose_every_job_is_skipped_says_how_many(tmp_path):
+    import io
+
     from rich.console import Console
 
     from posexp.commands.extrapolate.evaluate import JobFailures, share_runs
     from posexp.errors import PosexpError
-
-    import io
 
     skipped = JobFailures(Console(file=io.StringIO()))
     skipped.skip(tmp_path / "extension=pi", "no checkpoint to evaluate (status failed)")
