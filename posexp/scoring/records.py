@@ -214,6 +214,7 @@ class Stored:
     stale: list[Record]  # of earlier checkpoints (or of none named: written by an older posexp)
     checkpoint: Checkpoint
     damaged: list[str] = field(default_factory=list)  # files read as empty (force): kept as .bak
+    superseded: int = 0  # records in extrapolate.json of earlier weights: moved to stale.json
 
     def measured(self) -> dict[tuple, Record]:
         """The current records by key."""
@@ -228,16 +229,21 @@ def load(run: RunDir, checkpoint: Checkpoint | None = None, force: bool = False)
     checkpoint = checkpoint or checkpoint_of(run)
     records: list[Record] = []
     damaged = []
+    superseded = 0
     for name in (RECORDS, STALE):
         try:
-            records += read_file(run, name)
+            read = read_file(run, name)
         except PosexpError:
             if not force:
                 raise
             damaged.append(name)
+            continue
+        records += read
+        if name == RECORDS:
+            superseded = sum(r.checkpoint != checkpoint for r in read)
     current = [r for r in records if r.checkpoint == checkpoint]
     stale = [r for r in records if r.checkpoint != checkpoint]
-    return Stored(current, stale, checkpoint, damaged)
+    return Stored(current, stale, checkpoint, damaged, superseded)
 
 
 def merged(stored: Stored, new: list[Record]) -> list[Record]:

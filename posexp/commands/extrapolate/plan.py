@@ -168,7 +168,19 @@ class RunPlan:
         return sum(i.record.key not in measured and id(i) not in scored for i in self.items)
 
     def progress_line(self) -> str:
-        """How much of what was asked is measured already: '12 of 16 cells measured, scoring 4'."""
+        """How much of what was asked is measured already: '12 of 16 cells measured, scoring 4'
+        (and the records of earlier weights this evaluation moves to stale.json)."""
+        moved = self.stored.superseded
+        line = self.cells_line()
+        if moved:
+            line += (
+                f"; {moved} record{'s' * (moved != 1)} of earlier weights (the run trained on) "
+                f"move to eval/stale.json"
+            )
+        return line
+
+    def cells_line(self) -> str:
+        """'12 of 16 cells measured, scoring 4', or what else stands for it."""
         todo, total, copies = len(self.todo), len(self.items), self.copies
         shared = f" ({copies} the same cell as another label's)" if copies else ""
         if self.force:

@@ -185,6 +185,8 @@ def test_records_of_earlier_weights_are_kept_apart_and_never_shown(study, cache)
     posexp(study, cache, "train", f"resume={run}", "train.max_steps=70")  # the weights move on
     out = evaluate(study, cache, run, "--method", "none")
     assert "scoring 3 cells" in out.stdout  # none of the old cells counts as measured
+    moved = f"; {len(old)} records of earlier weights (the run trained on) move to eval/stale.json"
+    assert moved in out.stdout
     current = records(run)
     assert {r["method"] for r in current} == {"none"}
     assert {r["checkpoint"]["step"] for r in current} == {70}
