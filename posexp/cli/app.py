@@ -15,6 +15,7 @@ from posexp.cli.errors import click_exceptions, is_sweep, one_line, sweep_failur
 from posexp.cli.help import Command, Group, HydraCommand, help_asked, show_help
 from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
+from posexp.cli.sweep_check import check_sweep_jobs
 from posexp.errors import Abort, PosexpError
 
 app = typer.Typer(
@@ -53,11 +54,14 @@ def _root(
 def train(ctx: typer.Context) -> None:
     """Train a model. Arguments are Hydra overrides, e.g. `pe=rope heads=8`, `-m` for sweeps."""
     from posexp.commands import hydra_tasks
+    from posexp.commands.train import check_config
+    from posexp.config.run import from_composed
 
     if help_asked(ctx.args):  # Hydra would print plain text: the panels of every command instead
         return show_help(ctx)
     args = cli_overrides.expand_method_specs(ctx.args)
     check_overrides(args)
+    check_sweep_jobs(args, "train", lambda cfg, overrides: check_config(from_composed(cfg)))
     run_hydra(hydra_tasks.train, "train", args)
 
 
@@ -246,14 +250,22 @@ def finetune(
     Kept from the parent (overriding them is an error): model, pe, heads, data, tokenizer.
     """
     from posexp.commands import hydra_tasks
-    from posexp.commands.finetune import finetune_args
+    from posexp.commands.finetune import finetune_args, finetune_config
+    from posexp.commands.train import check_config
+    from posexp.config.run import from_composed
 
     if help_asked(ctx.args):
         return show_help(ctx)
     args = cli_overrides.expand_method_specs(ctx.args)
     check_output_arg(args)
     cli_overrides.check_run_dir_arg(args)
-    run_hydra(hydra_tasks.finetune, "finetune", finetune_args(run, args))
+    args = finetune_args(run, args)
+    check_sweep_jobs(
+        args,
+        "finetune",
+        lambda cfg, overrides: check_config(from_composed(finetune_config(cfg, overrides))),
+    )
+    run_hydra(hydra_tasks.finetune, "finetune", args)
 
 
 @app.command(cls=Command)

@@ -102,16 +102,21 @@ def run_training(cfg: RunConfig, run_dir: Path, discard: bool = False) -> dict[s
     )
 
 
+def check_config(cfg: RunConfig) -> None:
+    """The checks a run makes before it loads any data (each job of a sweep, too, before the
+    sweep starts): ModelConfig checks the network's shape (heads divide d_model, ...), the
+    objective registry that some objective trains the dataset's kind, and the start weights."""
+    model_config(cfg, vocab_size=1)
+    OBJECTIVES.get(dataset_kind(cfg.data.name))
+    check_start_weights(cfg)
+
+
 def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str, Any]:
     started = time.perf_counter()
     distributed.check_batch_size(cfg.train.batch_size)
     device = place(cfg)
     torch.manual_seed(cfg.seed)
-    # Before the data load: ModelConfig checks the network's shape (heads divide d_model, ...)
-    # and the objective registry that some objective trains the dataset's kind.
-    model_config(cfg, vocab_size=1)
-    OBJECTIVES.get(dataset_kind(cfg.data.name))
-    check_start_weights(cfg)
+    check_config(cfg)
     with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
         data = build_data(cfg)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)

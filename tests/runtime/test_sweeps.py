@@ -109,9 +109,10 @@ def test_auto_device_is_the_assigned_gpu(monkeypatch):
 # ---- launchers end to end ----------------------------------------------------------------------
 
 
-def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache, capfd):
+def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache, capfd, monkeypatch):
     sweep = tmp_path / "sweep"
     # dropout 2.0 fails its job (a one-line config error); the other two run, in parallel.
+    monkeypatch.setenv("POSEXP_SWEEP_CHECK", "0")  # not refused up front: each job on its own
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         proc = posexp(
@@ -210,8 +211,9 @@ def test_launcher_presets_compose(tmp_path, cache):
     assert local.gpus_per_node == hardware.gpu_count() and local.cpus_per_task == 1
 
 
-def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache):
+def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache, monkeypatch):
     sweep = tmp_path / "sweep"
+    monkeypatch.setenv("POSEXP_SWEEP_CHECK", "0")  # not refused up front: each job on its own
     args = [
         "train",
         "-m",

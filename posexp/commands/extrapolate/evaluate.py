@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from posexp.commands.extrapolate.outputs import print_table
 from posexp.commands.extrapolate.parallel import score_plans
 from posexp.commands.extrapolate.plan import (
     RunPlan,
@@ -38,6 +37,7 @@ from posexp.commands.extrapolate.plan import (
     plan_run,
 )
 from posexp.commands.extrapolate.score_run import load_test_tokens, write_merged
+from posexp.commands.extrapolate.tables import print_table
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 from posexp.runtime.build import Data

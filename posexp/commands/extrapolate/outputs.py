@@ -1,4 +1,4 @@
-"""What `posexp eval-extrapolate` writes: JSON/CSV records, plots, TensorBoard, a terminal table."""
+"""What `posexp eval-extrapolate` writes: JSON/CSV records, plots, TensorBoard (the tables: ``tables.py``)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.extrapolate.plan import RunPlan, RunResult
+from posexp.commands.extrapolate.plan import RunPlan
 from posexp.commands.extrapolate.plots import (
     over_depths,
-    panel,
     plot_accuracy,
     plot_per_position,
     plot_ppl,
 )
-from posexp.extension.spec import method_order
+from posexp.commands.extrapolate.tables import (
+    display_rows,
+    headline,
+    markdown_table,
+    sorted_rows,
+)
 from posexp.files import (
     keep_damaged,
     save_figure_atomic,
@@ -28,7 +32,6 @@ from posexp.files import (
     write_csv_atomic,
     write_json_atomic,
 )
-from posexp.rundir import RunDir
 from posexp.scoring import metric_of
 from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record
 from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
@@ -94,32 +97,6 @@ def write_outputs(
     write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length)
     remove_legacy_tensorboard(plan.run_dir)
     return [plan.run.eval_dir / name for name in names]
-
-
-# Key fields that split a method's records into separate series when they vary between them.
-SERIES_FIELDS = (("sample_size", "tokens {:,}"), ("stride", "stride {}"), ("precision", "{}"))
-
-
-def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Copies of ``rows`` for tables, plots and TensorBoard, in ``sorted_rows`` order, each
-    ``method`` the series it
-    belongs to: the label, plus the key fields that tell its cells from those of another
-    evaluation of the same method (``none [tokens 4,096]`` beside ``none [tokens 2,048]``), so
-    two evaluations never share a table row or a line."""
-    rows = sorted_rows(rows)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["method"], panel(r)), []).append(r)
-    out = []
-    for r in rows:
-        group = groups[(r["method"], panel(r))]
-        extra = [
-            text.format(r.get(name))
-            for name, text in SERIES_FIELDS
-            if len({g.get(name) for g in group}) > 1 and r.get(name) is not None
-        ]
-        out.append({**r, "method": f"{r['method']} [{', '.join(extra)}]" if extra else r["method"]})
-    return out
 
 
 def by_metric(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -307,117 +284,3 @@ def csv_fields(rows: list[dict[str, Any]]) -> list[str]:
         for f in fields
         if f not in OPTIONAL_FIELDS or any(r.get(f) not in (None, "") for r in rows)
     ]
-
-
-def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:
-    """Rows method × protocol (or key depth), columns lengths, cells each row's metric (rich)."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = console or Console()
-    records = display_rows(result.records)
-    lengths = sorted({r["length"] for r in records})
-    task = any(
-        r.get("metric") in ("accuracy", "score") and r.get("depth") is not None for r in records
-    ) or all(r.get("metric") in ("accuracy", "score") for r in records)
-    precision = next((r["precision"] for r in records if r.get("precision")), None)
-    rows = table_rows(records)
-    protocols = {protocol for _, protocol in rows}
-    trained = f"trained at {result.train_length}" + (" tokens (longest row)" if task else "")
-    if result.seq_len is not None:  # a fine-tune: the columns count from its parent's L0
-        trained = f"fine-tuned at {result.seq_len} from L0 {result.train_length} (×1)"
-    console.print(
-        f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {metrics_text(records)}, "
-        f"pe={result.pe}, {trained}"
-        + (f", {precision} as trained" if precision else "")
-        + (f", {next(iter(protocols))}" if len(protocols) == 1 else ""),
-        soft_wrap=True,
-    )
-    # A narrow terminal (or a pipe: 80 columns) folds a long label onto more lines rather than
-    # cutting it, so rows stay apart; the numbers are never cut.
-    table = Table()
-    table.add_column("method", overflow="fold", min_width=12)
-    if len(protocols) > 1:
-        table.add_column("protocol", overflow="fold")
-    for n in lengths:
-        table.add_column(
-            f"{n}" if task else f"{n}\n×{n / result.train_length:g}", justify="right", no_wrap=True
-        )
-    for (method, protocol), by_len in rows.items():
-        shown = [protocol] if len(protocols) > 1 else []
-        table.add_row(escape(method), *shown, *(cell_text(by_len.get(n)) for n in lengths))
-    console.print(table)
-    notes = sorted({r["note"] for r in records if headline(r) is None and r["note"]})
-    for note in notes:
-        console.print(f"  —: {note}", soft_wrap=True, highlight=False)
-    console.print(
-        f"  wrote {RunDir(result.run_dir).eval_dir}/ ({len(records)} records of these weights)"
-        if result.scored
-        else f"  {RunDir(result.run_dir).eval_dir}/ unchanged ({len(records)} records)",
-        soft_wrap=True,
-        highlight=False,
-    )
-
-
-def metrics_text(records: list[dict[str, Any]]) -> str:
-    """What the cells hold: 'test perplexity', 'exact-match accuracy', or both."""
-    labels = dict.fromkeys(metric_of(r["protocol"]).label for r in records)
-    return " / ".join(labels) or "no records"
-
-
-def headline(record: dict[str, Any]) -> Any:
-    """A record's headline metric value (None: not applicable)."""
-    return record.get(record.get("metric") or "ppl")
-
-
-def cell_text(record: dict[str, Any] | None) -> str:
-    """A record's headline metric with its metric's decimals, '—' when missing or n/a."""
-    if record is None:
-        return "—"
-    return metric_of(record["protocol"]).format(headline(record))
-
-
-def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records in the order tables and plots show them: methods in registry order (then their
-    settings), protocols in registry order, depths, lengths."""
-    from posexp.scoring import SCORERS
-
-    protocols = SCORERS.names()
-
-    def key(r: dict[str, Any]) -> tuple:
-        p = r["protocol"]
-        return (
-            method_order(r["method"]),
-            protocols.index(p) if p in protocols else len(protocols),
-            r.get("task") or "",
-            -1.0 if r.get("depth") is None else r["depth"],
-            r["length"],
-        )
-
-    return sorted(rows, key=key)
-
-
-def table_rows(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
-    """(method, protocol or key depth) -> length -> record: the rows of the eval tables."""
-    rows: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for r in records:
-        rows.setdefault((r["method"], panel(r)), {})[r["length"]] = r
-    return rows
-
-
-def markdown_table(records: list[dict[str, Any]]) -> str:
-    """Rows method × protocol, columns lengths, cells each row's metric, as Markdown."""
-    records = display_rows(records)
-    lengths = sorted({r["length"] for r in records})
-    lines = [
-        f"Measured {metrics_text(records)} by evaluation length (exact values; the charts are "
-        "smoothed).",
-        "",
-        "| method | protocol | " + " | ".join(f"{n:,}" for n in lengths) + " |",
-        "|---|---|" + "---:|" * len(lengths),
-    ]
-    for (method, protocol), by_len in table_rows(records).items():
-        cells = " | ".join(cell_text(by_len.get(n)) for n in lengths)
-        lines.append(f"| {method} | {protocol} | {cells} |")
-    return "\n".join(lines)

@@ -11,10 +11,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 from posexp.commands.extrapolate.outputs import (
     EVAL_EVENTS,
-    display_rows,
     remove_legacy_tensorboard,
     write_tensorboard,
 )
+from posexp.commands.extrapolate.tables import display_rows
 
 
 def record(method, length, ppl, protocol="nonoverlap"):
