@@ -107,10 +107,16 @@ def test_train_help_is_panels_of_its_flags_config_groups_keys_and_examples():
         "Examples",
     ]
     assert any(row.startswith("-m, --multirun") for row in panels["Hydra options"])
-    # Every group, each with every option in its folder.
-    groups = {
-        row.split()[0]: row.split(None, 1)[1] for row in panels["Config groups (group=option)"]
-    }
+    # Every group, each with every option in its folder (a long list wraps onto rows of its own,
+    # which hold no group name: they continue the row above).
+    groups: dict[str, str] = {}
+    raw = result.output.split("Config groups (group=option)")[1].split("╰")[0].splitlines()[1:]
+    for line in (r[1:].rstrip("│ ") for r in raw):
+        if line[:3].strip():  # "  data  addition, ...": a group's first row
+            name, _, options = line.strip().partition(" ")
+            groups[name] = options.strip()
+        else:
+            groups[name] += " " + line.strip()
     root = Path(config_dir())
     for folder in (d for d in root.iterdir() if d.is_dir() and d.name != "hydra"):
         assert groups[folder.name] == ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))

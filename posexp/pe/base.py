@@ -318,11 +318,24 @@ def register_pe(name: str) -> Callable[[type[PositionalEncoding]], type[Position
     def wrap(cls: type[PositionalEncoding]) -> type[PositionalEncoding]:
         if cls.kind not in KINDS:
             raise ValueError(f"pe {name!r}: kind must be one of {KINDS}, got {cls.kind!r}")
+        cls.logit_term = logit_term_of(name, cls)
         PE_REGISTRY.add(name, cls)
         cls.name = name
         return cls
 
     return wrap
+
+
+# What these kinds add to the logits: declared or not, else the model never calls bias() etc.
+TERM_OF_KIND = {"bias": "POSITION_BIAS", "content": "FROM_SCORES", "attention": "OWN"}
+
+
+def logit_term_of(name: str, cls: type[PositionalEncoding]) -> LogitTerm:
+    """The class's logit term, the one its kind implies where it declares none."""
+    implied = LogitTerm[TERM_OF_KIND[cls.kind]] if cls.kind in TERM_OF_KIND else cls.logit_term
+    if cls.logit_term not in (implied, LogitTerm.NONE):
+        raise ValueError(f"pe {name!r}: kind {cls.kind!r} adds {implied}, not {cls.logit_term}")
+    return implied
 
 
 UNKNOWN_ORDER = 10**6  # a name no encoding is registered under (a run of a removed PE) sorts last

@@ -91,3 +91,22 @@ def test_learned_declares_its_table_length():
     get_pe("learned").check_params({"max_len": 64}, seq_len=64)
     with pytest.raises(PosexpError, match=r"pe.max_len=32 is shorter than train.seq_len=64"):
         get_pe("learned").check_params({"max_len": 32}, seq_len=64)
+
+
+def test_a_bias_encoding_that_declares_no_logit_term_still_gets_its_bias_applied():
+    # The model calls bias() only for LogitTerm.POSITION_BIAS: a kind "bias" class that forgot
+    # to say so would train as NoPE under its own name.
+    from posexp.pe.base import LogitTerm, logit_term_of
+
+    class Forgot(PositionalEncoding):
+        kind = "bias"
+
+    class Contradicts(PositionalEncoding):
+        kind = "bias"
+        logit_term = LogitTerm.OWN
+
+    assert logit_term_of("forgot", Forgot) is LogitTerm.POSITION_BIAS
+    with pytest.raises(ValueError, match="kind 'bias' adds"):
+        logit_term_of("contradicts", Contradicts)
+    for name, cls in PE_REGISTRY.items():  # every registered one is consistent already
+        assert logit_term_of(name, cls) is cls.logit_term
