@@ -146,10 +146,17 @@ def settings_line(jobs: list[Job], swept: list[str], extra: list[str]) -> str:
     if not configs:
         return ""
     fixed, varying = [], []
+
+    def value(config: dict[str, Any], key: str) -> Any:
+        # A synthetic run's data is its task (every task's source is "synthetic").
+        return (
+            config.get("data.task") or config.get(key) if key == "data.source" else config.get(key)
+        )
+
     for key, name in SETTINGS:
-        values = {repr(c.get(key)) for c in configs}
+        values = {repr(value(c, key)) for c in configs}
         if len(values) == 1:
-            fixed.append(f"{name} {configs[0].get(key)}")
+            fixed.append(f"{name} {value(configs[0], key)}")
         else:
             varying.append(name)
     names = {key.removesuffix(".name") for key, _ in SETTINGS} | {n for _, n in SETTINGS}
@@ -164,8 +171,10 @@ def settings_line(jobs: list[Job], swept: list[str], extra: list[str]) -> str:
         and all(j.params.get(k) == v for j in jobs)
     ]
     fixed += shared
-    line = f"Fixed settings: {', '.join(fixed + extra)}."
-    return line + (f" Varying: {', '.join(varying)}." if varying and len(jobs) > 1 else "")
+    line = f"Fixed settings: {', '.join(fixed)}."
+    line += f" Varying: {', '.join(varying)}." if varying and len(jobs) > 1 else ""
+    # Results every run shares (most often by chance, or none learned): said apart from settings.
+    return line + (f" The same in every run: {', '.join(extra)}." if extra else "")
 
 
 def headline_metric(jobs: list[Job]) -> str | None:

@@ -164,6 +164,10 @@ def test_the_ranking_names_the_gap_in_seed_std():
         "RoPE", jobs_b[0], "none", {("nonoverlap", 1024): record([6.2, 7.0, 5.4])}, jobs=jobs_b
     )
     assert "within seed noise" in ranking_sentence([close, alibi], "nonoverlap")[0]
+    tie = Column("RoPE", jobs_b[0], "none", {("nonoverlap", 1024): record(6.0)}, jobs=jobs_b)
+    assert ranking_sentence([tie, alibi], "nonoverlap")[0].endswith(
+        "have the lowest ppl without extension, level at 6.000."
+    )
     one = Column("RoPE", jobs_b[0], "none", {("nonoverlap", 1024): record(8.0)}, jobs=jobs_b)
     assert (
         "no verdict on seed noise (1 seed; it needs 3)"

@@ -62,6 +62,20 @@ def test_table_moves_constants_to_fixed_settings_and_drops_empty_errors(tmp_path
     assert rows[0]["final/params"] == 115264 and rows[0]["dir"] == "pe=alibi"  # CSV keeps all
 
 
+def test_results_every_run_shares_are_not_called_settings_and_a_task_is_the_data(tmp_path):
+    tasks = {"data.source": "synthetic"}
+    jobs = [
+        job(f"data={t}", {"data": t}, {"final/val_acc": 0.0}, config={**tasks, "data.task": t})
+        for t in ("copy", "reverse")
+    ]
+    md, _ = runs_section(ReportContext(tmp_path, jobs, ["data"]))
+    line = next(x for x in md.splitlines() if x.startswith("Fixed settings: "))
+    assert "data synthetic" not in line and "Varying: data." in line
+    assert line.endswith("The same in every run: val acc 0.")
+    fixed = line.split(" Varying:")[0]
+    assert "accuracy" not in fixed
+
+
 def test_rows_that_would_look_alike_get_their_folder(tmp_path):
     jobs = [job(f"run{i}", {}, {"final/val_loss": 1.0 + i}) for i in range(2)]
     jobs += [job("x", {"pe": "rope"}, {"final/val_loss": 3.0})]

@@ -115,6 +115,9 @@ def test_the_summary_averages_each_seed_past_training_then_over_seeds():
     assert "beyond seed noise (5.3× the larger seed std, n = 3)" in sentence
     close = {NOPE: [0.7, 0.5, 0.6], ROPE: [0.6, 0.4, 0.5]}
     assert "within seed noise" in spread_sentence("copy", close)
+    # A tie as printed names no leader ("leads by 0.000" would contradict the table).
+    tied = spread_sentence("copy", {NOPE: [0.0, 0.0], ROPE: [0.0, 0.0]})
+    assert tied == "- **copy**: NoPE and RoPE are level past the training sizes (0.000)."
 
 
 def test_the_caption_names_one_seed_count_or_a_range():

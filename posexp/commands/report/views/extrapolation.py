@@ -338,6 +338,11 @@ def ranking_sentence(columns: list[Column], protocol: str) -> list[str]:
     (best, n, a), (second, _, b) = scored[0], scored[1]
     ra, rb = a.records[(protocol, n)], b.records[(protocol, n)]
     d = decimals_for(best)
+    if round(second - best, d) == 0:  # a tie as printed: no leader to name
+        return [
+            f"at {n:,} tokens ({protocol}), {a.label} and {b.label} have the lowest ppl without "
+            f"extension, level at {best:.{d}f}."
+        ]
     words = beyond_noise(
         second - best,
         [ra.get("ppl_std", 0.0), rb.get("ppl_std", 0.0)],

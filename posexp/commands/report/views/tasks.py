@@ -147,6 +147,10 @@ def spread_sentence(task: str, seeds: dict[PEDisplay, list[float]]) -> str:
         return ""
     stats = sorted(((*mean_std(v), len(v), pe) for pe, v in seeds.items()), key=lambda x: -x[0])
     (m1, s1, n1, a), (m2, s2, n2, b) = stats[0], stats[1]
+    if round(m1 - m2, 3) == 0:  # a tie as printed: no leader to name
+        return (
+            f"- **{task}**: {a.label} and {b.label} are level past the training sizes ({m1:.3f})."
+        )
     words = beyond_noise(m1 - m2, [s1, s2], min(n1, n2))
     return (
         f"- **{task}**: {a.label} leads {b.label} past the training sizes by {m1 - m2:.3f}: "
