@@ -37,11 +37,16 @@ def same_decimals_formatter() -> Any:
     return SameDecimals()
 
 
+NARROW_SPAN = 3.0  # a y range narrower than this factor gets evenly spaced ticks
+
+
 def plain_log_axes(ax: Any, lengths: list[int]) -> None:
-    """Log axes with the lengths themselves as x ticks and plain numbers on y."""
+    """Log axes with the lengths themselves as x ticks and plain numbers on y (call it after
+    plotting: the y ticks follow the range plotted)."""
     from matplotlib.ticker import (
         FixedLocator,
         LogLocator,
+        MaxNLocator,
         NullFormatter,
         NullLocator,
     )
@@ -51,9 +56,15 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n:,}" for n in lengths])
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(
-        LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0), numticks=12)
-    )
+    low, high = ax.dataLim.intervaly  # what is plotted already
+    if 0 < low and high / low < NARROW_SPAN:
+        # A narrow range (ppl 11.5-20): a log locator would label only 15 and 20, so the ticks
+        # are evenly spaced numbers inside it instead, several of them.
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+    else:
+        ax.yaxis.set_major_locator(
+            LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0), numticks=12)
+        )
     ax.yaxis.set_major_formatter(same_decimals_formatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
 

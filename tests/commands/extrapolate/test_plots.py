@@ -75,3 +75,31 @@ def test_a_depth_sweep_wraps_its_panels_three_to_a_row():
     assert fig.axes[0].get_gridspec().get_geometry() == (2, 3)
     five = plot_accuracy([r for r in recs if r["depth"] != 1], (76, 122), "tokens", "passkey")
     assert sum(ax.get_visible() for ax in five.axes) == 5  # the sixth cell stays empty
+
+
+def test_a_narrow_ppl_range_gets_several_labelled_ticks_inside_it():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posexp.commands.extrapolate.plots import plain_log_axes
+
+    fig, (narrow, wide) = plt.subplots(1, 2)
+    lengths = [64, 128, 256, 512]
+    narrow.plot(lengths, [11.6, 11.8, 11.9, 12.1])
+    narrow.plot(lengths, [19.9, 19.9, 20.0, 20.0])
+    plain_log_axes(narrow, lengths)
+    wide.plot(lengths, [5, 9, 40, 300])
+    plain_log_axes(wide, lengths)
+    fig.canvas.draw()
+    low, high = narrow.get_ylim()
+    inside = [t for t in narrow.get_yticks() if low <= t <= high]
+    assert len(inside) >= 4  # a log locator had labelled only 15 and 20 here
+    assert all(
+        label.get_text()
+        for label in narrow.get_yticklabels()
+        if low <= label.get_position()[1] <= high
+    )
+    assert {10.0, 100.0} <= set(wide.get_yticks())  # decades on a wide range, as before
+    plt.close(fig)
