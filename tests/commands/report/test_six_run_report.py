@@ -162,3 +162,13 @@ def test_the_curves_come_from_the_run_s_own_event_files(tmp_path):
     assert data["val/loss"][0] == pytest.approx(4.1)
     (job.path / "events.out.tfevents.0.broken").write_bytes(b"\x00garbage")
     assert curves.scalars(job)["val/loss"][0] == pytest.approx(4.1)  # one bad file skipped
+
+
+def test_the_curves_legend_orders_settings_by_their_numbers(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(curves, "scalars", lambda job: {"val/loss": {0: 1.0}})
+    jobs = [SimpleNamespace(name=h) for h in ("h1", "h16", "h4")]  # as the folder sorts them
+    ctx = SimpleNamespace(label=lambda job, exclude: job.name)
+    groups, unreadable = curves.group_curves(ctx, jobs)
+    assert list(groups) == ["h1", "h4", "h16"] and unreadable == []

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.report.jobs import Job
+from posexp.commands.report.jobs import Job, natural_order
 from posexp.commands.report.stats import mean_std
 from posexp.commands.report.view import ReportContext, register_report_view
 from posexp.figures import figure_title, legend_below, panel_title
@@ -58,7 +58,8 @@ def group_curves(
         label = ctx.label(job, exclude=("seed",))
         for tag, points in data.items():
             groups.setdefault(label, {}).setdefault(tag, []).append(points)
-    return groups, unreadable
+    # Legend and CSV in the order of the settings' values, numbers by size: h1, h4, h16.
+    return dict(sorted(groups.items(), key=lambda kv: natural_order(kv[0]))), unreadable
 
 
 def seed_mean(curves: list[dict[int, float]]) -> list[tuple[int, float, float, int]]:
