@@ -173,3 +173,38 @@ def test_the_ranking_names_the_gap_in_seed_std():
         "no verdict on seed noise (1 seed; it needs 3)"
         in ranking_sentence([one, alibi], "nonoverlap")[0]
     )
+
+
+def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache):
+    # The KJV test split's unigram ppl is about 20: a PE at 19.9 at the training length has
+    # learned token frequencies only, and "stays flat" would read as a finding against the paper.
+    from hydra import compose, initialize_config_dir
+
+    from posexp.commands.report.views.extrapolation_paper import shape_sentences, unigram_ppl
+    from posexp.config.run import from_composed
+    from posexp.paths import config_dir
+    from posexp.pe.base import describe_pe
+
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        config = from_composed(compose("train", overrides=["model=tiny", f"cache_dir={cache}"]))
+    job = SimpleNamespace(config=config)
+    unigram = unigram_ppl(job)
+    assert 15 < unigram < 25
+    cols = []
+    for name, base in (("sinusoidal", 0.99 * unigram), ("alibi", 0.6 * unigram)):
+        seeds = {64: record([base]), 512: record([base * 1.01])}
+        cols.append(
+            Column(
+                name,
+                job,
+                "none",
+                {("nonoverlap", n): r for n, r in seeds.items()},
+                pe=describe_pe(name),
+                jobs=[job],
+            )
+        )
+    (sentence,) = shape_sentences(cols, "nonoverlap", 64)
+    assert f"{cols[0].label} is left out: its ppl at the training length" in sentence
+    assert "99% of the test text's unigram ppl" in sentence
+    assert f"{cols[1].label} stays flat here" in sentence  # a model that learned is compared
+    assert unigram_ppl(SimpleNamespace(config=None)) is None  # no config: no reference, no claim

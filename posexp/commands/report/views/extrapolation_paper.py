@@ -4,6 +4,7 @@ the published table, and how each PE's curve compares in shape."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import md_table
@@ -11,6 +12,30 @@ from posexp.commands.report.views.extrapolation_data import Column
 from posexp.commands.report.views.findings import findings
 from posexp.extension import baseline_method
 from posexp.pe.base import describe_pe
+
+# A PE whose ppl at the training length is above this share of the test text's unigram ppl has
+# learned little beyond how often each token occurs: the shape of its column says nothing about
+# positions, so it is not set beside a paper's.
+UNIGRAM_SHARE = 0.9
+_test_data: dict[str, Any] = {}  # the test splits read, by data/tokenizer config
+
+
+def unigram_ppl(job: Any) -> float | None:
+    """exp(entropy) of the job's test-split token frequencies: the ppl of a model that knows
+    only how often each token occurs (None where the split cannot be read)."""
+    import numpy as np
+
+    from posexp.commands.extrapolate.score_run import load_test_tokens
+    from posexp.errors import PosexpError
+
+    try:
+        tokens = load_test_tokens(job.config, _test_data)
+    except (PosexpError, OSError, AttributeError):
+        return None
+    counts = np.bincount(tokens)
+    p = counts[counts > 0] / counts.sum()
+    return float(np.exp(-(p * np.log(p)).sum()))
+
 
 # How a ppl ratio to the training length reads. "Flat" within FLAT of 1 or within the seeds'
 # spread of the ratio; above that, the first bound it is below (else "explodes").
@@ -47,6 +72,15 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
             if p == protocol and n > l0 and r.get("ppl") is not None
         ]
         if c.method != baseline_method() or not published or not base or not past:
+            continue
+        unigram = unigram_ppl(c.job)
+        if unigram is not None and base >= UNIGRAM_SHARE * unigram:
+            clauses.append(
+                f"{c.label} is left out: its ppl at the training length, {base:.2f}, is "
+                f"{base / unigram:.0%} of the test text's unigram ppl ({unigram:.2f}), so it has "
+                f"learned little beyond token frequencies and its shape says nothing about "
+                f"positions"
+            )
             continue
         n, _ = max(past)
         i = min(
