@@ -75,7 +75,8 @@ def write_outputs(
         if stale:
             write_json_atomic(out / STALE, [r.to_dict() for r in stale])
             names.append(STALE)
-        write_csv_atomic(out / "extrapolate.csv", rows, csv_fields(rows))
+        table = [{**r, "settings": settings_text(r.get("settings"))} for r in rows]
+        write_csv_atomic(out / "extrapolate.csv", table, csv_fields(table))
         images = {}
         for i, (metric, shown) in enumerate(by_metric(display_rows(rows)).items()):
             name = "extrapolate.png" if i == 0 else f"extrapolate_{metric}.png"
@@ -268,6 +269,13 @@ OPTIONAL_FIELDS = (
 )
 
 
+def settings_text(settings: dict[str, Any] | None) -> str:
+    """A record's settings in one CSV cell, as a spec writes them: ``window=16 group=4``."""
+    from posexp.extension.spec import format_value
+
+    return " ".join(f"{k}={format_value(v)}" for k, v in (settings or {}).items())
+
+
 def csv_fields(rows: list[dict[str, Any]]) -> list[str]:
     """The cell, the metric and the scorers' numbers, then the rest: every scalar field, without
     the optional ones no record fills (lists and mappings stay in the JSON)."""
@@ -278,7 +286,10 @@ def csv_fields(rows: list[dict[str, Any]]) -> list[str]:
         if k not in (*CELL_FIELDS, *KEY_EXTRA, *RUN_FIELDS, "metric", "settings", "checkpoint")
         and not isinstance(v, (list, dict))
     ]
-    fields = [*CELL_FIELDS, "metric", *dict.fromkeys(values), "note", *KEY_EXTRA, *RUN_FIELDS[1:]]
+    # The method's settings at their effective values, beside the cell (a string per row).
+    shown = ["settings"] if any(r.get("settings") for r in rows) else []
+    fields = [*CELL_FIELDS, *shown, "metric", *dict.fromkeys(values), "note", *KEY_EXTRA]
+    fields += RUN_FIELDS[1:]
     return [
         f
         for f in fields

@@ -62,6 +62,10 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
     assert len({round(by[m, 128]["ppl"], 9) for m in GRID}) > 1
     rows = list(csv.DictReader((run / "eval" / "extrapolate.csv").open()))
     assert sorted({r["method"] for r in rows}) == sorted(labels) and len(rows) == 24
+    # The settings at their effective values, a cell per row (a default's change is visible).
+    by_row = {(r["method"], r["length"]): r["settings"] for r in rows}
+    assert by_row["self_extend(group=4,window=16)", "128"] == "window=16 group=4 logn=false"
+    assert by_row["none", "128"] == ""
     # One line per spec in the figure, one tag per spec in the run's own TensorBoard run.
     events = EventAccumulator(str(run)).Reload()
     for label in labels:
