@@ -162,3 +162,15 @@ def test_sizes_an_encoding_cannot_read_are_listed_with_their_reason(monkeypatch)
     missing = tasks.unmeasured([abacus, job("rope", {2: 1.0, 4: 0.0})], by_pe)
     assert missing == {"copy": {describe_pe("abacus"): {4: note, 6: note}}}
     assert tasks.unmeasured_notes(missing["copy"]) == [f"- Abacus, sizes 4, 6: {note}."]
+
+
+def test_a_task_no_pe_learned_is_said_before_any_comparison():
+    from posexp.commands.report.views.tasks import unlearned_sentences
+
+    data = {
+        "copy": {NOPE: {4: 0.0, 8: 0.02, 12: 0.0}, ROPE: {4: 0.1, 8: 0.0, 12: 0.0}},
+        "reverse": {NOPE: {4: 0.9, 8: 0.8, 12: 0.3}},
+    }
+    (line,) = unlearned_sentences(data, (1, 8))
+    assert line.startswith("- **copy**: no PE learned the task: the best accuracy at the trained")
+    assert "is 0.10 (below 0.5)" in line

@@ -78,13 +78,21 @@ def column_key(ctx: ReportContext) -> Column:
     return key
 
 
-def collect(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, dict[int, float]]]:
-    """task -> PE (randomized positions apart) -> size -> accuracy (mean over seeds)."""
+def size_values(
+    jobs: list[Job], key: Column = job_pe
+) -> dict[tuple[str, PEDisplay, int], list[float]]:
+    """(task, PE, size) -> each seed's accuracy."""
     sums: dict[tuple[str, PEDisplay, int], list[float]] = {}
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is not None:
                 sums.setdefault((task_label(job), key(job), r["length"]), []).append(r["accuracy"])
+    return sums
+
+
+def collect(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, dict[int, float]]]:
+    """task -> PE (randomized positions apart) -> size -> accuracy (mean over seeds)."""
+    sums = size_values(jobs, key)
     out: dict[str, dict[PEDisplay, dict[int, float]]] = {}
     for task, pe, size in sorted(sums, key=lambda k: (k[0], k[1].sort_key, k[2])):
         values = sums[task, pe, size]
@@ -270,6 +278,7 @@ def render(ctx: ReportContext) -> str:
     jobs = [j for j in ctx.jobs if task_records(j) and task_view(j) == VIEW]
     key = column_key(ctx)
     data = collect(jobs, key)
+    per_seed = size_values(jobs, key)
     missing = unmeasured(jobs, key)
     for task, by_pe in missing.items():  # a PE measured at no size still gets its column
         for pe in by_pe:
@@ -280,7 +289,8 @@ def render(ctx: ReportContext) -> str:
         "## Length generalization (exact-match accuracy)",
         "",
         f"Trained on sizes {top[0]}–{top[1]}; {examples} fixed test instances per size; greedy "
-        f"answers scored by exact match; no extension method. Sizes marked * were trained on.",
+        f"answers scored by exact match; no extension method. Sizes marked * were trained on. "
+        f"Cells: {seeds_caption(sorted({len(v) for v in per_seed.values()}) or [0])}",
         "",
     ]
     rows_csv, summary = [], {}
@@ -291,7 +301,7 @@ def render(ctx: ReportContext) -> str:
         rows = [
             [
                 f"{n}{'*' if top[0] <= n <= top[1] else ''}",
-                *(accuracy_cell(table[p].get(n)) for p in pes),
+                *(summary_cell(per_seed.get((task, p, n)), 2) for p in pes),
             ]
             for n in sizes
         ]
@@ -310,6 +320,10 @@ def render(ctx: ReportContext) -> str:
                 "randomized": p.randomized,
                 "size": n,
                 "accuracy": table[p].get(n),
+                "accuracy_std": mean_std(per_seed[task, p, n])[1]
+                if (task, p, n) in per_seed
+                else None,
+                "n": len(per_seed.get((task, p, n), [])),
             }
             for p in pes
             for n in sizes
@@ -341,6 +355,7 @@ def render(ctx: ReportContext) -> str:
         "",
         "Reading the tables:",
         "",
+        *unlearned_sentences(data, top),
         *reading(summary),
         *(
             f"- **{t}**: {names(blind)} could not be measured past the training sizes (see the "
@@ -354,23 +369,38 @@ def render(ctx: ReportContext) -> str:
     csv = ctx.write_csv(
         "report_length_generalization.csv",
         rows_csv,
-        ["task", "pe", "randomized", "size", "accuracy"],
+        ["task", "pe", "randomized", "size", "accuracy", "accuracy_std", "n"],
     )
     png = plot(ctx, data, top)
     out += [f"![accuracy against size]({png.name})", "", f"Data: `{csv.name}`."]
     return "\n".join(out)
 
 
-def accuracy_cell(value: float | None) -> str:
-    """An accuracy with 2 decimals (0.50 beside 0.51), '—' when not measured."""
-    return "—" if value is None else f"{value:.2f}"
+LEARNED = 0.5  # a task some PE answers this often at the trained sizes was learned
 
 
-def summary_cell(values: list[float] | None) -> str:
-    """Mean ± std of the seeds' values to 3 places (the mean alone for one seed)."""
+def unlearned_sentences(
+    data: dict[str, dict[Any, dict[int, float]]], top: tuple[int, int]
+) -> list[str]:
+    """A warning per task that no PE learned even at the trained sizes: its tables then say
+    nothing about length generalization."""
+    out = []
+    for task, table in data.items():
+        trained = [v for by in table.values() for n, v in by.items() if top[0] <= n <= top[1]]
+        if trained and max(trained) < LEARNED:
+            out.append(
+                f"- **{task}**: no PE learned the task: the best accuracy at the trained sizes "
+                f"is {max(trained):.2f} (below {LEARNED:g}), so its tables say nothing about "
+                f"length generalization; train longer."
+            )
+    return out
+
+
+def summary_cell(values: list[float] | None, places: int = 3) -> str:
+    """Mean ± std of the seeds' values to ``places`` (the mean alone for one seed)."""
     if not values:
         return "—"
-    return mean_std_text(*mean_std(values), len(values), 3)
+    return mean_std_text(*mean_std(values), len(values), places)
 
 
 register_report_view(
