@@ -87,6 +87,12 @@ def test_verdict_within_noise_not_worse_and_too_few_seeds():
     noisy = {(1, 0): 1.30, (1, 1): 1.40, (1, 2): 1.35, (4, 0): 1.28, (4, 1): 1.38, (4, 2): 1.33}
     text = verdict(summarize(jobs_of(noisy), [BPB, PPL]), BPB)
     assert "0.4× the larger seed std" in text and "within seed noise" in text
+    # The same gap on every seed: paired by seed, it is no noise at all (each seed's data order
+    # is shared across head counts).
+    assert "paired by seed, h = 1 is worse on 3 of 3 seeds, by 0.0289 on average, over 100×" in text
+    assert text.endswith("(beyond 2 std).")
+    mixed = noisy | {(1, 1): 1.36}  # one seed where h = 1 is better
+    assert "worse on 2 of 3 seeds" in verdict(summarize(jobs_of(mixed), [BPB, PPL]), BPB)
     better = {(1, s): 1.2 for s in range(3)} | {(4, s): 1.3 + s / 100 for s in range(3)}
     assert "h = 1 is not worse" in verdict(summarize(jobs_of(better), [BPB, PPL]), BPB)
     two = {k: v for k, v in LOSSES.items() if k[1] < 2}

@@ -198,6 +198,9 @@ def summarize(jobs: list[HeadJob], metrics: list[Metric]) -> list[dict[str, Any]
         for m in metrics:
             values = [v for v in (job_value(j, m.key) for j in done) if v is not None]
             row[f"{m.key}_values"] = values
+            row[f"{m.key}_by_seed"] = {
+                j.seed: v for j in done if (v := job_value(j, m.key)) is not None
+            }
             row[f"{m.key}_mean"], row[f"{m.key}_std"] = mean_std(values)
         rows.append(row)
     return rows
@@ -232,9 +235,32 @@ def verdict(rows: list[dict[str, Any]], metric: Metric) -> str:
         if ratio > 2
         else "within seed noise: this sweep does not show Table 3's effect"
     )
+    seeds_each = f"n = {n} seeds each" if one["seeds"] == best["seeds"] else f"{n}+ seeds each"
     return (
         f"{what}: worse by {gap:.{d}f}, {ratio:.1f}× the larger seed std ({noise:.{d}f}, "
-        f"{n}+ seeds each), {shown} (criterion: more than 2 std)."
+        f"{seeds_each}), {shown} (criterion: more than 2 std)" + paired_clause(one, best, metric)
+    )
+
+
+def paired_clause(one: dict[str, Any], best: dict[str, Any], metric: Metric) -> str:
+    """The same comparison seed by seed (a seed shares its data order across head counts, so
+    its noise partly cancels in the difference): how many seeds h = 1 loses, and the mean
+    difference against its own std. "." where fewer than MIN_SEEDS seeds are shared."""
+    mine, theirs = one[f"{metric.key}_by_seed"], best[f"{metric.key}_by_seed"]
+    seeds = sorted(s for s in set(mine) & set(theirs) if s is not None)
+    if len(seeds) < MIN_SEEDS:
+        return "."
+    sign = 1 if metric.lower_is_better else -1
+    diffs = [sign * (mine[s] - theirs[s]) for s in seeds]
+    mean, std = mean_std(diffs)
+    worse = sum(x > 0 for x in diffs)
+    ratio = mean / std if std > 0 else math.inf
+    d = metric.digits
+    times = f"{ratio:.1f}×" if ratio < 100 else "over 100×"
+    return (
+        f"; paired by seed, h = 1 is worse on {worse} of {len(seeds)} seeds, by "
+        f"{mean:.{d}f} on average, {times} the std of the per-seed differences "
+        f"({'beyond' if ratio > 2 else 'within'} 2 std)."
     )
 
 
