@@ -332,9 +332,10 @@ TERM_OF_KIND = {"bias": "POSITION_BIAS", "content": "FROM_SCORES", "attention": 
 
 def logit_term_of(name: str, cls: type[PositionalEncoding]) -> LogitTerm:
     """The class's logit term, the one its kind implies where it declares none."""
-    implied = LogitTerm[TERM_OF_KIND[cls.kind]] if cls.kind in TERM_OF_KIND else cls.logit_term
-    if cls.logit_term not in (implied, LogitTerm.NONE):
-        raise ValueError(f"pe {name!r}: kind {cls.kind!r} adds {implied}, not {cls.logit_term}")
+    declared = getattr(cls, "logit_term", LogitTerm.NONE)
+    implied = LogitTerm[TERM_OF_KIND[cls.kind]] if cls.kind in TERM_OF_KIND else declared
+    if declared not in (implied, LogitTerm.NONE):
+        raise ValueError(f"pe {name!r}: kind {cls.kind!r} adds {implied}, not {declared}")
     return implied
 
 
