@@ -172,3 +172,25 @@ def test_the_curves_legend_orders_settings_by_their_numbers(monkeypatch):
     ctx = SimpleNamespace(label=lambda job, exclude: job.name)
     groups, unreadable = curves.group_curves(ctx, jobs)
     assert list(groups) == ["h1", "h4", "h16"] and unreadable == []
+
+
+def test_curves_say_when_training_and_validation_loss_count_different_tokens(tmp_path, monkeypatch):
+    # A task run with data.loss_on=all trains on every token; its val loss is the answers'.
+    from types import SimpleNamespace
+
+    jobs = [
+        SimpleNamespace(name=n, path=tmp_path, flat_config={"data.loss_on": on})
+        for n, on in (("a", "all"), ("b", "answer"))
+    ]
+    ctx = SimpleNamespace(
+        jobs=jobs,
+        label=lambda job, exclude: job.name,
+        write_csv=lambda name, rows, fields: tmp_path / name,
+    )
+    monkeypatch.setattr(curves, "event_files", lambda job: [tmp_path])
+    monkeypatch.setattr(
+        curves, "scalars", lambda job: {"val/loss": {0: 1.0}, "train/loss": {5: 0.4}}
+    )
+    monkeypatch.setattr(curves, "curves_plot", lambda ctx, groups: tmp_path / "report_curves.png")
+    md = curves.render(ctx)
+    assert "1 of 2 runs train on every token (`data.loss_on=all`)" in md

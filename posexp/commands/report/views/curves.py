@@ -146,6 +146,14 @@ def render(ctx: ReportContext) -> str:
         "",
         "Points: [report_curves.csv](report_curves.csv).",
     ]
+    every = [j.name for j in jobs if j.flat_config.get("data.loss_on") == "all"]
+    if every:  # the val loss of a task or translation run counts answer/target tokens only
+        md += [
+            "",
+            f"{len(every)} of {len(jobs)} runs train on every token (`data.loss_on=all`) while "
+            "their validation loss counts the answer (or target) tokens only: their two curves "
+            "measure different tokens, so the gap between them is no generalization gap.",
+        ]
     if unreadable:
         md += ["", f"No readable curve: {', '.join(f'`{n}`' for n in unreadable)}."]
     return "\n".join(md)
