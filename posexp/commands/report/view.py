@@ -29,6 +29,7 @@ class ReportContext:
     swept: list[str]
     files: list[Path] = field(default_factory=list)
     _labels: dict[tuple[str, ...], dict[int, str]] = field(default_factory=dict, repr=False)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)  # what views compute once
 
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
         """The job's name in tables and plots: the settings that vary across the report's jobs,

@@ -15,6 +15,7 @@ from typing import Any
 from posexp.commands.report.jobs import Job, natural_order
 from posexp.commands.report.stats import mean_std
 from posexp.commands.report.view import ReportContext, register_report_view
+from posexp.commands.report.views.findings import job_pe, pe_colors
 from posexp.figures import figure_title, legend_below, panel_title
 
 CURVES = (("train/loss", "training loss"), ("val/loss", "validation loss"))
@@ -56,6 +57,8 @@ def group_curves(
             unreadable.append(job.name)
             continue
         label = ctx.label(job, exclude=("seed",))
+        if getattr(job, "config", None):  # which encodings a line stands for (its colour)
+            ctx.memo.setdefault("curve_pes", {}).setdefault(label, set()).add(job_pe(job))
         for tag, points in data.items():
             groups.setdefault(label, {}).setdefault(tag, []).append(points)
     # Legend and CSV in the order of the settings' values, numbers by size: h1, h4, h16.
@@ -83,15 +86,23 @@ def curves_plot(ctx: ReportContext, groups: dict[str, dict[str, list[dict[int, f
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     colors = [*plt.get_cmap("tab10").colors, *plt.get_cmap("tab20").colors[1::2]]
+    # Where each line is one encoding (a sweep over pe), it takes that encoding's colour and
+    # label in every figure of the report; other lines keep their own order.
+    pes = {k: next(iter(v)) for k, v in ctx.memo.get("curve_pes", {}).items() if len(v) == 1}
+    by_pe = len(set(pes.values())) == len(pes) == len(groups)
+    shared = pe_colors(ctx) if by_pe else {}
+    ordered = (
+        sorted(groups.items(), key=lambda kv: pes[kv[0]].sort_key) if by_pe else groups.items()
+    )
     for ax, (tag, name) in zip(axes, CURVES, strict=True):
-        for i, (label, by_tag) in enumerate(groups.items()):
+        for i, (label, by_tag) in enumerate(ordered):
             if tag not in by_tag:
                 continue
             points = seed_mean(by_tag[tag])
             if not points:
                 continue
             steps, means, stds, ns = zip(*points, strict=True)
-            color = colors[i % len(colors)]
+            color = shared.get(pes.get(label)) or colors[i % len(colors)]
             n = max(ns)
             marker = "o" if tag == "val/loss" and len(steps) <= 40 else None
             ax.plot(
@@ -101,7 +112,7 @@ def curves_plot(ctx: ReportContext, groups: dict[str, dict[str, list[dict[int, f
                 marker=marker,
                 markersize=3,
                 linewidth=1.4,
-                label=label + (f" (n = {n})" if n > 1 else ""),
+                label=(pes[label].label if by_pe else label) + (f" (n = {n})" if n > 1 else ""),
             )
             if n > 1:
                 lo = [m - s for m, s in zip(means, stds, strict=True)]

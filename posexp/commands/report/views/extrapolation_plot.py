@@ -51,6 +51,7 @@ def extrapolation_plot(
     import matplotlib.pyplot as plt
 
     from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
+    from posexp.commands.report.views.findings import pe_colors as pe_color_map
 
     plain = [c for c in columns if c.method == baseline_method()]
     with_methods = [
@@ -91,8 +92,9 @@ def extrapolation_plot(
         )
 
     ax = flat[0]
+    same_in_every_figure = pe_color_map(ctx)
     for i, c in enumerate(plain):
-        color = pe_colors[i % len(pe_colors)]
+        color = same_in_every_figure.get(c.pe) or pe_colors[i % len(pe_colors)]
         draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], "-")
         _band(ax, c, protocol, color)
     panel_title(ax, "every encoding, no extension")

@@ -42,6 +42,15 @@ def job_pe(job: Job) -> PEDisplay:
     return describe_pe(job.pe, bool(job.config and job.config.positions.randomized), params)
 
 
+def pe_colors(ctx: Any) -> dict[PEDisplay, str]:
+    """One colour per encoding of the report, the same in every figure of it: matplotlib's
+    C0..C9 in the encodings' display order."""
+    if "pe_colors" not in ctx.memo:
+        pes = sorted({job_pe(j) for j in ctx.jobs if j.config}, key=lambda p: p.sort_key)
+        ctx.memo["pe_colors"] = {pe: f"C{i % 10}" for i, pe in enumerate(pes)}
+    return ctx.memo["pe_colors"]
+
+
 def selects(selector: dict[str, Any], pe: PEDisplay) -> bool:
     """True when a finding's selector names ``pe`` by name (``pes``) or family (``families``);
     randomized positions are a different method from what the papers ranked, so never match."""

@@ -23,6 +23,7 @@ def plot(
     import matplotlib.pyplot as plt
 
     from posexp.commands.extrapolate.plots import DASHES, MARKERS
+    from posexp.commands.report.views.findings import pe_colors
 
     tasks = list(data)
     # One style per PE across panels (tasks may have been run with different PEs), so that the
@@ -38,6 +39,7 @@ def plot(
         sharey=True,
         layout="constrained",
     )
+    colors = pe_colors(ctx)  # each PE's colour in every figure of the report
     for ax, task in zip(axes[0], tasks, strict=True):
         sizes = sorted({n for by in data[task].values() for n in by})
         for pe in ordered(data[task]):
@@ -47,7 +49,7 @@ def plot(
             ax.plot(
                 *zip(*pts, strict=True),
                 marker=MARKERS[i % len(MARKERS)],
-                color=f"C{i % 10}",
+                color=colors.get(pe) or f"C{i % 10}",
                 linestyle=DASHES[i % len(DASHES)],
                 label=pe.label,
             )
