@@ -173,3 +173,22 @@ def test_a_shape_word_holds_only_within_its_stated_bound():
     assert shape(1.17) == "rises"  # a 17% rise is not flat
     assert shape(1.08, spread=0.1) == "stays flat"  # within the seeds' spread
     assert shape(0.93) == "falls" and shape(1.57) == "degrades" and shape(6.0) == "explodes"
+
+
+def test_each_encoding_has_one_colour_in_every_figure_of_a_report():
+    from types import SimpleNamespace
+
+    from posexp.commands.report.views.findings import pe_colors
+    from posexp.pe.base import describe_pe
+
+    def job(pe):
+        config = SimpleNamespace(
+            pe=SimpleNamespace(params={}), positions=SimpleNamespace(randomized=False)
+        )
+        return SimpleNamespace(pe=pe, config=config)
+
+    ctx = SimpleNamespace(jobs=[job(p) for p in ("alibi", "rope", "none", "rope")], memo={})
+    colors = pe_colors(ctx)
+    order = sorted({describe_pe(p) for p in ("alibi", "rope", "none")}, key=lambda p: p.sort_key)
+    assert [colors[p] for p in order] == ["C0", "C1", "C2"]  # display order, not the jobs'
+    assert pe_colors(ctx) is colors  # computed once per report
