@@ -8,9 +8,9 @@ and the ``hydra.sweeper.params`` a preset such as ``experiment=extrapolation`` b
 config is composed, and the config the job would build is built. Refused jobs are one line
 (how many, the first named with its error); nothing is written. A grid whose product holds
 combinations known to fail (``heads=3`` beside a width it does not divide) may still run the
-others, recording those as failed, with ``POSEXP_SWEEP_CHECK=0``. An override Hydra cannot compose at all is left to
-Hydra's launch, which refuses it before any job runs. A sweeper other than the basic one (a plugin's search)
-chooses its jobs as it goes, so it is left to check them itself.
+others, recording those as failed, with ``POSEXP_SWEEP_CHECK=0``. An override Hydra cannot
+compose at all is left to Hydra's launch, which refuses it before any job runs. A sweeper other
+than the basic one (a plugin's search) chooses its jobs as it goes, so it checks them itself.
 """
 
 from __future__ import annotations

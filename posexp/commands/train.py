@@ -132,9 +132,10 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             resuming=bool(cfg.resume),
         )
         # What attention trains on: the kernel attention.causal chose, or the encoding's own.
-        kernel, trained_on = "sdpa", "own"
+        uses_kernel = get_pe(mcfg.pe).uses_causal_kernel(dict(mcfg.pe_params))
+        kernel = "sdpa"
         kernel_why = f"pe={mcfg.pe} computes its attention itself; attention.causal is unused"
-        if get_pe(mcfg.pe).uses_causal_kernel(dict(mcfg.pe_params)):
+        if uses_kernel:
             kernel, kernel_why = resolve_causal_kernel(
                 cfg.attention.causal,
                 precision,
@@ -149,7 +150,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
                 recorded=(saved_meta.get("model") or {}).get("causal_kernel"),
                 resuming=bool(cfg.resume),
             )
-            trained_on = kernel
+    trained_on = kernel if uses_kernel else "own"
     mcfg = dataclasses.replace(mcfg, causal_kernel=kernel)
     model = GPT(mcfg)
     autocast = precision_autocast(precision, device)

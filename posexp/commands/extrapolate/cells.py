@@ -17,7 +17,7 @@ from typing import Any
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig, get_extension
 from posexp.extension.registry import effective_params
-from posexp.extension.spec import BAKED, MethodSpec, parse_spec, spec_of
+from posexp.extension.spec import BAKED, MethodSpec, base_method, parse_spec, spec_of
 from posexp.pe import accepted_extensions
 from posexp.scoring.records import Record, Stored
 
@@ -37,15 +37,14 @@ def effective_stored(stored: Stored, train_length: int, baked: ExtensionConfig |
     def effective(record: Record) -> Record:
         if all(v is not None for v in record.settings.values()):
             return record
-        name = record.method.partition("(")[0]
-        if name.startswith(f"{BAKED}:"):
+        if record.method.startswith(f"{BAKED}:"):
             if baked is None or baked.original_length is None:
                 return record
-            factor, length, name = baked.factor, baked.original_length, name[len(BAKED) + 1 :]
+            factor, length = baked.factor, baked.original_length
         else:
             factor, length = record.factor, train_length
         try:
-            method = get_extension(name)
+            method = get_extension(base_method(record.method))
         except PosexpError:  # a method this posexp no longer has: kept as written
             return record
         filled = effective_params(method, record.settings, factor, length)

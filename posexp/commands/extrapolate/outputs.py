@@ -24,6 +24,7 @@ from posexp.commands.extrapolate.tables import (
     markdown_table,
     sorted_rows,
 )
+from posexp.extension.spec import format_value
 from posexp.files import (
     keep_damaged,
     save_figure_atomic,
@@ -271,8 +272,6 @@ OPTIONAL_FIELDS = (
 
 def settings_text(settings: dict[str, Any] | None) -> str:
     """A record's settings in one CSV cell, as a spec writes them: ``window=16 group=4``."""
-    from posexp.extension.spec import format_value
-
     return " ".join(f"{k}={format_value(v)}" for k, v in (settings or {}).items())
 
 

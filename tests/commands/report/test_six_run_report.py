@@ -179,7 +179,7 @@ def test_curves_say_when_training_and_validation_loss_count_different_tokens(tmp
     from types import SimpleNamespace
 
     jobs = [
-        SimpleNamespace(name=n, path=tmp_path, flat_config={"data.loss_on": on})
+        SimpleNamespace(name=n, path=tmp_path, config=None, flat_config={"data.loss_on": on})
         for n, on in (("a", "all"), ("b", "answer"))
     ]
     ctx = SimpleNamespace(
@@ -191,6 +191,6 @@ def test_curves_say_when_training_and_validation_loss_count_different_tokens(tmp
     monkeypatch.setattr(
         curves, "scalars", lambda job: {"val/loss": {0: 1.0}, "train/loss": {5: 0.4}}
     )
-    monkeypatch.setattr(curves, "curves_plot", lambda ctx, groups: tmp_path / "report_curves.png")
+    monkeypatch.setattr(curves, "curves_plot", lambda ctx, *a: tmp_path / "report_curves.png")
     md = curves.render(ctx)
     assert "1 of 2 runs train on every token (`data.loss_on=all`)" in md

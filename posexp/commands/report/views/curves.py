@@ -17,6 +17,7 @@ from posexp.commands.report.stats import mean_std
 from posexp.commands.report.view import ReportContext, register_report_view
 from posexp.commands.report.views.findings import job_pe, pe_colors
 from posexp.figures import figure_title, legend_below, panel_title
+from posexp.pe.base import PEDisplay
 
 CURVES = (("train/loss", "training loss"), ("val/loss", "validation loss"))
 
@@ -57,8 +58,6 @@ def group_curves(
             unreadable.append(job.name)
             continue
         label = ctx.label(job, exclude=("seed",))
-        if getattr(job, "config", None):  # which encodings a line stands for (its colour)
-            ctx.memo.setdefault("curve_pes", {}).setdefault(label, set()).add(job_pe(job))
         for tag, points in data.items():
             groups.setdefault(label, {}).setdefault(tag, []).append(points)
     # Legend and CSV in the order of the settings' values, numbers by size: h1, h4, h16.
@@ -77,8 +76,24 @@ def seed_mean(curves: list[dict[int, float]]) -> list[tuple[int, float, float, i
     return out
 
 
-def curves_plot(ctx: ReportContext, groups: dict[str, dict[str, list[dict[int, float]]]]) -> Path:
-    """Two panels (training, validation loss against step), one line per setting."""
+def line_pes(ctx: ReportContext, jobs: list[Job]) -> dict[str, PEDisplay]:
+    """The encoding each line stands for, where every line is one encoding of its own (a sweep
+    over pe); {} otherwise."""
+    pes: dict[str, set[PEDisplay]] = {}
+    for job in jobs:
+        if job.config:
+            pes.setdefault(ctx.label(job, exclude=("seed",)), set()).add(job_pe(job))
+    one = {label: next(iter(v)) for label, v in pes.items() if len(v) == 1}
+    return one if len(one) == len(pes) == len(set(one.values())) else {}
+
+
+def curves_plot(
+    ctx: ReportContext,
+    groups: dict[str, dict[str, list[dict[int, float]]]],
+    pes: dict[str, PEDisplay] | None = None,
+) -> Path:
+    """Two panels (training, validation loss against step), one line per setting; where each
+    line is one encoding (``pes``), its colour, label and order in every figure of the report."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,10 +101,8 @@ def curves_plot(ctx: ReportContext, groups: dict[str, dict[str, list[dict[int, f
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     colors = [*plt.get_cmap("tab10").colors, *plt.get_cmap("tab20").colors[1::2]]
-    # Where each line is one encoding (a sweep over pe), it takes that encoding's colour and
-    # label in every figure of the report; other lines keep their own order.
-    pes = {k: next(iter(v)) for k, v in ctx.memo.get("curve_pes", {}).items() if len(v) == 1}
-    by_pe = len(set(pes.values())) == len(pes) == len(groups)
+    pes = pes or {}
+    by_pe = bool(pes) and set(pes) == set(groups)
     shared = pe_colors(ctx) if by_pe else {}
     ordered = (
         sorted(groups.items(), key=lambda kv: pes[kv[0]].sort_key) if by_pe else groups.items()
@@ -145,7 +158,7 @@ def render(ctx: ReportContext) -> str:
     md = ["## Training curves", ""]
     if not rows:
         return "\n".join([*md, "No run logged a loss curve."])
-    plot = curves_plot(ctx, groups)
+    plot = curves_plot(ctx, groups, line_pes(ctx, jobs))
     ctx.write_csv("report_curves.csv", rows, ["setting", "curve", "step", "mean", "std", "n"])
     md += [
         "Training and validation loss (nats/token) against step, read from each run's "

@@ -17,7 +17,7 @@ from posexp.pe.base import describe_pe
 # learned little beyond how often each token occurs: the shape of its column says nothing about
 # positions, so it is not set beside a paper's.
 UNIGRAM_SHARE = 0.9
-_test_data: dict[str, Any] = {}  # the test splits read, by data/tokenizer config
+_unigram: dict[str, float | None] = {}  # by data/tokenizer config: each test split read once
 
 
 def unigram_ppl(job: Any) -> float | None:
@@ -27,14 +27,20 @@ def unigram_ppl(job: Any) -> float | None:
 
     from posexp.commands.extrapolate.score_run import load_test_tokens
     from posexp.errors import PosexpError
+    from posexp.runtime.build import data_key
 
-    try:
-        tokens = load_test_tokens(job.config, _test_data)
-    except (PosexpError, OSError, AttributeError):
+    if job.config is None:
         return None
-    counts = np.bincount(tokens)
-    p = counts[counts > 0] / counts.sum()
-    return float(np.exp(-(p * np.log(p)).sum()))
+    key = data_key(job.config)
+    if key not in _unigram:
+        try:
+            counts = np.bincount(load_test_tokens(job.config, {}))
+        except (PosexpError, OSError):
+            _unigram[key] = None
+        else:
+            p = counts[counts > 0] / counts.sum()
+            _unigram[key] = float(np.exp(-(p * np.log(p)).sum()))
+    return _unigram[key]
 
 
 # How a ppl ratio to the training length reads. "Flat" within FLAT of 1 or within the seeds'

@@ -90,9 +90,11 @@ def size_values(
     return sums
 
 
-def collect(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDisplay, dict[int, float]]]:
-    """task -> PE (randomized positions apart) -> size -> accuracy (mean over seeds)."""
-    sums = size_values(jobs, key)
+def collect(
+    sums: dict[tuple[str, PEDisplay, int], list[float]],
+) -> dict[str, dict[PEDisplay, dict[int, float]]]:
+    """task -> PE (randomized positions apart) -> size -> accuracy (mean over seeds), from
+    ``size_values``."""
     out: dict[str, dict[PEDisplay, dict[int, float]]] = {}
     for task, pe, size in sorted(sums, key=lambda k: (k[0], k[1].sort_key, k[2])):
         values = sums[task, pe, size]
@@ -277,8 +279,8 @@ def render(ctx: ReportContext) -> str:
     """The section's Markdown (and its CSV and figure)."""
     jobs = [j for j in ctx.jobs if task_records(j) and task_view(j) == VIEW]
     key = column_key(ctx)
-    data = collect(jobs, key)
     per_seed = size_values(jobs, key)
+    data = collect(per_seed)
     missing = unmeasured(jobs, key)
     for task, by_pe in missing.items():  # a PE measured at no size still gets its column
         for pe in by_pe:
