@@ -64,6 +64,7 @@ def child(
     device_name: str,
     reps: int,
     train_length: int,
+    precision: str = "fp32",
 ) -> dict:
     """One measurement point (runs in its own process)."""
     import torch
@@ -72,6 +73,7 @@ def child(
     from posexp.extension import ExtensionConfig
     from posexp.model import GPT, ModelConfig
     from posexp.runtime.device import resolve_device
+    from posexp.runtime.precision import autocast
     from posexp.scoring.text import score_windows
     from posexp.scoring.windows import nonoverlap_windows
 
@@ -107,7 +109,14 @@ def child(
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        score_windows(model, tokens, windows, device, batch_tokens=length)
+        score_windows(
+            model,
+            tokens,
+            windows,
+            device,
+            batch_tokens=length,
+            autocast=autocast(precision, device),
+        )
         if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - start
@@ -160,6 +169,8 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
         str(args.reps),
         "--train-length",
         str(args.train_length),
+        "--precision",
+        args.precision,
     ]
     # The repo first, then whatever PYTHONPATH already holds (packages carried beside it).
     paths = (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", ""))
@@ -185,6 +196,12 @@ def main() -> None:
     p.add_argument(
         "--train-length", type=int, default=1024, help="L0 of a pe+method variant (min with L)"
     )
+    p.add_argument(
+        "--precision",
+        default="fp32",
+        choices=("fp32", "bf16"),
+        help="bf16: the forward under bf16 autocast, as eval-extrapolate scores a bf16-trained run",
+    )
     p.add_argument("--json", type=Path, help="also write the rows here")
     p.add_argument("--child", nargs=2, metavar=("PE", "LENGTH"), help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -200,6 +217,7 @@ def main() -> None:
                     args.device,
                     args.reps,
                     args.train_length,
+                    args.precision,
                 )
             )
         )
@@ -211,7 +229,7 @@ def main() -> None:
     d_model, n_layers = SIZES[args.model]
     print(
         f"model={args.model} (d_model {d_model}, {n_layers} layers, {args.heads} heads), "
-        f"batch 1, device={args.device}, threads={os.environ.get('OMP_NUM_THREADS', 'torch default')}"
+        f"batch 1, {args.precision}, device={args.device}, threads={os.environ.get('OMP_NUM_THREADS', 'torch default')}"
     )
     rows = []
     for pe in args.pes.split(","):

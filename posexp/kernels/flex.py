@@ -23,6 +23,7 @@ its gradients with the SDPA path's on that batch (it has not yet been run on a G
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -229,6 +230,7 @@ def flex_gated_attention(
     length = q.shape[2]
     if q.device.type != "cpu":
         return _run("gate", q, k, v, _gate_score(c, copy_for_keys=True), length)
+    c = c.float()  # the kernel runs in fp32 on the CPU (_run)
     rows = []
     for i in range(q.shape[0]):  # one row at a time on the CPU (see GATE_MIN_CPU's note)
         qi, ki, vi, ci = _padded(q[i : i + 1], k[i : i + 1], v[i : i + 1], c[i : i + 1])
@@ -321,6 +323,12 @@ def _run(
 ) -> torch.Tensor | None:
     """The compiled kernel of ``kind`` over (padded) q, k, v, cut to ``length`` queries; None
     (and the kind switched off for the process, with one warning) if compiling fails."""
+    dtype, cpu = q.dtype, q.device.type == "cpu"
+    if cpu and dtype != torch.float32:
+        # On the CPU the kernel runs in fp32, out of autocast (which would hand it bf16): torch
+        # 2.13's compiled CPU kernel is slower in bf16, e.g. ALiBi's with 8 heads of 16 dims at
+        # 4,096 tokens took 85 ms against 54 in fp32, and casting three (L, d) tensors is cheap.
+        q, k, v = q.float(), k.float(), v.float()
     mask = causal_block_mask(q.shape[2], str(q.device))
     # Batch and length vary together in an evaluation (a token budget per batch): dynamic from
     # the first call, so a new length reuses the kernel (sizes 1 still get their own).
@@ -333,7 +341,9 @@ def _run(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on CPU support; not the user's concern
-            out = _compiled(kind)(q, k, v, score_mod=score_mod, block_mask=mask)[:, :, :length]
+            with torch.autocast("cpu", enabled=False) if cpu else contextlib.nullcontext():
+                out = _compiled(kind)(q, k, v, score_mod=score_mod, block_mask=mask)
+            out = out[:, :, :length].to(dtype)
         if _graphs_compiled() > graphs:
             took = time.perf_counter() - start
             _compile_seconds[0] += took

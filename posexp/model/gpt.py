@@ -311,7 +311,7 @@ class GPT(nn.Module):
         layer_pes = [self.pe.layer(i) for i in range(len(self.blocks))]
         for pe in layer_pes:
             if id(pe) not in prepared:
-                score_mod = pe.score_mod() if pe.has_bias and flex_ok else None
+                score_mod = pe.score_mod(length) if pe.has_bias and flex_ok else None
                 prepared[id(pe)] = (pe.prepare(length, idx.device), score_mod)
         x = self.pe.embed_tokens(
             self.tok_emb(idx) * math.sqrt(self.cfg.d_model),

@@ -44,7 +44,7 @@ class ALiBi(PositionalEncoding):
             return -self.slopes.to(dtype)[None, :, None, None] * distance[:, None]
         return -self.slopes.to(dtype)[:, None, None] * distance
 
-    def score_mod(self) -> Callable[..., torch.Tensor]:
+    def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor]:
         """-slope_h * (q - k), added to each logit inside the attention kernel."""
         slopes = self.slopes
 

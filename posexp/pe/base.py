@@ -271,9 +271,10 @@ class PositionalEncoding(nn.Module):
         (``posexp/model/near_far.py``). None: no such distance."""
         return None
 
-    def score_mod(self) -> Callable[..., torch.Tensor] | None:
+    def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor] | None:
         """The bias as FlexAttention's ``score_mod(score, b, h, q_idx, kv_idx)``, where query and
-        key positions equal their indices; None: attention takes the ``bias`` path."""
+        key positions equal their indices, for up to ``length`` of them where given (tables may
+        be sized by it); None: attention takes the ``bias`` path."""
         return None
 
 

@@ -29,6 +29,21 @@ def fire_inputs(
     return torch.log(c * distance + 1) / norm[..., :, None]
 
 
+# The tables' least length: every evaluation up to it shares one compiled kernel (a captured
+# tensor's shape is fixed, so each new table length compiles the kernel again), for 512 KiB.
+TABLE_MIN = 1 << 16
+
+
+def fire_tables(
+    c: torch.Tensor, threshold: torch.Tensor, length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ψ(d) for every distance d and 1/ψ(max(L, i)) for every query i below the table length
+    (a power of two, at least ``length`` and TABLE_MIN), so fire_inputs = table[i - j] · table[i]."""
+    size = max(TABLE_MIN, 1 << (max(length, 1) - 1).bit_length())
+    index = torch.arange(size, device=c.device, dtype=torch.float32)
+    return torch.log(c * index + 1), 1 / torch.log(c * torch.maximum(threshold, index) + 1)
+
+
 @register_pe("fire")
 class FIRE(PositionalEncoding):
     """Adds MLP(ψ(i - j) / ψ(max(L, i))) per head to each logit."""
@@ -52,14 +67,17 @@ class FIRE(PositionalEncoding):
         values = self.mlp(u[..., None])  # (..., Tq, Tk, H)
         return values.movedim(-1, -3).to(dtype)
 
-    def score_mod(self) -> Callable[..., torch.Tensor]:
+    def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor]:
         """The same bias per score inside the attention kernel: the MLP written out unit by unit,
         so no (Tq, Tk, hidden) tensor is ever stored.
 
         Inputs lie in [0, 1], where a ReLU unit whose kink -b/w falls outside (0, 1) is either
         always off or always linear. Without gradients (evaluation) those units are folded into
         one affine term per head, leaving only the units that bend inside [0, 1] (about a
-        quarter at initialisation) to evaluate per score; the sum is the same function.
+        quarter at initialisation) to evaluate per score; the sum is the same function. Without
+        gradients and given ``length``, the input is also read from two tables (ψ of every
+        distance, 1/ψ(max(L, i)) of every query) instead of two logarithms per score: 7-9% more
+        tokens/s at 4,096 and 16,384 tokens (docs/performance.md).
         """
         w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias
         w2, b2 = self.mlp[2].weight, self.mlp[2].bias  # (heads, hidden), (heads,)
@@ -84,6 +102,18 @@ class FIRE(PositionalEncoding):
             (per_head(w), per_head(bias), w2[:, k].contiguous())
             for w, bias, k in zip(w1[bends], b1[bends], bends.nonzero()[:, 0].tolist(), strict=True)
         ]
+
+        if length is not None and not torch.is_grad_enabled():
+            log_distance, inverse_norm = fire_tables(c[0], threshold[0], length)
+
+            def fire_table_score(score, b, h, q_idx, kv_idx):
+                u = log_distance[(q_idx - kv_idx).clamp(min=0)] * inverse_norm[q_idx]
+                out = intercept[h] + slope[h] * u
+                for w_in, b_in, w_out in units:
+                    out = out + w_out[h] * torch.relu(w_in[h] * u + b_in[h])
+                return score + out
+
+            return fire_table_score
 
         def fire_score(score, b, h, q_idx, kv_idx):
             c_h, threshold_h = c[h], threshold[h]

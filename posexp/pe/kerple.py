@@ -72,7 +72,7 @@ class Kerple(PositionalEncoding):
         distance = q_pos[..., :, None] - k_pos[..., None, :]
         return kerple_bias(distance, *self.coefficients(), self.variant).to(dtype)
 
-    def score_mod(self) -> Callable[..., torch.Tensor]:
+    def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor]:
         """The same kernel per score inside the attention kernel (each capture indexed once)."""
         r1, r2 = self.coefficients()
         if self.variant == "log":

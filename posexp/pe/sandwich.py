@@ -78,7 +78,7 @@ class Sandwich(PositionalEncoding):
         bias = self.table[:, distance].to(dtype)  # (H, ..., Tq, Tk)
         return bias.movedim(0, 1) if distance.dim() == 3 else bias
 
-    def score_mod(self) -> Callable[..., torch.Tensor]:
+    def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor]:
         """The same table, read inside the attention kernel."""
         table = self.table
 

@@ -63,7 +63,7 @@ class T5Bias(PositionalEncoding):
         values = self.table[buckets].to(dtype)  # (..., Tq, Tk, H)
         return values.movedim(-1, -3)
 
-    def score_mod(self) -> Callable[..., torch.Tensor]:
+    def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor]:
         """The table looked up per distance: every distance >= max_distance shares the last
         bucket, so max_distance + 1 values per head hold the whole bias."""
         distance = torch.arange(self.max_distance + 1, device=self.table.device)

@@ -36,7 +36,7 @@ def test_flex_equals_explicit_softmax(name, T):
         scores = q @ k.transpose(-1, -2) / math.sqrt(D) + pe.bias(pos, pos, torch.float32)
         scores = scores.masked_fill(pos[None, :] > pos[:, None], float("-inf"))
         expected = scores.softmax(-1) @ v
-        got = flex.flex_causal_attention(q, k, v, pe.score_mod())
+        got = flex.flex_causal_attention(q, k, v, pe.score_mod(T))
     assert got is not None and (got - expected).abs().max() < 1e-5
 
 
@@ -104,6 +104,20 @@ def test_cpu_flex_equals_sdpa_at_every_length_for_small_heads(simdlen):
                 assert not wrong, f"head dim {D}: flex differs from SDPA at lengths {wrong}"
     finally:
         torch._dynamo.reset()
+
+
+def test_the_cpu_kernel_runs_in_fp32_under_bf16_autocast():
+    # Autocast would hand FlexAttention bf16 inputs, and torch 2.13's CPU kernel is slower in
+    # bf16; the kernel gets fp32 and its output is cast back to the inputs' dtype.
+    torch.manual_seed(0)
+    pe = build_pe("alibi", PEContext(d_model=64, n_heads=4, head_dim=16, train_length=64))
+    q, k, v = (torch.randn(1, 4, 200, 16).bfloat16() for _ in range(3))
+    with torch.no_grad():
+        want = flex.flex_causal_attention(q.float(), k.float(), v.float(), pe.score_mod(200))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = flex.flex_causal_attention(q, k, v, pe.score_mod(200))
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, want.bfloat16())
 
 
 def test_small_heads_use_flex_on_the_cpu_too():

@@ -55,9 +55,10 @@ def test_bad_fire_settings(params, message):
         build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), **params)
 
 
-def _score_grid(pe, length: int) -> torch.Tensor:
-    """FIRE's score_mod evaluated eagerly over every (head, query, key) at once."""
-    score_mod = pe.score_mod()
+def _score_grid(pe, length: int, tables: bool = False) -> torch.Tensor:
+    """FIRE's score_mod evaluated eagerly over every (head, query, key) at once (``tables``: the
+    score_mod that reads its inputs from tables, built without gradients)."""
+    score_mod = pe.score_mod(length if tables else None)
     h = torch.arange(pe.ctx.n_heads)[:, None, None]
     i, j = torch.arange(length)[None, :, None], torch.arange(length)[None, None, :]
     return score_mod(torch.zeros(()), 0, h, i, j)
@@ -92,6 +93,33 @@ def test_folded_score_mod_equals_the_bias_at_initialisation():
     with torch.no_grad():
         assert 0 < len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) < 32
         assert torch.allclose(_score_grid(pe, 40), pe.bias(pos, pos, torch.float32), atol=1e-5)
+
+
+def test_table_score_mod_equals_the_bias_past_the_threshold():
+    torch.manual_seed(3)
+    pe = build_pe("fire", PEContext(d_model=32, n_heads=4, head_dim=8, train_length=16))
+    pos = torch.arange(70)  # queries past L = 16, distances up to 69
+    with torch.no_grad():
+        pe.log_c.fill_(math.log(0.37))
+        pe.threshold.fill_(-21.5)  # used as |L|
+        score_mod = pe.score_mod(70)
+        assert score_mod.__name__ == "fire_table_score"
+        grid = _score_grid(pe, 70, tables=True)
+        assert torch.allclose(grid, pe.bias(pos, pos, torch.float32), atol=1e-5)
+    # With gradients the logarithms stay, so c and L get theirs.
+    assert pe.score_mod(70).__name__ == "fire_score"
+
+
+def test_fire_tables_cover_the_length_in_powers_of_two():
+    from posexp.pe.fire import TABLE_MIN, fire_tables
+
+    c, threshold = torch.tensor(0.5), torch.tensor(8.0)
+    assert fire_tables(c, threshold, 10)[0].shape == (TABLE_MIN,)
+    assert fire_tables(c, threshold, TABLE_MIN + 1)[1].shape == (2 * TABLE_MIN,)
+    log_distance, inverse_norm = fire_tables(c, threshold, 10)
+    assert log_distance[6].item() == pytest.approx(math.log(0.5 * 6 + 1))
+    assert inverse_norm[3].item() == pytest.approx(1 / math.log(0.5 * 8 + 1))  # below L: L
+    assert inverse_norm[20].item() == pytest.approx(1 / math.log(0.5 * 20 + 1))
 
 
 def test_score_mod_gradients_equal_the_bias_gradients():
