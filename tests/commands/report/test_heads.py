@@ -59,7 +59,13 @@ def test_lm_sweep_report_in_bits_per_byte_with_a_computed_verdict(tmp_path):
     sweep = fake_sweep(tmp_path / "sweep", LOSSES)
     write_report(sweep, evaluate=False)
     with open(sweep / "report_heads.csv") as f:
-        rows = {r["h"]: r for r in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        rows = {r["h"]: r for r in reader}
+    # Only the metrics shown: no loss, BLEU or copy-baseline columns left empty for a byte LM.
+    assert reader.fieldnames == [
+        "h", "d_k", "d_v", "params", "ppl_mean", "ppl_std", "bpb_mean", "bpb_std", "seeds", "status"
+    ]  # fmt: skip
+    assert all(row[k] != "" for row in rows.values() for k in ("ppl_mean", "bpb_std", "seeds"))
     for h in (1, 4, 16):
         bits = [LOSSES[(h, s)] / math.log(2) for s in range(3)]
         assert float(rows[str(h)]["bpb_mean"]) == pytest.approx(statistics.mean(bits))

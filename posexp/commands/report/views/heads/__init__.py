@@ -27,12 +27,12 @@ from posexp.commands.report.views.heads.figures import copy_attention, plot
 from posexp.commands.report.views.heads.rows import (
     BLEU,
     BPB,
-    CSV_FIELDS,
     PPL,
     HeadJob,
     bleu_sentence,
     cell_text,
     collect_jobs,
+    csv_fields,
     describe,
     head_job,
     metrics_for,
@@ -75,7 +75,7 @@ def render(ctx: Any) -> str:
     metrics = metrics_for(ctx.jobs)
     jobs = collect_jobs(ctx.target, ctx.jobs)
     rows = summarize(jobs, metrics)
-    csv_path = ctx.write_csv("report_heads.csv", rows, CSV_FIELDS)
+    csv_path = ctx.write_csv("report_heads.csv", rows, csv_fields(metrics))
     what = describe(ctx.jobs)
     png = ctx.save_figure(plot(rows, metrics, f"Head-count ablation: {what}"), "report_heads.png")
     attention = copy_attention(jobs, ctx.target / "attention")

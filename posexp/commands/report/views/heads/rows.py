@@ -39,6 +39,22 @@ CSV_FIELDS = [
 ]
 
 
+TRANSLATION_ONLY = ("copy_bleu", "copy_chrf", "vaswani_ppl", "vaswani_bleu")
+
+
+def csv_fields(metrics: list[Any]) -> list[str]:
+    """The CSV's columns for these metrics: none for a metric not shown, and the copy baseline's
+    and the paper's only for translation (a language model's rows would leave them empty)."""
+    shown = {m.key for m in metrics}
+    translation = "bleu" in shown
+    return [
+        f
+        for f in CSV_FIELDS
+        if not (f.endswith(("_mean", "_std")) and f.rsplit("_", 1)[0] not in shown)
+        and (translation or f not in TRANSLATION_ONLY)
+    ]
+
+
 @dataclass
 class HeadJob:
     """One job of the sweep as this view sees it: head count, seed, outcome."""
