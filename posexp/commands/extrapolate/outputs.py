@@ -147,7 +147,7 @@ def write_tensorboard(
     Tags ``extrapolate/<protocol>/<metric>/<method>`` against length (one colour per run, as
     its training curves), a custom-scalars chart per protocol and metric holding every method,
     ``eval/<metric>_x<ratio>`` (the unextended model at each multiple of the training length:
-    the hparams table's test metrics), the exact numbers as text and the rendered plots (the
+    the hparams table's test metrics, at the scored checkpoint's training step), the exact numbers as text and the rendered plots (the
     charts' smoothing draws values between lengths never measured; these are unsmoothed).
     """
     import tempfile
@@ -162,8 +162,8 @@ def write_tensorboard(
             for tag, points in curves.items():
                 for length, value in points:
                     writer.add_scalar(tag, value, length)
-            for tag, (value, length) in baseline_metrics(records, train_length).items():
-                writer.add_scalar(tag, value, length)
+            for tag, (value, step) in baseline_metrics(records, train_length).items():
+                writer.add_scalar(tag, value, step)
             if curves:
                 writer.add_custom_scalars(scalar_layout(curves))
             step = max((r["length"] for r in records), default=0)
@@ -222,8 +222,10 @@ def scalar_layout(curves: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
 def baseline_metrics(
     records: list[dict[str, Any]], train_length: int
 ) -> dict[str, tuple[float, int]]:
-    """``eval/<metric>_x<ratio>`` -> (value, length): the unextended model's (method ``none``)
-    first protocol at each length, named by its multiple of the training length."""
+    """``eval/<metric>_x<ratio>`` -> (value, step): the unextended model's (method ``none``)
+    first protocol at each length, named by its multiple of the training length, at the training
+    step of the weights it scored (the step axis of every other scalar in the run; the length is
+    in the name). Records without a checkpoint (older ones) stand at step 0."""
     base = [
         r
         for r in records
@@ -239,7 +241,7 @@ def baseline_metrics(
     return {
         f"eval/{r.get('metric') or 'ppl'}_x{r['length'] / train_length:g}": (
             float(headline(r)),
-            r["length"],
+            int((r.get("checkpoint") or {}).get("step", 0)),
         )
         for r in base
         if (r["method"], r["protocol"]) == first

@@ -18,7 +18,14 @@ from posexp.commands.extrapolate.tables import display_rows
 
 
 def record(method, length, ppl, protocol="nonoverlap"):
-    return {"method": method, "protocol": protocol, "length": length, "metric": "ppl", "ppl": ppl}
+    return {
+        "method": method,
+        "protocol": protocol,
+        "length": length,
+        "metric": "ppl",
+        "ppl": ppl,
+        "checkpoint": {"step": 6, "sha256": "0" * 16},
+    }
 
 
 def ppl(method, length):
@@ -64,10 +71,11 @@ def test_the_evaluation_is_part_of_the_run_not_a_run_per_method(run_dir):
         assert (r["length"], pytest.approx(r["ppl"])) in [
             (e.step, e.value) for e in events.Scalars(tag)
         ]
-    # The unextended model at each multiple of the training length: the hparams test metrics.
+    # The unextended model at each multiple of the training length: the hparams test metrics,
+    # at the training step of the weights scored (6), as every other scalar of the run.
     for ratio, length in ((1, 32), (2, 64), (4, 128)):
         (point,) = events.Scalars(f"eval/ppl_x{ratio}")
-        assert point.value == pytest.approx(ppl("none", length)) and point.step == length
+        assert point.value == pytest.approx(ppl("none", length)) and point.step == 6
     assert not any(t.startswith("eval/") and "sliding" in t for t in tags)
     (text,) = events.Tensors("extrapolate/table/text_summary")
     assert "| yarn | sliding |" in text.tensor_proto.string_val[0].decode()
@@ -125,4 +133,4 @@ def test_a_mixtures_single_task_is_not_the_runs_headline_scalar():
     records = [{**part, "task": "common_words", "score": 0.0}]
     assert baseline_metrics(records, 256) == {}
     whole = {**part, "task": None, "score": 0.5}
-    assert baseline_metrics([whole], 256) == {"eval/score_x0.882812": (0.5, 226)}
+    assert baseline_metrics([whole], 256) == {"eval/score_x0.882812": (0.5, 0)}  # no checkpoint
