@@ -88,7 +88,7 @@ def test_ruler_preset_scores_each_task_apart_into_the_report(tmp_path, cache):
     for method in ("none", "pi", "yarn", "self_extend"):
         assert f"| rope · {method} | niah_multikey |" in report
     assert (sweep / "report_ruler.png").stat().st_size > 10_000
-    assert (sweep / "report_ruler_depths_0.png").exists()
+    assert (sweep / "report_ruler_depths_rope_none.png").exists()  # named by its row
     records = json.loads((sweep / "seed=0" / "eval" / "extrapolate.json").read_text())
     depths = {}
     for r in records:

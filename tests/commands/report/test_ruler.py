@@ -46,3 +46,15 @@ def test_the_task_sentence_ranks_tasks_at_1x_and_says_what_is_left_at_the_longes
     assert (
         task_sentence(tasks, 226, 226, context, "rope · none") == ""
     )  # one length: nothing to add
+
+
+def test_depth_map_files_are_named_by_their_row():
+    from posexp.commands.report.views.ruler import file_stems
+
+    rows = ["rope · none", "rope · self_extend(group=4)", "rope / none", "···"]
+    assert file_stems(rows) == {
+        "rope · none": "rope_none",
+        "rope · self_extend(group=4)": "rope_self_extend_group=4",
+        "rope / none": "rope_none_2",  # the same file name as the first: its position added
+        "···": "3",
+    }

@@ -14,6 +14,7 @@ is the longest context, in tokens, up to which every tested length meets the thr
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from posexp.commands.report.depth_maps import depth_maps
@@ -159,9 +160,19 @@ def plot_average(
     return ctx.save_figure(fig, "report_ruler.png")
 
 
+def file_stems(rows: list[str]) -> dict[str, str]:
+    """Each row's label as a file name part (``rope · yarn`` -> ``rope_yarn``), unique: a label
+    that comes out like an earlier one gets its position appended."""
+    stems: dict[str, str] = {}
+    for k, row in enumerate(rows):
+        stem = re.sub(r"[^A-Za-z0-9.=+-]+", "_", row).strip("_") or str(k)
+        stems[row] = f"{stem}_{k}" if stem in stems.values() else stem
+    return stems
+
+
 def heat_map(
     ctx: ReportContext,
-    k: int,
+    stem: str,
     row: str,
     tasks: dict[str, Any],
     context: dict[int, int],
@@ -174,7 +185,7 @@ def heat_map(
         return None
     title = f"{row}: score by needle depth and context length ({n_text})"
     labels = ("needle depth", "string_match_all score", title)
-    return depth_maps(ctx, with_depth, context, l0, labels, f"report_ruler_depths_{k}.png")
+    return depth_maps(ctx, with_depth, context, l0, labels, f"report_ruler_depths_{stem}.png")
 
 
 def render(ctx: ReportContext) -> str:
@@ -234,9 +245,9 @@ def render(ctx: ReportContext) -> str:
         "report_ruler.csv", csv, ["row", "task", "context", "depth", "seed", "score"]
     )
     png = plot_average(ctx, averages, context, l0, threshold, n_text)
+    stems = file_stems(list(scores))
     maps = [
-        heat_map(ctx, k, row, tasks, context, l0, n_text)
-        for k, (row, tasks) in enumerate(scores.items())
+        heat_map(ctx, stems[row], row, tasks, context, l0, n_text) for row, tasks in scores.items()
     ]
     best = max(scores, key=lambda r: effective_length(means[r], threshold, context) or 0)
     best_eff = effective_length(means[best], threshold, context)
