@@ -9,19 +9,35 @@ test draws a many-run report and asserts there are none).
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any
 
 CHARS_PER_INCH = 11.0  # characters of 10 pt text per inch of panel width, with a margin
 
 
+# Where a title may break without splitting a phrase: after ":", "," or ";", and before "(".
+PHRASE_BREAK = re.compile(r"(?<=[:,;])\s+|\s+(?=\()")
+
+
+def wrap_phrases(line: str, width: int) -> list[str]:
+    """``line`` in lines of at most ``width`` characters, broken between phrases where they fit
+    (``d_model 128`` stays together) and between words only inside a phrase too long for one."""
+    lines: list[str] = []
+    for phrase in PHRASE_BREAK.split(line):
+        if lines and len(lines[-1]) + 1 + len(phrase) <= width:
+            lines[-1] += " " + phrase
+        elif len(phrase) <= width:
+            lines.append(phrase)
+        else:
+            lines += textwrap.wrap(phrase, width, break_on_hyphens=False)
+    return lines or [line]
+
+
 def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:
     """``text`` broken into lines that fit ``width_in`` inches at ``fontsize`` points."""
     width = max(12, int(width_in * CHARS_PER_INCH * 10 / fontsize))
-    return "\n".join(
-        "\n".join(textwrap.wrap(line, width, break_on_hyphens=False)) or line
-        for line in text.split("\n")
-    )
+    return "\n".join("\n".join(wrap_phrases(line, width)) for line in text.split("\n"))
 
 
 def panel_title(ax: Any, text: str, fontsize: float = 10) -> None:

@@ -1,0 +1,29 @@
+"""posexp/figures.py: titles break between phrases, not inside them."""
+
+from __future__ import annotations
+
+from posexp.figures import wrap_phrases, wrapped
+
+
+def test_titles_break_between_phrases():
+    title = "Head-count ablation: kjv, d_model 128, 4 layers, 400 steps of 16×256"
+    assert wrap_phrases(title, 40) == [
+        "Head-count ablation: kjv, d_model 128,",
+        "4 layers, 400 steps of 16×256",
+    ]
+    # textwrap alone would have left "d_model" and "128" on two lines at this width
+    assert wrap_phrases("ppl by length: rope, d_model 128 (n = 3 seeds)", 30) == [
+        "ppl by length: rope,",
+        "d_model 128 (n = 3 seeds)",
+    ]
+
+
+def test_a_phrase_longer_than_a_line_breaks_between_words():
+    lines = wrap_phrases("a very long phrase without any commas in it at all", 20)
+    assert all(len(line) <= 20 for line in lines) and " ".join(lines).count(" ") == 10
+
+
+def test_every_line_fits_and_explicit_breaks_stay():
+    text = "first line: short\nsecond, a longer one with (a parenthesis) and more words"
+    lines = wrapped(text, 2.0).split("\n")  # 22 characters at 10 pt
+    assert lines[0] == "first line: short" and all(len(line) <= 22 for line in lines)
