@@ -51,8 +51,11 @@ def figure_title(fig: Any, text: str, fontsize: float = 11) -> None:
     fig.suptitle(wrapped(text, fig.get_figwidth(), fontsize), fontsize=fontsize)
 
 
-def legend_below(ax: Any, fontsize: float = 7, columns: int = 1) -> None:
-    """The panel's legend under its x label, its entries wrapped to the panel's width."""
+def legend_below(
+    ax: Any, fontsize: float = 7, columns: int = 1, handle_length: float = 2.0
+) -> None:
+    """The panel's legend under its x label, its entries wrapped to the panel's width
+    (``handle_length``: longer line samples, where dashes must show past the markers)."""
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
@@ -65,6 +68,7 @@ def legend_below(ax: Any, fontsize: float = 7, columns: int = 1) -> None:
         loc="upper center",
         bbox_to_anchor=(0.5, -0.2),
         ncols=columns,
+        handlelength=handle_length,
         frameon=False,
     )
 

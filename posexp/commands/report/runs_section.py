@@ -16,6 +16,7 @@ from typing import Any
 from posexp.commands.report.jobs import Job, natural_order, swept_value
 from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table
+from posexp.commands.report.views.findings import job_pe, pe_colors
 from posexp.labels import is_plumbing, setting_key, short_names
 
 # What a reader needs to know of every run, in this order (flattened config keys).
@@ -228,7 +229,7 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     candidates = [k for k in names if k.endswith("ppl")] + [k for k in names if k.endswith("loss")]
     for key in dict.fromkeys(candidates):
         points = [
-            (ctx.label(j), j.metrics[key])
+            (ctx.label(j), j.metrics[key], j)
             for j in jobs
             if isinstance(j.metrics.get(key), (int, float)) and math.isfinite(j.metrics[key])
         ]
@@ -244,8 +245,12 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     import matplotlib.pyplot as plt
 
     label = METRIC_LABELS.get(key, metric_name(key))
-    names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _ in points]
-    values = [v for _, v in points]
+    names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _, _ in points]
+    values = [v for _, v, _ in points]
+    # Runs of several encodings: each dot in its encoding's colour, as in every figure of the report.
+    pes = [job_pe(j) if j.config else None for _, _, j in points]
+    shared = pe_colors(ctx) if None not in pes and len(set(pes)) > 1 else {}
+    colors = [shared.get(pe, "tab:blue") for pe in pes]
     digits = column_decimals([float(v) for v in values]) or 0
     lines = sum(n.count("\n") + 1 for n in names)
     fig, ax = plt.subplots(
@@ -254,7 +259,7 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     # Runs down the y axis (their labels stay readable), points on a zoomed x axis: the
     # differences between runs are what a reader compares, not the distance from 0.
     ys = list(range(len(values)))[::-1]
-    ax.plot(values, ys, "o", color="tab:blue", markersize=7)
+    ax.scatter(values, ys, c=colors, s=49, zorder=2)
     for y, v in zip(ys, values, strict=True):
         ax.annotate(
             f"{v:.{digits}f}",

@@ -194,3 +194,48 @@ def test_curves_say_when_training_and_validation_loss_count_different_tokens(tmp
     monkeypatch.setattr(curves, "curves_plot", lambda ctx, *a: tmp_path / "report_curves.png")
     md = curves.render(ctx)
     assert "1 of 2 runs train on every token (`data.loss_on=all`)" in md
+
+
+def test_a_pe_by_setting_sweep_colours_lines_by_encoding_and_styles_them_by_the_rest(tmp_path):
+    import matplotlib.colors as mcolors
+
+    from posexp.commands.report.views.findings import job_pe, pe_colors
+
+    jobs = []
+    for pe in ("rope", "alibi"):
+        for lr in (1e-3, 3e-3):
+            flat = {"pe.name": pe, "train.lr": lr, "seed": 0}
+            config = SimpleNamespace(
+                pe=SimpleNamespace(params={}), positions=SimpleNamespace(randomized=False)
+            )
+            jobs.append(
+                SimpleNamespace(
+                    name=f"pe={pe},lr={lr}", pe=pe, config=config, flat_config=flat,
+                    settings=run_settings(flat),
+                )
+            )  # fmt: skip
+    ctx = ReportContext(tmp_path, jobs, ["pe", "train.lr"])
+    lines = curves.line_pes(ctx, jobs)
+    assert len(lines) == 4 and {rest for _, rest in lines.values()} == {"lr=0.001", "lr=0.003"}
+    groups = {
+        ctx.label(j, exclude=("seed",)): {"train/loss": [{0: 4.0, 10: 3.0 + i}]}
+        for i, j in enumerate(jobs)
+    }
+    figures = []
+    save = ctx.save_figure
+    ctx.save_figure = lambda fig, name: (figures.append(fig), save(fig, name))[1]
+    curves.curves_plot(ctx, groups, lines)
+    drawn = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
+    colors = pe_colors(ctx)
+    for job in jobs:
+        pe, rest = lines[ctx.label(job, exclude=("seed",))]
+        line = drawn[f"{pe.label} · {rest}"]
+        assert mcolors.same_color(line.get_color(), colors[job_pe(job)])
+        assert line.get_linestyle() == ("-" if rest == "lr=0.001" else "--")
+    # legend in the encodings' display order, then by the other setting's value
+    assert list(drawn) == [
+        "RoPE · lr=0.001",
+        "RoPE · lr=0.003",
+        "ALiBi · lr=0.001",
+        "ALiBi · lr=0.003",
+    ]

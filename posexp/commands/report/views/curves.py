@@ -76,24 +76,29 @@ def seed_mean(curves: list[dict[int, float]]) -> list[tuple[int, float, float, i
     return out
 
 
-def line_pes(ctx: ReportContext, jobs: list[Job]) -> dict[str, PEDisplay]:
-    """The encoding each line stands for, where every line is one encoding of its own (a sweep
-    over pe); {} otherwise."""
-    pes: dict[str, set[PEDisplay]] = {}
+def line_pes(ctx: ReportContext, jobs: list[Job]) -> dict[str, tuple[PEDisplay, str]]:
+    """Per line, the encoding it stands for and its other varying settings ('' for none), where
+    every line is one encoding (a sweep over pe, alone or beside other settings); {} otherwise."""
+    pes: dict[str, set[tuple[PEDisplay, str]]] = {}
     for job in jobs:
         if job.config:
-            pes.setdefault(ctx.label(job, exclude=("seed",)), set()).add(job_pe(job))
+            key = (job_pe(job), ctx.rest(job, ("seed", "pe")))
+            pes.setdefault(ctx.label(job, exclude=("seed",)), set()).add(key)
     one = {label: next(iter(v)) for label, v in pes.items() if len(v) == 1}
-    return one if len(one) == len(pes) == len(set(one.values())) else {}
+    return one if len(one) == len(pes) and len({pe for pe, _ in one.values()}) > 1 else {}
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
 
 
 def curves_plot(
     ctx: ReportContext,
     groups: dict[str, dict[str, list[dict[int, float]]]],
-    pes: dict[str, PEDisplay] | None = None,
+    pes: dict[str, tuple[PEDisplay, str]] | None = None,
 ) -> Path:
-    """Two panels (training, validation loss against step), one line per setting; where each
-    line is one encoding (``pes``), its colour, label and order in every figure of the report."""
+    """Two panels (training, validation loss against step), one line per setting. Where each
+    line is one encoding (``pes``), it takes the encoding's colour and order in every figure of
+    the report, and a line style per value of the other settings (a pe × task sweep)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,12 +106,24 @@ def curves_plot(
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
     colors = [*plt.get_cmap("tab10").colors, *plt.get_cmap("tab20").colors[1::2]]
-    pes = pes or {}
-    by_pe = bool(pes) and set(pes) == set(groups)
-    shared = pe_colors(ctx) if by_pe else {}
+    pes = pes if pes and set(pes) == set(groups) else {}
+    shared = pe_colors(ctx) if pes else {}
+    rests = sorted({rest for _, rest in pes.values()}, key=natural_order)
+    style = {rest: LINE_STYLES[i % len(LINE_STYLES)] for i, rest in enumerate(rests)}
     ordered = (
-        sorted(groups.items(), key=lambda kv: pes[kv[0]].sort_key) if by_pe else groups.items()
+        sorted(
+            groups.items(), key=lambda kv: (pes[kv[0]][0].sort_key, natural_order(pes[kv[0]][1]))
+        )
+        if pes
+        else groups.items()
     )
+
+    def line_label(label: str) -> str:
+        if not pes:
+            return label
+        pe, rest = pes[label]
+        return f"{pe.label} · {rest}" if rest else pe.label
+
     for ax, (tag, name) in zip(axes, CURVES, strict=True):
         for i, (label, by_tag) in enumerate(ordered):
             if tag not in by_tag:
@@ -115,17 +132,18 @@ def curves_plot(
             if not points:
                 continue
             steps, means, stds, ns = zip(*points, strict=True)
-            color = shared.get(pes.get(label)) or colors[i % len(colors)]
+            color = shared.get(pes[label][0]) if pes else colors[i % len(colors)]
             n = max(ns)
             marker = "o" if tag == "val/loss" and len(steps) <= 40 else None
             ax.plot(
                 steps,
                 means,
                 color=color,
+                linestyle=style[pes[label][1]] if pes else "-",
                 marker=marker,
                 markersize=3,
                 linewidth=1.4,
-                label=(pes[label].label if by_pe else label) + (f" (n = {n})" if n > 1 else ""),
+                label=line_label(label) + (f" (n = {n})" if n > 1 else ""),
             )
             if n > 1:
                 lo = [m - s for m, s in zip(means, stds, strict=True)]
@@ -134,7 +152,9 @@ def curves_plot(
         panel_title(ax, f"{name} (nats/token)")
         ax.set_xlabel("training step")
         ax.grid(True, alpha=0.3)
-        legend_below(ax, columns=2 if len(groups) > 4 else 1)
+        legend_below(
+            ax, columns=2 if len(groups) > 4 else 1, handle_length=4.0 if len(rests) > 1 else 2.0
+        )
     axes[0].set_ylabel("loss (nats/token)")
     several = any(len(c) > 1 for by_tag in groups.values() for c in by_tag.values())
     figure_title(
