@@ -248,7 +248,7 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _, _ in points]
     values = [v for _, v, _ in points]
     # Runs of several encodings: each dot in its encoding's colour, as in every figure of the report.
-    pes = [job_pe(j) if j.config else None for _, _, j in points]
+    pes = [job_pe(j) if getattr(j.config, "pe", None) else None for _, _, j in points]
     shared = pe_colors(ctx) if None not in pes and len(set(pes)) > 1 else {}
     colors = [shared.get(pe, "tab:blue") for pe in pes]
     digits = column_decimals([float(v) for v in values]) or 0
