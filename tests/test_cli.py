@@ -77,6 +77,19 @@ def test_help_labels_read_as_words_not_python_types(args, usage):
         assert re.search(r"--method +METHOD +Method specs", out)
 
 
+@pytest.mark.parametrize("command", ["eval-extrapolate", "finetune", "runs"])
+def test_help_paragraphs_wrap_to_a_narrow_terminal(command):
+    # Typer's rich help keeps the source's line breaks: a 97-character docstring line used to
+    # wrap at 80 columns into "... current" / "weights are" / "skipped, ...".
+    out = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"}).output
+    prose = out[out.index("Usage:") : out.index("╭")].splitlines()[1:]
+    lines = [line.strip() for line in prose if line.strip()]
+    assert lines and all(len(line) <= 80 for line in lines)
+    # every line but a paragraph's last is filled: none ends far before the margin
+    paragraph_ends = {i for i, line in enumerate(lines) if line.endswith(".")}
+    assert all(len(line) > 60 for i, line in enumerate(lines) if i not in paragraph_ends)
+
+
 def help_panels(out: str) -> dict[str, list[str]]:
     """A help text's panels by title: the text inside each box, a line per row."""
     panels: dict[str, list[str]] = {}

@@ -35,8 +35,20 @@ def _relabel(params: list[Any]) -> list[Any]:
     return params
 
 
+def reflowed(text: str) -> str:
+    """A docstring's paragraphs each on one line: Typer's rich help keeps every line break of
+    the source, so at a narrower terminal a wrapped source line left a ragged half-line."""
+    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
+
+
 class Command(TyperCommand):
-    """A posexp subcommand: relabelled options, ``TARGET`` rather than ``{target}`` in usage."""
+    """A posexp subcommand: relabelled options, ``TARGET`` rather than ``{target}`` in usage,
+    help paragraphs wrapped to the terminal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:
+            self.help = reflowed(self.help)
 
     def get_params(self, ctx: Any) -> list[Any]:
         """The command's parameters, with the help labels above."""
