@@ -55,3 +55,19 @@ def test_each_job_is_built_as_the_job_builds_it():
             "train",
             lambda c, o: (_ for _ in ()).throw(PosexpError("no")),
         )
+
+
+def test_a_missing_data_file_refuses_the_sweep_in_process(tmp_path):
+    # The text files a job names are checked when its config is built, before the sweep starts.
+    real = tmp_path / "a.txt"
+    real.write_text("one paragraph\n\nanother\n")
+    args = ["-m", "data=text", "model=tiny", "seed=0,1"]
+    assert check_sweep_jobs([*args, f"data.files=[{real}]"], "train", build) == 2
+    with pytest.raises(
+        PosexpError, match=r"2 sweep jobs refused.*data file not found: '.*nope\.txt'"
+    ):
+        check_sweep_jobs([*args, f"data.files=[{tmp_path}/nope.txt]"], "train", build)
+    with pytest.raises(PosexpError, match=r"data.val_files must list existing text files"):
+        check_sweep_jobs(
+            [*args, f"data.files=[{real}]", "data.val_files=[gone.txt]"], "train", build
+        )

@@ -37,7 +37,9 @@ def test_defaults_come_from_the_yaml_and_round_trip():
     assert RunConfig.from_saved(cfg.to_dict()) == cfg
 
 
-def test_overrides_reach_the_typed_sections():
+def test_overrides_reach_the_typed_sections(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("some text\n")  # a new run's data files must exist
     cfg = run_config(
         "pe=learned",
         "heads=8",
@@ -54,6 +56,17 @@ def test_overrides_reach_the_typed_sections():
     assert cfg.extension.original_length == 128
     assert cfg.data.name == "text" and cfg.data.params["files"] == ["a.txt"]
     assert cfg.tokenizer.to_dict() == {"name": "bpe", "vocab_size": 300}
+
+
+def test_a_saved_configs_data_files_need_not_exist_any_more(tmp_path, monkeypatch):
+    # A run's config read back (report, runs, eval) loads no data: its files may have moved.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.txt").write_text("some text\n")
+    saved = run_config("data=text", "data.files=[a.txt]").to_dict()
+    (tmp_path / "a.txt").unlink()
+    assert RunConfig.from_saved(saved).data.params["files"] == ["a.txt"]
+    with pytest.raises(PosexpError, match="data file not found: 'a.txt'"):
+        run_config("data=text", "data.files=[a.txt]")
 
 
 def test_an_old_saved_config_gets_the_newer_sections_from_the_yaml():

@@ -97,7 +97,7 @@ class RunConfig:
         tok_name, tok_params = named_entry("tokenizer", d.get("tokenizer"), "name")
         check_tokenizer(tok_name, tok_params)
         data_name, data_params = named_entry("data", d.get("data"), "source")
-        rows = check_dataset(data_name, data_params, tok_name, train.seq_len)
+        rows = check_dataset(data_name, data_params, tok_name, train.seq_len, inputs=not saved)
         if pe_cls.reads_digits:
             check_numeric(pe_name, data_name, data_params)
         # Randomized positions cover the rows actually trained on (a task's can be shorter).

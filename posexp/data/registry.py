@@ -72,6 +72,9 @@ Loader = Callable[..., Corpus]
 # Checks a dataset declares for itself: fn(params, seq_len) raising PosexpError; it returns the
 # tokens of its longest training row when rows are shorter than seq_len (synthetic tasks).
 Check = Callable[[dict[str, Any], "int | None"], "int | None"]
+# The files (or other inputs) a dataset reads are there: checked for a run about to start, not
+# for a saved run's config read back (its files may have moved since; it loads no data).
+InputCheck = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -82,22 +85,29 @@ class Dataset:
     kind: str
     check: Check | None = None
     tokenizers: tuple[str, ...] | None = None  # the tokenizers it works with; None: any
+    check_inputs: InputCheck | None = None
 
 
 DATASETS: Registry[Dataset] = Registry("data")
 
 
 def register_dataset(
-    name: str, *, kind: str, check: Check | None = None, tokenizers: tuple[str, ...] | None = None
+    name: str,
+    *,
+    kind: str,
+    check: Check | None = None,
+    tokenizers: tuple[str, ...] | None = None,
+    check_inputs: InputCheck | None = None,
 ) -> Callable[[Loader], Loader]:
     """Decorator: register `fn(**params) -> Corpus` as the dataset called `name`, of corpus `kind`.
 
     ``check(params, seq_len)`` validates what a signature cannot (value ranges, fit in the
-    training length); ``tokenizers`` limits the tokenizers it works with.
+    training length); ``tokenizers`` limits the tokenizers it works with; ``check_inputs(params)``
+    that what it reads is there (local files), before a run or any job of a sweep starts.
     """
 
     def deco(fn: Loader) -> Loader:
-        DATASETS.add(name, Dataset(fn, kind, check, tokenizers))
+        DATASETS.add(name, Dataset(fn, kind, check, tokenizers, check_inputs))
         return fn
 
     return deco
@@ -114,10 +124,15 @@ def dataset_kind(source: str) -> str:
 
 
 def check_dataset(
-    source: str, params: dict[str, Any], tokenizer: str | None = None, seq_len: int | None = None
+    source: str,
+    params: dict[str, Any],
+    tokenizer: str | None = None,
+    seq_len: int | None = None,
+    inputs: bool = False,
 ) -> int | None:
     """Refuse an unknown dataset name, parameters its loader does not take, or values its own
-    check refuses (with the run's tokenizer and training length, when given), before loading.
+    check refuses (with the run's tokenizer and training length, when given), before loading;
+    with ``inputs``, also missing inputs (a run about to start).
 
     Returns the tokens of the longest training row when the dataset's rows are shorter than
     seq_len (a synthetic task), else None."""
@@ -132,6 +147,8 @@ def check_dataset(
             f"data={source} needs tokenizer {' or '.join(dataset.tokenizers)} "
             f"(one token per character), got tokenizer={tokenizer}"
         )
+    if inputs and dataset.check_inputs is not None:
+        dataset.check_inputs(params)
     return dataset.check(params, seq_len) if dataset.check is not None else None
 
 

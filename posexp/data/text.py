@@ -13,17 +13,20 @@ from __future__ import annotations
 import glob
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from posexp.data.registry import Corpus, register_dataset
 from posexp.data.splits import carve_tail
 from posexp.errors import PosexpError, choose
 
 SAMPLE_BY = ("document", "paragraph", "line")
+NO_FILES = "data.files is empty; set data.files=[path.txt,...] to existing text files"
 HINT = "give data.val_files and data.test_files, or a finer data.sample_by (paragraph, line)"
 
 
-def resolve_files(files: str | Sequence[str] | None, key: str) -> list[str]:
-    """Expand globs and check every path is an existing file, naming the first bad one."""
+def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True) -> list[str]:
+    """Expand globs and check every path is an existing file, naming the first bad one, and
+    (``read``) that each is UTF-8 text."""
     if files is None:
         return []
     if isinstance(files, (str, Path)):
@@ -42,9 +45,18 @@ def resolve_files(files: str | Sequence[str] | None, key: str) -> list[str]:
             raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
         else:
             out.append(f)
-    for f in out:
+    for f in out if read else ():
         check_text_file(f, key)
     return out
+
+
+def check_text_inputs(params: dict[str, Any]) -> None:
+    """The files data=text names exist (each job of a sweep checked before any starts); their
+    contents are read, and checked, when the run loads them."""
+    if not resolve_files(params.get("files", ()), "data.files", read=False):
+        raise PosexpError(NO_FILES)
+    for split in ("val", "test"):
+        resolve_files(params.get(f"{split}_files"), f"data.{split}_files", read=False)
 
 
 def check_text_file(path: str, key: str) -> None:
@@ -90,7 +102,7 @@ def read_documents(files: list[str], sample_by: str) -> list[str]:
     return [doc.strip() for doc in ds["text"] if doc.strip()]
 
 
-@register_dataset("text", kind="lm")
+@register_dataset("text", kind="lm", check_inputs=check_text_inputs)
 def load_text(
     files: str | Sequence[str] = (),
     val_files: str | Sequence[str] | None = None,
@@ -101,9 +113,7 @@ def load_text(
     choose("data.sample_by", sample_by, SAMPLE_BY)
     train = resolve_files(files, "data.files")
     if not train:
-        raise PosexpError(
-            "data.files is empty; set data.files=[path.txt,...] to existing text files"
-        )
+        raise PosexpError(NO_FILES)
     given = {
         "val": resolve_files(val_files, "data.val_files"),
         "test": resolve_files(test_files, "data.test_files"),
