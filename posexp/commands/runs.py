@@ -269,10 +269,11 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
     are left out unless ``wide``."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     console = console or _console(wide)
     if not rows:
-        console.print("no runs yet (train one with `posexp train`)", highlight=False)
+        console.print("no runs yet (train one with `posexp train`)", highlight=False, markup=False)
         return
     columns = [
         (h, keys)
@@ -310,19 +311,21 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
             min_width=whole or None,
         )
     for i in range(len(rows)):
-        table.add_row(*(texts[h][i] for h, _ in columns))
+        # Text, not markup: run names may hold brackets (a sweep over data.files=[a.txt]).
+        table.add_row(*(Text(texts[h][i]) for h, _ in columns))
     console.print(table)
     if same:
         shown = ", ".join(_same_text(h, texts[h][0]) for h in same)
-        console.print(f"same in every run: {shown}", highlight=False)
+        console.print(f"same in every run: {shown}", highlight=False, markup=False)
     if hidden:
         console.print(
             f"(hidden at this width: {', '.join(hidden)}; --wide shows every column)",
             highlight=False,
+            markup=False,
         )
     for row in rows:  # named under the table: a damaged file is never a silent blank
         for problem in row.get("unreadable") or ():
-            console.print(f"{row['run']}: {problem}", highlight=False, soft_wrap=True)
+            console.print(f"{row['run']}: {problem}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _fit_names(texts: dict[str, list[str]], headers: list[str], width: int) -> bool:

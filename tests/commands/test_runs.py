@@ -368,3 +368,19 @@ def test_runs_name_a_layered_run_by_its_pattern(tmp_path):
     assert row["pe"] == "layered" and row["pe_label"].startswith("rope*3+none")
     table = CliRunner().invoke(app, ["runs", str(tmp_path)], terminal_width=200)
     assert "rope*3+none" in table.output
+
+
+def test_run_names_with_brackets_print_as_they_are(tmp_path):
+    # A sweep over data.files=[a.txt] names its jobs so; rich read that as markup: "[/tmp/...]"
+    # raised a MarkupError, "[a.txt]" vanished from the name.
+    from rich.console import Console
+
+    from posexp.commands.runs import list_runs, print_runs
+
+    torch.manual_seed(0)
+    for name in ("data.files=[/tmp/a.txt]", "data.files=[b.txt]"):
+        make_run(tmp_path / "s" / name, "rope", 2, 10, 10, {"status": "completed"}, 1)
+    console = Console(width=120, record=True)
+    print_runs(list_runs(tmp_path), console)
+    text = console.export_text()
+    assert "s/data.files=[/tmp/a.txt]" in text and "s/data.files=[b.txt]" in text

@@ -99,7 +99,9 @@ class JobFailures:
     def skip(self, path: Path, reason: str) -> None:
         """Name a run that is not evaluated, and why."""
         self.reasons.append(f"{path}: {reason}")
-        self.console.print(f"{path}: skipped: {reason}", soft_wrap=True, highlight=False)
+        self.console.print(
+            f"{path}: skipped: {reason}", soft_wrap=True, highlight=False, markup=False
+        )
 
     def guard(self, path: Path, step: Callable[[], Any], several: bool) -> Any:
         """``step()``; for one of several runs, a user error skips that run (None) instead."""
@@ -135,7 +137,9 @@ def share_runs(
             if len(runs) > 1 and skipped is not None:
                 skipped.skip(run.path, str(e))
             elif len(runs) > 1:
-                console.print(f"{run.path}: skipped: {e}", soft_wrap=True, highlight=False)
+                console.print(
+                    f"{run.path}: skipped: {e}", soft_wrap=True, highlight=False, markup=False
+                )
     if not held:
         if skipped is not None and skipped.reasons and not refused:
             n = len(skipped.reasons)
@@ -171,6 +175,7 @@ def evaluate_shared(
                 f"(not applicable to pe={plan.pe})",
                 soft_wrap=True,
                 highlight=False,
+                markup=False,
             )
     plans = [plan for plan in plans if plan.items]
     if not plans:
@@ -183,12 +188,14 @@ def evaluate_shared(
             f"{plan.run_dir if several else plan.run_dir.name}: {plan.progress_line()}",
             soft_wrap=True,
             highlight=False,
+            markup=False,
         )
     if len(plans) > 1 and done:
         console.print(
             f"{len(done)} of {len(plans)} runs have every cell asked for measured on their "
             f"current weights ({sum(len(p.items) for p in done)} cells): nothing to score there",
             highlight=False,
+            markup=False,
         )
     data_cache: dict[str, Data] = {}
 

@@ -41,8 +41,8 @@ def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:
     """Rows method × protocol (or key depth), columns lengths, cells each row's metric (rich)."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
     records = display_rows(result.records)
@@ -56,13 +56,14 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     trained = f"trained at {result.train_length}" + (" tokens (longest row)" if task else "")
     if result.seq_len is not None:  # a fine-tune: the columns count from its parent's L0
         trained = f"fine-tuned at {result.seq_len} from L0 {result.train_length} (×1)"
-    console.print(
-        f"[bold]{result.run_dir if several else result.run_dir.name}[/bold]: {metrics_text(records)}, "
-        f"pe={result.pe}, {trained}"
+    # Text, not markup: a run's path may hold brackets (a sweep over data.files=[a.txt]).
+    name = str(result.run_dir if several else result.run_dir.name)
+    about = (
+        f": {metrics_text(records)}, pe={result.pe}, {trained}"
         + (f", {precision} as trained" if precision else "")
-        + (f", {next(iter(protocols))}" if len(protocols) == 1 else ""),
-        soft_wrap=True,
+        + (f", {next(iter(protocols))}" if len(protocols) == 1 else "")
     )
+    console.print(Text.assemble((name, "bold"), about), soft_wrap=True)
     # A narrow terminal (or a pipe: 80 columns) folds a long label onto more lines rather than
     # cutting it, so rows stay apart; the numbers are never cut.
     table = Table()
@@ -75,17 +76,19 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         )
     for (method, protocol), by_len in rows.items():
         shown = [protocol] if len(protocols) > 1 else []
-        table.add_row(escape(method), *shown, *(cell_text(by_len.get(n)) for n in lengths))
+        cells = [Text(method), *map(Text, shown), *(cell_text(by_len.get(n)) for n in lengths)]
+        table.add_row(*cells)
     console.print(table)
     notes = sorted({r["note"] for r in records if headline(r) is None and r["note"]})
     for note in notes:
-        console.print(f"  —: {note}", soft_wrap=True, highlight=False)
+        console.print(f"  —: {note}", soft_wrap=True, highlight=False, markup=False)
     console.print(
         f"  wrote {RunDir(result.run_dir).eval_dir}/ ({len(records)} records of these weights)"
         if result.scored
         else f"  {RunDir(result.run_dir).eval_dir}/ unchanged ({len(records)} records)",
         soft_wrap=True,
         highlight=False,
+        markup=False,
     )
 
 

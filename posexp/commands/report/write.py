@@ -81,6 +81,7 @@ def _write_report(
                     f"{job.path}: not evaluated: another posexp process ({who}) is writing it",
                     soft_wrap=True,
                     highlight=False,
+                    markup=False,
                 )
                 pending.remove(job)
     if pending and evaluate:
@@ -90,6 +91,7 @@ def _write_report(
             f"evaluating {len(pending)} run(s) at longer lengths first: the cells their preset "
             f"asks for that are not yet measured (--no-eval skips this)",
             highlight=False,
+            markup=False,
         )
         try:
             evaluate_runs([job.path for job in pending], settings, console=console, tables=False)
@@ -98,6 +100,7 @@ def _write_report(
                 f"report: some evaluations failed: {e}; their jobs are reported without one",
                 soft_wrap=True,
                 highlight=False,
+                markup=False,
             )
         jobs = find_jobs(target)
     ctx = ReportContext(target, jobs, swept_keys(jobs))
@@ -121,9 +124,13 @@ def _write_report(
         sections += ["", "## Evaluations that could not be read", ""]
         for job, problem in damaged:
             sections.append(f"- `{job.name}`: {problem}")
-            console.print(f"{job.path}: evaluation not read: {problem}", soft_wrap=True)
+            console.print(
+                f"{job.path}: evaluation not read: {problem}", soft_wrap=True, markup=False
+            )
     md_path = target / "report.md"
     write_text_atomic(md_path, "\n".join(sections).rstrip() + "\n")
     files = [md_path, csv_path, *ctx.files]
-    console.print(f"wrote {', '.join(str(f) for f in files)}", soft_wrap=True, highlight=False)
+    console.print(
+        f"wrote {', '.join(str(f) for f in files)}", soft_wrap=True, highlight=False, markup=False
+    )
     return files
