@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import torch
 
 from posexp.checks import positive_int
 from posexp.data.tokenizers import Tokenizer, token_dtype
-from posexp.data.tokens import atomic_write, cache_name
+from posexp.data.tokens import atomic_write, cache_name, set_aside
 from posexp.errors import PosexpError, choose
 
 log = logging.getLogger("posexp")
@@ -46,6 +47,34 @@ def ragged(seqs: list[list[int]], dtype: type[np.unsignedinteger]) -> tuple[np.n
     return flat, offsets
 
 
+PAIR_ARRAYS = ("src", "src_off", "tgt", "tgt_off")
+
+
+def read_cached_pairs(path: Path, vocab_size: int) -> dict[str, np.ndarray] | None:
+    """The cached pairs at ``path``; None when the file is damaged (set aside): unreadable, an
+    array missing, offsets that do not span their tokens, or an id past the vocabulary."""
+    try:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        set_aside(path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    problem = None
+    if set(arrays) != set(PAIR_ARRAYS):
+        problem = f"arrays {sorted(arrays)}, not {list(PAIR_ARRAYS)}"
+    else:
+        for side in ("src", "tgt"):
+            ids, offsets = arrays[side], arrays[f"{side}_off"]
+            if len(offsets) == 0 or int(offsets[-1]) != len(ids) or np.any(np.diff(offsets) < 0):
+                problem = f"{side} offsets that do not span its {len(ids)} tokens"
+            elif len(ids) and int(ids.max()) >= vocab_size:
+                problem = f"token id {int(ids.max())} past the vocabulary of {vocab_size}"
+    if problem is None:
+        return arrays
+    set_aside(path, problem)
+    return None
+
+
 def tokenize_pairs(
     pairs: Sequence[tuple[str, str]],
     tokenizer: Tokenizer,
@@ -58,8 +87,9 @@ def tokenize_pairs(
         name = cache_name(key, tokenizer.fingerprint, pairs_fingerprint(pairs))
         path = Path(cache_dir) / f"{name}.pairs.npz"
         if path.exists():
-            with np.load(path) as z:
-                return {k: z[k] for k in z.files}
+            cached = read_cached_pairs(path, tokenizer.vocab_size)
+            if cached is not None:
+                return cached
     if path is not None:
         log.info(
             "tokenizing %s pairs (%s; once, cached in %s)", f"{len(pairs):,}", key, path.parent

@@ -71,7 +71,8 @@ def tokenize_splits(
             out[split] = np.zeros(0, dtype=token_dtype(tokenizer.vocab_size))
             continue
         path = Path(cache_dir) / f"{name}.{split}.npy"
-        if not path.exists():
+        cached = read_cached_tokens(path, tokenizer.vocab_size) if path.exists() else None
+        if cached is None:
             log.info(
                 "tokenizing the %s split: %s documents (once; cached in %s)",
                 split,
@@ -79,8 +80,39 @@ def tokenize_splits(
                 path.parent,
             )
             save_npy(path, tokenizer.encode_stream(docs))
-        out[split] = np.load(path, mmap_mode="r")
+            cached = np.load(path, mmap_mode="r")
+        out[split] = cached
     return out
+
+
+def set_aside(path: Path, problem: str) -> None:
+    """A damaged cache file renamed to ``<path>.bak`` (replacing an older one), said once: the
+    caller makes it again. Cache files are written atomically, so only something outside
+    posexp (a full disk's copy, an edit, a bad sector) leaves one damaged."""
+    log.warning(
+        "cache file %s is damaged (%s): kept as %s.bak, made again", path, problem, path.name
+    )
+    os.replace(path, path.with_name(path.name + ".bak"))
+
+
+def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray | None:
+    """The cached token stream at ``path``, memory-mapped; None when it is damaged (set aside):
+    unreadable, not a 1-D array of the vocabulary's dtype, or holding an id past the vocabulary."""
+    try:
+        tokens = np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as e:
+        set_aside(path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        return None
+    want = np.dtype(token_dtype(vocab_size))
+    if tokens.ndim != 1 or tokens.dtype != want:
+        problem = f"a {tokens.dtype} array of shape {tokens.shape}, not 1-D {want}"
+    elif len(tokens) and int(tokens.max()) >= vocab_size:
+        problem = f"token id {int(tokens.max())} past the vocabulary of {vocab_size}"
+    else:
+        return tokens
+    del tokens  # unmapped before the rename
+    set_aside(path, problem)
+    return None
 
 
 class LMBatches:

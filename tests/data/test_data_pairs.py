@@ -124,3 +124,28 @@ def test_pair_errors() -> None:
         PairBatches(PAIRS, tok, 2, 16, 0, loss_on="source")
     with pytest.raises(PosexpError, match="no \\(source, target\\) pairs"):
         PairBatches([], tok, 2, 16, 0)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "offsets", "ids"])
+def test_a_damaged_pairs_cache_is_set_aside_and_made_again(tmp_path, caplog, damage):
+    from posexp.data.pairs import tokenize_pairs
+
+    pairs = [("in the beginning", "In the beginning"), ("and god said", "And God said")]
+    tok = ByteTokenizer()
+    want = tokenize_pairs(pairs, tok, tmp_path)
+    (path,) = tmp_path.glob("*.pairs.npz")
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        bad = dict(want)
+        if damage == "offsets":
+            bad["src_off"] = bad["src_off"][:-1]
+        else:
+            bad["tgt"] = bad["tgt"].copy()
+            bad["tgt"][0] = tok.vocab_size + 3
+        with open(path, "wb") as f:
+            np.savez(f, **bad)
+    got = tokenize_pairs(pairs, tok, tmp_path)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    assert path.with_name(path.name + ".bak").exists()
+    assert any("damaged" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)

@@ -122,6 +122,29 @@ def test_token_cache_written_once_memmapped_and_keyed(
         tokenize_splits(corpus, tok, tmp_path, key="small/byte/v2")
 
 
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda b: b"", "No data left"),  # emptied
+        (lambda b: b[: len(b) // 2], "mmap length"),  # truncated
+        (lambda b: b[:-8] + b"\xff" * 8, "past the vocabulary"),  # ids overwritten
+        (lambda b: b"not a numpy file at all", "pickled"),
+    ],
+)
+def test_a_damaged_token_cache_is_set_aside_and_made_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage, problem
+) -> None:
+    corpus, tok = small_corpus(), ByteTokenizer()
+    want = tokenize_splits(corpus, tok, tmp_path, key="small/byte")["train"].tolist()
+    (path,) = tmp_path.glob("*.train.npy")
+    bad = damage(path.read_bytes())
+    path.write_bytes(bad)
+    got = tokenize_splits(corpus, tok, tmp_path, key="small/byte")["train"]
+    assert got.tolist() == want and path.with_name(path.name + ".bak").read_bytes() == bad
+    (message,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert str(path) in message and problem in message and "made again" in message
+
+
 def test_kjv_byte_tokenization(tmp_path: Path) -> None:
     from posexp.data import load_corpus
 
