@@ -11,12 +11,15 @@ import csv
 import errno
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("posexp")
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -252,3 +255,13 @@ def mapping_shape(required: Sequence[str] = ()) -> Any:
         return f"no {missing[0]!r}" if missing else None
 
     return check
+
+
+def set_aside(path: Path, problem: str) -> None:
+    """A damaged cache file renamed to ``<path>.bak`` (replacing an older one), said once: the
+    caller makes it again. Cache files are written atomically, so only something outside
+    posexp (a full disk's copy, an edit, a bad sector) leaves one damaged."""
+    log.warning(
+        "cache file %s is damaged (%s): kept as %s.bak, made again", path, problem, path.name
+    )
+    os.replace(path, path.with_name(path.name + ".bak"))

@@ -35,6 +35,7 @@ RESULTS = "results.json"
 EVAL = "eval"
 HYDRA = ".hydra"
 PROVENANCE = "provenance.json"
+TOKENIZER = "tokenizer.json"  # a learned vocabulary (BPE), kept so the run needs no data to decode
 SWEEP_MARK = "multirun.yaml"
 OWNER = runlock.OWNER  # created by the run's first process; locked by whoever writes the dir
 
@@ -98,6 +99,11 @@ class RunDir:
     def hydra_dir(self) -> Path:
         """Hydra's record of the composition: ``config.yaml``, ``overrides.yaml``."""
         return self.path / HYDRA
+
+    @property
+    def tokenizer_file(self) -> Path:
+        """The learned tokenizer the run trained with (BPE runs; absent for bytes)."""
+        return self.path / TOKENIZER
 
     @property
     def provenance_file(self) -> Path:

@@ -1,5 +1,7 @@
 """Shared test setup: small, deterministic, CPU-only."""
 
+import logging
+
 import pytest
 import torch
 
@@ -19,6 +21,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _logging_handlers():
+    """Each test leaves the loggers' handlers as it found them. A command run in-process under
+    Hydra adds a handler on the test's captured stdout, closed when the test ends; a later test
+    on the same worker that logs would write "--- Logging error ---" into its own stderr."""
+    loggers = [logging.getLogger(), logging.getLogger("posexp")]
+    before = [list(lg.handlers) for lg in loggers]
+    yield
+    for lg, handlers in zip(loggers, before, strict=True):
+        for handler in [h for h in lg.handlers if h not in handlers]:
+            lg.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")

@@ -24,8 +24,15 @@ from posexp.errors import PosexpError
 from posexp.model.generation import TokenProgress, generate_ids
 
 
-def run_tokenizer(cfg: RunConfig) -> tuple[Any, str]:
-    """The tokenizer a run was trained with, and its corpus kind ("lm", "pairs" or "synthetic")."""
+def run_tokenizer(cfg: RunConfig, kept: Path | None = None) -> tuple[Any, str]:
+    """The tokenizer a run was trained with, and its corpus kind ("lm", "pairs" or "synthetic"):
+    the one it kept (``kept``, a learned vocabulary) without reading any data, else built from
+    its data config (bytes; runs from before tokenizers were kept)."""
+    if kept is not None and kept.is_file():
+        from posexp.data.registry import DATASETS
+        from posexp.data.tokenizers import saved_tokenizer
+
+        return saved_tokenizer(kept), DATASETS.get(cfg.data.name).kind
     return _tokenizer(
         json.dumps(
             [cfg.data.to_dict("source"), cfg.tokenizer.to_dict(), cfg.cache_dir], sort_keys=True
@@ -172,7 +179,7 @@ def generate_text(
             f"{run_dir.status()}{f': {error}' if error else ''}); pass a trained run"
         )
     cfg = run_dir.config()
-    tokenizer, kind = run_tokenizer(cfg)
+    tokenizer, kind = run_tokenizer(cfg, run_dir.tokenizer_file)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
     model = run_dir.load_model(
         dev, method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens)

@@ -26,7 +26,7 @@ from posexp.checkpoint import load_state, load_weights
 from posexp.config import RunConfig, from_composed
 from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError
-from posexp.files import disk_full, write_text_atomic
+from posexp.files import disk_full, write_bytes_atomic, write_text_atomic
 from posexp.hardware import out_of_memory
 from posexp.kernels import flex
 from posexp.metrics import clock_text, metric_text
@@ -111,6 +111,23 @@ def check_config(cfg: RunConfig) -> None:
     check_start_weights(cfg)
 
 
+def kept_tokenizer(cfg: RunConfig, run_dir: Path) -> Path | None:
+    """The learned tokenizer a run must train with where one was kept: its own on a resume, its
+    parent's when it starts from a parent's weights (the embeddings index that vocabulary)."""
+    own = RunDir(run_dir).tokenizer_file
+    if cfg.resume and own.is_file():
+        return own
+    return RunDir(Path(cfg.parent)).tokenizer_file if cfg.parent else None
+
+
+def keep_tokenizer(source: Path, kept: Path) -> None:
+    """The run's learned tokenizer copied into its dir once, so decoding and evaluation use it
+    as trained, whatever becomes of the data files or the cache."""
+    if not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(kept, source.read_bytes())
+
+
 def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str, Any]:
     started = time.perf_counter()
     distributed.check_batch_size(cfg.train.batch_size)
@@ -118,7 +135,9 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     torch.manual_seed(cfg.seed)
     check_config(cfg)
     with distributed.rank_zero_first():  # rank 0 fills the tokenizer/token caches first
-        data = build_data(cfg)
+        data = build_data(cfg, kept_tokenizer(cfg, run_dir))
+    if distributed.is_main() and data.tokenizer.file is not None:
+        keep_tokenizer(data.tokenizer.file, RunDir(run_dir).tokenizer_file)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
     saved_meta = RunDir(run_dir).meta() if cfg.resume else {}
     # Measurements draw from generators of their own: the model's init below is the seed's.

@@ -21,8 +21,9 @@ import torch
 
 from posexp.checks import positive_int
 from posexp.data.tokenizers import Tokenizer, token_dtype
-from posexp.data.tokens import atomic_write, cache_name, set_aside
+from posexp.data.tokens import atomic_write, cache_name
 from posexp.errors import PosexpError, choose
+from posexp.files import set_aside
 
 log = logging.getLogger("posexp")
 

@@ -22,6 +22,8 @@ import numpy as np
 
 from posexp import checks
 from posexp.data.registry import Corpus
+from posexp.errors import PosexpError
+from posexp.files import set_aside
 from posexp.registry import Registry
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
@@ -48,6 +50,9 @@ class Tokenizer(ABC):
     eos_id: int
     sep_id: int
     fingerprint: str
+    # The file it was read from (a learned vocabulary), which a run keeps as its own; None when
+    # the tokenizer is fixed (bytes).
+    file: Path | None = None
 
     @property
     def special_ids(self) -> tuple[int, int, int, int]:
@@ -108,6 +113,7 @@ class BpeTokenizer(Tokenizer):
         from tokenizers import Tokenizer as HFTokenizer
 
         self._tok = HFTokenizer.from_file(str(path))
+        self.file = Path(path)
         self.vocab_size = self._tok.get_vocab_size()
         self.pad_id, self.bos_id, self.eos_id, self.sep_id = (
             self._tok.token_to_id(s) for s in SPECIALS
@@ -183,6 +189,11 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
     key = json.dumps([corpus.train_text_fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
+    if path.exists():
+        try:
+            BpeTokenizer(path)
+        except Exception as e:  # noqa: BLE001  damaged: trained again below
+            set_aside(path, (str(e).splitlines() or [type(e).__name__])[0])
     if not path.exists():
         docs = corpus.splits["train"]
         log.info(
@@ -226,6 +237,15 @@ def check_tokenizer(name: str, params: dict[str, Any]) -> None:
     for key, check in PARAM_CHECKS.get(name, {}).items():
         if key in params:
             check(params[key])
+
+
+def saved_tokenizer(path: Path) -> Tokenizer:
+    """The learned tokenizer a run keeps in its dir (``tokenizer.json``), as it trained with it."""
+    try:
+        return BpeTokenizer(path)
+    except Exception as e:  # noqa: BLE001  the tokenizers library raises plain Exception
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise PosexpError(f"the run's tokenizer {str(path)!r} is unreadable ({first})") from None
 
 
 def build_tokenizer(name: str, corpus: Corpus, cache_dir: Path, **params: Any) -> Tokenizer:

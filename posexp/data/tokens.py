@@ -24,6 +24,7 @@ from posexp.checks import positive_int
 from posexp.data.registry import Corpus
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.errors import PosexpError
+from posexp.files import set_aside
 
 CACHE_VERSION = "tokens-v1"
 
@@ -83,16 +84,6 @@ def tokenize_splits(
             cached = np.load(path, mmap_mode="r")
         out[split] = cached
     return out
-
-
-def set_aside(path: Path, problem: str) -> None:
-    """A damaged cache file renamed to ``<path>.bak`` (replacing an older one), said once: the
-    caller makes it again. Cache files are written atomically, so only something outside
-    posexp (a full disk's copy, an edit, a bad sector) leaves one damaged."""
-    log.warning(
-        "cache file %s is damaged (%s): kept as %s.bak, made again", path, problem, path.name
-    )
-    os.replace(path, path.with_name(path.name + ".bak"))
 
 
 def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray | None:

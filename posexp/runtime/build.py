@@ -13,6 +13,7 @@ import numpy as np
 
 from posexp.config import RunConfig
 from posexp.data import build_tokenizer, load_corpus, tokenize_splits
+from posexp.data.tokenizers import saved_tokenizer
 from posexp.model import ModelConfig
 
 log = logging.getLogger("posexp")
@@ -55,10 +56,15 @@ def data_key(run: RunConfig) -> str:
     return config_hash(run.data.to_dict("source"), run.tokenizer.to_dict(), run.cache_dir)
 
 
-def build_data(run: RunConfig) -> Data:
-    """Load the corpus, tokenizer and cached token arrays a run asks for."""
+def build_data(run: RunConfig, tokenizer_file: Path | None = None) -> Data:
+    """Load the corpus, tokenizer and cached token arrays a run asks for; ``tokenizer_file``: the
+    learned tokenizer a run kept (its own on a resume or an evaluation, its parent's for a
+    fine-tune), used as it is rather than learned again from today's data files."""
     cache_dir = Path(run.cache_dir)
     corpus = load_corpus(run.data.name, **run.data.params)
-    tokenizer = build_tokenizer(run.tokenizer.name, corpus, cache_dir, **run.tokenizer.params)
+    if tokenizer_file is not None and tokenizer_file.is_file():
+        tokenizer = saved_tokenizer(tokenizer_file)
+    else:
+        tokenizer = build_tokenizer(run.tokenizer.name, corpus, cache_dir, **run.tokenizer.params)
     tokens = tokenize_splits(corpus, tokenizer, cache_dir, key=data_key(run))
     return Data(corpus, tokenizer, tokens)

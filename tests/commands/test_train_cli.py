@@ -218,8 +218,8 @@ def test_a_stop_signal_while_the_run_sets_up_stops_after_its_first_step(
     handed_on = []  # stands for submitit's handler: the signal is passed on after the stop
     load = train_module.build_data
 
-    def load_then_signal(cfg):
-        data = load(cfg)
+    def load_then_signal(cfg, *kept):
+        data = load(cfg, *kept)
         os.kill(os.getpid(), signal.SIGTERM)
         return data
 

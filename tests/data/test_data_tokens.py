@@ -145,6 +145,19 @@ def test_a_damaged_token_cache_is_set_aside_and_made_again(
     assert str(path) in message and problem in message and "made again" in message
 
 
+def test_a_damaged_bpe_cache_is_set_aside_and_learned_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    corpus = small_corpus()
+    first = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300)
+    assert first.file is not None and first.file.parent == tmp_path
+    first.file.write_bytes(first.file.read_bytes()[:200])
+    again = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300)
+    assert again.fingerprint == first.fingerprint  # learned again: the same vocabulary
+    assert first.file.with_name(first.file.name + ".bak").exists()
+    assert any("damaged" in r.getMessage() for r in caplog.records)
+
+
 def test_kjv_byte_tokenization(tmp_path: Path) -> None:
     from posexp.data import load_corpus
 

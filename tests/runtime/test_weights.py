@@ -38,7 +38,7 @@ def saved_run(path, *overrides: str, vocab_size: int = 260):
 def no_data(monkeypatch):
     """Fail the test if the run gets as far as loading data (a BPE, three tokenized splits)."""
 
-    def refuse(cfg):
+    def refuse(cfg, *kept):
         raise AssertionError("data was built before the saved network was checked")
 
     monkeypatch.setattr(train_module, "build_data", refuse)

@@ -201,7 +201,7 @@ def evaluate_shared(
 
     def cut(plan: RunPlan) -> RunPlan:
         if needs_test_split(plan):
-            attach_work(plan, len(load_test_tokens(plan.cfg, data_cache)))
+            attach_work(plan, len(load_test_tokens(plan.cfg, data_cache, plan.run.tokenizer_file)))
         else:
             attach_work(plan)
         return plan

@@ -186,7 +186,11 @@ def score_here(
     try:
         results = {}
         for plan in plans:
-            test = load_test_tokens(plan.cfg, data_cache) if needs_test_split(plan) else None
+            test = (
+                load_test_tokens(plan.cfg, data_cache, plan.run.tokenizer_file)
+                if needs_test_split(plan)
+                else None
+            )
             result = skipped.guard(
                 plan.run_dir,
                 lambda plan=plan, test=test: evaluate_plan(
@@ -308,7 +312,11 @@ def score_task(
     run = RunDir(Path(run_dir)).share("--run")
     try:
         plan = plan_run(run, settings, n_runs)
-        test = load_test_tokens(plan.cfg, {}) if needs_test_split(plan) else None
+        test = (
+            load_test_tokens(plan.cfg, {}, plan.run.tokenizer_file)
+            if needs_test_split(plan)
+            else None
+        )
         attach_work(plan, None if test is None else len(test))
         items = [item for item in plan.todo if item.record.method == label]
         device = resolve_device(settings.device)

@@ -8,6 +8,7 @@ evaluation may have merged meanwhile), adds the new ones and writes every output
 from __future__ import annotations
 
 import datetime
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -32,11 +33,17 @@ from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
 
 
-def load_test_tokens(cfg: RunConfig, cache: dict[str, Data]) -> np.ndarray:
-    """The test split of a run's data, loaded once per data/tokenizer config."""
+def load_test_tokens(
+    cfg: RunConfig, cache: dict[str, Data], tokenizer_file: Path | None = None
+) -> np.ndarray:
+    """The test split of a run's data, in the tokenizer the run kept (``tokenizer_file``) where
+    it kept one, loaded once per data/tokenizer config."""
+    kept = tokenizer_file if tokenizer_file is not None and tokenizer_file.is_file() else None
     key = data_key(cfg)
+    if kept is not None:
+        key += hashlib.blake2b(kept.read_bytes(), digest_size=8).hexdigest()
     if key not in cache:
-        cache[key] = build_data(cfg)
+        cache[key] = build_data(cfg, kept)
     tokens = cache[key].tokens
     if "test" not in tokens:
         raise PosexpError(f"the run's data has no test split (splits: {', '.join(tokens)})")

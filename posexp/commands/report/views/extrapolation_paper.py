@@ -27,6 +27,7 @@ def unigram_ppl(job: Any) -> float | None:
 
     from posexp.commands.extrapolate.score_run import load_test_tokens
     from posexp.errors import PosexpError
+    from posexp.rundir import RunDir
     from posexp.runtime.build import data_key
 
     if job.config is None:
@@ -34,7 +35,8 @@ def unigram_ppl(job: Any) -> float | None:
     key = data_key(job.config)
     if key not in _unigram:
         try:
-            counts = np.bincount(load_test_tokens(job.config, {}))
+            kept = RunDir(job.path).tokenizer_file
+            counts = np.bincount(load_test_tokens(job.config, {}, kept))
         except (PosexpError, OSError):
             _unigram[key] = None
         else:
