@@ -71,3 +71,18 @@ def test_a_missing_data_file_refuses_the_sweep_in_process(tmp_path):
         check_sweep_jobs(
             [*args, f"data.files=[{real}]", "data.val_files=[gone.txt]"], "train", build
         )
+
+
+def test_a_single_run_is_checked_before_hydra_makes_its_dir(tmp_path):
+    from posexp.cli.sweep_check import check_jobs
+
+    assert check_jobs(["pe=rope", "model=tiny"], "train", build) == 1
+    with pytest.raises(PosexpError, match=r"^train.max_steps must be a positive integer, got 0$"):
+        check_jobs(["train.max_steps=0", "model=tiny"], "train", build)
+    with pytest.raises(PosexpError, match=r"^unknown data.sample_by 'bogus'"):
+        check_jobs(
+            ["data=text", f"data.files=[{tmp_path}]", "data.sample_by=bogus"], "train", build
+        )
+    # Nothing runs after --cfg or --info; a resume's config is built from the run's, in the task.
+    assert check_jobs(["train.max_steps=0", "--cfg", "job"], "train", build) == 0
+    assert check_jobs([f"resume={tmp_path}", "train.max_steps=0"], "train", build) == 0

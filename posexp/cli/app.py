@@ -15,7 +15,7 @@ from posexp.cli.errors import click_exceptions, is_sweep, one_line, sweep_failur
 from posexp.cli.help import Command, Group, HydraCommand, help_asked, show_help
 from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
-from posexp.cli.sweep_check import check_sweep_jobs
+from posexp.cli.sweep_check import check_jobs
 from posexp.errors import Abort, PosexpError
 
 app = typer.Typer(
@@ -61,7 +61,7 @@ def train(ctx: typer.Context) -> None:
         return show_help(ctx)
     args = cli_overrides.expand_method_specs(ctx.args)
     check_overrides(args)
-    check_sweep_jobs(args, "train", lambda cfg, overrides: check_config(from_composed(cfg)))
+    check_jobs(args, "train", lambda cfg, overrides: check_config(from_composed(cfg)))
     run_hydra(hydra_tasks.train, "train", args)
 
 
@@ -260,7 +260,7 @@ def finetune(
     check_output_arg(args)
     cli_overrides.check_run_dir_arg(args)
     args = finetune_args(run, args)
-    check_sweep_jobs(
+    check_jobs(
         args,
         "finetune",
         lambda cfg, overrides: check_config(from_composed(finetune_config(cfg, overrides))),

@@ -1,4 +1,5 @@
-"""Every job of a sweep checked before the sweep starts (``-m``).
+"""Every job of a sweep checked before the sweep starts (``-m``), and a single run before Hydra
+makes its dir.
 
 Hydra makes the sweep dir, then each job's dir, and only then does a job build (and check) its
 config: a command line whose third job names a PE that does not exist would leave a sweep of
@@ -83,6 +84,35 @@ def check_sweep_jobs(
             f"{SKIP_ENV}=0"
         )
     return checked
+
+
+# Flags after which Hydra runs nothing (prints a config, help or a completion script): unchecked.
+NO_RUN_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--hydra-help")
+
+
+def check_jobs(args: list[str], config_name: str, build: Callable[[Any, list[str]], Any]) -> int:
+    """Every job ``args`` ask for checked before Hydra makes any dir: a sweep's (above), or the
+    single run's, whose refusal is its own one-line error; the number of jobs checked."""
+    if is_multirun(args):
+        return check_sweep_jobs(args, config_name, build)
+    given = [a for a in args if not a.startswith("-")]
+    if (
+        os.environ.get(SKIP_ENV, "1") == "0"
+        or any(a.split("=", 1)[0] in NO_RUN_FLAGS for a in args)
+        # A resume builds its config from the run's saved one, in the task.
+        or any(a.split("=", 1)[0].lstrip("+") == "resume" for a in given)
+    ):
+        return 0
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    with initialize_config_dir(str(config_dir()), version_base="1.3", job_name="posexp"):
+        try:
+            cfg = compose(config_name, overrides=given)
+        except HydraException:  # refused by Hydra at launch, as ever
+            return 0
+    build(cfg, given)
+    return 1
 
 
 def expand(parser: Any, overrides: list[str]) -> list[list[str]]:

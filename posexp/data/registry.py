@@ -147,9 +147,10 @@ def check_dataset(
             f"data={source} needs tokenizer {' or '.join(dataset.tokenizers)} "
             f"(one token per character), got tokenizer={tokenizer}"
         )
+    rows = dataset.check(params, seq_len) if dataset.check is not None else None
     if inputs and dataset.check_inputs is not None:
         dataset.check_inputs(params)
-    return dataset.check(params, seq_len) if dataset.check is not None else None
+    return rows
 
 
 def load_corpus(source: str, **params: Any) -> Corpus:

@@ -50,6 +50,11 @@ def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True
     return out
 
 
+def check_text(params: dict[str, Any], seq_len: int | None) -> None:
+    """The settings of data=text a signature cannot check (where the config is built)."""
+    choose("data.sample_by", params.get("sample_by", "paragraph"), SAMPLE_BY)
+
+
 def check_text_inputs(params: dict[str, Any]) -> None:
     """The files data=text names exist (each job of a sweep checked before any starts); their
     contents are read, and checked, when the run loads them."""
@@ -102,7 +107,7 @@ def read_documents(files: list[str], sample_by: str) -> list[str]:
     return [doc.strip() for doc in ds["text"] if doc.strip()]
 
 
-@register_dataset("text", kind="lm", check_inputs=check_text_inputs)
+@register_dataset("text", kind="lm", check=check_text, check_inputs=check_text_inputs)
 def load_text(
     files: str | Sequence[str] = (),
     val_files: str | Sequence[str] | None = None,
