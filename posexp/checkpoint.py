@@ -263,3 +263,36 @@ def first_line(e: BaseException) -> str:
     """An exception's first line of text, or its type when it has none (a zero-byte file)."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def checkpoint_problem(run_dir: Path) -> str | None:
+    """Why the run's checkpoint could not be loaded, found from file sizes and headers alone
+    (``runs`` and ``report`` list many runs and load none); None when it looks whole, or when
+    the run has no checkpoint at all (its status says so)."""
+    try:
+        ckpt = checkpoint_dir(run_dir)
+        read_meta(run_dir)
+    except PosexpError as e:
+        return None if not (Path(run_dir) / "checkpoint").exists() else str(e)
+    weights, state = ckpt / "model.safetensors", ckpt / "state.pt"
+    try:
+        size = weights.stat().st_size
+        with open(weights, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or 8 + n > size:
+                return f"{weights} is cut short ({size:,} bytes)"
+            header = json.loads(f.read(n))
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+        if 8 + n + max(ends, default=0) != size:
+            return f"{weights} is cut short: {size:,} bytes of {8 + n + max(ends, default=0):,}"
+        size = state.stat().st_size
+        with open(state, "rb") as f:  # torch.save writes a zip: its end record closes it
+            f.seek(max(0, size - 65536))
+            if b"PK\x05\x06" not in f.read():
+                return f"{state} is cut short ({size:,} bytes)"
+    except FileNotFoundError as e:
+        return f"{e.filename} is missing"
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        return f"{weights} is unreadable ({first_line(e)})"
+    return None

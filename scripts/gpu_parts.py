@@ -97,6 +97,7 @@ def part_eval(c: Check) -> dict[str, Any]:
         device=s.device,
         reps=3 if not c.smoke else 1,
         train_length=1024,  # L0 of the training-free methods' variants
+        precision="fp32",
     )
     variants = (
         ("rope", "alibi:flex")

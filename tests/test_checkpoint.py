@@ -3,6 +3,7 @@
 import contextlib
 import json
 import random
+import re
 import stat
 
 import numpy as np
@@ -237,3 +238,32 @@ def test_a_damaged_meta_is_refused_naming_the_file(tmp_path, meta, message):
     (tmp_path / "checkpoint" / "meta.json").write_text(meta)
     with pytest.raises(PosexpError, match=rf"^corrupt checkpoint '.*meta.json': {message}"):
         read_meta(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda c: (c / "model.safetensors").write_bytes(b""), r"model.safetensors is cut short"),
+        (
+            lambda c: (c / "model.safetensors").write_bytes(
+                (c / "model.safetensors").read_bytes()[:-4]
+            ),
+            r"model.safetensors is cut short: [\d,]+ bytes of [\d,]+",
+        ),
+        (lambda c: (c / "state.pt").unlink(), r"state.pt is missing"),
+        (
+            lambda c: (c / "state.pt").write_bytes((c / "state.pt").read_bytes()[:300]),
+            r"state.pt is cut short \(300 bytes\)",
+        ),
+        (lambda c: (c / "meta.json").write_text("{cut"), r"corrupt checkpoint '.*meta.json'"),
+    ],
+)
+def test_a_damaged_checkpoint_is_found_without_loading_it(tmp_path, damage, message):
+    from posexp.checkpoint import checkpoint_problem
+
+    model = torch.nn.Linear(2, 1)
+    save_checkpoint(tmp_path, model, {"step": 3}, trained_state(model, 3))
+    assert checkpoint_problem(tmp_path) is None
+    assert checkpoint_problem(tmp_path / "never-trained") is None  # no checkpoint: no problem
+    damage(tmp_path / "checkpoint")
+    assert re.search(message, checkpoint_problem(tmp_path))

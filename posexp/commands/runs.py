@@ -146,7 +146,8 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
     method = ext.get("method", "none")
     sessions, damaged = _sessions(job.path)  # provenance.json, read once
-    unreadable = [p for p in (job.run.results_problem(), damaged, job.evaluation[1]) if p]
+    problems = (job.run.results_problem(), damaged, job.checkpoint_problem, job.evaluation[1])
+    unreadable = [p for p in problems if p]
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
         # A synthetic run is named by its task (synthetic:copy).

@@ -121,6 +121,13 @@ class Job:
         except PosexpError as e:
             return None, str(e)
 
+    @cached_property
+    def checkpoint_problem(self) -> str | None:
+        """Why the job's checkpoint could not be loaded (a file cut short or missing), or None."""
+        from posexp.checkpoint import checkpoint_problem
+
+        return checkpoint_problem(self.path)
+
     @property
     def extrapolate(self) -> list[dict[str, Any]] | None:
         """The evaluation records of the job's current weights; None when there are none."""

@@ -127,6 +127,14 @@ def _write_report(
             console.print(
                 f"{job.path}: evaluation not read: {problem}", soft_wrap=True, markup=False
             )
+    broken = [(job, job.checkpoint_problem) for job in jobs if job.checkpoint_problem]
+    if broken:  # listed with their results, which the weights can no longer reproduce
+        sections += ["", "## Checkpoints that could not be loaded", ""]
+        for job, problem in broken:
+            sections.append(f"- `{job.name}`: {problem}")
+            console.print(
+                f"{job.path}: checkpoint damaged: {problem}", soft_wrap=True, markup=False
+            )
     md_path = target / "report.md"
     write_text_atomic(md_path, "\n".join(sections).rstrip() + "\n")
     files = [md_path, csv_path, *ctx.files]

@@ -175,7 +175,7 @@ def test_the_ranking_names_the_gap_in_seed_std():
     )
 
 
-def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache):
+def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache, tmp_path):
     # The KJV test split's unigram ppl is about 20: a PE at 19.9 at the training length has
     # learned token frequencies only, and "stays flat" would read as a finding against the paper.
     from hydra import compose, initialize_config_dir
@@ -187,7 +187,7 @@ def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache):
 
     with initialize_config_dir(str(config_dir()), version_base="1.3"):
         config = from_composed(compose("train", overrides=["model=tiny", f"cache_dir={cache}"]))
-    job = SimpleNamespace(config=config)
+    job = SimpleNamespace(config=config, path=tmp_path)  # a run dir without a kept tokenizer
     unigram = unigram_ppl(job)
     assert 15 < unigram < 25
     cols = []
