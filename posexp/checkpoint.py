@@ -286,11 +286,12 @@ def checkpoint_problem(run_dir: Path) -> str | None:
         ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
         if 8 + n + max(ends, default=0) != size:
             return f"{weights} is cut short: {size:,} bytes of {8 + n + max(ends, default=0):,}"
-        size = state.stat().st_size
-        with open(state, "rb") as f:  # torch.save writes a zip: its end record closes it
-            f.seek(max(0, size - 65536))
-            if b"PK\x05\x06" not in f.read():
-                return f"{state} is cut short ({size:,} bytes)"
+        size = state.stat().st_size if state.exists() else None  # none: weights only
+        if size is not None:
+            with open(state, "rb") as f:  # torch.save writes a zip: its end record closes it
+                f.seek(max(0, size - 65536))
+                if b"PK\x05\x06" not in f.read():
+                    return f"{state} is cut short ({size:,} bytes)"
     except FileNotFoundError as e:
         return f"{e.filename} is missing"
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:

@@ -250,7 +250,7 @@ def test_a_damaged_meta_is_refused_naming_the_file(tmp_path, meta, message):
             ),
             r"model.safetensors is cut short: [\d,]+ bytes of [\d,]+",
         ),
-        (lambda c: (c / "state.pt").unlink(), r"state.pt is missing"),
+        (lambda c: (c / "model.safetensors").unlink(), r"model.safetensors is missing"),
         (
             lambda c: (c / "state.pt").write_bytes((c / "state.pt").read_bytes()[:300]),
             r"state.pt is cut short \(300 bytes\)",

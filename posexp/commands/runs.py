@@ -146,7 +146,10 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
     ext = model.get("extension") or (cfg.extension.to_dict() if cfg else {})
     method = ext.get("method", "none")
     sessions, damaged = _sessions(job.path)  # provenance.json, read once
-    problems = (job.run.results_problem(), damaged, job.checkpoint_problem, job.evaluation[1])
+    broken, evaluation = job.checkpoint_problem, job.evaluation[1]
+    if broken and evaluation and "model.safetensors" in evaluation:
+        evaluation = None  # the same missing weights, said once
+    problems = (job.run.results_problem(), damaged, broken, evaluation)
     unreadable = [p for p in problems if p]
     return {
         "run": str(job.path.relative_to(root)) if job.path != root else job.path.name,
