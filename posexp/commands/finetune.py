@@ -110,7 +110,7 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             want, have = OmegaConf.select(cfg, root), OmegaConf.select(saved, root)
             if _plain(want) != _plain(have):
                 raise PosexpError(
-                    f"finetune keeps the parent's {root} ({_short(have)}); drop {key}= "
+                    f"finetune keeps the parent's {root} ({_short(root, have)}); drop {key}= "
                     f"(train a new run to change it)"
                 )
     # Start from this composition (so keys added to train.yaml since the parent ran exist), take
@@ -223,11 +223,14 @@ def _finetune_yaml() -> Path:
     return Path(config_dir()) / "finetune.yaml"
 
 
-def _short(value: Any) -> str:
+def _short(root: str, value: Any) -> str:
+    """A section as its override reads (``data=kjv``, ``pe=rope``), else ``root=value``."""
     plain = _plain(value)
-    if isinstance(plain, dict) and "name" in plain:
-        return f"{plain['name']}"
-    return str(plain)
+    if isinstance(plain, dict):
+        name = plain.get("name", plain.get("source"))
+        if name is not None:
+            return f"{root}={name}"
+    return f"{root}={plain}"
 
 
 def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:

@@ -32,7 +32,8 @@ def carve_tail(
     k = max(1, round(fraction * n))
     if n < len(need) * k + 1:
         raise PosexpError(
-            f"{what} has only {n} documents, too few to carve {'/'.join(need)} from it; {hint}"
+            f"{what} has only {n} document{'s' * (n != 1)}, too few to carve "
+            f"{'/'.join(need)} from it (at least {len(need) * k + 1}); {hint}"
         )
     out: dict[str, list[T]] = {}
     end = n

@@ -21,7 +21,15 @@ from posexp.errors import PosexpError, choose
 
 SAMPLE_BY = ("document", "paragraph", "line")
 NO_FILES = "data.files is empty; set data.files=[path.txt,...] to existing text files"
-HINT = "give data.val_files and data.test_files, or a finer data.sample_by (paragraph, line)"
+FINER = {"document": "paragraph or line", "paragraph": "line"}
+
+
+def split_hint(sample_by: str) -> str:
+    """What to do about too few documents to carve val and test from, given ``sample_by``."""
+    finer = FINER.get(sample_by)
+    return "give data.val_files and data.test_files" + (
+        f", or a finer data.sample_by ({finer})" if finer else ", or more text"
+    )
 
 
 def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True) -> list[str]:
@@ -41,6 +49,10 @@ def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True
                     f"no data file matches {f!r} ({key} must list existing text files)"
                 )
             out.extend(matches)
+        elif Path(f).is_dir():
+            raise PosexpError(f"data file {f!r} is a folder ({key} must list text files)")
+        elif Path(f).exists() and not Path(f).is_file():
+            raise PosexpError(f"data file {f!r} is not a regular file ({key} must list text files)")
         elif not Path(f).is_file():
             raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
         else:
@@ -126,7 +138,9 @@ def load_text(
     train_docs = read_documents(train, sample_by)
     need = tuple(s for s in ("val", "test") if not given[s])
     splits = (
-        carve_tail(train_docs, "data.files", HINT, need=need) if need else {"train": train_docs}
+        carve_tail(train_docs, "data.files", split_hint(sample_by), need=need)
+        if need
+        else {"train": train_docs}
     )
     for split, paths in given.items():
         if paths:

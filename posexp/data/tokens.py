@@ -114,7 +114,7 @@ class LMBatches:
         positive_int("seq_len", seq_len)
         if len(tokens) < seq_len + 1:
             raise PosexpError(
-                f"token stream has {len(tokens)} tokens, too short for seq_len={seq_len}; "
+                f"the train split has {len(tokens)} tokens, too short for seq_len={seq_len}; "
                 f"allowed: seq_len up to {len(tokens) - 1} (or more data)"
             )
         self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
@@ -131,7 +131,7 @@ class LMBatches:
 
 
 def eval_windows(
-    tokens: np.ndarray, seq_len: int, n_tokens: int
+    tokens: np.ndarray, seq_len: int, n_tokens: int, split: str = "val"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fixed eval set: the first `n_tokens` tokens cut into consecutive windows.
 
@@ -145,7 +145,7 @@ def eval_windows(
     n = (m - 1) // seq_len
     if n < 1:
         raise PosexpError(
-            f"eval stream has {m} tokens, too short for one window of seq_len={seq_len}; "
+            f"the {split} split has {m} tokens, too short for one window of seq_len={seq_len}; "
             f"allowed: seq_len up to {max(m - 1, 0)} (or more eval data)"
         )
     flat = torch.from_numpy(np.asarray(tokens[: n * seq_len + 1], dtype=np.int64))

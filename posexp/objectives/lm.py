@@ -28,6 +28,10 @@ class LanguageModeling:
             else LMBatches(tokens, t.batch_size, t.seq_len, cfg.seed)
         )
         self.val = eval_windows(data.tokens["val"], t.seq_len, t.eval_tokens)
+        # eval-extrapolate scores the test split from one window of the training length up:
+        # one too short for that would give a run no measurable cell, found only then.
+        if "test" in data.tokens:
+            eval_windows(data.tokens["test"], t.seq_len, t.seq_len + 1, split="test")
         self.batch_size, self.device, self.autocast = t.batch_size, device, autocast
         self.last: dict[str, float] = {}
 

@@ -93,8 +93,12 @@ def test_finetune_a_sweep_job_then_resume_it_like_any_run(parent, cache):
 
 
 BAD = {
-    "architecture override": (["pe=alibi"], "finetune keeps the parent's pe (rope); drop pe="),
-    "model override": (["model=small"], "finetune keeps the parent's model (tiny); drop model="),
+    "architecture override": (["pe=alibi"], "finetune keeps the parent's pe (pe=rope); drop pe="),
+    "model override": (
+        ["model=small"],
+        "finetune keeps the parent's model (model=tiny); drop model=",
+    ),
+    "data override": (["data=reverse"], "finetune keeps the parent's data (data=kjv); drop data="),
     "no longer length": (
         ["extension=none"],
         "finetune needs train.seq_len longer than the parent's training length 32",

@@ -59,8 +59,19 @@ def test_text_errors_are_one_line_and_name_the_value(tmp_path: Path) -> None:
     with pytest.raises(PosexpError, match="data.files is empty"):
         load_corpus("text", files=[])
     one = write_paragraphs(tmp_path / "one.txt", 1)
-    with pytest.raises(PosexpError, match="only 1 documents.*data.val_files"):
+    with pytest.raises(
+        PosexpError,
+        match=r"only 1 document, too few .* \(at least 3\); .*finer data.sample_by "
+        r"\(paragraph or line\)",
+    ):
         load_corpus("text", files=[str(one)], sample_by="document")
+    # Already by line: a finer sample_by is no advice.
+    with pytest.raises(PosexpError, match=r"data.test_files, or more text$"):
+        load_corpus("text", files=[str(one)], sample_by="line")
+    with pytest.raises(PosexpError, match=r"^data file '.*' is a folder \(data.files must"):
+        load_corpus("text", files=[str(tmp_path)])
+    with pytest.raises(PosexpError, match=r"^data file '/dev/null' is not a regular file"):
+        load_corpus("text", files=["/dev/null"])
     with pytest.raises(PosexpError, match="sample_by 'lines'; allowed: document, line, paragraph"):
         load_corpus("text", files=[str(one)], sample_by="lines")
 

@@ -201,5 +201,5 @@ def test_eval_windows_fixed_non_overlapping() -> None:
     assert torch.equal(x.flatten(), torch.arange(48)) and torch.equal(y, x + 1)
     x, _ = eval_windows(tokens, seq_len=8, n_tokens=10_000)  # fewer tokens than asked: all
     assert x.shape == (12, 8)
-    with pytest.raises(PosexpError, match="eval stream has 5 tokens, too short"):
+    with pytest.raises(PosexpError, match="the val split has 5 tokens, too short"):
         eval_windows(tokens[:5], seq_len=8, n_tokens=100)
