@@ -134,3 +134,16 @@ def say_other_token_counts(run_dir: Path, stored: Stored, n_tokens: int, longest
             ", ".join(f"{n:,}" for n in earlier),
             hint,
         )
+
+
+def say_short_lengths(run_dir: Path, stride: int, lengths: list[int]) -> None:
+    """Warn when a --stride is longer than some lengths: their windows do not overlap there."""
+    shorter = [n for n in lengths if n < stride]
+    if shorter:
+        log.warning(
+            "%s: --stride %d is longer than %s tokens: there the sliding windows do not overlap "
+            "(stride = length, as nonoverlap scores)",
+            run_dir.name,
+            stride,
+            ", ".join(map(str, shorter)),
+        )

@@ -23,6 +23,7 @@ from posexp.commands.extrapolate.cells import (
     effective_stored,
     method_specs,
     say_other_token_counts,
+    say_short_lengths,
     with_copies,
 )
 from posexp.commands.extrapolate.tasks import task_data, task_variants
@@ -305,6 +306,8 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             for name, part in task.task.parts.items()
         ]
     stride = s.stride or max(1, train_length // 2)
+    if s.stride and any(scorer.uses_stride for scorer in scorers):
+        say_short_lengths(run_dir, stride, lengths)
     if given.tokens is not None and given.tokens < max(lengths):
         raise PosexpError(
             f"--tokens {given.tokens} is below the longest length {max(lengths)}; every length "

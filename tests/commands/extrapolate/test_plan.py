@@ -56,3 +56,14 @@ def test_a_default_token_count_other_than_the_runs_earlier_cells_is_said(caplog,
     (line,) = [r.getMessage() for r in caplog.records]
     assert "scoring 32,768 test tokens" in line and "earlier cells of this run used 16,384" in line
     assert line.endswith("pass --tokens 16384 to add to those")
+
+
+def test_a_stride_longer_than_a_length_is_said(caplog, tmp_path):
+    from posexp.commands.extrapolate.cells import say_short_lengths
+
+    say_short_lengths(tmp_path / "run", 1000, [64, 128, 2048])
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("run: --stride 1000 is longer than 64, 128 tokens: there")
+    caplog.clear()
+    say_short_lengths(tmp_path / "run", 32, [64, 128])
+    assert not caplog.records
