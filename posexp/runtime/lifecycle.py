@@ -56,6 +56,17 @@ def report_stop(run_dir: Path, e: BaseException, step: int) -> None:
         )
 
 
+def remove_run_dir(run_dir: Path, attempts: int = 3) -> None:
+    """Remove a run dir that other threads may still write to. A stop at once removes it from
+    the signal watcher while the main thread trains on: TensorBoard's writer thread, flushing
+    between rmtree's unlinks and its final rmdir, recreates its event file, and the dir (with
+    ignore_errors) silently stays. Each retry removes what such a flush put back."""
+    for _ in range(attempts):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if not run_dir.exists():
+            return
+
+
 def abandon_run(run_dir: Path, discard: bool, why: str) -> None:
     """A stop that could not wait for the step's end (``GracefulStop``): the dir is left
     resumable (its last checkpoint, whole: checkpoints are swapped in atomically) or, with no
@@ -71,7 +82,7 @@ def abandon_run(run_dir: Path, discard: bool, why: str) -> None:
             "stopped at once (%s): no checkpoint yet, nothing to resume; removed %s", why, run_dir
         )
         release_log_files(run_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_run_dir(run_dir)
         return
     with contextlib.suppress(OSError):
         if provenance.opened_here(run_dir):

@@ -57,3 +57,27 @@ def test_ctrl_c_removes_a_new_run_without_a_checkpoint_but_never_a_resumable_one
     make_run(tmp_path / "kept")
     discard_interrupted(tmp_path / "kept")
     assert RunDir(tmp_path / "kept").has_checkpoint()
+
+
+def test_a_run_dir_is_removed_even_when_a_writer_thread_puts_a_file_back(tmp_path, monkeypatch):
+    # TensorBoard's writer thread flushing between rmtree's unlinks and its rmdir: the event
+    # file comes back, rmdir fails, and ignore_errors used to leave the dir silently.
+    import shutil
+
+    from posexp.runtime import lifecycle
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "events.out.tfevents.1").write_bytes(b"x")
+    real, calls = shutil.rmtree, []
+
+    def rmtree_with_a_flush_in_between(path, ignore_errors=False):
+        calls.append(path)
+        real(path, ignore_errors=ignore_errors)
+        if len(calls) == 1:  # the flush lands after the removal: the file and its dir are back
+            run.mkdir()
+            (run / "events.out.tfevents.1").write_bytes(b"late")
+
+    monkeypatch.setattr(lifecycle.shutil, "rmtree", rmtree_with_a_flush_in_between)
+    lifecycle.remove_run_dir(run)
+    assert not run.exists() and len(calls) == 2
