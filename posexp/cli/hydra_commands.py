@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable
@@ -19,6 +20,17 @@ from posexp.resolvers import SWEEP_ENV
 
 
 # Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a Slurm time limit, ``kill``) in a command that keeps what it finished, as Ctrl-C."""
+
+    signum = signal.SIGTERM
+
+
+def stop_on_sigterm(signum: int, frame: Any) -> None:
+    """A SIGTERM handler: unwind like Ctrl-C, so what is finished is kept and said."""
+    raise Terminated
+
+
 def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
     """Ctrl-C in any command: the line "interrupted" and exit status 130 (Typer would exit 130
     silently); the command has said what it kept, e.g. a run's last checkpoint."""
@@ -27,9 +39,15 @@ def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", signal.SIGINT)
+            typer.echo(
+                "interrupted"
+                if signum == signal.SIGINT
+                else f"stopped ({signal.Signals(signum).name})",
+                err=True,
+            )
+            raise typer.Exit(128 + signum) from None
 
     return run
 

@@ -58,8 +58,22 @@ def evaluate_plan(
     bar: Any,
 ) -> RunResult:
     """Score the cells still to score of one run, then merge them into its kept records and
-    write its JSON, CSV, plots and TensorBoard scalars."""
-    return write_merged(plan, score_cells(plan, plan.todo, test, device, batch_tokens, bar))
+    write its JSON, CSV, plots and TensorBoard scalars. Stopped part way (Ctrl-C, SIGTERM: a
+    Slurm time limit), the cells already scored are kept first, so a rerun scores only the rest."""
+    new: list[Record] = []
+    try:
+        score_cells(plan, plan.todo, test, device, batch_tokens, bar, into=new)
+    except KeyboardInterrupt:
+        if new:
+            write_merged(plan, new)
+            print(
+                f"{plan.run_dir}: kept the {len(new)} cell(s) scored before the stop; "
+                f"rerun the command to score the other {len(plan.todo) - len(new)}",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+    return write_merged(plan, new)
 
 
 def score_cells(
@@ -69,11 +83,14 @@ def score_cells(
     device: torch.device,
     batch_tokens: int,
     bar: Any,
+    into: list[Record] | None = None,
 ) -> list[Record]:
-    """The records of ``items`` (cells of ``plan`` whose work is cut), scored in turn; the model
-    is loaded once per extension and measured in the arithmetic it trained in."""
+    """The records of ``items`` (cells of ``plan`` whose work is cut), scored in turn (each also
+    appended to ``into`` as it is done); the model is loaded once per extension and measured in
+    the arithmetic it trained in."""
+    new: list[Record] = [] if into is None else into
     if not items:
-        return []
+        return new
     precision = items[0].record.precision
     scored = [0]  # tokens scored so far (tqdm leaves bar.n at 0 when the bar is disabled)
 
@@ -98,7 +115,6 @@ def score_cells(
         positions=scoring_positions(plan.cfg.positions) if task else None,
     )
     loaded: tuple[ExtensionConfig, GPT] | None = None  # one model alive at a time
-    new: list[Record] = []
     for item in items:
         record, work = item.record, item.work
         record.scored_at = datetime.datetime.now(datetime.timezone.utc).isoformat(

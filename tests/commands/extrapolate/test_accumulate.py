@@ -223,3 +223,37 @@ def test_two_evaluations_planned_together_keep_each_others_cells(study):
         evaluate_plan(plan, test, torch.device("cpu"), 4096, bar)
     cells = {(r["method"], r["length"]) for r in records(study / "fp32") if r["sample_size"] == 512}
     assert cells == {(m, n) for m in ("logn", "rerope") for n in (32, 48)}
+
+
+def test_a_stop_part_way_keeps_the_cells_already_scored(
+    study, cache, tmp_path, monkeypatch, capsys
+):
+    # SIGTERM (a Slurm time limit) or Ctrl-C while pi is loaded: none's two cells are kept.
+    import shutil
+
+    from posexp.cli import main
+    from posexp.cli.hydra_commands import Terminated
+    from posexp.rundir import RunDir
+
+    run = tmp_path / "run"
+    shutil.copytree(study / "fp32", run, ignore=shutil.ignore_patterns("eval"))
+    real, loads = RunDir.load_model, []
+
+    def load_then_stop(self, *args, **kwargs):
+        loads.append(args)
+        if len(loads) == 2:
+            raise Terminated
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunDir, "load_model", load_then_stop)
+    monkeypatch.chdir(study)
+    argv = ["posexp", "eval-extrapolate", "--run", str(run), "--method", "none,pi"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--lengths", "32,64", "--workers", "1"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 143 and "stopped (SIGTERM)" in err
+    assert (
+        "kept the 2 cell(s) scored before the stop; rerun the command to score the other 2" in err
+    )
+    assert [(r["method"], r["length"]) for r in records(run)] == [("none", 32), ("none", 64)]
