@@ -8,11 +8,13 @@ resumed runs.
 from __future__ import annotations
 
 import os
+import platform
 import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from posexp import runlock
 from posexp.checkpoint import CHECKPOINT
 from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
@@ -139,6 +141,21 @@ def _evaluated(job: Job) -> dict[str, Any] | None:
     }
 
 
+def live_status(job: Job) -> str:
+    """The job's status, an unfinished one told apart by its lock: ``running`` while a process
+    holds it, ``stopped`` when none does and the last holder ran on this host (a kill, a crash,
+    Ctrl-C: resume it); ``unfinished`` when that cannot be known (another node's run)."""
+    if job.status != "unfinished":
+        return job.status
+    if job.run.holder() is not None:
+        return "running"
+    try:
+        last = (job.path / runlock.OWNER).read_text().strip()
+    except OSError:
+        return "unfinished"
+    return "stopped" if last.endswith(f"@{platform.node()}") else "unfinished"
+
+
 def run_row(job: Job, root: Path) -> dict[str, Any]:
     """One run as a flat, typed record."""
     cfg, meta, metrics = job.config, job.meta or {}, job.metrics
@@ -172,7 +189,7 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         "parent": _parent(job, root),
         "step": meta.get("step"),
         "max_steps": cfg.train.max_steps if cfg else None,
-        "status": job.status,
+        "status": live_status(job),
         "val_ppl": metrics.get("final/val_ppl"),
         "val_acc": metrics.get("final/val_accuracy"),
         "bleu": metrics.get("final/bleu"),

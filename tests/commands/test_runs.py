@@ -1,6 +1,8 @@
 """`posexp runs`: every run under a folder, from the run dirs' own files."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -385,3 +387,35 @@ def test_run_names_with_brackets_print_as_they_are(tmp_path):
     print_runs(list_runs(tmp_path), console)
     text = console.export_text()
     assert "s/data.files=[/tmp/a.txt]" in text and "s/data.files=[b.txt]" in text
+
+
+def test_an_unfinished_run_is_running_stopped_or_unknown_by_its_lock(tmp_path):
+    import platform
+
+    from posexp import runlock
+    from posexp.commands.report.jobs import find_jobs
+    from posexp.commands.runs import live_status
+
+    torch.manual_seed(0)
+    for name in ("live", "killed", "elsewhere", "old"):
+        make_run(tmp_path / name, "rope", 2, 5, 10)  # a checkpoint, no results: unfinished
+    (tmp_path / "killed" / runlock.OWNER).write_text(f"123@{platform.node()}\n")
+    (tmp_path / "elsewhere" / runlock.OWNER).write_text("123@another-node\n")
+    jobs = {job.run.path.name: job for job in find_jobs(tmp_path)}
+    holder = subprocess.Popen(  # another process holds the live run's lock, as training does
+        [sys.executable, "-c", "import fcntl,os,sys;fd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT);"
+         "fcntl.flock(fd,fcntl.LOCK_EX);print('locked',flush=True);sys.stdin.read()",
+         str(tmp_path / "live" / runlock.OWNER)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        got = {name: live_status(job) for name, job in jobs.items()}
+    finally:
+        holder.communicate("")
+    assert got == {
+        "live": "running",
+        "killed": "stopped",
+        "elsewhere": "unfinished",
+        "old": "unfinished",  # no lock file: a run from before locks
+    }
