@@ -122,3 +122,13 @@ def test_an_unknown_key_far_from_any_lists_its_section(tmp_path, cache):
 
     proc = posexp(tmp_path, cache, "train", "train.zzz=1", check=False)
     assert proc.stderr.startswith("error: unknown setting train.zzz; allowed in train: max_steps,")
+
+
+def test_a_key_in_a_section_that_does_not_exist_names_the_top_level_keys():
+    from posexp.cli.errors import unknown_key_line
+
+    line = unknown_key_line("bogus.key")
+    assert line.startswith(
+        "unknown setting bogus.key: no 'bogus' in the config; allowed at the top: "
+    )
+    assert "model, pe, extension, data, tokenizer, train" in line and "allowed in bogus" not in line

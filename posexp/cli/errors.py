@@ -41,8 +41,11 @@ def unknown_key_line(key: str) -> str:
         )
     if near:
         return f"unknown setting {key}; did you mean {near[0]}?"
-    shown = ", ".join(siblings) if siblings else "see `posexp train --cfg job`"
-    return f"unknown setting {key}; allowed{f' in {section}' if section else ''}: {shown}"
+    if not siblings:  # no such section: name the sections there are
+        top = ", ".join(k for k in keys if "." not in k)
+        return f"unknown setting {key}: no {section!r} in the config; allowed at the top: {top}"
+    where = f" in {section}" if section else ""
+    return f"unknown setting {key}; allowed{where}: {', '.join(siblings)}"
 
 
 def click_exceptions() -> ModuleType:

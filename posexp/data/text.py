@@ -113,6 +113,8 @@ def read_documents(files: list[str], sample_by: str) -> list[str]:
     """Documents of `files`, in file order, via the datasets "text" builder."""
     import datasets
 
+    # Its "Generating train split" bars are noise beside posexp's own log ("tokenizing ...").
+    datasets.disable_progress_bars()
     ds = datasets.load_dataset(
         "text", data_files={"train": files}, sample_by=sample_by, split="train"
     )

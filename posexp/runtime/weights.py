@@ -43,7 +43,7 @@ def check_start_weights(cfg: RunConfig) -> None:
     what, path = ("resume=", cfg.resume) if cfg.resume else ("parent=", cfg.parent)
     if not path:
         return
-    meta = RunDir.open(path, what).meta()
+    meta = RunDir.open_run(path, what).meta()  # a sweep dir: refused naming its runs
     saved, model = meta["config"], meta["model"]
     if cfg.parent and not cfg.resume:
         mine, theirs = cfg.tokenizer.to_dict(), dict(saved.get("tokenizer") or {})

@@ -168,3 +168,11 @@ def test_a_parent_trained_on_another_attention_kernel_is_the_same_network():
     check_same_network(parent, ModelConfig(vocab_size=50, causal_kernel="sdpa"))  # no error
     with pytest.raises(PosexpError, match="parent run has n_heads=4, this run n_heads=2"):
         check_same_network(parent, ModelConfig(vocab_size=50, n_heads=2))
+
+
+def test_resuming_a_sweep_dir_names_its_runs(tmp_path):
+    for job in ("seed=0", "seed=1"):
+        saved_run(tmp_path / "sweep" / job)
+    cfg = run_config(*TINY, f"resume={tmp_path / 'sweep'}")
+    with pytest.raises(PosexpError, match=r"is a folder of 2 runs \(seed=0, seed=1\); pass one"):
+        check_start_weights(cfg)
