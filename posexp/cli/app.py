@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -14,12 +13,7 @@ import typer
 from posexp.cli import overrides as cli_overrides
 from posexp.cli.errors import click_exceptions, is_sweep, one_line, sweep_failure, usage_line
 from posexp.cli.help import Command, Group, HydraCommand, help_asked, show_help
-from posexp.cli.hydra_commands import (
-    HYDRA_COMMAND,
-    run_hydra,
-    says_interrupted,
-    stop_on_sigterm,
-)
+from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
 from posexp.cli.sweep_check import check_jobs
 from posexp.errors import Abort, PosexpError
@@ -222,12 +216,10 @@ def eval_extrapolate(
         "depths": depths,
     }
     knobs = ExtrapolateConfig.from_dict(options, prefix="--")
-    # SIGTERM (a Slurm time limit) unwinds like Ctrl-C: the cells already scored are kept.
-    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)
-    try:
+    from posexp.cli.hydra_commands import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # a Slurm time limit: the cells already scored are kept
         evaluate_runs(run, Settings(knobs, device, batch_tokens, force, workers, threads))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @app.command(cls=Command)

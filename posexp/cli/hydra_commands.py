@@ -3,13 +3,14 @@ rule every command shares."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import signal
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import typer
@@ -29,6 +30,16 @@ class Terminated(KeyboardInterrupt):
 def stop_on_sigterm(signum: int, frame: Any) -> None:
     """A SIGTERM handler: unwind like Ctrl-C, so what is finished is kept and said."""
     raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` (a KeyboardInterrupt) inside the block, then as before."""
+    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
