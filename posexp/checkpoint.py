@@ -22,7 +22,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from posexp.errors import PosexpError, UnreadableFile
+from posexp.errors import PosexpError, UnreadableFile, first_line
 from posexp.files import disk_full, read_json, staged_dir
 
 CHECKPOINT = "checkpoint"
@@ -257,12 +257,6 @@ def optimizer_problem(optimizer: Any, params: list[torch.Tensor] | None) -> str 
                     f"parameter {tuple(by_id[i].shape)}"
                 )
     return None
-
-
-def first_line(e: BaseException) -> str:
-    """An exception's first line of text, or its type when it has none (a zero-byte file)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def checkpoint_problem(run_dir: Path) -> str | None:

@@ -1,6 +1,12 @@
 """User-facing errors: one line, non-zero exit, no traceback."""
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first line of text, or its type when it has none (a zero-byte file)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class PosexpError(Exception):
     """An error caused by the user's input; the CLI prints its message as one line and exits 2."""
 

@@ -22,7 +22,7 @@ import torch
 from posexp.checks import positive_int
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.data.tokens import atomic_write, cache_name
-from posexp.errors import PosexpError, choose
+from posexp.errors import PosexpError, choose, first_line
 from posexp.files import set_aside
 
 log = logging.getLogger("posexp")
@@ -58,7 +58,7 @@ def read_cached_pairs(path: Path, vocab_size: int) -> dict[str, np.ndarray] | No
         with np.load(path) as z:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        set_aside(path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        set_aside(path, first_line(e))
         return None
     problem = None
     if set(arrays) != set(PAIR_ARRAYS):

@@ -49,14 +49,13 @@ def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True
                     f"no data file matches {f!r} ({key} must list existing text files)"
                 )
             out.extend(matches)
-        elif Path(f).is_dir():
-            raise PosexpError(f"data file {f!r} is a folder ({key} must list text files)")
-        elif Path(f).exists() and not Path(f).is_file():
-            raise PosexpError(f"data file {f!r} is not a regular file ({key} must list text files)")
-        elif not Path(f).is_file():
-            raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
-        else:
+        elif Path(f).is_file():
             out.append(f)
+        elif Path(f).exists():
+            what = "a folder" if Path(f).is_dir() else "not a regular file"
+            raise PosexpError(f"data file {f!r} is {what} ({key} must list text files)")
+        else:
+            raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
     for f in out if read else ():
         check_text_file(f, key)
     return out
@@ -128,8 +127,8 @@ def load_text(
     test_files: str | Sequence[str] | None = None,
     sample_by: str = "paragraph",
 ) -> Corpus:
-    """Documents from local text files; val/test missing files are carved from train."""
-    choose("data.sample_by", sample_by, SAMPLE_BY)
+    """Documents from local text files; val/test missing files are carved from train
+    (``sample_by`` was checked by ``check_text``, which load_corpus runs first)."""
     train = resolve_files(files, "data.files")
     if not train:
         raise PosexpError(NO_FILES)

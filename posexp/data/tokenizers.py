@@ -22,7 +22,7 @@ import numpy as np
 
 from posexp import checks
 from posexp.data.registry import Corpus
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, first_line
 from posexp.files import set_aside
 from posexp.registry import Registry
 
@@ -189,12 +189,13 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
     key = json.dumps([corpus.train_text_fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
+    tokenizer = None
     if path.exists():
         try:
-            BpeTokenizer(path)
+            tokenizer = BpeTokenizer(path)
         except Exception as e:  # noqa: BLE001  damaged: trained again below
-            set_aside(path, (str(e).splitlines() or [type(e).__name__])[0])
-    if not path.exists():
+            set_aside(path, first_line(e))
+    if tokenizer is None:
         docs = corpus.splits["train"]
         log.info(
             "training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
@@ -205,7 +206,7 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
         started = time.perf_counter()
         train_bpe(docs, vocab_size, path)
         log.info("BPE trained in %.1fs", time.perf_counter() - started)
-    tokenizer = BpeTokenizer(path)
+        tokenizer = BpeTokenizer(path)
     if tokenizer.vocab_size < vocab_size:  # the training text ran out of pairs to merge
         log.info(
             "the training text gives a BPE of %d tokens, fewer than tokenizer.vocab_size=%d; "
@@ -244,8 +245,9 @@ def saved_tokenizer(path: Path) -> Tokenizer:
     try:
         return BpeTokenizer(path)
     except Exception as e:  # noqa: BLE001  the tokenizers library raises plain Exception
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise PosexpError(f"the run's tokenizer {str(path)!r} is unreadable ({first})") from None
+        raise PosexpError(
+            f"the run's tokenizer {str(path)!r} is unreadable ({first_line(e)})"
+        ) from None
 
 
 def build_tokenizer(name: str, corpus: Corpus, cache_dir: Path, **params: Any) -> Tokenizer:

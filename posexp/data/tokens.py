@@ -23,7 +23,7 @@ import torch
 from posexp.checks import positive_int
 from posexp.data.registry import Corpus
 from posexp.data.tokenizers import Tokenizer, token_dtype
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, first_line
 from posexp.files import set_aside
 
 CACHE_VERSION = "tokens-v1"
@@ -92,7 +92,7 @@ def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray | None:
     try:
         tokens = np.load(path, mmap_mode="r")
     except (OSError, ValueError, EOFError) as e:
-        set_aside(path, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        set_aside(path, first_line(e))
         return None
     want = np.dtype(token_dtype(vocab_size))
     if tokens.ndim != 1 or tokens.dtype != want:
