@@ -11,27 +11,44 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 CHARS_PER_INCH = 11.0  # characters of 10 pt text per inch of panel width, with a margin
 
 
-# Where a title may break without splitting a phrase: after ":", "," or ";", and before "(".
-PHRASE_BREAK = re.compile(r"(?<=[:,;])\s+|\s+(?=\()")
+# Where a title may break: between clauses (after ";") first, then between phrases (after ":"
+# or ",", before "("), and only inside a phrase too long for a line.
+CLAUSE_BREAK = re.compile(r"(?<=;)\s+")
+PHRASE_BREAK = re.compile(r"(?<=[:,])\s+|\s+(?=\()")
+
+
+def pack(parts: list[str], width: int, split: Callable[[str], list[str]]) -> list[str]:
+    """``parts`` joined greedily into lines of at most ``width``; a part too long for a line
+    is broken by ``split`` first."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += " " + part
+        elif len(part) <= width:
+            lines.append(part)
+        else:
+            lines += split(part)
+    return lines
 
 
 def wrap_phrases(line: str, width: int) -> list[str]:
-    """``line`` in lines of at most ``width`` characters, broken between phrases where they fit
-    (``d_model 128`` stays together) and between words only inside a phrase too long for one."""
-    lines: list[str] = []
-    for phrase in PHRASE_BREAK.split(line):
-        if lines and len(lines[-1]) + 1 + len(phrase) <= width:
-            lines[-1] += " " + phrase
-        elif len(phrase) <= width:
-            lines.append(phrase)
-        else:
-            lines += textwrap.wrap(phrase, width, break_on_hyphens=False)
-    return lines or [line]
+    """``line`` in lines of at most ``width`` characters, broken between clauses or phrases
+    where they fit (``d_model 128`` stays together) and between words only inside a phrase too
+    long for one."""
+
+    def words(phrase: str) -> list[str]:
+        return textwrap.wrap(phrase, width, break_on_hyphens=False)
+
+    def phrases(clause: str) -> list[str]:
+        return pack(PHRASE_BREAK.split(clause), width, words)
+
+    return pack(CLAUSE_BREAK.split(line), width, phrases) or [line]
 
 
 def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:

@@ -27,3 +27,11 @@ def test_every_line_fits_and_explicit_breaks_stay():
     text = "first line: short\nsecond, a longer one with (a parenthesis) and more words"
     lines = wrapped(text, 2.0).split("\n")  # 22 characters at 10 pt
     assert lines[0] == "first line: short" and all(len(line) <= 22 for line in lines)
+
+
+def test_a_title_breaks_between_clauses_before_phrases():
+    title = "Test perplexity against evaluation length (nonoverlap windows); dotted: training length 256"
+    assert wrap_phrases(title, 80) == [
+        "Test perplexity against evaluation length (nonoverlap windows);",
+        "dotted: training length 256",  # not "...; dotted:" / "training length 256"
+    ]
