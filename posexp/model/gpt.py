@@ -147,27 +147,35 @@ class CausalSelfAttention(nn.Module):
         """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d) views
         k_pos = q_pos if cache is None else append_cached(cache, "pos", q_pos)
-        if pe.logit_term is LogitTerm.OWN:
-            # FoX, stick-breaking, PaTH: the encoding attends (and keeps its cache) itself.
-            y, weights = pe.own_attention(q, k, v, x, q_pos, k_pos, pe_state, cache, need_weights)
-            return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
-        if cache is None and q_pos.dim() == 1 and not self.remaps_positions:
-            # Training and evaluation: q and k share their positions, rotated in one pass.
-            q, k = pe.rotate_qk(qkv[:, :, :2], q_pos, pe_state)
-        elif self.remaps_positions:
-            # Each pair is rotated at positions that depend on both sides: keys are kept raw.
-            if cache is not None:
-                k = append_cached(cache, "k", k)
-        elif pe.rotates_cached_keys and cache is not None:
-            # The rotation depends on the current length: cache raw keys, rotate them all now.
-            k = append_cached(cache, "k", k)
-            q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
+        own = pe.logit_term is LogitTerm.OWN
+        if not own and cache is None and q_pos.dim() == 1 and not self.remaps_positions:
+            # Training and evaluation: q and k share their positions, rotated in one pass. split
+            # and unbind (not indexing) keep the backward to one concatenation: indexing would
+            # give each slice's gradient a zero-filled copy of qkv and add them.
+            qk, v = qkv.split((2, 1), dim=2)
+            q, k = pe.rotate_qk(qk, q_pos, pe_state)
+            v = v.squeeze(2).transpose(1, 2)
         else:
-            q, k = pe.rotate(q, k, q_pos, q_pos, pe_state)
-            if cache is not None:
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, H, T, d) views
+            if own:
+                # FoX, stick-breaking, PaTH: the encoding attends (and keeps its cache) itself.
+                y, weights = pe.own_attention(
+                    q, k, v, x, q_pos, k_pos, pe_state, cache, need_weights
+                )
+                return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
+            if self.remaps_positions:
+                # Each pair is rotated at positions that depend on both sides: keys stay raw.
+                if cache is not None:
+                    k = append_cached(cache, "k", k)
+            elif pe.rotates_cached_keys and cache is not None:
+                # The rotation depends on the current length: cache raw keys, rotate them all.
                 k = append_cached(cache, "k", k)
+                q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
+            else:
+                q, k = pe.rotate(q, k, q_pos, q_pos, pe_state)
+                if cache is not None:
+                    k = append_cached(cache, "k", k)
         if cache is not None:
             v = append_cached(cache, "v", v)
         if self.query_scale is not None:

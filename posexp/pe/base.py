@@ -225,7 +225,7 @@ class PositionalEncoding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys packed as (B, T, 2, H, d), both at ``positions`` (T,): ``rotate`` of
         each, returned as (B, H, T, d). An encoding may do both in one pass (RoPE)."""
-        q, k = qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2)
+        q, k = (t.transpose(1, 2) for t in qk.unbind(2))
         return self.rotate(q, k, positions, positions, state)
 
     def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -80,8 +80,11 @@ class NeoXRotary(RotaryEncoding):
         if state is None:
             raise ValueError("neox_rope.rotate_qk needs the cos/sin tables returned by prepare()")
         cos, sin = state.for_qk(positions, qk.shape[3], qk.dtype)
-        rotated = self._cat(rotate_packed(qk[..., : self.rotary_dim], cos, sin), qk)
-        return rotated[:, :, 0].transpose(1, 2), rotated[:, :, 1].transpose(1, 2)
+        # split (not slicing) so the backward is one concatenation, not zero-filled copies.
+        head, tail = qk.split((self.rotary_dim, qk.shape[-1] - self.rotary_dim), dim=-1)
+        rotated = torch.cat((rotate_packed(head, cos, sin), tail), dim=-1)
+        q, k = rotated.unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2)
 
     def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate the first r dims of ``x`` (B, H, T, d) at float positions (T,) or (B, T)."""

@@ -172,7 +172,8 @@ class RotaryEncoding(PositionalEncoding):
             raise ValueError("rope.rotate_qk needs the cos/sin tables returned by prepare()")
         cos, sin = state.for_qk(positions, qk.shape[3], qk.dtype)
         rotated = rotate_packed(qk, cos, sin)
-        return rotated[:, :, 0].transpose(1, 2), rotated[:, :, 1].transpose(1, 2)
+        q, k = rotated.unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2)
 
     def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` at float positions (T,) or (B, T) with the training-length frequencies."""

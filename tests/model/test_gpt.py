@@ -74,6 +74,24 @@ def test_seed_parameter_counts_d512():
     assert sum(p.numel() for p in attn.parameters()) == 1_048_576
 
 
+
+@pytest.mark.parametrize("pe_name", ["learned", "rope", "neox_rope", "alibi"])
+def test_qkv_gradient_is_one_concatenation_not_a_sum_of_zero_filled_slices(pe_name):
+    # Indexing qkv[:, :, i] would give each of q, k, v a backward that fills a zero copy of qkv
+    # and adds the three; split and unbind concatenate their gradients once.
+    model = GPT(ModelConfig(vocab_size=50, d_model=32, n_layers=1, n_heads=4, pe=pe_name))
+    out = model(torch.randint(0, 50, (2, 9)), torch.randint(0, 50, (2, 9)))["loss"]
+    seen, stack = set(), [out.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+    names = {type(fn).__name__ for fn in seen}
+    assert not names & {"SelectBackward0", "SliceBackward0"}, names
+    assert names & {"UnbindBackward0", "SplitWithSizesBackward0"}
+
 def reference_attention(q, k, v, slopes=None, bias=None):
     """softmax(QKᵀ/√d_k + ALiBi or a given bias) V with a causal mask, written independently."""
     T = q.shape[2]
