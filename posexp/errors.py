@@ -23,6 +23,16 @@ class Abort(BaseException):  # noqa: N818  (not an Exception on purpose)
     """A user error leaving a single run: BaseException so Hydra's job runner does not wrap it."""
 
 
+class JobFailed(Exception):  # noqa: N818  (an outcome, handed back as the job's result)
+    """A sweep job that failed and recorded why in its results.json. Its task returns the record
+    instead of raising, so Hydra runs the sweep's end (the summary naming every failed job)
+    rather than stopping at the first failure with its own line."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(error)
+        self.results = {"status": "failed", "error": error}
+
+
 class UnreadableFile(PosexpError):
     """A file posexp wrote that cannot be read back (cut short, damaged, of the wrong shape)."""
 

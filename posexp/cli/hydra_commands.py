@@ -70,7 +70,8 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     """Run ``task`` under ``hydra.main`` with ``args`` as its command line."""
     import hydra
 
-    from posexp.commands import quiet_schema_match_warning
+    from posexp.commands import hydra_tasks, quiet_schema_match_warning
+    from posexp.errors import PosexpError
 
     saved, saved_env = sys.argv, os.environ.get(SWEEP_ENV)
     # Hydra names the completion it installs after argv[0]: `posexp`, also under `python -m`.
@@ -81,9 +82,18 @@ def run_hydra(task, config_name: str, args: list[str]) -> None:
     try:
         with warnings.catch_warnings():  # the filter again: a caller may have reset them
             quiet_schema_match_warning()
+            hydra_tasks.LAST_SWEEP.clear()
             hydra.main(version_base="1.3", config_path=config_dir(), config_name=config_name)(
                 task
             )()
+        ended = hydra_tasks.LAST_SWEEP
+        if ended.get("failed"):  # the summary above names each failed job and its error
+            others = "; the others ran" if ended["failed"] < ended["jobs"] else ""
+            raise PosexpError(
+                f"{ended['failed']} of {ended['jobs']} sweep jobs failed (listed above){others}; "
+                f"fix them, then rerun the same command with hydra.sweep.dir={ended['dir']}: "
+                "completed jobs are skipped"
+            )
     finally:
         sys.argv = saved
         if saved_env is None:

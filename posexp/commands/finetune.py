@@ -45,7 +45,7 @@ from posexp.extension import ExtensionConfig
 from posexp.files import write_text_atomic
 from posexp.paths import config_dir
 from posexp.rundir import RunDir
-from posexp.runtime.lifecycle import discard_interrupted, fail_run, own_run_dir
+from posexp.runtime.lifecycle import discard_interrupted, fail_run, job_failed, own_run_dir
 from posexp.runtime.signals import StopRequested
 
 log = logging.getLogger("posexp")
@@ -262,4 +262,8 @@ def finetune_task(cfg: DictConfig) -> dict[str, Any] | None:
         except KeyboardInterrupt:
             if not multirun:
                 discard_interrupted(run_dir)
+            raise
+        except Exception as e:
+            if multirun:  # an unexpected error fails this job only; Hydra runs the others
+                job_failed(run_dir, e)
             raise

@@ -18,21 +18,34 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from posexp.errors import JobFailed
+
 log = logging.getLogger("posexp")
+
+
+# How the last sweep in this process ended: SweepSummary sets it, `run_hydra` reads it to exit
+# non-zero when jobs failed (their tasks returned a failure instead of raising).
+LAST_SWEEP: dict[str, Any] = {}
 
 
 def train(cfg: DictConfig) -> dict[str, Any] | None:
     """`posexp train`'s task: one training run (a sweep job under ``-m``)."""
     from posexp.commands.train import train_task
 
-    return train_task(cfg)
+    try:
+        return train_task(cfg)
+    except JobFailed as e:
+        return e.results
 
 
 def finetune(cfg: DictConfig) -> dict[str, Any] | None:
     """`posexp finetune`'s task: a new run continuing a parent at a longer length."""
     from posexp.commands.finetune import finetune_task
 
-    return finetune_task(cfg)
+    try:
+        return finetune_task(cfg)
+    except JobFailed as e:
+        return e.results
 
 
 class SweepSummary(Callback):
@@ -53,7 +66,19 @@ class SweepSummary(Callback):
         counts = Counter(row["status"] for row in rows)
         shown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         lines = [f"sweep {sweep}: {len(rows)} jobs, {shown}"]
-        lines += [f"  {r['run']}: {r['status']}" for r in rows if r["status"] != "completed"]
+        lines += [f"  {r['run']}: {_ended(sweep, r)}" for r in rows if r["status"] != "completed"]
         lines.append(f"report: posexp report {sweep}")
+        LAST_SWEEP.update(dir=sweep, jobs=len(rows), failed=counts.get("failed", 0))
         # Plain lines on stderr: the launcher's log format is Hydra's, not the jobs'.
         print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _ended(sweep: str, row: dict[str, Any]) -> str:
+    """A job's status, with the error its results.json records when it failed."""
+    from pathlib import Path
+
+    from posexp.rundir import RunDir
+
+    results = RunDir(Path(sweep) / row["run"]).results() if row["status"] == "failed" else None
+    error = (results or {}).get("error")
+    return f"failed: {error}" if error else str(row["status"])

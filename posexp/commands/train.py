@@ -43,6 +43,7 @@ from posexp.runtime.lifecycle import (
     abandon_run,
     discard_interrupted,
     fail_run,
+    job_failed,
     own_run_dir,
     report_stop,
 )
@@ -56,7 +57,7 @@ from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
 from posexp.runtime.signals import GracefulStop, StopRequested
-from posexp.runtime.sweeps import completed_results, continue_unfinished, record_failure
+from posexp.runtime.sweeps import completed_results, continue_unfinished
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.trainer import Trainer
 from posexp.runtime.weights import check_same_network, check_start_weights
@@ -321,5 +322,5 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
             full = PosexpError(f"no space left on device writing {str(where)!r}; free some space")
             fail_run(run_dir, full, multirun, discard=fresh)
         if multirun:  # an unexpected error fails this job only; Hydra runs the others
-            record_failure(run_dir, e)
+            job_failed(run_dir, e)
         raise

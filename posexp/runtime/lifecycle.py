@@ -14,7 +14,7 @@ from typing import NoReturn
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, read_write
 
-from posexp.errors import Abort, PosexpError
+from posexp.errors import Abort, JobFailed, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.rundir import HYDRA, OWNER, RunDir
 from posexp.runtime import distributed, provenance
@@ -95,15 +95,26 @@ def abandon_run(run_dir: Path, discard: bool, why: str) -> None:
     log.warning("stopped at once (%s); %s", why, kept)
 
 
+def job_failed(run_dir: Path, e: BaseException) -> NoReturn:
+    """End a sweep job that failed: its dir stays, with results.json saying why (`posexp runs`
+    and `report` show it), and the sweep goes on to its other jobs."""
+    if distributed.is_main():
+        record_failure(run_dir, e)
+        provenance.finish(run_dir, "failed")
+    error = RunDir(run_dir).results() or {}
+    raise JobFailed(str(error.get("error") or e)) from e
+
+
 def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:
     """End a job on a user error: a sweep records it and goes on; a single run stops in one line."""
-    if multirun or isinstance(e, Diverged):
-        # The job's dir stays, with results.json saying why it failed (`posexp report` shows it).
+    if multirun:
+        log.error("job failed: %s", e)
+        job_failed(run_dir, e)
+    if isinstance(e, Diverged):
+        # The run's dir stays, with results.json saying why it failed.
         if distributed.is_main():
             record_failure(run_dir, e)
             provenance.finish(run_dir, "failed")
-        if multirun:
-            raise e
         raise Abort(f"{e} (run dir: {run_dir})") from None
     if discard and distributed.is_main() and not RunDir(run_dir).has_checkpoint():
         release_log_files(run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -223,6 +224,14 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache,
     ]
     proc = posexp(tmp_path, cache, *args, check=False)  # basic launcher: one job after another
     assert proc.returncode == 2 and "heads=3 does not divide d_model=64" in proc.stderr
+    # The sweep ends on its summary, each failed job with its error, then one line and exit 2:
+    # not on Hydra's "Error executing job" and the first failure alone.
+    assert "Error executing job" not in proc.stderr
+    assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
+    assert proc.stderr.rstrip().splitlines()[-1].startswith(
+        "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
+        f"the same command with hydra.sweep.dir={sweep}"
+    )
     done, unfinished = job_with(sweep, "heads=2"), job_with(sweep, "heads=4")
     assert results(done)["status"] == results(unfinished)["status"] == "completed"
     failed = results(job_with(sweep, "heads=3"))
@@ -246,6 +255,14 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache,
     events = sorted(done.glob("events.out.tfevents.*"))
     proc = posexp(tmp_path, cache, *args, check=False)
     assert proc.returncode == 2 and "heads=3 does not divide d_model=64" in proc.stderr
+    # The sweep ends on its summary, each failed job with its error, then one line and exit 2:
+    # not on Hydra's "Error executing job" and the first failure alone.
+    assert "Error executing job" not in proc.stderr
+    assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
+    assert proc.stderr.rstrip().splitlines()[-1].startswith(
+        "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
+        f"the same command with hydra.sweep.dir={sweep}"
+    )
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing retrained
     assert sorted(done.glob("events.out.tfevents.*")) == events
     assert "already completed (results.json): skipped" in (done / "train.log").read_text()

@@ -96,9 +96,13 @@ def test_a_failing_job_is_recorded_and_does_not_block_the_array(
     monkeypatch.setenv("POSEXP_SWEEP_CHECK", "0")  # not refused up front: each job on its own
     # heads 3 does not divide d_model 64: that job fails when its config is built.
     proc = slurm_sweep(tmp_path, cache, "heads=2,3", "train.max_steps=4", check=False)
-    # The sweep ends with the failed job's one-line error (exit 2), after the other job ran.
+    # The sweep ends on its summary, the failed job with its error, then one line (exit 2),
+    # after the other job ran.
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "error: heads=3 does not divide d_model=64" in proc.stderr
+    assert "  heads=3: failed: heads=3 does not divide d_model=64" in proc.stderr
+    assert proc.stderr.rstrip().splitlines()[-1].startswith(
+        "error: 1 of 2 sweep jobs failed (listed above); the others ran"
+    )
     good = json.loads((sweep / "heads=2" / "results.json").read_text())
     bad = json.loads((sweep / "heads=3" / "results.json").read_text())
     assert good["status"] == "completed"
