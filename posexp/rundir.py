@@ -314,6 +314,22 @@ def _resolved(data: dict[str, Any]) -> dict[str, Any]:
     return resolved if isinstance(resolved, dict) else data
 
 
+def marked_dirs(root: Path) -> set[Path]:
+    """Every dir below ``root`` that holds a run's mark (Hydra's record, results, a checkpoint),
+    following symlinked dirs, each real dir once: a study folder of links to runs is a sweep."""
+    found, seen = set(), set()
+    for here, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(here)
+        if real in seen:  # a link loop, or a run linked twice: walk it once
+            dirs.clear()
+            continue
+        seen.add(real)
+        dirs.sort()  # by name, so which of two links to one run is kept does not vary
+        if {HYDRA, RESULTS, CHECKPOINT} & {*dirs, *files}:
+            found.add(Path(here))
+    return found
+
+
 def find_runs(
     target: Path | str, need_checkpoint: bool = False, what: str = "folder"
 ) -> list[RunDir]:
@@ -321,7 +337,7 @@ def find_runs(
     root = RunDir.open(target, what)
     if root.is_run() and (root.has_checkpoint() or not need_checkpoint):
         return [root]
-    marks = {p.parent for pattern in (HYDRA, RESULTS, CHECKPOINT) for p in root.path.rglob(pattern)}
+    marks = marked_dirs(root.path)
     runs = sorted(RunDir(d) for d in marks if d != root.path and RunDir(d).is_run())
     runs = [r for r in runs if not any(o.path in r.path.parents for o in runs)]
     for r in runs:  # a job dir renamed by hand: refused by name, not read as damaged later

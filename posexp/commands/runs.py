@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from posexp import runlock
-from posexp.checkpoint import CHECKPOINT
 from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
 from posexp.commands.report.views.findings import job_pe
 from posexp.errors import PosexpError, UnreadableFile
 from posexp.labels import extension_text
-from posexp.rundir import HYDRA, RESULTS, RunDir
+from posexp.rundir import RunDir, marked_dirs
 from posexp.runtime import provenance
 
 FIELDS = (
@@ -218,8 +217,7 @@ def list_runs(root: Path | str = Path(DEFAULT_ROOT)) -> list[dict[str, Any]]:
         raise PosexpError(
             f"runs: no such directory {str(root)!r} (train a run first, or pass a folder)"
         )
-    marks = (f"{CHECKPOINT}/meta.json", RESULTS, HYDRA)
-    if not RunDir(root).is_run() and not any(any(root.rglob(m)) for m in marks):
+    if not RunDir(root).is_run() and not marked_dirs(root):
         return []  # a folder without runs yet: an empty list (scripts read `[]`), not an error
     rows = [(run_row(j, root), j) for j in find_jobs(root)]
 
