@@ -111,9 +111,9 @@ def generate(
     """Generate from a trained run: one output line per prompt (batched, KV cache)."""
     from posexp.commands.generate import generate_text
 
-    def announce(run_dir: Path) -> None:
+    def announce(run_dir: Path, note: str) -> None:
         # stderr: stdout stays the generated text only, one line per prompt.
-        typer.echo(f"run: {run_dir}", err=True)
+        typer.echo(f"run: {run_dir}" + (f" ({note})" if note else ""), err=True)
 
     for text in generate_text(
         run,

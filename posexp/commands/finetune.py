@@ -96,7 +96,14 @@ def _plain(value: Any) -> Any:
 def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """The effective config of a fine-tune: the parent's, with the fine-tune's changes."""
     parent = Path(str(cfg.parent))
-    meta = RunDir.open(parent, "parent").meta()
+    parent_run = RunDir.open(parent, "parent")
+    meta = parent_run.meta()
+    if parent_run.holder() is not None:  # its weights now, not the ones it will end with
+        log.warning(
+            "the parent is still training (%s): fine-tuning from its checkpoint of step %s",
+            parent_run.holder(),
+            meta.get("step"),
+        )
     saved = OmegaConf.create(meta["config"])
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     for key in keys:

@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,9 @@ from posexp import checks
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.model.generation import TokenProgress, generate_ids
+
+if TYPE_CHECKING:
+    from posexp.rundir import RunDir
 
 
 def run_tokenizer(cfg: RunConfig, kept: Path | None = None) -> tuple[Any, str]:
@@ -131,6 +134,19 @@ def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
     return [*ids, tokenizer.sep_id] if kind in ANSWERING else ids
 
 
+def training_note(run_dir: RunDir) -> str:
+    """'' for a run no process is training; else which process trains it and the step of the
+    checkpoint read now (a later one will differ)."""
+    who = run_dir.holder()
+    if who is None:
+        return ""
+    try:
+        step = f"its checkpoint of step {run_dir.meta()['step']}"
+    except (PosexpError, KeyError):
+        step = "no checkpoint yet"
+    return f"still training ({who}): {step}"
+
+
 def generate_text(
     run: Path | str | None,
     prompts: Sequence[str],
@@ -142,7 +158,7 @@ def generate_text(
     batch_size: int = 64,
     beam_size: int | None = None,
     length_penalty: float | None = None,
-    announce: Callable[[Path], None] | None = None,
+    announce: Callable[[Path, str], None] | None = None,
     method: str | None = None,
     factor: float | None = None,
     threads: int | None = None,
@@ -151,7 +167,7 @@ def generate_text(
 
     Beam size and length penalty default to the run's ``translate`` settings for a translation
     run, and to greedy decoding for a language model. ``announce`` is told which run dir is
-    used (the newest one when ``run`` is None). ``method`` replaces the run's extension (none, a
+    used (the newest one when ``run`` is None) and ``training_note``'s words on it. ``method`` replaces the run's extension (none, a
     RoPE method, or a training-free one), set up for prompt + new tokens unless ``factor`` is given.
     """
     from posexp.rundir import RunDir, latest_run
@@ -170,7 +186,7 @@ def generate_text(
     dev = resolve_device(device)
     run_dir = RunDir.open_run(run, "--run") if run is not None else latest_run()
     if announce is not None:
-        announce(run_dir.path)
+        announce(run_dir.path, training_note(run_dir))
     if not run_dir.has_checkpoint():
         # Its config may never have been completed (a job that failed before training).
         error = (run_dir.results() or {}).get("error") or run_dir.results_problem()

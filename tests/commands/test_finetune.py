@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 import shutil
 import sys
 
@@ -13,7 +14,7 @@ import yaml
 
 from posexp.checkpoint import read_meta
 from posexp.rundir import RunDir
-from tests.helpers import TINY, posexp, run_dirs
+from tests.helpers import TINY, lock_held_elsewhere, posexp, run_dirs
 
 FT = [
     "train.max_steps=2",
@@ -134,6 +135,19 @@ def test_bad_finetune_is_one_line(parent, name, monkeypatch, capsys):
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
     assert run_dirs(cwd) == before  # no run dir left behind
+
+
+def test_a_parent_still_training_is_said_with_the_step_taken(parent, cache):
+    cwd, run = parent
+    step = read_meta(run)["step"]
+    with lock_held_elsewhere(run) as other:  # its trainer writing it now
+        proc = posexp(
+            cwd, cache, "finetune", "--run", str(run), "extension=pi", "extension.factor=2", *FT
+        )
+    assert (
+        f"the parent is still training ({other.pid}@{platform.node()}): fine-tuning from its "
+        f"checkpoint of step {step}" in proc.stderr
+    )
 
 
 def test_finetune_needs_a_checkpoint(tmp_path, cache):

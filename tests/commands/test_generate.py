@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import platform
+
 import pytest
 
 from posexp.checkpoint import save_checkpoint
 from posexp.commands.generate import generate_text
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
-from tests.helpers import posexp, run_config
+from tests.helpers import lock_held_elsewhere, posexp, run_config
 
 # `posexp train data=wyc2kjv pe=... heads=...` with the byte tokenizer, shrunk to seconds.
 PAIRS_RUN = [
@@ -100,6 +102,25 @@ def test_language_model_run_continues_the_prompt(tmp_path, cache):
     assert out[0].startswith("And God said") and out[1].startswith("In the")
     assert len(out[0]) > len("And God said")
 
+
+
+def test_a_run_still_training_is_said_with_the_step_read(tmp_path, cache):
+    mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, pe="rope")
+    config = run_config(f"cache_dir={cache}").to_dict()
+    save_checkpoint(
+        tmp_path / "lm", GPT(mcfg), {"step": 40, "model": mcfg.to_dict(), "config": config}
+    )
+    said = []
+    generate_text(tmp_path / "lm", ["In the"], 2, device="cpu", announce=lambda *a: said.append(a))
+    with lock_held_elsewhere(tmp_path / "lm") as other:  # a trainer writing it now
+        generate_text(
+            tmp_path / "lm", ["In the"], 2, device="cpu", announce=lambda *a: said.append(a)
+        )
+    assert said[0] == (tmp_path / "lm", "")
+    assert said[1] == (
+        tmp_path / "lm",
+        f"still training ({other.pid}@{platform.node()}): its checkpoint of step 40",
+    )
 
 def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, capsys):
     mcfg = ModelConfig(
