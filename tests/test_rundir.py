@@ -102,7 +102,6 @@ def test_find_runs_takes_a_run_or_the_outermost_runs_of_a_sweep(tmp_path):
         find_runs(tmp_path / "sweep" / "notes")
 
 
-
 def test_a_study_folder_of_links_to_runs_is_read_as_a_sweep(tmp_path):
     make_run(tmp_path / "day1" / "pe=rope")
     make_run(tmp_path / "day2" / "pe=alibi", pe="alibi")
@@ -114,6 +113,7 @@ def test_a_study_folder_of_links_to_runs_is_read_as_a_sweep(tmp_path):
     (study / "loop").symlink_to(tmp_path)  # a link loop ends, each real dir read once
     names = [str(r.path.relative_to(study)) for r in find_runs(study)]
     assert sorted(names) == ["again", "alibi"]  # walked by name: "again" before "rope"
+
 
 def test_latest_run_is_the_last_checkpoint_written(tmp_path):
     with pytest.raises(PosexpError, match="no trained run under"):

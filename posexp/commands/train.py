@@ -25,8 +25,8 @@ from torch.utils.tensorboard import SummaryWriter
 from posexp.checkpoint import load_state, load_weights
 from posexp.config import RunConfig, from_composed
 from posexp.data import dataset_kind
-from posexp.errors import Abort, PosexpError
-from posexp.files import disk_full, write_bytes_atomic, write_text_atomic
+from posexp.errors import Abort, PosexpError, first_line
+from posexp.files import disk_full, keep_damaged, write_bytes_atomic, write_text_atomic
 from posexp.hardware import out_of_memory
 from posexp.kernels import flex
 from posexp.metrics import clock_text, metric_text
@@ -285,6 +285,25 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
                 torch.cuda.empty_cache()  # a joblib worker may run its next job on another GPU
 
 
+def record_resumed_config(run_dir: Path, cfg: DictConfig) -> None:
+    """Hydra's record of a resumed run, rewritten with what this session trains; one that no
+    longer parses (edited by hand) is kept as ``config.yaml.bak`` and said, not lost unseen."""
+    import yaml
+
+    record = run_dir / ".hydra" / "config.yaml"
+    try:
+        yaml.safe_load(record.read_text()) if record.exists() else None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+        backup = keep_damaged(record)
+        log.warning(
+            "%s did not parse (%s): kept as %s, written again from the checkpoint's config",
+            record,
+            first_line(e),
+            backup.name if backup else "nothing",
+        )
+    write_text_atomic(record, OmegaConf.to_yaml(cfg))
+
+
 def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any]:
     fresh = not cfg.resume
     try:
@@ -308,7 +327,7 @@ def _train_task(cfg: DictConfig, run_dir: Path, multirun: bool) -> dict[str, Any
                 )
                 return done
             if distributed.is_main():
-                write_text_atomic(run_dir / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+                record_resumed_config(run_dir, cfg)
         return run_training(from_composed(cfg), run_dir, discard=fresh and not multirun)
     except PosexpError as e:
         fail_run(run_dir, e, multirun, discard=fresh)

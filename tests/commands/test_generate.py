@@ -103,7 +103,6 @@ def test_language_model_run_continues_the_prompt(tmp_path, cache):
     assert len(out[0]) > len("And God said")
 
 
-
 def test_a_run_still_training_is_said_with_the_step_read(tmp_path, cache):
     mcfg = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, pe="rope")
     config = run_config(f"cache_dir={cache}").to_dict()
@@ -121,6 +120,7 @@ def test_a_run_still_training_is_said_with_the_step_read(tmp_path, cache):
         tmp_path / "lm",
         f"still training ({other.pid}@{platform.node()}): its checkpoint of step 40",
     )
+
 
 def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, capsys):
     mcfg = ModelConfig(

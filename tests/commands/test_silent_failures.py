@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, posexp_env
@@ -277,6 +279,16 @@ def test_a_damaged_provenance_is_kept_as_bak_on_resume_and_said(tmp_path, cache,
     assert (run / "provenance.json.bak").read_bytes() == content
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
     assert [s["status"] for s in sessions] == ["completed"]  # this session; the rest in the .bak
+
+
+def test_an_unparseable_hydra_record_is_kept_as_bak_on_resume_and_said(tmp_path, cache, trained):
+    run = copy_of(trained, tmp_path)
+    record = run / ".hydra" / "config.yaml"
+    record.write_bytes(b"train: [max_steps: 8\n")  # edited by hand, no longer YAML
+    proc = posexp(tmp_path, cache, "train", f"resume={run}", "train.max_steps=8")
+    assert re.search(r"config\.yaml did not parse \(.*\): kept as config\.yaml\.bak", proc.stderr)
+    assert (run / ".hydra" / "config.yaml.bak").read_bytes() == b"train: [max_steps: 8\n"
+    assert yaml.safe_load(record.read_text())["train"]["max_steps"] == 8
 
 
 @pytest.mark.parametrize(

@@ -74,7 +74,6 @@ def test_seed_parameter_counts_d512():
     assert sum(p.numel() for p in attn.parameters()) == 1_048_576
 
 
-
 @pytest.mark.parametrize("pe_name", ["learned", "rope", "neox_rope", "alibi"])
 def test_qkv_gradient_is_one_concatenation_not_a_sum_of_zero_filled_slices(pe_name):
     # Indexing qkv[:, :, i] would give each of q, k, v a backward that fills a zero copy of qkv
@@ -91,6 +90,7 @@ def test_qkv_gradient_is_one_concatenation_not_a_sum_of_zero_filled_slices(pe_na
     names = {type(fn).__name__ for fn in seen}
     assert not names & {"SelectBackward0", "SliceBackward0"}, names
     assert names & {"UnbindBackward0", "SplitWithSizesBackward0"}
+
 
 def reference_attention(q, k, v, slopes=None, bias=None):
     """softmax(QKᵀ/√d_k + ALiBi or a given bias) V with a causal mask, written independently."""

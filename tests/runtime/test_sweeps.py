@@ -228,9 +228,13 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache,
     # not on Hydra's "Error executing job" and the first failure alone.
     assert "Error executing job" not in proc.stderr
     assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
-    assert proc.stderr.rstrip().splitlines()[-1].startswith(
-        "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
-        f"the same command with hydra.sweep.dir={sweep}"
+    assert (
+        proc.stderr.rstrip()
+        .splitlines()[-1]
+        .startswith(
+            "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
+            f"the same command with hydra.sweep.dir={sweep}"
+        )
     )
     done, unfinished = job_with(sweep, "heads=2"), job_with(sweep, "heads=4")
     assert results(done)["status"] == results(unfinished)["status"] == "completed"
@@ -259,9 +263,13 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache,
     # not on Hydra's "Error executing job" and the first failure alone.
     assert "Error executing job" not in proc.stderr
     assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
-    assert proc.stderr.rstrip().splitlines()[-1].startswith(
-        "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
-        f"the same command with hydra.sweep.dir={sweep}"
+    assert (
+        proc.stderr.rstrip()
+        .splitlines()[-1]
+        .startswith(
+            "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
+            f"the same command with hydra.sweep.dir={sweep}"
+        )
     )
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing retrained
     assert sorted(done.glob("events.out.tfevents.*")) == events

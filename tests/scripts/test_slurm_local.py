@@ -100,8 +100,10 @@ def test_a_failing_job_is_recorded_and_does_not_block_the_array(
     # after the other job ran.
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "  heads=3: failed: heads=3 does not divide d_model=64" in proc.stderr
-    assert proc.stderr.rstrip().splitlines()[-1].startswith(
-        "error: 1 of 2 sweep jobs failed (listed above); the others ran"
+    assert (
+        proc.stderr.rstrip()
+        .splitlines()[-1]
+        .startswith("error: 1 of 2 sweep jobs failed (listed above); the others ran")
     )
     good = json.loads((sweep / "heads=2" / "results.json").read_text())
     bad = json.loads((sweep / "heads=3" / "results.json").read_text())
