@@ -24,6 +24,7 @@ import torch
 from posexp.commands.extrapolate.plan import RunPlan, RunResult, Settings, needs_test_split
 from posexp.commands.extrapolate.score_run import (
     evaluate_plan,
+    keep_before_stop,
     load_test_tokens,
     score_cells,
     write_merged,
@@ -250,8 +251,13 @@ def score_in_workers(
                             several,
                         )
             drain(events, bar, block=False)
-        except BaseException:
+        except BaseException as e:
             pool.shutdown(wait=False, cancel_futures=True)
+            if isinstance(e, KeyboardInterrupt):  # Ctrl-C, SIGTERM: keep the methods done
+                plans = {plan.run_dir: plan for plan, _, _ in tasks}
+                for run, records in scored.items():
+                    if records and run not in results and run not in failed:
+                        keep_before_stop(plans[run], records)
             raise
     return {run: result for run, result in results.items() if result is not None}
 

@@ -65,15 +65,21 @@ def evaluate_plan(
         score_cells(plan, plan.todo, test, device, batch_tokens, bar, into=new)
     except KeyboardInterrupt:
         if new:
-            write_merged(plan, new)
-            print(
-                f"{plan.run_dir}: kept the {len(new)} cell(s) scored before the stop; "
-                f"rerun the command to score the other {len(plan.todo) - len(new)}",
-                file=sys.stderr,
-                flush=True,
-            )
+            keep_before_stop(plan, new)
         raise
     return write_merged(plan, new)
+
+
+def keep_before_stop(plan: RunPlan, records: list[Record]) -> None:
+    """The cells of a run scored before a stop, merged into its kept records, and said (in
+    worker processes: the cells of the methods finished; a method still scoring is lost)."""
+    write_merged(plan, records)
+    print(
+        f"{plan.run_dir}: kept the {len(records)} cell(s) scored before the stop; "
+        f"rerun the command to score the other {len(plan.todo) - len(records)}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def score_cells(

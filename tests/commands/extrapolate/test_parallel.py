@@ -56,6 +56,33 @@ def test_workers_give_the_records_one_process_gives(two_runs, tmp_path):
     assert methods == {"none", "logn"}  # pi does not apply to ALiBi
 
 
+def test_a_stop_keeps_the_methods_workers_finished(two_runs, tmp_path, monkeypatch, capsys):
+    # Ctrl-C or SIGTERM once the first method is in: its cells are kept, the rest rescored later.
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    real, finished = parallel.collect, []
+
+    def collect_then_stop(future, plan, *args):
+        real(future, plan, *args)
+        finished.append(plan.run_dir)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel, "collect", collect_then_stop)
+    knobs = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_runs(apart, Settings(knobs, device="cpu", workers=2, threads=1), progress=False)
+    (stopped,) = finished
+    kept = json.loads((stopped / "eval" / "extrapolate.json").read_text())
+    assert len(kept) == 2 and len({r["method"] for r in kept}) == 1  # one method, two lengths
+    todo = 6 if stopped.name == "pe=rope" else 4  # pi does not apply to ALiBi
+    assert (
+        f"{stopped}: kept the 2 cell(s) scored before the stop; rerun the command to score "
+        f"the other {todo - 2}" in capsys.readouterr().err
+    )
+    (other,) = {apart / "pe=rope", apart / "pe=alibi"} - {stopped}
+    assert not (other / "eval" / "extrapolate.json").exists()
+
+
 def test_largest_tasks_go_first():
     class Item:
         def __init__(self, method, size):
