@@ -212,6 +212,18 @@ def test_launcher_presets_compose(tmp_path, cache):
     assert local.gpus_per_node == hardware.gpu_count() and local.cpus_per_task == 1
 
 
+def ends_on_its_summary(proc, sweep) -> None:
+    """The heads=2,3,4 sweep ends on its summary, the failed job with its error, then one line
+    and exit 2: not on Hydra's "Error executing job" and the first failure alone."""
+    assert proc.returncode == 2 and "Error executing job" not in proc.stderr
+    assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(
+        "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
+        f"the same command with hydra.sweep.dir={sweep}"
+    )
+
+
 def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache, monkeypatch):
     sweep = tmp_path / "sweep"
     monkeypatch.setenv("POSEXP_SWEEP_CHECK", "0")  # not refused up front: each job on its own
@@ -223,19 +235,7 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache,
         *[a for a in SHORT if not a.startswith("heads=")],
     ]
     proc = posexp(tmp_path, cache, *args, check=False)  # basic launcher: one job after another
-    assert proc.returncode == 2 and "heads=3 does not divide d_model=64" in proc.stderr
-    # The sweep ends on its summary, each failed job with its error, then one line and exit 2:
-    # not on Hydra's "Error executing job" and the first failure alone.
-    assert "Error executing job" not in proc.stderr
-    assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
-    assert (
-        proc.stderr.rstrip()
-        .splitlines()[-1]
-        .startswith(
-            "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
-            f"the same command with hydra.sweep.dir={sweep}"
-        )
-    )
+    ends_on_its_summary(proc, sweep)
     done, unfinished = job_with(sweep, "heads=2"), job_with(sweep, "heads=4")
     assert results(done)["status"] == results(unfinished)["status"] == "completed"
     failed = results(job_with(sweep, "heads=3"))
@@ -258,19 +258,7 @@ def test_failed_job_is_recorded_and_a_rerun_skips_finished_jobs(tmp_path, cache,
     }
     events = sorted(done.glob("events.out.tfevents.*"))
     proc = posexp(tmp_path, cache, *args, check=False)
-    assert proc.returncode == 2 and "heads=3 does not divide d_model=64" in proc.stderr
-    # The sweep ends on its summary, each failed job with its error, then one line and exit 2:
-    # not on Hydra's "Error executing job" and the first failure alone.
-    assert "Error executing job" not in proc.stderr
-    assert re.search(r"^  heads=3: failed: .*does not divide d_model=64", proc.stderr, re.M)
-    assert (
-        proc.stderr.rstrip()
-        .splitlines()[-1]
-        .startswith(
-            "error: 1 of 3 sweep jobs failed (listed above); the others ran; fix them, then rerun "
-            f"the same command with hydra.sweep.dir={sweep}"
-        )
-    )
+    ends_on_its_summary(proc, sweep)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing retrained
     assert sorted(done.glob("events.out.tfevents.*")) == events
     assert "already completed (results.json): skipped" in (done / "train.log").read_text()
