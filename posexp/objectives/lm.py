@@ -42,7 +42,8 @@ class LanguageModeling:
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
         """Validation loss and perplexity."""
         loss = mean_loss(model, *self.val, self.batch_size, self.device, self.autocast)
-        self.last = {"val/loss": loss, "val/ppl": math.exp(loss)}
+        # exp overflows past 709: the trainer stops a diverged run, this only must not raise first.
+        self.last = {"val/loss": loss, "val/ppl": math.exp(min(loss, 700.0))}
         return self.last
 
     def finish(self, model: torch.nn.Module, writer: Any) -> dict[str, float]:

@@ -39,6 +39,10 @@ from posexp.runtime.signals import GracefulStop
 
 log = logging.getLogger("posexp")
 
+# A loss this many times ln(vocab) (a uniform guess's) means training diverged: the untrained
+# model starts near 1x and training only lowers it; lr=1000 took the tiny model's to ~100x.
+DIVERGED = 10.0
+
 
 @dataclass
 class Trainer:
@@ -109,10 +113,22 @@ class Trainer:
             save_checkpoint(self.run_dir, self.raw_model, meta, self.state())
         log.info("checkpoint saved at step %d", self.step)
 
+    def check_diverged(self, what: str, loss: float) -> None:
+        """Stop as failed once a loss is not finite or DIVERGED times a uniform guess's ln(V):
+        a model that confident and that wrong has diverged, and its perplexity overflows."""
+        uniform = math.log(self.mcfg.vocab_size)
+        if not math.isfinite(loss) or loss > DIVERGED * uniform:
+            t = self.cfg.train
+            raise Diverged(
+                f"{what} became {loss:.4g} at step {self.step} (a uniform guess scores "
+                f"{uniform:.2f}); lower train.lr (now {t.lr:g}) or raise train.warmup_steps"
+            )
+
     def evaluate(self, train_loss: float | None = None) -> None:
         """Validation metrics at this step: logged, shown, and kept as the last val loss."""
         metrics = self.objective.evaluate(self.raw_model, self.step, self.writer)
         self.model.train()
+        self.check_diverged("validation loss", metrics["val/loss"])
         self.last_val = metrics["val/loss"]
         self.best_val = min(self.best_val, self.last_val)
         for tag, value in metrics.items():
@@ -203,11 +219,7 @@ class Trainer:
                 elapsed = time.perf_counter() - window_start
                 tps = window_steps * tokens_per_step / elapsed
                 loss_value = distributed.global_mean(loss, weight)
-                if not math.isfinite(loss_value):  # checked where the loss is read anyway
-                    raise Diverged(
-                        f"loss became {loss_value} at step {self.step}; lower train.lr "
-                        f"(now {t.lr:g}) or raise train.warmup_steps"
-                    )
+                self.check_diverged("loss", loss_value)  # where the loss is read anyway
                 self.writer.add_scalar("train/loss", loss_value, self.step)
                 self.writer.add_scalar("train/lr", lr, self.step)
                 self.writer.add_scalar("train/grad_norm", float(grad_norm), self.step)

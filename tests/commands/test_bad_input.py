@@ -134,10 +134,17 @@ def test_config_values_are_checked_before_any_work(override):
         run_config(override)
 
 
-def test_a_diverging_run_stops_as_failed_and_says_so(tmp_path, cache):
-    proc = posexp(tmp_path, cache, "train", *TINY, "train.lr=1e30", check=False)
+@pytest.mark.parametrize(
+    ("lr", "said"),
+    # 1e30: the loss is nan; 1000: finite, but far past a uniform guess (its ppl overflowed)
+    [("1e30", r"loss became nan at step \d+"), ("1000", r"loss became [\d.e+]+ at step \d+")],
+)
+def test_a_diverging_run_stops_as_failed_and_says_so(tmp_path, cache, lr, said):
+    proc = posexp(tmp_path, cache, "train", *TINY, f"train.lr={lr}", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "error: loss became nan at step" in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert re.search(said + r" \(a uniform guess scores 5\.56\); lower train\.lr", line)
     (run,) = run_dirs(tmp_path)  # kept, to look at
     results = json.loads((run / "results.json").read_text())
-    assert results["status"] == "failed" and results["error"].startswith("loss became nan at step")
+    assert results["status"] == "failed" and re.search(said, results["error"])
+    assert json.loads((run / "provenance.json").read_text())["sessions"][-1]["status"] == "failed"
