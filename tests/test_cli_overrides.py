@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from posexp.cli.overrides import expand_method_specs
+from posexp.cli.overrides import expand_method_specs, quote_resume_path
+from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
 
@@ -25,6 +26,25 @@ def test_a_method_spec_becomes_the_extension_group_and_its_keys():
         "extension.long_factor=[1,2]",
         "extension.factor=4",
     ]
+
+
+def test_a_resume_path_with_hydras_characters_is_quoted_for_it():
+    plain = ["resume=/runs/2026-12-04_kjv_rope_h4", "resume=null", "pe=rope,alibi"]
+    assert quote_resume_path(plain) == plain
+    assert quote_resume_path(["resume=/s/pe=rope,seed=0", "-m"]) == [
+        "resume='/s/pe=rope,seed=0'",
+        "-m",
+    ]
+    assert quote_resume_path(["resume=/s/it's"]) == ["resume='/s/it\\'s'"]
+    assert quote_resume_path(["resume='/s/a=b'"]) == ["resume='/s/a=b'"]  # quoted already
+
+
+def test_a_sweep_job_resumes_with_the_command_posexp_prints(tmp_path, cache):
+    # A job dir named by two swept keys; `resume with: posexp train resume=<dir>` as printed.
+    job = tmp_path / "sweep" / "pe=rope,seed=0"
+    posexp(tmp_path, cache, "train", *TINY, f"hydra.run.dir='{job}'")
+    posexp(tmp_path, cache, "train", f"resume={job}", "train.max_steps=8")
+    assert RunDir(job).meta()["step"] == 8
 
 
 def test_a_fine_tune_takes_a_method_spec(tmp_path, cache):

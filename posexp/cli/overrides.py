@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from posexp.checks import user_path
 from posexp.errors import PosexpError
@@ -141,17 +142,46 @@ def check_experiment_arg(args: list[str]) -> None:
                 raise PosexpError(f"unknown experiment {name!r}; allowed: {', '.join(allowed)}")
 
 
+def quote_resume_path(args: list[str]) -> list[str]:
+    """``resume=<dir>`` as Hydra reads a path: quoted where Hydra's grammar would read it as
+    more than a string. A sweep job's dir holds ``=`` and ``,`` (``pe=rope,seed=0``), so the
+    resume command posexp prints for it could not be pasted back otherwise."""
+    out = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if key != "resume" or not eq:
+            out.append(arg)
+            continue
+        if value != "null" and value[:1] not in ("'", '"') and hydra_value(arg) != value:
+            escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+            arg = f"resume='{escaped}'"
+        out.append(arg)
+    return out
+
+
+def hydra_value(arg: str) -> Any:
+    """The value Hydra reads from the override ``arg`` (quotes removed), or None if it refuses it
+    or reads a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        (override,) = OverridesParser.create().parse_overrides([arg])
+    except Exception:  # noqa: BLE001  Hydra's grammar errors have no common base to name
+        return None
+    return None if override.is_sweep_override() else override.value()
+
+
 def check_resume_arg(args: list[str]) -> None:
     """Reject a bad ``resume=`` before Hydra creates (and so half-writes) its run dir."""
     from posexp.rundir import RunDir
 
     for arg in args:
         if arg.startswith("resume="):
-            value = arg.split("=", 1)[1]
-            if value == "null":
+            value = hydra_value(arg)
+            if value is None:  # null, or refused by Hydra, which says why itself
                 continue
             RunDir.open(
-                user_path("resume=", value), "resume="
+                user_path("resume=", str(value)), "resume="
             ).meta()  # one-line error unless it holds a checkpoint
 
 

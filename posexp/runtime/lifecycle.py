@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import shlex
 import shutil
 import time
 from collections.abc import Iterator
@@ -32,15 +33,21 @@ class Diverged(PosexpError):
     """Training produced a non-finite loss: the run stops as failed, its dir kept to inspect."""
 
 
+def resume_command(run_dir: Path) -> str:
+    """The command that resumes ``run_dir``, quoted for a shell where its path needs it (a
+    sweep job's ``=`` and ``,`` need nothing: ``posexp train`` quotes a resume path for Hydra)."""
+    return f"posexp train {shlex.quote(f'resume={run_dir}')}"
+
+
 def report_stop(run_dir: Path, e: BaseException, step: int) -> None:
     """Record a stopped run as interrupted and log what was kept and how to resume it."""
     provenance.finish(run_dir, "interrupted")
     if isinstance(e, StopRequested):  # the loop checkpointed the step it stopped after
         log.warning(
-            "stopped by %s at step %d, checkpoint saved; resume with: posexp train resume=%s",
+            "stopped by %s at step %d, checkpoint saved; resume with: %s",
             e.name,
             e.step,
-            run_dir,
+            resume_command(run_dir),
         )
         return
     saved = RunDir(run_dir).step()
@@ -48,11 +55,10 @@ def report_stop(run_dir: Path, e: BaseException, step: int) -> None:
         log.warning("interrupted at step %d, before the first checkpoint", step)
     else:
         log.warning(
-            "interrupted at step %d; the checkpoint of step %d is kept; resume "
-            "with: posexp train resume=%s",
+            "interrupted at step %d; the checkpoint of step %d is kept; resume with: %s",
             step,
             saved,
-            run_dir,
+            resume_command(run_dir),
         )
 
 
@@ -90,7 +96,7 @@ def abandon_run(run_dir: Path, discard: bool, why: str) -> None:
     kept = (
         "no checkpoint yet: rerun it with the same command"
         if saved is None
-        else f"the checkpoint of step {saved} is kept; resume with: posexp train resume={run_dir}"
+        else f"the checkpoint of step {saved} is kept; resume with: {resume_command(run_dir)}"
     )
     log.warning("stopped at once (%s); %s", why, kept)
 
