@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import os
 import queue as queue_module
+import signal
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -252,12 +254,17 @@ def score_in_workers(
                         )
             drain(events, bar, block=False)
         except BaseException as e:
+            running = list((getattr(pool, "_processes", None) or {}).values())  # shutdown drops it
             pool.shutdown(wait=False, cancel_futures=True)
             if isinstance(e, KeyboardInterrupt):  # Ctrl-C, SIGTERM: keep the methods done
                 plans = {plan.run_dir: plan for plan, _, _ in tasks}
                 for run, records in scored.items():
                     if records and run not in results and run not in failed:
                         keep_before_stop(plans[run], records)
+                # The pool's exit would wait for the methods still scoring (a signal sent to
+                # this process alone leaves its workers running): end them now.
+                for process in running:
+                    process.terminate()
             raise
     return {run: result for run, result in results.items() if result is not None}
 
@@ -300,10 +307,19 @@ _events: Any = None
 
 
 def start_worker(threads: int, events: Any) -> None:
-    """A worker's set-up: its torch threads and the queue it reports progress on."""
+    """A worker's set-up: its torch threads, the queue it reports progress on, and Ctrl-C."""
     global _events
     torch.set_num_threads(threads)
     _events = events
+    # Ctrl-C reaches every process of the terminal's group: the main process keeps what was
+    # scored and says so; a worker just ends (Python would print a KeyboardInterrupt traceback
+    # per worker, idle or busy, under the main process's one line).
+    signal.signal(signal.SIGINT, end_worker)
+
+
+def end_worker(signum: int, frame: Any) -> None:
+    """A worker's SIGINT handler: exit at once, as a signal's default action would."""
+    os._exit(128 + signum)
 
 
 def score_task(

@@ -74,9 +74,10 @@ def keep_before_stop(plan: RunPlan, records: list[Record]) -> None:
     """The cells of a run scored before a stop, merged into its kept records, and said (in
     worker processes: the cells of the methods finished; a method still scoring is lost)."""
     write_merged(plan, records)
+    left = len(plan.todo) - len(records)
+    rest = f"rerun the command to score the other {left}" if left else "none is left to score"
     print(
-        f"{plan.run_dir}: kept the {len(records)} cell(s) scored before the stop; "
-        f"rerun the command to score the other {len(plan.todo) - len(records)}",
+        f"{plan.run_dir}: kept the {len(records)} cell(s) scored before the stop; {rest}",
         file=sys.stderr,
         flush=True,
     )
