@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from posexp import checks
 from posexp.errors import PosexpError, UnreadableFile
 from posexp.files import exclusive_lock
 from posexp.rundir import EVAL, RunDir
+
+log = logging.getLogger("posexp")
 
 RECORDS = "extrapolate.json"
 STALE = "stale.json"
@@ -186,8 +189,14 @@ class Record:
 # ---- where records are kept -----------------------------------------------------------------
 
 
-def read_file(run: RunDir, name: str) -> list[Record]:
-    """The records of ``eval/<name>`` ([] when there is none); a damaged file is one line."""
+REMEDY = "move it aside, or rescore its cells with --force"
+_SAID: set[tuple[str, int]] = set()  # damaged files already warned of, by path and mtime
+
+
+def read_file(run: RunDir, name: str, skip_damaged: bool = False) -> tuple[list[Record], int]:
+    """The records of ``eval/<name>`` ([] when there is none) and how many were left out:
+    none, since a damaged file or record is one line naming the file, unless ``skip_damaged``
+    (--force), which leaves out only the records that cannot be read, with a warning."""
     from posexp.files import read_json, staged_current
 
     path = staged_current(run.path / EVAL) / name
@@ -198,12 +207,28 @@ def read_file(run: RunDir, name: str) -> list[Record]:
     try:
         data = read_json(path, shape)
     except UnreadableFile as e:
-        raise UnreadableFile(
-            path, f"{e.reason}; move it aside, or rescore its cells with --force"
-        ) from None
-    if data is None:
-        return []
-    return [Record.from_dict(r, f"{path.name} record {i + 1}") for i, r in enumerate(data)]
+        raise UnreadableFile(path, f"{e.reason}; {REMEDY}") from None
+    records, bad = [], []
+    for i, row in enumerate(data or []):
+        try:
+            records.append(Record.from_dict(row, f"record {i + 1}"))
+        except PosexpError as e:
+            if not skip_damaged:
+                raise UnreadableFile(path, f"{e}; {REMEDY}") from None
+            bad.append(str(e))
+    said = (str(path), path.stat().st_mtime_ns) if bad else None
+    if said is not None and said not in _SAID:  # a plan and its merge read the file: once
+        _SAID.add(said)
+        log.warning(
+            "%s: left out %d damaged record(s) of %d (%s%s); the file is kept as %s.bak",
+            path,
+            len(bad),
+            len(data),
+            bad[0],
+            ", ..." if len(bad) > 1 else "",
+            name,
+        )
+    return records, len(bad)
 
 
 @dataclass
@@ -213,7 +238,7 @@ class Stored:
     current: list[Record]  # of the run's current checkpoint
     stale: list[Record]  # of earlier checkpoints (or of none named: written by an older posexp)
     checkpoint: Checkpoint
-    damaged: list[str] = field(default_factory=list)  # files read as empty (force): kept as .bak
+    damaged: list[str] = field(default_factory=list)  # files read in part (force): kept as .bak
     superseded: int = 0  # records in extrapolate.json of earlier weights: moved to stale.json
 
     def measured(self) -> dict[tuple, Record]:
@@ -224,7 +249,8 @@ class Stored:
 def load(run: RunDir, checkpoint: Checkpoint | None = None, force: bool = False) -> Stored:
     """The run's stored records against its current checkpoint (``checkpoint``, else read).
 
-    ``force``: a damaged file counts as empty (its cells are rescored and it is replaced).
+    ``force``: a damaged file's readable records are kept, the rest count as unmeasured (a
+    file that does not parse: all of them), and the file is kept as .bak when replaced.
     """
     checkpoint = checkpoint or checkpoint_of(run)
     records: list[Record] = []
@@ -232,12 +258,15 @@ def load(run: RunDir, checkpoint: Checkpoint | None = None, force: bool = False)
     superseded = 0
     for name in (RECORDS, STALE):
         try:
-            read = read_file(run, name)
-        except PosexpError:
+            read, left_out = read_file(run, name, skip_damaged=force)
+        except PosexpError as e:
             if not force:
                 raise
+            log.warning("%s; under --force its cells count as unmeasured", e)
             damaged.append(name)
             continue
+        if left_out:
+            damaged.append(name)
         records += read
         if name == RECORDS:
             superseded = sum(r.checkpoint != checkpoint for r in read)

@@ -148,6 +148,24 @@ def test_a_damaged_file_is_one_line_unless_forced(run, text):
     assert load(run, force=True).current == []  # --force: its cells are rescored
 
 
+def test_a_damaged_record_is_one_line_naming_the_file_and_forced_leaves_out_only_it(run, caplog):
+    now = checkpoint_of(run)
+    good = [record(length=n, checkpoint=now).to_dict() for n in (32, 64, 128)]
+    bad = {**good[1], "ppl": "abc"}
+    write(run, "extrapolate.json", [good[0], bad, good[2]])
+    with pytest.raises(
+        PosexpError,
+        match=r"^'.*eval/extrapolate\.json' is unreadable \(record 2\.ppl must be a number, .*"
+        r"got 'abc'; move it aside, or rescore its cells with --force\)$",
+    ):
+        load(run)
+    stored = load(run, force=True)
+    assert [r.length for r in stored.current] == [32, 128]  # the readable records stay
+    assert stored.damaged == ["extrapolate.json"]  # so the file is kept as .bak when replaced
+    (said,) = [r.getMessage() for r in caplog.records if "damaged record" in r.getMessage()]
+    assert "left out 1 damaged record(s) of 3 (record 2.ppl must be a number" in said
+
+
 def test_the_merge_lock_keeps_a_second_writer_waiting(run):
     # While this process merges, another process cannot take the lock (it would wait).
     probe = (
