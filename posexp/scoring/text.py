@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from posexp.errors import PosexpError
 from posexp.scoring.registry import Scoring, Work
 from posexp.scoring.windows import Window
 
@@ -104,6 +105,17 @@ def bucket_edges(length: int) -> list[int]:
     """The edges of the per-position buckets of a window of ``length`` tokens."""
     n = min(PER_POSITION_BUCKETS, length)
     return np.linspace(0, length, n + 1).astype(int).tolist()
+
+
+def check_windows_fit(lengths: list[int], test_size: int) -> None:
+    """Refuse lengths no window of the test split fits (their cells would stay empty in every
+    later table of the run), naming the split's size."""
+    too_long = sorted({n for n in lengths if n > test_size - 1})
+    if too_long:
+        raise PosexpError(
+            f"length {', '.join(f'{n:,}' for n in too_long)} is longer than the run's test split "
+            f"({test_size:,} tokens): no window fits; allowed: lengths up to {test_size - 1:,}"
+        )
 
 
 def windows_work(windows: list[Window], length: int, n_tokens: int, test_size: int) -> Work:

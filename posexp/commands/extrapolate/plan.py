@@ -41,7 +41,7 @@ from posexp.runtime.device import resolve_device
 from posexp.runtime.precision import recorded_precision
 from posexp.scoring import TEXT, Scorer, Work, get_scorer
 from posexp.scoring.records import Checkpoint, Record, Stored, checkpoint_of, load
-from posexp.scoring.text import DEFAULT_BATCH_TOKENS
+from posexp.scoring.text import DEFAULT_BATCH_TOKENS, check_windows_fit
 
 log = logging.getLogger("posexp")
 
@@ -406,6 +406,7 @@ def attach_work(plan: RunPlan, test_size: int | None = None) -> None:
     data.seed), windows over the test split (its token count capped to the split) otherwise."""
     if plan.task is None:
         plan.n_tokens = min(plan.n_tokens, test_size - 1)
+        check_windows_fit([i.record.length for i in plan.todo if i.scorer.kind == TEXT], test_size)
         source: Any = TextSource(plan.n_tokens, test_size)
     else:
         source = plan.task

@@ -259,6 +259,11 @@ BAD = {
         ["--tokens", "100", "--len", "128"],
         "--tokens 100 is below the longest length 128",
     ),
+    "a length past the test split": (
+        ["--lengths", "32,300000", "--method", "none"],
+        "length 300,000 is longer than the run's test split (202,311 tokens): no window fits; "
+        "allowed: lengths up to 202,310",
+    ),
 }
 
 
