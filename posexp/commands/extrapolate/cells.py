@@ -122,10 +122,11 @@ def cell_extension(
 def say_other_token_counts(run_dir: Path, stored: Stored, n_tokens: int, longest: int) -> None:
     """Warn when the default token count (which grows with the longest length) differs from
     the one this run's earlier cells used: the new cells become a row of their own."""
-    earlier = sorted({r.sample_size for r in stored.current if r.sample_size} - {n_tokens})
+    counts = {r.sample_size for r in stored.current if r.sample_size}
+    earlier = sorted(counts - {n_tokens})
     usable = [n for n in earlier if n >= longest]
-    if earlier:
-        hint = f"; pass --tokens {usable[-1]} to add to those" if usable else ""
+    if earlier and n_tokens not in counts:  # else the new cells join the rows of n_tokens
+        hint = f"; eval-extrapolate --tokens {usable[-1]} adds to those" if usable else ""
         log.warning(
             "%s: scoring %s test tokens per cell (the default, 4x the longest length); earlier "
             "cells of this run used %s, so these form rows of their own%s",

@@ -12,6 +12,7 @@ one after another in this process (one device).
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import multiprocessing
 import os
@@ -315,6 +316,9 @@ def start_worker(threads: int, events: Any) -> None:
     # scored and says so; a worker just ends (Python would print a KeyboardInterrupt traceback
     # per worker, idle or busy, under the main process's one line).
     signal.signal(signal.SIGINT, end_worker)
+    # The main process planned every run first and said what planning warns of; a worker plans
+    # its run again and would say it again, once per method.
+    logging.getLogger("posexp").setLevel(logging.ERROR)
 
 
 def end_worker(signum: int, frame: Any) -> None:

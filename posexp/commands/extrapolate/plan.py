@@ -326,8 +326,6 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     stored = effective_stored(
         load(run, checkpoint_of(run), force=settings.force), train_length, baked
     )
-    if task is None and s.tokens is None:
-        say_other_token_counts(run_dir, stored, n_tokens, max(lengths))
     specs = method_specs(s.method, pe, baked.method != "none", s.factor, pe_params)
     items: list[Item] = []
     dropped: list[str] = []
@@ -375,9 +373,12 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "
             f"allowed for {pe}: {', '.join(accepted_extensions(pe, pe_params))}"
         )
-    return RunPlan(
+    plan = RunPlan(
         run, meta, cfg, train_length, n_tokens, items, stored, dropped, task, settings.force, baked
     )
+    if task is None and s.tokens is None and plan.todo:
+        say_other_token_counts(run_dir, stored, n_tokens, max(lengths))
+    return plan
 
 
 @dataclass

@@ -53,9 +53,14 @@ def test_a_default_token_count_other_than_the_runs_earlier_cells_is_said(caplog,
         say_other_token_counts(tmp_path, stored, 16384, 4096)  # the same count: nothing said
         assert not caplog.records
         say_other_token_counts(tmp_path, stored, 32768, 8192)
+        # Once some cells use the new count too, the new cells join their rows: nothing said.
+        both = Stored(
+            [*earlier, Record("none", 64, "nonoverlap", 1.0, sample_size=32768)], [], weights
+        )
+        say_other_token_counts(tmp_path, both, 32768, 8192)
     (line,) = [r.getMessage() for r in caplog.records]
     assert "scoring 32,768 test tokens" in line and "earlier cells of this run used 16,384" in line
-    assert line.endswith("pass --tokens 16384 to add to those")
+    assert line.endswith("eval-extrapolate --tokens 16384 adds to those")
 
 
 def test_a_stride_longer_than_a_length_is_said(caplog, tmp_path):
