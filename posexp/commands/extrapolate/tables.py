@@ -64,21 +64,30 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         + (f", {next(iter(protocols))}" if len(protocols) == 1 else "")
     )
     console.print(Text.assemble((name, "bold"), about), soft_wrap=True)
-    # A narrow terminal (or a pipe: 80 columns) folds a long label onto more lines rather than
-    # cutting it, so rows stay apart; the numbers are never cut.
-    table = Table()
-    table.add_column("method", overflow="fold", min_width=12)
-    if len(protocols) > 1:
-        table.add_column("protocol", overflow="fold")
-    for n in lengths:
-        table.add_column(
-            f"{n}" if task else f"{n}\n×{n / result.train_length:g}", justify="right", no_wrap=True
+    headers = {n: f"{n}" if task else f"{n}\n×{n / result.train_length:g}" for n in lengths}
+    widths = {
+        n: max(
+            *map(len, headers[n].split("\n")), *(len(cell_text(b.get(n))) for b in rows.values())
         )
-    for (method, protocol), by_len in rows.items():
-        shown = [protocol] if len(protocols) > 1 else []
-        cells = [Text(method), *map(Text, shown), *(cell_text(by_len.get(n)) for n in lengths)]
-        table.add_row(*cells)
-    console.print(table)
+        for n in lengths
+    }
+    # A narrow terminal (or a pipe: 80 columns) folds a long label onto more lines rather than
+    # cutting it, so rows stay apart; the numbers are never cut: lengths that do not fit beside
+    # the labels go on to a table of their own below.
+    label = min(max((len(m) for m, _ in rows), default=6), 32)
+    room = console.width - label - 4 - (14 if len(protocols) > 1 else 0)
+    for part in column_groups(lengths, widths, room):
+        table = Table()
+        table.add_column("method", overflow="fold", min_width=label)
+        if len(protocols) > 1:
+            table.add_column("protocol", overflow="fold", min_width=11)
+        for n in part:
+            table.add_column(headers[n], justify="right", no_wrap=True, min_width=widths[n])
+        for (method, protocol), by_len in rows.items():
+            shown = [protocol] if len(protocols) > 1 else []
+            cells = [Text(method), *map(Text, shown), *(cell_text(by_len.get(n)) for n in part)]
+            table.add_row(*cells)
+        console.print(table)
     notes = sorted({r["note"] for r in records if headline(r) is None and r["note"]})
     for note in notes:
         console.print(f"  —: {note}", soft_wrap=True, highlight=False, markup=False)
@@ -90,6 +99,20 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         highlight=False,
         markup=False,
     )
+
+
+def column_groups(lengths: list[int], widths: dict[int, int], room: int) -> list[list[int]]:
+    """The length columns in groups whose cells (each its width, padding and rule: + 3) fit in
+    ``room`` characters, in order; at least one column per group."""
+    groups: list[list[int]] = [[]]
+    used = 0
+    for n in lengths:
+        if groups[-1] and used + widths[n] + 3 > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(n)
+        used += widths[n] + 3
+    return groups
 
 
 def metrics_text(records: list[dict[str, Any]]) -> str:

@@ -22,3 +22,22 @@ def test_brackets_in_run_dirs_and_labels_are_text_not_markup(tmp_path):
     text = console.export_text()
     assert f"{run_dir}: test perplexity" in text
     assert "none [stride 32]" in text and "yarn [bold]" in text
+
+
+def test_lengths_that_do_not_fit_a_narrow_console_go_on_to_another_table(tmp_path):
+    # A pipe or a Slurm log is 80 columns: the labels and numbers stay whole, never cut.
+    lengths = [64 * k for k in (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 32)]
+    records = [
+        {"method": method, "protocol": "sliding", "length": n, "metric": "ppl", "ppl": 10.25 + n}
+        for method in ("none", "self_extend(group=4,window=16)")
+        for n in lengths
+    ]
+    console = Console(width=80, record=True)
+    print_table(RunResult(tmp_path / "run", "rope", 64, records, []), console)
+    text = console.export_text()
+    rules = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert "…" not in text and max(map(len, rules)) <= 80
+    tables = text.count("┏")
+    assert tables >= 2 and text.count("self_extend(group=4,window=16)") == tables
+    for n in lengths:  # each length once, its value whole
+        assert f"{10.25 + n:,.2f}" in text and text.count(f" {n} ┃") == 1
