@@ -147,7 +147,7 @@ def eval_extrapolate(
         help="Longest length; lengths double from the training length up to it. Default 4096.",
     ),
     lengths: str | None = typer.Option(
-        None, "--lengths", help="Explicit lengths, e.g. 64,128,512 (instead of --len)."
+        None, "--lengths", help="Explicit lengths, e.g. 32,128,512 (instead of --len; any size)."
     ),
     method: list[str] | None = typer.Option(
         None,
