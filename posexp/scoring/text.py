@@ -107,6 +107,14 @@ def bucket_edges(length: int) -> list[int]:
     return np.linspace(0, length, n + 1).astype(int).tolist()
 
 
+@dataclass(frozen=True)
+class TextSource:
+    """What a text scorer cuts windows from: ``n_tokens`` targets of a ``test_size`` split."""
+
+    n_tokens: int
+    test_size: int
+
+
 def check_windows_fit(lengths: list[int], test_size: int) -> None:
     """Refuse lengths no window of the test split fits (their cells would stay empty in every
     later table of the run), naming the split's size."""

@@ -302,6 +302,20 @@ def test_a_damaged_checkpoint_meta_is_named_corrupt(tmp_path, cache, trained, co
         one_line_error(posexp(tmp_path, cache, *args, check=False), "corrupt checkpoint", reason)
 
 
+def test_weights_cut_short_are_refused_before_the_records_are_judged_by_them(
+    tmp_path, cache, trained
+):
+    run = copy_of(trained, tmp_path)
+    weights = run / "checkpoint" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    records = (run / "eval" / "extrapolate.json").read_bytes()
+    args = ["eval-extrapolate", "--run", str(run), "--lengths", "32", "--method", "none"]
+    proc = posexp(tmp_path, cache, *args, check=False)
+    one_line_error(proc, f"corrupt checkpoint in {str(run)!r}", "is cut short (1,000 bytes)")
+    assert "stale" not in proc.stdout + proc.stderr  # its records were not said to move
+    assert (run / "eval" / "extrapolate.json").read_bytes() == records
+
+
 def test_a_damaged_precision_cache_is_measured_again_and_kept(tmp_path):
     import torch
 

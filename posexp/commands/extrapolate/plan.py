@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from posexp import checks
+from posexp.checkpoint import checkpoint_problem
 from posexp.commands.extrapolate.cells import (
     cell_extension,
     cell_of,
@@ -41,7 +42,7 @@ from posexp.runtime.device import resolve_device
 from posexp.runtime.precision import recorded_precision
 from posexp.scoring import TEXT, Scorer, Work, get_scorer
 from posexp.scoring.records import Checkpoint, Record, Stored, checkpoint_of, load
-from posexp.scoring.text import DEFAULT_BATCH_TOKENS, check_windows_fit
+from posexp.scoring.text import DEFAULT_BATCH_TOKENS, TextSource, check_windows_fit
 
 log = logging.getLogger("posexp")
 
@@ -272,6 +273,8 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     run_dir = run.path
     check_writable(run_dir, "run dir")  # before any scoring, not after it
     meta = run.meta()
+    if problem := checkpoint_problem(run_dir):  # before its records are judged by its hash
+        raise PosexpError(f"corrupt checkpoint in {str(run_dir)!r}: {problem}")
     cfg = run.config()
     given, s = settings.extrapolate, settings.for_run(cfg)
     mcfg = run.model_config()
@@ -392,14 +395,6 @@ class RunResult:
     files: list[Path]
     scored: int = 0  # cells scored by this evaluation
     seq_len: int | None = None  # the run's own training length, where it is not L0 (a fine-tune)
-
-
-@dataclass(frozen=True)
-class TextSource:
-    """What a text scorer cuts windows from: ``n_tokens`` targets of a ``test_size`` split."""
-
-    n_tokens: int
-    test_size: int
 
 
 def attach_work(plan: RunPlan, test_size: int | None = None) -> None:
