@@ -61,6 +61,7 @@ from posexp.runtime.sweeps import completed_results, continue_unfinished
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.trainer import Trainer
 from posexp.runtime.weights import check_same_network, check_start_weights
+from posexp.scoring.records import checkpoint_of
 
 log = logging.getLogger("posexp")
 
@@ -176,7 +177,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
     check_budget(cfg, mcfg, model, device, precision, getattr(objective, "row_tokens", None))
-    state = None
+    state, parent = None, {}
     if cfg.resume:
         load_weights(run_dir, model)
         state = load_state(run_dir, [p for group in parameter_groups(model) for p in group])
@@ -184,8 +185,11 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         # `posexp finetune`, or `posexp train parent=<run>` (e.g. on other data): start from the
         # parent run's weights; the network must be the same.
         check_same_network(RunDir.open(cfg.parent, "parent").meta()["model"], mcfg)
+        # Which weights of the parent: a parent trained on (or trained longer) moves on later.
+        taken = checkpoint_of(RunDir(Path(cfg.parent)))
         load_weights(Path(cfg.parent), model)
-        log.info("initialised from parent run %s", cfg.parent)
+        parent = {"parent": {"dir": str(cfg.parent), "step": taken.step, "sha256": taken.sha256}}
+        log.info("initialised from parent run %s at step %d", cfg.parent, taken.step)
     writer = (
         SummaryWriter(str(run_dir), purge_step=state["step"] + 1 if state else None)
         if distributed.is_main()
@@ -207,6 +211,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             causal_kernel_reason=kernel_why,
             schedule=record,
             deterministic=cfg.train.deterministic,
+            **parent,
         )
         write_config_text(writer, cfg.to_dict(), precision)
     trainer = Trainer(

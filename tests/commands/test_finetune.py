@@ -14,6 +14,7 @@ import yaml
 
 from posexp.checkpoint import read_meta
 from posexp.rundir import RunDir
+from posexp.scoring.records import checkpoint_of
 from tests.helpers import TINY, lock_held_elsewhere, posexp, run_dirs
 
 FT = [
@@ -63,6 +64,10 @@ def test_finetune_makes_a_new_run_from_the_parent(parent, cache):
         assert saved["train"]["batch_size"] == 2 and saved["train"]["max_steps"] == 2
     ext = meta["model"]["extension"]
     assert (ext["method"], ext["factor"], ext["original_length"]) == ("yarn", 2.0, 32)
+    # Which of the parent's weights it started from, should the parent train on later.
+    (session,) = json.loads((ft / "provenance.json").read_text())["sessions"]
+    taken = checkpoint_of(RunDir(run))
+    assert session["parent"] == {"dir": rel, "step": taken.step, "sha256": taken.sha256}
     assert json.loads((ft / "results.json").read_text())["status"] == "completed"
     a, b = RunDir(run).load_model(torch.device("cpu")), RunDir(ft).load_model(torch.device("cpu"))
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
