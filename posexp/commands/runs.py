@@ -218,6 +218,11 @@ def list_runs(root: Path | str = Path(DEFAULT_ROOT)) -> list[dict[str, Any]]:
             f"runs: no such directory {str(root)!r} (train a run first, or pass a folder)"
         )
     if not RunDir(root).is_run() and not marked_dirs(root):
+        inside = next((p for p in root.resolve().parents if RunDir(p).is_run()), None)
+        if inside is not None:  # e.g. a run's checkpoint/ or eval/ folder
+            raise PosexpError(
+                f"runs: {str(root)!r} is a folder inside the run dir {str(inside)!r}; pass that"
+            )
         return []  # a folder without runs yet: an empty list (scripts read `[]`), not an error
     rows = [(run_row(j, root), j) for j in find_jobs(root)]
 
