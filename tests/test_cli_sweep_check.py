@@ -86,3 +86,19 @@ def test_a_single_run_is_checked_before_hydra_makes_its_dir(tmp_path):
     # Nothing runs after --cfg or --info; a resume's config is built from the run's, in the task.
     assert check_jobs(["train.max_steps=0", "--cfg", "job"], "train", build) == 0
     assert check_jobs([f"resume={tmp_path}", "train.max_steps=0"], "train", build) == 0
+
+
+def test_warnings_of_a_config_built_to_check_it_are_left_to_the_job(caplog):
+    # The job builds its config again and says them then: said twice otherwise (PoSE's note).
+    import logging
+
+    from posexp.cli.sweep_check import check_jobs
+
+    def warn(cfg, overrides):
+        logging.getLogger("posexp").warning("a note on %s", overrides)
+
+    with caplog.at_level(logging.WARNING, logger="posexp"):
+        assert check_jobs(["pe=rope"], "train", warn) == 1
+        assert check_jobs(["-m", "pe=rope,alibi"], "train", warn) == 2
+        logging.getLogger("posexp").warning("after")
+    assert [r.getMessage() for r in caplog.records] == ["after"]

@@ -16,9 +16,11 @@ than the basic one (a plugin's search) chooses its jobs as it goes, so it checks
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from posexp.errors import PosexpError
@@ -111,7 +113,8 @@ def check_jobs(args: list[str], config_name: str, build: Callable[[Any, list[str
             cfg = compose(config_name, overrides=given)
         except HydraException:  # refused by Hydra at launch, as ever
             return 0
-    build(cfg, given)
+    with quietly():
+        build(cfg, given)
     return 1
 
 
@@ -137,10 +140,24 @@ def preset_sweeps(cfg: Any, job: list[str]) -> list[str]:
     return [f"{k}={v}" for k, v in params.items() if str(k).lstrip("+~") not in set_here]
 
 
+@contextlib.contextmanager
+def quietly() -> Iterator[None]:
+    """posexp's warnings held back while a config is built to check it: the job builds it
+    again and says them then, once."""
+    logger = logging.getLogger("posexp")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def check_job(build: Callable[[Any, list[str]], Any], cfg: Any, overrides: list[str]) -> None:
     """``build(cfg, overrides)``; its one-line error names the job."""
     try:
-        build(cfg, overrides)
+        with quietly():
+            build(cfg, overrides)
     except PosexpError as e:
         shown = " ".join(o for o in overrides if not o.startswith("hydra"))
         raise PosexpError(f"job {shown}: {e}") from None

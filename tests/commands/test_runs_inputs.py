@@ -42,7 +42,6 @@ def test_errors_name_no_other_command(tmp_path):
         find_jobs(tmp_path)
 
 
-
 def test_a_folder_inside_a_run_names_the_run(tmp_path):
     failed_job(tmp_path / "run")
     (tmp_path / "run" / "checkpoint").mkdir()
@@ -51,6 +50,7 @@ def test_a_folder_inside_a_run_names_the_run(tmp_path):
         match=r"^runs: '.*run/checkpoint' is a folder inside the run dir '.*run'; pass that$",
     ):
         list_runs(tmp_path / "run" / "checkpoint")
+
 
 def test_a_cut_results_json_is_unreadable_not_missing(tmp_path):
     job = tmp_path / "job"
