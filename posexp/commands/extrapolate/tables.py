@@ -80,7 +80,7 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
         table = Table()
         table.add_column("method", overflow="fold", min_width=label)
         if len(protocols) > 1:
-            table.add_column("protocol", overflow="fold", min_width=11)
+            table.add_column(panel_header(records), overflow="fold", min_width=11)
         for n in part:
             table.add_column(headers[n], justify="right", no_wrap=True, min_width=widths[n])
         for (method, protocol), by_len in rows.items():
@@ -161,6 +161,13 @@ def table_rows(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int,
     return rows
 
 
+def panel_header(records: list[dict[str, Any]]) -> str:
+    """The name of what tells a method's rows apart (``panel``): protocol, key depth or task."""
+    if any(r.get("task") for r in records):
+        return "task"
+    return "key depth" if any(r.get("depth") is not None for r in records) else "protocol"
+
+
 def markdown_table(records: list[dict[str, Any]]) -> str:
     """Rows method × protocol, columns lengths, cells each row's metric, as Markdown."""
     records = display_rows(records)
@@ -169,7 +176,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
         f"Measured {metrics_text(records)} by evaluation length (exact values; the charts are "
         "smoothed).",
         "",
-        "| method | protocol | " + " | ".join(f"{n:,}" for n in lengths) + " |",
+        f"| method | {panel_header(records)} | " + " | ".join(f"{n:,}" for n in lengths) + " |",
         "|---|---|" + "---:|" * len(lengths),
     ]
     for (method, protocol), by_len in table_rows(records).items():

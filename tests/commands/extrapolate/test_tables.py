@@ -41,3 +41,23 @@ def test_lengths_that_do_not_fit_a_narrow_console_go_on_to_another_table(tmp_pat
     assert tables >= 2 and text.count("self_extend(group=4,window=16)") == tables
     for n in lengths:  # each length once, its value whole
         assert f"{10.25 + n:,.2f}" in text and text.count(f" {n} ┃") == 1
+
+
+def test_rows_told_apart_by_key_depth_are_headed_so(tmp_path):
+    from posexp.commands.extrapolate.tables import markdown_table
+
+    records = [
+        {
+            "method": "none",
+            "protocol": "exact_match",
+            "length": 64,
+            "metric": "accuracy",
+            "accuracy": 1.0,
+            "depth": depth,
+        }
+        for depth in (0.0, 0.5)
+    ]
+    console = Console(width=120, record=True)
+    print_table(RunResult(tmp_path / "run", "rope", 64, records, []), console)
+    assert "key depth" in console.export_text() and "protocol" not in console.export_text()
+    assert "| method | key depth | 64 |" in markdown_table(records)
