@@ -119,6 +119,26 @@ def cell_extension(
     return ext, spec.label, note
 
 
+def check_cell_extensions(
+    cells: list[tuple[str, ExtensionConfig]], mcfg: Any, run_dir: Path
+) -> None:
+    """Build the run's encoding once per method and setting asked for, so a setting its model
+    cannot take (a LongRoPE list of the wrong length for the rotated dims) is refused in one
+    line naming --method, before anything is scored."""
+    from posexp.pe import PEContext, build_pe
+
+    seen: set[str] = set()
+    for label, ext in cells:
+        if label in seen or ext.method == "none":
+            continue
+        seen.add(label)
+        shape = (mcfg.d_model, mcfg.n_heads, mcfg.head_dim, mcfg.train_length)
+        try:
+            build_pe(mcfg.pe, PEContext(*shape, ext, mcfg.n_layers), **dict(mcfg.pe_params))
+        except PosexpError as e:
+            raise PosexpError(f"--method {label!r} for {str(run_dir)!r}: {e}") from None
+
+
 def say_other_token_counts(run_dir: Path, stored: Stored, n_tokens: int, longest: int) -> None:
     """Warn when the default token count (which grows with the longest length) differs from
     the one this run's earlier cells used: the new cells become a row of their own."""

@@ -21,6 +21,7 @@ from posexp.checkpoint import checkpoint_problem
 from posexp.commands.extrapolate.cells import (
     cell_extension,
     cell_of,
+    check_cell_extensions,
     effective_stored,
     method_specs,
     say_other_token_counts,
@@ -371,6 +372,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                         note="; ".join(x for x in (note, unfinished) if x),
                     )
                     items.append(Item(record, ext, scorer))
+    check_cell_extensions([(i.record.method, i.extension) for i in items], mcfg, run_dir)
     if not items and n_runs == 1:
         raise PosexpError(
             f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "

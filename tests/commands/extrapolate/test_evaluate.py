@@ -287,6 +287,27 @@ def test_bad_input_is_one_line(runs, name, monkeypatch, capsys):
     assert after == before  # nothing written
 
 
+def test_a_setting_the_model_cannot_take_is_refused_before_scoring(runs, monkeypatch, capsys):
+    # LongRoPE's per-pair list must match the rotated dims (8-dim heads: 4 pairs).
+    from posexp.cli import main
+
+    cwd, rope, _ = runs
+    spec = "longrope(long_factor=[1,2])"
+    monkeypatch.chdir(cwd)
+    argv = ["posexp", "eval-extrapolate", "--run", str(rope), "--len", "64", "--method", spec]
+    monkeypatch.setattr(sys, "argv", argv)
+    before = sorted((rope / "eval").iterdir()) if (rope / "eval").exists() else []
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and "scoring" not in out
+    assert err.strip() == (
+        f"error: --method '{spec}' for '{rope}': extension.long_factor has 2 entries; the 8 "
+        "rotated dims of each head need 4, one per pair"
+    )
+    assert (sorted((rope / "eval").iterdir()) if (rope / "eval").exists() else []) == before
+
+
 def test_run_dir_without_checkpoint(tmp_path, cache):
     (tmp_path / "run" / ".hydra").mkdir(parents=True)
     proc = posexp(tmp_path, cache, "eval-extrapolate", "--run", "run", check=False)
