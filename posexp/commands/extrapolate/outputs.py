@@ -223,7 +223,7 @@ def baseline_metrics(
     records: list[dict[str, Any]], train_length: int
 ) -> dict[str, tuple[float, int]]:
     """``eval/<metric>_x<ratio>`` -> (value, step): the unextended model's (method ``none``)
-    first protocol at each length, named by its multiple of the training length, at the training
+    first protocol at each length (its first row holding that length), named by its multiple of the training length, at the training
     step of the weights it scored (the step axis of every other scalar in the run; the length is
     in the name). Records without a checkpoint (older ones) stand at step 0."""
     base = [
@@ -237,15 +237,17 @@ def baseline_metrics(
     ]
     if not base:
         return {}
-    first = (base[0]["method"], base[0]["protocol"])  # records come in display order
-    return {
-        f"eval/{r.get('metric') or 'ppl'}_x{r['length'] / train_length:g}": (
-            float(headline(r)),
-            int((r.get("checkpoint") or {}).get("step", 0)),
-        )
-        for r in base
-        if (r["method"], r["protocol"]) == first
-    }
+    protocol = base[0]["protocol"]  # records come in display order
+    scalars: dict[str, tuple[float, int]] = {}
+    for r in base:
+        # The first row that has the length: rows of one method apart by their token count
+        # ("none [tokens 16,384]") may each hold lengths the other lacks.
+        if r["protocol"] == protocol:
+            scalars.setdefault(
+                f"eval/{r.get('metric') or 'ppl'}_x{r['length'] / train_length:g}",
+                (float(headline(r)), int((r.get("checkpoint") or {}).get("step", 0))),
+            )
+    return scalars
 
 
 def remove_legacy_tensorboard(run_dir: Path) -> None:

@@ -134,3 +134,15 @@ def test_a_mixtures_single_task_is_not_the_runs_headline_scalar():
     assert baseline_metrics(records, 256) == {}
     whole = {**part, "task": None, "score": 0.5}
     assert baseline_metrics([whole], 256) == {"eval/score_x0.882812": (0.5, 0)}  # no checkpoint
+
+
+def test_each_length_takes_the_first_unextended_row_that_has_it():
+    # Two token counts make two rows of `none`; a length only the second row has is still shown.
+    from posexp.commands.extrapolate.outputs import baseline_metrics
+
+    def rec(method, length, ppl):
+        return {"method": method, "protocol": "nonoverlap", "length": length, "ppl": ppl}
+
+    rows = [rec("none [tokens 16,384]", 64, 3.0), rec("none [tokens 32,768]", 64, 3.1)]
+    rows += [rec("none [tokens 32,768]", 128, 4.0), rec("pi", 128, 3.5)]
+    assert baseline_metrics(rows, 64) == {"eval/ppl_x1": (3.0, 0), "eval/ppl_x2": (4.0, 0)}
