@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from posexp.cli.overrides import expand_method_specs, quote_resume_path
@@ -93,3 +94,17 @@ def test_methods_lists_every_method_with_its_settings(tmp_path, cache):
         for setting in method.spec_settings:
             assert setting.name in out
     assert "name(key=value,...)" in out
+
+
+def test_a_run_dir_of_other_files_is_refused_an_empty_one_taken(tmp_path):
+    from posexp.cli.overrides import check_run_dir_arg
+    from posexp.errors import PosexpError
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "plan.txt").write_text("grid")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        PosexpError, match=r"^hydra.run.dir='.*notes' holds other files and no run;"
+    ):
+        check_run_dir_arg([f"hydra.run.dir={tmp_path / 'notes'}"])
+    check_run_dir_arg([f"hydra.run.dir={tmp_path / 'empty'}", f"hydra.run.dir={tmp_path / 'new'}"])

@@ -117,16 +117,23 @@ def check_run_dir_arg(args: list[str]) -> None:
         for a in args
     ):
         return
-    values = dict(a.split("=", 1) for a in args if "=" in a and not a.startswith("-"))
-    if values.get("resume") not in (None, "", "null"):
-        RunDir(Path(values["resume"])).check_free("resume=")
+    values = {
+        a.split("=", 1)[0]: hydra_value(a) for a in args if "=" in a and not a.startswith("-")
+    }
+    if values.get("resume") not in (None, ""):
+        RunDir(Path(str(values["resume"]))).check_free("resume=")
     elif values.get("hydra.run.dir"):
-        run = RunDir(Path(values["hydra.run.dir"]))
+        run = RunDir(Path(str(values["hydra.run.dir"])))
         run.check_free("hydra.run.dir=")
         if run.is_run():
             raise PosexpError(
                 f"hydra.run.dir={str(run.path)!r} already holds a run; continue it "
                 f"with `posexp train resume={run.path}` or choose a new dir"
+            )
+        if run.path.is_dir() and any(run.path.iterdir()):  # its files would mix with the run's
+            raise PosexpError(
+                f"hydra.run.dir={str(run.path)!r} holds other files and no run; choose a new "
+                "or empty dir"
             )
 
 
