@@ -7,13 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from posexp.commands.report.stats import mean_std
-from posexp.commands.report.views.extrapolation import (
-    Column,
-    ranking_sentence,
-    ratio_table,
-    reading_sentences,
-    seed_records,
-)
+from posexp.commands.report.views.extrapolation import ratio_table
+from posexp.commands.report.views.extrapolation_data import Column, seed_records
+from posexp.commands.report.views.extrapolation_reading import ranking_sentence, reading_sentences
 
 
 def record(values: float | list[float]) -> dict:
