@@ -106,3 +106,59 @@ def test_one_sample_per_pe_keeps_the_plain_labels(tmp_path):
     ctx = ReportContext(tmp_path, [lm_job(tmp_path, records)], [])
     assert [c.label for c in extrapolation_columns(ctx)] == ["RoPE", "RoPE+yarn"]
     assert "own column" not in render_extrapolation(ctx)
+
+
+def test_a_fine_tuned_run_is_described_as_fine_tuned_and_not_set_beside_the_paper(tmp_path):
+    # `posexp finetune --run <rope, L0 64> extension=yarn extension.factor=4`: trained at 256.
+    # Without YaRN the fine-tuned weights explode past 256; with it (baked) they stay flat.
+    none = {64: 10.0, 128: 10.0, 256: 10.0, 512: 30.0, 1024: 60.0}
+    records = [text_record("none", n, ppl) for n, ppl in none.items()]
+    records += [text_record("baked:yarn", n, 10.0) for n in none]
+    records += [text_record("yarn", n, 10.0 if n <= 256 else ppl * 1.5) for n, ppl in none.items()]
+    tuned = lm_job(
+        tmp_path,
+        records,
+        parent="outputs/runs/rope",
+        **{"train.seq_len": 256, "extension.method": "yarn", "extension.factor": 4.0},
+    )
+    ctx = ReportContext(tmp_path, [tuned], [])
+    md = render_extrapolation(ctx)
+    assert "fine-tuned (`posexp finetune`) at 256 tokens from a model trained at 64 tokens" in md
+    assert "trained at 64 tokens." not in md
+    assert "zero-shot" not in md  # baked:yarn is the method it was fine-tuned with
+    baked = sentence(md, "baked:yarn, the extension the run was fine-tuned with,")
+    # only 512 and 1,024 lie past the length it trained at
+    assert (
+        "is better than no extension (the same weights without it) for RoPE in 2 of 2 cells "
+        "past the length the run was fine-tuned at (256)" in baked
+    )
+    assert "`posexp finetune` trains" not in baked
+    applied = sentence(md, "applied at evaluation to fine-tuned weights, yarn is worse")
+    assert "in 2 of 2 cells" in applied
+    # Press et al.'s models were trained from scratch without extension: no shape comparison
+    assert "explodes here" not in md and "in the paper it" not in md
+    assert "RoPE is not set beside Press et al. 2022 (ALiBi): fine-tuned" in md
+
+
+def test_verdicts_count_the_cells_past_each_run_s_own_training_length(tmp_path):
+    # `posexp train -m train.seq_len=32,64 pe=rope`, evaluated at 32..256 with none and yarn.
+    jobs = []
+    for seq_len in (32, 64):
+        records = []
+        for n in (32, 64, 128, 256):
+            records += [text_record("none", n, 20.0), text_record("yarn", n, 20.0)]
+            records += [
+                {**text_record(m, n, 22.0), "protocol": "sliding", "stride": 16}
+                for m in ("none", "yarn")
+            ]
+        job = lm_job(tmp_path, records, **{"train.seq_len": seq_len})
+        job.train_length = seq_len
+        jobs.append(job)
+    md = render_extrapolation(ReportContext(tmp_path, jobs, ["train.seq_len"]))
+    assert "training lengths differ" in md
+    verdicts = [line for line in md.splitlines() if line.startswith("- applied zero-shot")]
+    assert len(verdicts) == 2
+    assert "for RoPE [L32] (3 of 3 cells within 1%" in verdicts[0]
+    assert "for RoPE [L64] (2 of 2 cells within 1%" in verdicts[1]
+    # the protocols are compared past each run's own length too: 3 + 2 cells of two methods
+    assert "non-overlapping ones in 10 of 10 cells" in sentence(md, "past the training length")

@@ -17,6 +17,7 @@ from posexp.commands.report.stats import (
 from posexp.commands.report.view import ReportContext, md_table, register_report_view
 from posexp.commands.report.views.extrapolation_data import (
     Column,
+    fine_tune_length,
     seed_records,
     series_fields,
     series_of,
@@ -75,9 +76,9 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
                 recs = seed_records(seeds, method, dict(zip(fields, series, strict=True)))
                 if recs:
                     name, csv_key = base + suffix + tag, key + suffix + tag
-                    columns.append(
-                        Column(name, seeds[0], method, recs, csv_key, pe, seeds, series=text)
-                    )
+                    column = Column(name, seeds[0], method, recs, csv_key, pe, seeds, series=text)
+                    column.l0, column.tuned_at = seeds[0].train_length, fine_tune_length(seeds[0])
+                    columns.append(column)
     return columns
 
 
@@ -107,10 +108,25 @@ def seeds_text(columns: list[Column]) -> str:
     return f"mean ± sample std over n = {shown} seeds per column"
 
 
+def trained_text(columns: list[Column], l0: int | None) -> str:
+    """The training lengths, for the caption: L0, and a fine-tune's own length beside it."""
+    scratch = f"trained at {l0:,} tokens" if l0 else "training lengths differ"
+    tuned = sorted({c.tuned_at for c in columns if c.tuned_at})
+    if not tuned:
+        return scratch
+    lengths = " and ".join(f"{n:,}" for n in tuned)
+    counts = f" (× L_train counts from L0 = {l0:,}, the parents' training length)" if l0 else ""
+    if all(c.tuned_at for c in columns):
+        models = "a model" if len({id(c.jobs) for c in columns}) == 1 else "models"
+        origin = f"{models} trained at {l0:,} tokens" if l0 else "models trained at other lengths"
+        return f"fine-tuned (`posexp finetune`) at {lengths} tokens from {origin}{counts}"
+    return f"{scratch}; the fine-tuned runs then at {lengths} tokens{counts}"
+
+
 def render_extrapolation(ctx: ReportContext) -> str:
     """ALiBi-paper style tables (rows = length, columns = PE[+method]) and plots."""
     columns = extrapolation_columns(ctx)
-    train_lengths = {c.job.train_length for c in columns}
+    train_lengths = {c.l0 for c in columns}
     l0 = train_lengths.pop() if len(train_lengths) == 1 else None
     protocols = [
         p for p in scorer_names(TEXT) if any(p == k[0] for c in columns for k in c.records)
@@ -119,9 +135,10 @@ def render_extrapolation(ctx: ReportContext) -> str:
         "## Length extrapolation",
         "",
         f"Test-split perplexity by evaluation length (`posexp eval-extrapolate`); "
-        f"{'trained at ' + str(l0) + ' tokens' if l0 else 'training lengths differ'}. "
+        f"{trained_text(columns, l0)}. "
         "Columns: PE, and PE+method for context-extension methods applied at evaluation time "
-        "(factor = length / training length unless the run says otherwise). "
+        "(factor = length / L0, the length the positions were first learned at, unless the run "
+        "says otherwise; `baked:` the extension a run was fine-tuned with). "
         f"Lower is better; a flat column extrapolates. Cells: {seeds_text(columns)}.",
     ]
     samples = list(dict.fromkeys(c.series for c in columns if c.series))

@@ -27,6 +27,22 @@ class Column:
     pe: PEDisplay | None = None
     jobs: list[Job] = field(default_factory=list)
     series: str = ""  # the sample it was scored on where its PE has several: "tokens 16,384"
+    l0: int | None = None  # the length its positions were learned at (a fine-tune's parent's)
+    tuned_at: int | None = None  # a `posexp finetune` run's own training length; None: none
+
+    @property
+    def trained_length(self) -> int | None:
+        """The longest length its weights trained at: a fine-tune's own, else L0."""
+        return self.tuned_at or self.l0
+
+
+def fine_tune_length(job: Job) -> int | None:
+    """The length a `posexp finetune` run trained at (``job.train_length`` is its parent's L0);
+    None for a run trained from scratch."""
+    flat = job.flat_config
+    if flat.get("parent") in (None, "", "None"):
+        return None
+    return int(flat.get("train.seq_len") or job.train_length)
 
 
 def series_fields(jobs: list[Job]) -> list[str]:

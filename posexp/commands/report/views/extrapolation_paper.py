@@ -70,8 +70,11 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
     the published length nearest in multiples of the training length (configs/findings.yaml)."""
     paper = findings()["extrapolation"]
     p0 = paper["train_length"]
-    clauses = []
+    clauses, tuned = [], []
     for c in columns:
+        if c.tuned_at is not None and c.method == baseline_method():
+            tuned.append(c.label)  # the paper's models were trained from scratch, no extension
+            continue
         published = paper["ppl"].get(c.pe.name) if c.pe and not c.pe.randomized else None
         base = c.records.get((protocol, l0), {}).get("ppl")
         past = [
@@ -103,12 +106,19 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
             f"{n / l0:g}× L_train{f', {len(ratios)} seeds' if len(ratios) > 1 else ''}; in the "
             f"paper it {shape(theirs)}, {theirs:.2f}× at {paper['lengths'][i] / p0:.1f}×)"
         )
-    if not clauses:
-        return []
-    return [
-        f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
-        f"{'; '.join(clauses)} ({SHAPE_RULE})."
-    ]
+    out = []
+    if clauses:
+        out.append(
+            f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
+            f"{'; '.join(clauses)} ({SHAPE_RULE})."
+        )
+    if tuned:
+        out.append(
+            f"{', '.join(tuned)} {'is' if len(tuned) == 1 else 'are'} not set beside "
+            f"{paper['cite']}: fine-tuned at a longer length, while the paper's models were "
+            "trained from scratch at one length, without extension."
+        )
+    return out
 
 
 def published_section() -> str:

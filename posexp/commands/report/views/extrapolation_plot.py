@@ -124,9 +124,12 @@ def extrapolation_plot(
             draw(ax, c, name, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
         pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
         panel_title(ax, f"{pe_label} with extension methods")
+    tuned = sorted({c.tuned_at for c in columns if c.tuned_at and c.tuned_at != l0})
     for ax in flat[:panels]:
         if l0:
             ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
+        for n in tuned:  # where a fine-tune's own training ends
+            ax.axvline(n, color="grey", linestyle="-.", linewidth=1)
         if lengths:
             plain_log_axes(ax, lengths)
         ax.grid(True, which="major", alpha=0.3)
@@ -141,6 +144,7 @@ def extrapolation_plot(
         fig,
         f"Test perplexity against evaluation length ({protocol} windows)"
         + (f"; dotted: training length {l0:,}" if l0 else "")
+        + (f"; dash-dot: fine-tuned at {' and '.join(f'{n:,}' for n in tuned)}" if tuned else "")
         + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else ""),
     )
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")

@@ -16,7 +16,7 @@ from posexp.commands.report.stats import (
 from posexp.commands.report.views.extrapolation_data import Column, same_sample, sample_key
 from posexp.commands.report.views.extrapolation_paper import shape_sentences
 from posexp.extension import EXTENSIONS, baseline_method
-from posexp.extension.spec import base_method
+from posexp.extension.spec import BAKED, base_method
 
 
 def _pairs(
@@ -65,11 +65,12 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
     if len(protocols) > 1:
         both = []
         for c in columns:
+            past = c.trained_length or l0  # each run's own: runs of a sweep may differ
             for (p, n), r in c.records.items():
                 other = c.records.get(("nonoverlap", n))
                 if (
                     p == "sliding"
-                    and (l0 is None or n > l0)
+                    and (past is None or n > past)
                     and other
                     and r.get("ppl") is not None
                     and other.get("ppl") is not None
@@ -97,24 +98,36 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
         if base_method(label) in EXTENSIONS and EXTENSIONS[base_method(label)].zero_shot_verdict
     ]
     for method in judged:
-        after = (
-            "it needs no fine-tuning (it changes attention, not the weights)"
-            if EXTENSIONS[base_method(method)].training_free
-            else "`posexp finetune` trains at the longer length first"
-        )
         for base in (c for c in columns if c.method == baseline):  # one sentence per PE
             # one PE's methods against this baseline column (its sample: one series of several)
             same_pe = [
                 c for c in columns if c.jobs is base.jobs and (c.method != baseline or c is base)
             ]
-            pairs = _pairs(same_pe, method, baseline, first, l0)
+            # past this PE's own training length: runs of a sweep may train at different ones
+            pairs = _pairs(same_pe, method, baseline, first, base.trained_length or l0)
             if not pairs:
                 continue
-            out.append(verdict_sentence(method, base.label, pairs, first, after))
+            out.append(verdict_sentence(method, base.label, pairs, first, base.tuned_at))
     if l0:
         out += shape_sentences(columns, first, l0)
     out += ranking_sentence(columns, first)
     return out
+
+
+def how_applied(method: str, tuned_at: int | None) -> tuple[str, str, str]:
+    """(the method and how it was applied, what it is compared with, the cells the verdict
+    counts), in words: zero-shot on a model trained from scratch, or on a fine-tune's weights."""
+    if tuned_at is None:
+        return (
+            f"applied zero-shot (no fine-tuning), {method}",
+            "no extension",
+            "past the training length",
+        )
+    past = f"past the length the run was fine-tuned at ({tuned_at:,})"
+    versus = "no extension (the same weights without it)"
+    if method.startswith(f"{BAKED}:"):
+        return f"{method}, the extension the run was fine-tuned with,", versus, past
+    return f"applied at evaluation to fine-tuned weights, {method}", versus, past
 
 
 LEVEL = 0.01  # a cell within 1% of no extension is level with it, neither better nor worse
@@ -125,30 +138,38 @@ def verdict_sentence(
     label: str,
     pairs: list[tuple[dict[str, Any], dict[str, Any]]],
     protocol: str,
-    after: str,
+    tuned_at: int | None = None,
 ) -> str:
-    """A method against no extension over the cells past the training length: better, worse
-    or level (cells within LEVEL), with the median change and the method's own caveat."""
+    """A method against no extension over the cells past the training length (a fine-tune's:
+    ``tuned_at``): better, worse or level (cells within LEVEL), with the median change and the
+    method's own caveat."""
+    subject, versus, past = how_applied(method, tuned_at)
     changes = sorted(a["ppl"] / b["ppl"] - 1 for a, b in pairs)
     median = changes[len(changes) // 2]
     better = sum(c < -LEVEL for c in changes)
     worse = sum(c > LEVEL for c in changes)
     n = len(changes)
     if better > n / 2:
-        verdict = f"better than no extension for {label} in {better} of {n} cells"
+        verdict = f"better than {versus} for {label} in {better} of {n} cells"
     elif worse > n / 2:
-        verdict = f"worse than no extension for {label} in {worse} of {n} cells"
+        verdict = f"worse than {versus} for {label} in {worse} of {n} cells"
     else:
         verdict = (
-            f"level with no extension for {label} ({n - better - worse} of {n} cells within "
+            f"level with {versus} for {label} ({n - better - worse} of {n} cells within "
             f"{LEVEL:.0%}, {better} better, {worse} worse)"
         )
     caveat = EXTENSIONS[base_method(method)].caveat
     change = f"{median:+.1%}".replace("-0.0%", "0.0%")
+    if tuned_at is not None:
+        after = ""  # the run is fine-tuned already
+    elif EXTENSIONS[base_method(method)].training_free:
+        after = "; it needs no fine-tuning (it changes attention, not the weights)"
+    else:
+        after = "; `posexp finetune` trains at the longer length first"
     return (
-        f"applied zero-shot (no fine-tuning), {method} is {verdict} past the training length "
+        f"{subject} is {verdict} {past} "
         f"({protocol}; median change {change}, a cell counts beyond ±{LEVEL:.0%})"
-        f"{noise_clause(pairs)}; {after}." + (f" Caveat: {method}: {caveat}." if caveat else "")
+        f"{noise_clause(pairs)}{after}." + (f" Caveat: {method}: {caveat}." if caveat else "")
     )
 
 
@@ -178,8 +199,9 @@ def ranking_sentence(columns: list[Column], protocol: str) -> list[str]:
         longest = max(cells, default=None, key=lambda x: x[0])
         if longest and longest[1].get("ppl") is not None:
             scored.append((longest[1]["ppl"], longest[0], c))
-    # PEs are ranked on one sample: the one most of them were scored on at that length.
-    samples = [sample_key(c.records[(protocol, n)]) for _, n, c in scored]
+    # PEs are ranked on one sample, trained alike (a fine-tune is not ranked against a model
+    # trained from scratch): the sample and training most of them share.
+    samples = [(sample_key(c.records[(protocol, n)]), c.l0, c.tuned_at) for _, n, c in scored]
     common = Counter(samples).most_common(1)[0][0] if samples else None
     scored = [x for x, sample in zip(scored, samples, strict=True) if sample == common]
     lengths = {n for _, n, _ in scored}
