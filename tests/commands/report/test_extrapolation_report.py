@@ -162,3 +162,18 @@ def test_verdicts_count_the_cells_past_each_run_s_own_training_length(tmp_path):
     assert "for RoPE [L64] (2 of 2 cells within 1%" in verdicts[1]
     # the protocols are compared past each run's own length too: 3 + 2 cells of two methods
     assert "non-overlapping ones in 10 of 10 cells" in sentence(md, "past the training length")
+
+
+def test_methods_scored_in_only_some_seeds_are_named_under_the_plot(tmp_path):
+    # `report --method ntk,'self_extend(group=2,window=8)'` after seed 0 only was evaluated.
+    jobs = []
+    for seed in range(3):
+        methods = ("none", "ntk", "self_extend(group=2,window=8)") if seed == 0 else ("none",)
+        records = [text_record(m, n, 10.0 + n / 64) for m in methods for n in (64, 128)]
+        jobs.append(lm_job(tmp_path, records, seed=seed))
+    md = render_extrapolation(ReportContext(tmp_path, jobs, ["seed"]))
+    assert (
+        "Not plotted, no length scored in every seed: RoPE+ntk (scored in 1 of 3 seeds); "
+        "RoPE+self_extend(group=2,window=8) (scored in 1 of 3 seeds)."
+    ) in md
+    assert (tmp_path / "report_extrapolation_nonoverlap.png").is_file()

@@ -26,6 +26,18 @@ def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
     )
 
 
+def unplotted(columns: list[Column], protocol: str) -> list[str]:
+    """The columns with records of ``protocol`` but no cell a line can show (none scored in
+    every seed), each with the reason its cells give."""
+    out = []
+    for c in columns:
+        records = [r for (p, _), r in c.records.items() if p == protocol]
+        if records and not _points(c, protocol):
+            why = next((r["note"] for r in records if r.get("note")), "not evaluated")
+            out.append(f"{c.label} ({why})")
+    return out
+
+
 def _seeds(c: Column) -> int:
     return max((r.get("n", 1) for r in c.records.values()), default=1)
 
@@ -62,6 +74,7 @@ def extrapolation_plot(
     from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
     from posexp.commands.report.views.findings import pe_colors as pe_color_map
 
+    columns = [c for c in columns if _points(c, protocol)]  # the rest: unplotted(), in words
     plain = [c for c in columns if c.method == baseline_method()]
     # One panel per PE (its seeds' jobs), with every plain series of it: a PE scored on two
     # samples has two plain lines, told apart by their style.
