@@ -4,46 +4,14 @@ the published table, and how each PE's curve compares in shape."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import md_table
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.commands.report.views.findings import findings
+from posexp.commands.report.views.unigram import near_unigram
 from posexp.extension import baseline_method
 from posexp.pe.base import describe_pe
-
-# A PE whose ppl at the training length is above this share of the test text's unigram ppl has
-# learned little beyond how often each token occurs: the shape of its column says nothing about
-# positions, so it is not set beside a paper's.
-UNIGRAM_SHARE = 0.9
-_unigram: dict[str, float | None] = {}  # by data/tokenizer config: each test split read once
-
-
-def unigram_ppl(job: Any) -> float | None:
-    """exp(entropy) of the job's test-split token frequencies: the ppl of a model that knows
-    only how often each token occurs (None where the split cannot be read)."""
-    import numpy as np
-
-    from posexp.commands.extrapolate.score_run import load_test_tokens
-    from posexp.errors import PosexpError
-    from posexp.rundir import RunDir
-    from posexp.runtime.build import data_key
-
-    if job.config is None:
-        return None
-    key = data_key(job.config)
-    if key not in _unigram:
-        try:
-            kept = RunDir(job.path).tokenizer_file
-            counts = np.bincount(load_test_tokens(job.config, {}, kept))
-        except (PosexpError, OSError):
-            _unigram[key] = None
-        else:
-            p = counts[counts > 0] / counts.sum()
-            _unigram[key] = float(np.exp(-(p * np.log(p)).sum()))
-    return _unigram[key]
-
 
 # How a ppl ratio to the training length reads. "Flat" within FLAT of 1 or within the seeds'
 # spread of the ratio; above that, the first bound it is below (else "explodes").
@@ -84,8 +52,8 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
         ]
         if c.method != baseline_method() or not published or not base or not past:
             continue
-        unigram = unigram_ppl(c.job)
-        if unigram is not None and base >= UNIGRAM_SHARE * unigram:
+        unigram = near_unigram(base, c.job)
+        if unigram is not None:
             clauses.append(
                 f"{c.label} is left out: its ppl at the training length, {base:.2f}, is "
                 f"{base / unigram:.0%} of the test text's unigram ppl ({unigram:.2f}), so it has "
