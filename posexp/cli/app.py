@@ -278,12 +278,12 @@ def report(
     evaluate: bool = typer.Option(
         True,
         "--eval/--no-eval",
-        help="First score, for jobs whose config has an `extrapolate:` section (experiment=extrapolation, passkey), the cells it asks for that are not yet measured.",
+        help="First score the cells not yet measured: for completed jobs whose config has an `extrapolate:` section (experiment=extrapolation, passkey), those it asks for; with --method, those methods for every completed job, at its section's lengths, else at eval-extrapolate's defaults (lengths doubling from the training length to 4096).",
     ),
     method: list[str] | None = typer.Option(
         None,
         "--method",
-        help="Method specs to evaluate instead of the preset's, e.g. none,'self_extend(group=4)' (repeatable).",
+        help="Method specs to evaluate instead of the preset's, e.g. none,'self_extend(group=4)' (repeatable); also scores jobs without a preset.",
     ),
     device: str = typer.Option(
         "auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"

@@ -88,7 +88,9 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
     }
     shown = [k for k in metric_keys if k not in constant]
     labels = [tuple(swept_value(j, k) for k in keys) if by_key else (j.name,) for j in jobs]
-    with_dir = len(set(labels)) < len(labels)  # rows that would look alike get their folder
+    # Rows that would look alike, or a row with no setting to show (a job dir killed before
+    # Hydra wrote its overrides), get their folder: every row must name its job.
+    with_dir = len(set(labels)) < len(labels) or any(not any(label) for label in labels)
     with_error = any(j.error for j in jobs)
     decimals = {k: column_decimals([j.metrics.get(k) for j in jobs]) for k in shown}
     names = short_names(keys)

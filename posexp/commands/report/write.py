@@ -39,6 +39,20 @@ def pending_evaluations(jobs: list[Job], methods: bool = False) -> list[Job]:
     ]
 
 
+def asked_for(methods: list[str] | None) -> str:
+    """The cells a report's evaluation scores, in words: a preset's, or those of --method at a
+    preset's lengths, else at eval-extrapolate's defaults."""
+    from posexp.commands.extrapolate.plan import DEFAULT_LEN
+
+    if not methods:
+        return "the cells their preset (`extrapolate:` section) asks for"
+    return (
+        f"the cells of --method {','.join(methods)}, at the lengths their preset "
+        "(`extrapolate:` section) asks for, else at eval-extrapolate's defaults (lengths "
+        f"doubling from the training length to {DEFAULT_LEN})"
+    )
+
+
 def write_report(
     target: Path | str,
     evaluate: bool = True,
@@ -88,8 +102,9 @@ def _write_report(
         from posexp.commands.extrapolate.evaluate import evaluate_runs
 
         console.print(
-            f"evaluating {len(pending)} run(s) at longer lengths first: the cells their preset "
-            f"asks for that are not yet measured (--no-eval skips this)",
+            f"evaluating {len(pending)} run(s) at longer lengths first: "
+            f"{asked_for(settings.extrapolate.method)} that are not yet measured "
+            "(--no-eval skips this)",
             highlight=False,
             markup=False,
         )

@@ -7,13 +7,9 @@ from types import SimpleNamespace
 import pytest
 
 from posexp.commands.report.stats import mean_std
-from posexp.commands.report.views.extrapolation import (
-    Column,
-    ranking_sentence,
-    ratio_table,
-    reading_sentences,
-    seed_records,
-)
+from posexp.commands.report.views.extrapolation import ratio_table
+from posexp.commands.report.views.extrapolation_data import Column, seed_records
+from posexp.commands.report.views.extrapolation_reading import ranking_sentence, reading_sentences
 
 
 def record(values: float | list[float]) -> dict:
@@ -180,7 +176,8 @@ def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache, tmp_path):
     # learned token frequencies only, and "stays flat" would read as a finding against the paper.
     from hydra import compose, initialize_config_dir
 
-    from posexp.commands.report.views.extrapolation_paper import shape_sentences, unigram_ppl
+    from posexp.commands.report.views.extrapolation_paper import shape_sentences
+    from posexp.commands.report.views.unigram import unigram_ppl
     from posexp.config.run import from_composed
     from posexp.paths import config_dir
     from posexp.pe.base import describe_pe

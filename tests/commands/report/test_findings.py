@@ -87,6 +87,7 @@ def fake_job(pe: str, ppl: float) -> SimpleNamespace:
         config=None,
         params={"pe": pe},
         settings={"pe": pe},
+        flat_config={},  # no saved config: trained from scratch
         name=f"pe={pe}",
         train_length=32,
         extrapolate=records,

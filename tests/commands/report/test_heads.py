@@ -117,3 +117,48 @@ def test_a_sweep_over_more_than_heads_gets_no_head_view(tmp_path):
         )
     write_report(sweep, evaluate=False)
     assert "Head-count ablation" not in (sweep / "report.md").read_text()
+
+
+def ablation_sweep(root, losses, cache):
+    """``fake_sweep`` with each job's full config (a byte-level King James model, as
+    experiment=head_ablation_cpu trains): the data and tokenizer a view reads the test text of."""
+    from tests.helpers import run_config
+
+    fake_sweep(root, losses)
+    for h, s in losses:
+        cfg = run_config(
+            "data=kjv", "tokenizer=byte", f"heads={h}", f"seed={s}", f"cache_dir={cache}"
+        )
+        (root / f"heads={h},seed={s}" / ".hydra" / "config.yaml").write_text(
+            yaml.safe_dump(cfg.to_dict())
+        )
+    return root
+
+
+def test_head_counts_at_the_unigram_level_get_the_learned_little_caveat(tmp_path, cache):
+    # The extrapolation view's check: a model at about the unigram ppl has learned token
+    # frequencies only, and "h = 1 is worse" would read as a finding about heads.
+    from posexp.commands.report.jobs import find_jobs
+    from posexp.commands.report.views.unigram import unigram_ppl
+
+    probe = ablation_sweep(tmp_path / "probe", {(1, 0): 1.0}, cache)
+    unigram = unigram_ppl(find_jobs(probe)[0])
+    assert unigram is not None
+    # h = 4 a little better than h = 1 in every seed, both at about 97% of the unigram ppl
+    near = {
+        (h, s): math.log(unigram * (0.98 - 0.01 * (h == 4))) + s / 1000
+        for h in (1, 4)
+        for s in range(3)
+    }
+    sweep = ablation_sweep(tmp_path / "near", near, cache)
+    write_report(sweep, evaluate=False)
+    md = (sweep / "report.md").read_text()
+    assert "**Verdict.** h = 1 scores" in md
+    assert "Caveat: at h = 1 and 4 the validation ppl (" in md
+    assert (
+        f"of the test text's unigram ppl ({unigram:.2f}), so those models have learned little "
+        "beyond token frequencies, and the verdict says little about heads."
+    ) in md
+    learned = ablation_sweep(tmp_path / "learned", {k: v - 0.5 for k, v in near.items()}, cache)
+    write_report(learned, evaluate=False)
+    assert "Caveat" not in (learned / "report.md").read_text()

@@ -131,3 +131,16 @@ def test_a_folder_of_different_runs_names_rows_by_their_dir(tmp_path):
     # Every key differs, but the data alone tells the two apart: the rows are named by it.
     assert "| data | status | val loss |" in md and "| lm-data | completed | 1.000 |" in md
     assert "Varying: fine-tuned." in md  # a key that differs is still named
+
+
+def test_a_job_without_settings_is_named_by_its_folder(tmp_path):
+    # A job dir killed before Hydra wrote its overrides: no config, no pe, no seed to show.
+    jobs = [
+        job(f"pe={pe},seed={s}", {"pe": pe, "seed": str(s)}, {"final/val_loss": 1.0 + s})
+        for pe, s in (("rope", 0), ("rope", 1), ("alibi", 0))
+    ]
+    lost = job("pe=none,seed=1", {}, {}, status="unfinished", error="no results.json")
+    lost.settings, lost.flat_config = {}, {}
+    md, _ = runs_section(ReportContext(tmp_path, [*jobs, lost], ["pe", "seed"]))
+    assert "| pe | seed | dir | status | val loss | error |" in md
+    assert "|  |  | pe=none,seed=1 | unfinished | — | no results.json |" in md

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import csv
+import json
+import re
 import shutil
 
 import pytest
+from typer.testing import CliRunner
 
+from posexp.cli.app import app
 from posexp.commands.report import view as view_mod
 from posexp.commands.report.jobs import find_jobs, swept_keys
 from posexp.commands.report.view import register_report_view
@@ -196,3 +200,28 @@ def test_one_damaged_job_stops_neither_the_sweeps_evaluation_nor_its_report(free
     (copy / "report.md").write_text("stale")
     write_report(copy, evaluate=False, console=console)
     assert "5 runs: 2 completed, 2 failed, 1 unfinished." in (copy / "report.md").read_text()
+
+
+def test_a_report_with_methods_scores_runs_without_a_preset_and_says_how(
+    free_sweep, tmp_path, cache
+):
+    # A plain sweep has no `extrapolate:` section: --method still scores its completed jobs,
+    # at eval-extrapolate's default lengths (doubling from 32 up to 4096).
+    cwd, sweep = free_sweep
+    copy = tmp_path / sweep.name
+    shutil.copytree(sweep, copy)
+    proc = posexp(cwd, cache, "report", str(copy), "--method", "none", "--workers", "1")
+    assert (
+        "evaluating 2 run(s) at longer lengths first: the cells of --method none, at the "
+        "lengths their preset (`extrapolate:` section) asks for, else at eval-extrapolate's "
+        "defaults (lengths doubling from the training length to 4096) that are not yet measured"
+    ) in " ".join(proc.stdout.split())
+    assert "preset asks for that" not in proc.stdout
+    records = job_dir(copy, "pe=rope", "heads=2") / "eval" / "extrapolate.json"
+    assert sorted(r["length"] for r in json.loads(records.read_text())) == [
+        32 * 2**i for i in range(8)
+    ]
+    out = CliRunner().invoke(app, ["report", "--help"], env={"COLUMNS": "400"}).output
+    help_text = re.sub(r"[│\s]+", " ", out)
+    assert "with --method, those methods for every completed job" in help_text
+    assert "also scores jobs without a preset" in help_text

@@ -1,6 +1,7 @@
 """The report's views, one module each (extrapolation, head ablation, length generalization,
 passkey); every module here registers its own when this package is imported, except
-``findings``, which holds what they compare with (configs/findings.yaml)."""
+``findings`` and ``unigram``, which hold what they compare with (configs/findings.yaml, the
+test text's unigram perplexity)."""
 
 from posexp.commands.report import view
 from posexp.commands.report.view import ReportView

@@ -4,46 +4,14 @@ the published table, and how each PE's curve compares in shape."""
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import md_table
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.commands.report.views.findings import findings
+from posexp.commands.report.views.unigram import near_unigram
 from posexp.extension import baseline_method
 from posexp.pe.base import describe_pe
-
-# A PE whose ppl at the training length is above this share of the test text's unigram ppl has
-# learned little beyond how often each token occurs: the shape of its column says nothing about
-# positions, so it is not set beside a paper's.
-UNIGRAM_SHARE = 0.9
-_unigram: dict[str, float | None] = {}  # by data/tokenizer config: each test split read once
-
-
-def unigram_ppl(job: Any) -> float | None:
-    """exp(entropy) of the job's test-split token frequencies: the ppl of a model that knows
-    only how often each token occurs (None where the split cannot be read)."""
-    import numpy as np
-
-    from posexp.commands.extrapolate.score_run import load_test_tokens
-    from posexp.errors import PosexpError
-    from posexp.rundir import RunDir
-    from posexp.runtime.build import data_key
-
-    if job.config is None:
-        return None
-    key = data_key(job.config)
-    if key not in _unigram:
-        try:
-            kept = RunDir(job.path).tokenizer_file
-            counts = np.bincount(load_test_tokens(job.config, {}, kept))
-        except (PosexpError, OSError):
-            _unigram[key] = None
-        else:
-            p = counts[counts > 0] / counts.sum()
-            _unigram[key] = float(np.exp(-(p * np.log(p)).sum()))
-    return _unigram[key]
-
 
 # How a ppl ratio to the training length reads. "Flat" within FLAT of 1 or within the seeds'
 # spread of the ratio; above that, the first bound it is below (else "explodes").
@@ -70,8 +38,11 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
     the published length nearest in multiples of the training length (configs/findings.yaml)."""
     paper = findings()["extrapolation"]
     p0 = paper["train_length"]
-    clauses = []
+    clauses, tuned = [], []
     for c in columns:
+        if c.tuned_at is not None and c.method == baseline_method():
+            tuned.append(c.label)  # the paper's models were trained from scratch, no extension
+            continue
         published = paper["ppl"].get(c.pe.name) if c.pe and not c.pe.randomized else None
         base = c.records.get((protocol, l0), {}).get("ppl")
         past = [
@@ -81,8 +52,8 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
         ]
         if c.method != baseline_method() or not published or not base or not past:
             continue
-        unigram = unigram_ppl(c.job)
-        if unigram is not None and base >= UNIGRAM_SHARE * unigram:
+        unigram = near_unigram(base, c.job)
+        if unigram is not None:
             clauses.append(
                 f"{c.label} is left out: its ppl at the training length, {base:.2f}, is "
                 f"{base / unigram:.0%} of the test text's unigram ppl ({unigram:.2f}), so it has "
@@ -103,12 +74,19 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
             f"{n / l0:g}× L_train{f', {len(ratios)} seeds' if len(ratios) > 1 else ''}; in the "
             f"paper it {shape(theirs)}, {theirs:.2f}× at {paper['lengths'][i] / p0:.1f}×)"
         )
-    if not clauses:
-        return []
-    return [
-        f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
-        f"{'; '.join(clauses)} ({SHAPE_RULE})."
-    ]
+    out = []
+    if clauses:
+        out.append(
+            f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
+            f"{'; '.join(clauses)} ({SHAPE_RULE})."
+        )
+    if tuned:
+        out.append(
+            f"{', '.join(tuned)} {'is' if len(tuned) == 1 else 'are'} not set beside "
+            f"{paper['cite']}: fine-tuned at a longer length, while the paper's models were "
+            "trained from scratch at one length, without extension."
+        )
+    return out
 
 
 def published_section() -> str:

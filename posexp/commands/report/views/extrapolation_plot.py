@@ -26,8 +26,29 @@ def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
     )
 
 
+def unplotted(columns: list[Column], protocol: str) -> list[str]:
+    """The columns with records of ``protocol`` but no cell a line can show (none scored in
+    every seed), each with the reason its cells give."""
+    out = []
+    for c in columns:
+        records = [r for (p, _), r in c.records.items() if p == protocol]
+        if records and not _points(c, protocol):
+            why = next((r["note"] for r in records if r.get("note")), "not evaluated")
+            out.append(f"{c.label} ({why})")
+    return out
+
+
 def _seeds(c: Column) -> int:
     return max((r.get("n", 1) for r in c.records.values()), default=1)
+
+
+# A PE's plain series after its first (another sample size, stride or precision).
+SERIES_STYLES = ("-", "-.", ":", (0, (5, 1)))
+
+
+def _style(c: Column, plain: list[Column]) -> Any:
+    same_pe = [p for p in plain if p.jobs is c.jobs]
+    return SERIES_STYLES[same_pe.index(c) % len(SERIES_STYLES)]
 
 
 def _band(ax: Any, c: Column, protocol: str, color: Any) -> None:
@@ -53,12 +74,19 @@ def extrapolation_plot(
     from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
     from posexp.commands.report.views.findings import pe_colors as pe_color_map
 
+    columns = [c for c in columns if _points(c, protocol)]  # the rest: unplotted(), in words
     plain = [c for c in columns if c.method == baseline_method()]
+    # One panel per PE (its seeds' jobs), with every plain series of it: a PE scored on two
+    # samples has two plain lines, told apart by their style.
+    groups = list({id(c.jobs): c.jobs for c in plain}.values())
     with_methods = [
-        (base, [c for c in columns if c.jobs is base.jobs and c.method != baseline_method()])
-        for base in plain
+        (
+            [c for c in plain if c.jobs is jobs],
+            [c for c in columns if c.jobs is jobs and c.method != baseline_method()],
+        )
+        for jobs in groups
     ]
-    with_methods = [(base, methods) for base, methods in with_methods if methods]
+    with_methods = [(bases, methods) for bases, methods in with_methods if methods]
     method_names = list(dict.fromkeys(c.method for _, ms in with_methods for c in ms))
     panels = 1 + len(with_methods)
     cols = min(panels, 4)
@@ -95,19 +123,26 @@ def extrapolation_plot(
     same_in_every_figure = pe_color_map(ctx)
     for i, c in enumerate(plain):
         color = same_in_every_figure.get(c.pe) or pe_colors[i % len(pe_colors)]
-        draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], "-")
+        draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], _style(c, plain))
         _band(ax, c, protocol, color)
     panel_title(ax, "every encoding, no extension")
-    for ax, (base, methods) in zip(flat[1:], with_methods, strict=False):
-        draw(ax, base, "no extension", "black", "o", "-")
-        _band(ax, base, protocol, "black")
+    for ax, (bases, methods) in zip(flat[1:], with_methods, strict=False):
+        for base in bases:
+            name = "no extension" + (f" [{base.series}]" if base.series else "")
+            draw(ax, base, name, "black", "o", _style(base, bases))
+            _band(ax, base, protocol, "black")
         for c in methods:
             k = method_names.index(c.method)
-            draw(ax, c, c.method, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
-        panel_title(ax, f"{base.label} with extension methods")
+            name = c.method + (f" [{c.series}]" if c.series else "")
+            draw(ax, c, name, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
+        pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
+        panel_title(ax, f"{pe_label} with extension methods")
+    tuned = sorted({c.tuned_at for c in columns if c.tuned_at and c.tuned_at != l0})
     for ax in flat[:panels]:
         if l0:
             ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
+        for n in tuned:  # where a fine-tune's own training ends
+            ax.axvline(n, color="grey", linestyle="-.", linewidth=1)
         if lengths:
             plain_log_axes(ax, lengths)
         ax.grid(True, which="major", alpha=0.3)
@@ -122,6 +157,7 @@ def extrapolation_plot(
         fig,
         f"Test perplexity against evaluation length ({protocol} windows)"
         + (f"; dotted: training length {l0:,}" if l0 else "")
+        + (f"; dash-dot: fine-tuned at {' and '.join(f'{n:,}' for n in tuned)}" if tuned else "")
         + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else ""),
     )
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")

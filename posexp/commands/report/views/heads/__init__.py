@@ -19,6 +19,7 @@ Groups the jobs by head count and adds to the report:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from posexp.commands.report.view import register_report_view
@@ -35,12 +36,14 @@ from posexp.commands.report.views.heads.rows import (
     csv_fields,
     describe,
     head_job,
+    is_translation,
     metrics_for,
     number_text,
     summarize,
     table_markdown,
     verdict,
 )
+from posexp.commands.report.views.unigram import near_unigram
 from posexp.errors import PosexpError
 from posexp.rundir import RunDir
 
@@ -67,6 +70,28 @@ def pretraining_sentence(jobs: list[Any]) -> str:
     return (
         "Pre-training: every job starts from the language model of its head count, shared by "
         f"its seeds: {'; '.join(parts)}."
+    )
+
+
+def unigram_caveat(rows: list[dict[str, Any]], jobs: list[Any]) -> str:
+    """The head counts of a language model whose validation ppl is near the test text's unigram
+    ppl, so that they learned little for their head count to change ('' when none is)."""
+    job = next((j for j in jobs if j.config), None)
+    scored = [r for r in rows if r["seeds"] and math.isfinite(r.get("ppl_mean", math.nan))]
+    if job is None or is_translation(jobs) or not scored:
+        return ""
+    near = [(r, u) for r in scored if (u := near_unigram(r["ppl_mean"], job)) is not None]
+    if not near:
+        return ""
+    unigram = near[0][1]
+    ppls = sorted(r["ppl_mean"] for r, _ in near)
+    span = f"{ppls[0]:.2f}" if len(ppls) == 1 else f"{ppls[0]:.2f} to {ppls[-1]:.2f}"
+    names = [str(r["h"]) for r, _ in near]
+    heads = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return (
+        f"Caveat: at h = {heads} the validation ppl ({span}) is {ppls[0] / unigram:.0%} or more "
+        f"of the test text's unigram ppl ({unigram:.2f}), so {'that model has' if len(near) == 1 else 'those models have'} "
+        "learned little beyond token frequencies, and the verdict says little about heads."
     )
 
 
@@ -108,6 +133,7 @@ def render(ctx: Any) -> str:
         " ".join(
             [f"**Verdict.** {verdict(rows, metrics[0])}"]
             + ([f"In BLEU: {verdict(rows, BLEU)}", bleu_sentence(rows)] if BLEU in metrics else [])
+            + [unigram_caveat(rows, ctx.jobs)]
         ).rstrip(),
         "",
         *table_markdown(rows, metrics),
