@@ -87,8 +87,11 @@ def check_options(
             f"beam search decodes deterministically; got --beam {beam_size} with "
             f"--temperature {temperature:g} (use --temperature 0 or --beam 1)"
         )
-    if length_penalty is not None and not math.isfinite(length_penalty):
-        raise PosexpError(f"--length-penalty must be a finite number, got {length_penalty}")
+    if length_penalty is not None and not (math.isfinite(length_penalty) and length_penalty >= 0):
+        raise PosexpError(
+            f"--length-penalty must be a finite number >= 0 (GNMT's alpha; 0: scores not "
+            f"divided by length), got {length_penalty:g}"
+        )
 
 
 # Corpus kinds whose rows are ``prompt <sep> answer``: generation answers the prompt.

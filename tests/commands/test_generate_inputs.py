@@ -24,6 +24,7 @@ from tests.helpers import run_config
         ({"seed": -1}, r"--seed must be in \[0, 2\*\*63 - 1\], got -1"),
         ({"top_k": 0}, r"--top-k must be a positive integer, got 0"),
         ({"temperature": float("nan")}, r"--temperature must be a finite number >= 0, got nan"),
+        ({"length_penalty": -1.0}, r"--length-penalty must be a finite number >= 0 .*, got -1$"),
         (
             {"beam_size": 3, "temperature": 0.5},
             r"beam search decodes deterministically; got --beam 3",
