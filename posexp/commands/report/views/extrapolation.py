@@ -115,7 +115,7 @@ def trained_text(columns: list[Column], l0: int | None) -> str:
     if not tuned:
         return scratch
     lengths = " and ".join(f"{n:,}" for n in tuned)
-    counts = f" (× L_train counts from L0 = {l0:,}, the parents' training length)" if l0 else ""
+    counts = f" (× L_train counts from L0 = {l0:,}, the parent's training length)" if l0 else ""
     if all(c.tuned_at for c in columns):
         models = "a model" if len({id(c.jobs) for c in columns}) == 1 else "models"
         origin = f"{models} trained at {l0:,} tokens" if l0 else "models trained at other lengths"
