@@ -116,7 +116,10 @@ def method_for(run_dir: Any, method: str | None, factor: float | None, length: i
     try:
         return ExtensionConfig.for_length(spec, length, mcfg.train_length, factor)[0]
     except PosexpError as e:
-        raise PosexpError(f"--method {spec.label!r}: {e}") from None
+        text = str(e)
+        if factor is not None:  # the factor given is --factor's, whatever the setting is called
+            text = text.replace("extension.factor", "--factor")
+        raise PosexpError(f"--method {spec.label!r}: {text}") from None
 
 
 def check_text(name: str, text: str) -> None:

@@ -172,5 +172,7 @@ def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
     assert seen[-1] is None  # the run's own extension
     with pytest.raises(PosexpError, match="^--factor 2 needs --method"):
         generate_text(tmp_path / "lm", ["x"], 5, device="cpu", factor=2)
+    with pytest.raises(PosexpError, match=r"^--method 'yarn': --factor must be .* >= 1, got 0.5"):
+        generate_text(tmp_path / "lm", ["x"], 5, device="cpu", method="yarn", factor=0.5)
     with pytest.raises(PosexpError, match="^--method 'selfextend': unknown method 'selfextend'; "):
         generate_text(tmp_path / "lm", ["x"], 5, device="cpu", method="selfextend")
