@@ -18,6 +18,13 @@ from typing import Any
 from posexp.errors import PosexpError
 
 
+def given(value: Any) -> str:
+    """A value as the user typed it: YAML's and Hydra's true, false and null, else its repr."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return repr(value)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -42,7 +49,7 @@ def integer(
             rule = "" if high is None else f" <= {high}"
         kind = "a positive integer" if low == 1 and high is None else f"an integer{rule}"
         extra = " or null" if allow_none else ""
-        raise PosexpError(f"{name} must be {kind}{extra}, got {value!r}")
+        raise PosexpError(f"{name} must be {kind}{extra}, got {given(value)}")
     return value
 
 
@@ -73,7 +80,7 @@ def number(name: str, value: Any, rule: str = "any", allow_none: bool = False) -
     if not (_is_number(value) and math.isfinite(value) and RULES[rule](value)):
         shown = "" if rule == "any" else f" {rule}"
         extra = " or null" if allow_none else ""
-        raise PosexpError(f"{name} must be a finite number{shown}{extra}, got {value!r}")
+        raise PosexpError(f"{name} must be a finite number{shown}{extra}, got {given(value)}")
     return float(value)
 
 
@@ -88,7 +95,7 @@ def choice(name: str, value: Any, allowed: Iterable[str]) -> str:
     """``value`` if it is one of ``allowed``, else a one-line error listing them."""
     allowed = list(allowed)
     if value not in allowed:
-        raise PosexpError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        raise PosexpError(f"{name} must be one of {', '.join(allowed)}, got {given(value)}")
     return value
 
 

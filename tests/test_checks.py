@@ -28,11 +28,11 @@ def test_integer_accepts_values_in_range(low, high, value):
 @pytest.mark.parametrize(
     ("low", "high", "value", "message"),
     [
-        (None, None, True, "x.n must be an integer, got True"),
+        (None, None, True, "x.n must be an integer, got true"),
         (None, None, 2.0, "x.n must be an integer, got 2.0"),
         (0, None, -1, "x.n must be an integer >= 0, got -1"),
         (1, None, 0, "x.n must be a positive integer, got 0"),
-        (2, None, False, "x.n must be an integer >= 2, got False"),
+        (2, None, False, "x.n must be an integer >= 2, got false"),
         (2, 26, 40, "x.n must be an integer in [2, 26], got 40"),
         (None, 5, 6, "x.n must be an integer <= 5, got 6"),
     ],
@@ -48,7 +48,7 @@ def test_none_only_where_allowed():
     assert checks.number("x.f", None, allow_none=True) is None
     with refused("train.threads must be a positive integer or null, got 0"):
         checks.positive_int("train.threads", 0, allow_none=True)
-    with refused("train.max_steps must be a positive integer, got None"):
+    with refused("train.max_steps must be a positive integer, got null"):
         checks.positive_int("train.max_steps", None)
 
 
@@ -59,7 +59,8 @@ def test_positive_int_accepts_every_positive_int(n):
 
 @pytest.mark.parametrize("value", [True, False, 0, -3, 1.0, "4", [4]])
 def test_positive_int_refuses_non_counts_and_bools(value):
-    with refused(f"heads must be a positive integer, got {value!r}"):
+    typed = {True: "true", False: "false"}[value] if isinstance(value, bool) else repr(value)
+    with refused(f"heads must be a positive integer, got {typed}"):  # as YAML spells a bool
         checks.positive_int("heads", value)
 
 
@@ -78,8 +79,13 @@ def test_every_rule_names_itself_and_refuses_bools(rule):
     assert checks.number("train.lr", good, rule) == float(good)
     assert isinstance(checks.number("train.lr", good, rule), float)
     shown = "" if rule == "any" else f" {rule}"
-    for bad in (True, float("nan"), float("inf"), "0.1"):
-        with refused(f"train.lr must be a finite number{shown}, got {bad!r}"):
+    for bad, typed in (
+        (True, "true"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        ("0.1", "'0.1'"),
+    ):
+        with refused(f"train.lr must be a finite number{shown}, got {typed}"):
             checks.number("train.lr", bad, rule)
 
 

@@ -230,7 +230,7 @@ def test_too_short_lengths_are_one_line_errors(name, minimum):
         ("common_words", {"common": 0}, r"data.common must be an integer in \[1, 100\]"),
         ("common_words", {"rare_repeats": 4}, "allowed: rare_repeats < common_repeats"),
         ("frequent_words", {"alpha": 0}, "data.alpha must be a finite number > 0, got 0"),
-        ("frequent_words", {"alpha": True}, "data.alpha must be a finite number > 0, got True"),
+        ("frequent_words", {"alpha": True}, "data.alpha must be a finite number > 0, got true"),
         ("frequent_words", {"top": 0}, r"data.top must be an integer in \[1, 20\]"),
     ],
 )

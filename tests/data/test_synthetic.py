@@ -146,7 +146,7 @@ def test_test_instances_at_trained_sizes_never_appear_in_training():
         ({"task": "passkey", "depths": 0.5}, r"data.depths must be a list of numbers in \[0, 1\]"),
         (
             {"task": "passkey", "depths": [True]},
-            r"data.depths\[0\] must be a finite number in \[0, 1\], got True",
+            r"data.depths\[0\] must be a finite number in \[0, 1\], got true",
         ),
     ],
 )

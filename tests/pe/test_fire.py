@@ -47,7 +47,7 @@ def test_fire_learns_c_and_the_threshold():
     [
         ({"hidden": 0}, "pe.hidden must be a positive integer, got 0"),
         ({"init_c": -1}, "pe.init_c must be a finite number > 0, got -1"),
-        ({"hidden": True}, "pe.hidden must be a positive integer, got True"),
+        ({"hidden": True}, "pe.hidden must be a positive integer, got true"),
     ],
 )
 def test_bad_fire_settings(params, message):

@@ -285,7 +285,7 @@ def test_settings_defaults_per_layer_modules_and_errors():
     assert path_pe(forget_gate=True).layer(1).gate is not None
     for params, message in [
         ({"conv": 0}, "pe.conv must be a positive integer, got 0"),
-        ({"conv": True}, "pe.conv must be a positive integer, got True"),
+        ({"conv": True}, "pe.conv must be a positive integer, got true"),
         ({"forget_gate": "yes"}, "pe.forget_gate must be true or false, got 'yes'"),
     ]:
         with pytest.raises(PosexpError, match=f"^{message}$"):
