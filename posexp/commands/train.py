@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 from torch.utils.tensorboard import SummaryWriter
 
 from posexp.checkpoint import load_state, load_weights
@@ -278,6 +278,15 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
         )
     if OmegaConf.select(cfg, "train.deterministic") is True:
         set_cublas_workspace()  # before torchrun's process group first touches CUDA
+    if not cfg.get("resume") and OmegaConf.select(cfg, "data.source") == "text":
+        # Saved as absolute paths: an evaluation from another folder reads the same files.
+        from posexp.data.text import FILE_KEYS, absolute_files
+
+        fixed = absolute_files(OmegaConf.to_container(cfg.data, resolve=True), hc.runtime.cwd)
+        with read_write(cfg):
+            for key in FILE_KEYS:
+                if key in cfg.data and fixed.get(key) is not None:
+                    cfg.data[key] = fixed[key]
     # One writer per run dir: this process's claim or lock, held until the task returns.
     with distributed.session(cfg.device), own_run_dir(run_dir, cfg, multirun) as run_dir:
         try:

@@ -11,6 +11,7 @@ Paths may be glob patterns (sorted, for a stable order).
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,23 @@ def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True
             raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
     for f in out if read else ():
         check_text_file(f, key)
+    return out
+
+
+FILE_KEYS = ("files", "val_files", "test_files")
+
+
+def absolute_files(params: dict[str, Any], base: str | Path) -> dict[str, Any]:
+    """``params`` with each relative path (or glob) of its file lists made absolute against
+    ``base`` (where the command was typed): a run's saved config then names the files it read,
+    wherever it is evaluated or resumed from later."""
+    out = dict(params)
+    for key in FILE_KEYS:
+        value = out.get(key)
+        if value is None:
+            continue
+        paths = [value] if isinstance(value, (str, Path)) else list(value)
+        out[key] = [os.path.join(base, str(p)) for p in paths]  # an absolute p stays as it is
     return out
 
 

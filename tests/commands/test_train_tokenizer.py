@@ -55,3 +55,32 @@ def test_a_fine_tune_starts_from_its_parents_tokenizer_and_a_damaged_one_is_one_
     parent.tokenizer_file.write_text('{"model": ')
     with pytest.raises(PosexpError, match=r"the run's tokenizer '.*tokenizer.json' is unreadable"):
         run_tokenizer(cfg, parent.tokenizer_file)
+
+
+def test_relative_data_files_are_saved_absolute_and_read_the_same_from_elsewhere(tmp_path, cache):
+    # Evaluated from a folder with its own data/a.txt, a run once scored that other corpus.
+    import json
+
+    from tests.helpers import posexp
+
+    (tmp_path / "data").mkdir()
+    text_file(tmp_path / "data" / "a.txt", 0)
+    (tmp_path / "elsewhere" / "data").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "data" / "a.txt").write_text("zq xw " * 20000)
+    run = tmp_path / "run"
+    posexp(
+        tmp_path,
+        cache,
+        "train",
+        *TINY,
+        "data=text",
+        "data.files=[data/a.txt]",
+        f"hydra.run.dir={run}",
+    )
+    saved = RunDir(run).meta()["config"]["data"]["files"]
+    assert saved == [str(tmp_path / "data" / "a.txt")]
+    args = ["eval-extrapolate", "--run", str(run), "--lengths", "32", "--method", "none"]
+    here = posexp(tmp_path, cache, *args).stdout
+    there = posexp(tmp_path / "elsewhere", cache, *args, "--force").stdout
+    ppl = json.loads((run / "eval" / "extrapolate.json").read_text())[0]["ppl"]
+    assert f"{ppl:.2f}" in here and f"{ppl:.2f}" in there
