@@ -110,7 +110,10 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         root = key.split(".")[0].split("@")[0]
         if key in DATA_SIZES or (
             key == "data"
-            and OmegaConf.select(cfg, "data.source") == OmegaConf.select(saved, "data.source")
+            and all(
+                OmegaConf.select(cfg, f"data.{k}") == OmegaConf.select(saved, f"data.{k}")
+                for k in ("source", "task")  # passkey and reverse share source: synthetic
+            )
         ):
             continue  # the parent's own data source (finetune_args composes with it)
         if root in NETWORK_ROOTS:
@@ -234,7 +237,7 @@ def _short(root: str, value: Any) -> str:
     """A section as its override reads (``data=kjv``, ``pe=rope``), else ``root=value``."""
     plain = _plain(value)
     if isinstance(plain, dict):
-        name = plain.get("name", plain.get("source"))
+        name = plain.get("name", plain.get("task", plain.get("source")))  # data=reverse
         if name is not None:
             return f"{root}={name}"
     return f"{root}={plain}"

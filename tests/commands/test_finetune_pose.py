@@ -286,3 +286,15 @@ TASK_BAD = {
 @pytest.mark.parametrize("name", sorted(TASK_BAD))
 def test_bad_pose_finetune_of_a_task_parent_is_one_line(task_parent, name, monkeypatch, capsys):
     refused_in_one_line(task_parent, *TASK_BAD[name], monkeypatch, capsys)
+
+
+def test_another_task_for_a_task_parent_is_refused(task_parent, monkeypatch, capsys):
+    # copy and reverse share data.source (synthetic): the task itself tells them apart.
+    message = "finetune keeps the parent's data (data=copy); drop data="
+    refused_in_one_line(
+        task_parent,
+        ["data=reverse", "extension=yarn", "extension.factor=2"],
+        message,
+        monkeypatch,
+        capsys,
+    )
