@@ -110,11 +110,17 @@ def method_for(run_dir: Any, method: str | None, factor: float | None, length: i
         if factor is not None:
             raise PosexpError(f"--factor {factor:g} needs --method (e.g. --method yarn)")
         return None
+    from posexp.commands.extrapolate.tasks import task_data
+
     spec = parse_spec(method, "--method", baked=False)
     mcfg = run_dir.model_config()
     check_extension(mcfg.pe, spec.name)
+    # The positions trained, as eval-extrapolate counts them: a task run's longest training row
+    # (its train.seq_len only bounds the rows), else the training length.
+    task = task_data(run_dir.config())
+    trained = task.longest_train_row() if task is not None else mcfg.train_length
     try:
-        return ExtensionConfig.for_length(spec, length, mcfg.train_length, factor)[0]
+        return ExtensionConfig.for_length(spec, length, trained, factor)[0]
     except PosexpError as e:
         text = str(e)
         if factor is not None:  # the factor given is --factor's, whatever the setting is called

@@ -176,3 +176,22 @@ def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
         generate_text(tmp_path / "lm", ["x"], 5, device="cpu", method="yarn", factor=0.5)
     with pytest.raises(PosexpError, match="^--method 'selfextend': unknown method 'selfextend'; "):
         generate_text(tmp_path / "lm", ["x"], 5, device="cpu", method="selfextend")
+
+
+def test_a_task_runs_method_counts_from_its_longest_training_row(tmp_path, cache):
+    # As eval-extrapolate does: the positions trained, not train.seq_len (which bounds the rows).
+    from posexp.commands.extrapolate.tasks import task_data
+    from posexp.commands.generate import method_for
+    from posexp.rundir import RunDir
+
+    cfg = run_config("data=copy", "data.train_lengths=[1,10]", f"cache_dir={cache}")
+    mcfg = ModelConfig(vocab_size=40, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64)
+    save_checkpoint(
+        tmp_path / "copy", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": cfg.to_dict()}
+    )
+    longest = task_data(cfg).longest_train_row()
+    assert longest < 64
+    ext = method_for(RunDir(tmp_path / "copy"), "yarn", None, 2 * longest)
+    assert (ext.original_length, ext.factor) == (longest, 2.0)
+    with pytest.raises(PosexpError, match=rf"below the training length {longest}\), got 100$"):
+        method_for(RunDir(tmp_path / "copy"), "self_extend(window=100)", None, 2 * longest)
