@@ -18,6 +18,7 @@ def job(
     accuracies: dict[tuple[str, float, int], float],
     tuned: bool = False,
     extension: ExtensionConfig | None = None,
+    pose: bool = False,
 ):
     """A stand-in for a report Job: its seed, whether it is a fine-tune, its passkey records."""
     config = SimpleNamespace(
@@ -26,14 +27,14 @@ def job(
         parent="lm" if tuned else None,
         train_length=128 if tuned else None,
         data=SimpleNamespace(params={"task": "passkey"}),
+        train=SimpleNamespace(pose=SimpleNamespace(enabled=pose)),
     )
     records = [
         {"metric": "accuracy", "method": m, "depth": d, "length": n, "accuracy": a}
         for (m, d, n), a in accuracies.items()
     ]
-    return SimpleNamespace(
-        config=config, extrapolate=records, name=f"s{seed}{'ft' if tuned else ''}"
-    )
+    name = f"s{seed}{'ft' if tuned else ''}{extension.method if extension else ''}"
+    return SimpleNamespace(config=config, extrapolate=records, name=name + "pose" * pose)
 
 
 def test_rows_keep_every_seed_and_average_depths_per_seed():
@@ -62,6 +63,30 @@ def test_a_fine_tune_with_a_setting_changed_gets_its_own_row():
     assert set(rows) == {"yarn + fine-tune", "yarn(beta_fast=8) + fine-tune"}
     assert per_seed(rows["yarn(beta_fast=8) + fine-tune"], 250) == {0: 0.9}
     assert per_seed(rows["yarn + fine-tune"], 250) == {0: 0.5}
+
+
+def test_a_fine_tune_not_scored_with_its_method_is_named_not_taken_for_the_baseline():
+    # Its records without the method (`none`) are not the plain fine-tune's (the baseline row).
+    yarn = ExtensionConfig("yarn", 2.0, 128)
+    jobs = [
+        job(0, {("none", 0.0, 250): 0.0}, tuned=True),
+        job(0, {("none", 0.0, 250): 0.77}, tuned=True, extension=yarn),
+    ]
+    unscored = []
+    rows = rows_of(jobs, unscored)
+    assert set(rows) == {"none + fine-tune"} and per_seed(rows["none + fine-tune"], 250) == {0: 0.0}
+    assert unscored == ["s0ftyarn"]
+
+
+def test_a_pose_fine_tune_and_a_full_one_of_one_method_keep_their_own_rows():
+    yarn = ExtensionConfig("yarn", 2.0, 128)
+    jobs = [
+        job(0, {("baked:yarn", 0.0, 250): 0.5}, tuned=True, extension=yarn),
+        job(0, {("baked:yarn", 0.0, 250): 0.9}, tuned=True, extension=yarn, pose=True),
+    ]
+    rows = rows_of(jobs)
+    assert per_seed(rows["yarn + fine-tune"], 250) == {0: 0.5}
+    assert per_seed(rows["yarn + PoSE fine-tune"], 250) == {0: 0.9}
 
 
 def test_a_changed_setting_is_compared_with_its_methods_default_fine_tune():

@@ -48,25 +48,33 @@ def seed_of(job: Job) -> int:
     return int(job.config.seed) if job.config else 0
 
 
-def rows_of(jobs: list[Job]) -> dict[str, Cell]:
+def rows_of(jobs: list[Job], unscored: list[str] | None = None) -> dict[str, Cell]:
     """Row label -> accuracies per seed: zero-shot methods of un-fine-tuned runs, baked methods
-    of fine-tunes, and ``none`` for a fine-tune without a method (the baseline)."""
+    of fine-tunes, and ``none`` for a fine-tune without a method (the baseline). A fine-tune
+    with a method but no record of it is named in ``unscored`` and left out: its records
+    without the method are not the baseline's."""
     out: dict[str, Cell] = {}
     for job in sorted(jobs, key=lambda j: (is_finetune(j), j.name)):  # zero-shot rows first
         tuned = is_finetune(job)
-        # A fine-tune is reported with the method it was trained with: its baked-in one, or
-        # none when it has none.
+        # A fine-tune is reported with the method it was trained with (its config's): baked in,
+        # or none when it has none.
+        baked = tuned and job.config.extension.method != baseline_method()
         trained_with = next(
             (r["method"] for r in job.extrapolate if r["method"].startswith("baked:")),
-            baseline_method(),
+            None if baked else baseline_method(),
         )
+        if tuned and trained_with is None:
+            if unscored is not None:
+                unscored.append(job.name)
+            continue
+        how = " + PoSE fine-tune" if tuned and job.config.train.pose.enabled else " + fine-tune"
         for r in job.extrapolate:
             if r.get("accuracy") is None or r.get("depth") is None:
                 continue
             method = r["method"]
             if tuned and method != trained_with:
                 continue
-            label = f"{tuned_name(job, method)} + fine-tune" if tuned else f"{method} (zero-shot)"
+            label = f"{tuned_name(job, method)}{how}" if tuned else f"{method} (zero-shot)"
             cell = out.setdefault(label, {}).setdefault((float(r["depth"]), int(r["length"])), {})
             cell[seed_of(job)] = float(r["accuracy"])
     return out
@@ -150,7 +158,8 @@ def render(ctx: ReportContext) -> str:
     from posexp.data.synthetic import make_data
 
     jobs = passkey_jobs(ctx.jobs)
-    rows = rows_of(jobs)
+    unscored: list[str] = []
+    rows = rows_of(jobs, unscored)
     untuned = [j for j in jobs if not is_finetune(j)]
     task = make_data(**(untuned or jobs)[0].config.data.params)
     l0 = task.longest_train_row()
@@ -191,12 +200,21 @@ def render(ctx: ReportContext) -> str:
             "",
             f"Accuracy of the 5-digit key, averaged over key depths; rows of L0 = {l0} "
             f"tokens during training; zero-shot rows apply the method at evaluation only, "
-            f"fine-tune rows continued training on longer rows with it baked in "
-            f"(none + fine-tune: the same fine-tune without a method). Mean ± sample std over "
-            f"n = {n_text} seed(s).",
+            f"fine-tune rows continued training with it baked in, on longer rows (PoSE fine-tune: "
+            f"on rows of L0 whose positions span the longer length) (none + fine-tune: the same "
+            f"fine-tune without a method). Mean ± sample std over n = {n_text} seed(s).",
             "",
             md_table(header, table, ["l", *"r" * len(sizes)]),
             "",
+            *(
+                [
+                    f"Not in the table: {', '.join(unscored)}, fine-tuned with a method but not "
+                    "scored with it (`posexp eval-extrapolate --run <run> --method baked`).",
+                    "",
+                ]
+                if unscored
+                else []
+            ),
             *(["Reading the table:", "", *filter(None, reading), ""] if any(reading) else []),
             f"![passkey heat maps]({png.name})",
             "",
