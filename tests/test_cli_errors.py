@@ -132,3 +132,32 @@ def test_a_key_in_a_section_that_does_not_exist_names_the_top_level_keys():
         "unknown setting bogus.key: no 'bogus' in the config; allowed at the top: "
     )
     assert "model, pe, extension, data, tokenizer, train" in line and "allowed in bogus" not in line
+
+
+@pytest.mark.parametrize(
+    ("key", "line"),
+    [
+        # Settings of another choice of the group: named with the choices that have them.
+        ("pe.num_buckets", "pe.num_buckets is not a setting of the pe chosen; t5 has it (pe=t5)"),
+        (
+            "extension.group",
+            "extension.group is not a setting of the extension chosen; self_extend has it "
+            "(extension=self_extend)",
+        ),
+        # Groups whose keys are their choice's: no "did you mean" into another section.
+        (
+            "data.depths",
+            "unknown setting data.depths: the data chosen has no 'depths' (its keys: "
+            "`posexp train data=<choice> --cfg job`)",
+        ),
+        (
+            "tokenizer.vocab_size",
+            "unknown setting tokenizer.vocab_size: the tokenizer chosen has no 'vocab_size' (its "
+            "keys: `posexp train tokenizer=<choice> --cfg job`)",
+        ),
+    ],
+)
+def test_a_key_of_another_choice_is_said_so(key, line):
+    from posexp.cli.errors import unknown_key_line
+
+    assert unknown_key_line(key) == line

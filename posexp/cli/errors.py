@@ -29,7 +29,18 @@ def unknown_key_line(key: str) -> str:
 
     keys = known_keys()
     section, _, leaf = key.rpartition(".")
+    owners = choices_with(section, leaf)
+    if key in keys and owners:  # a setting of another choice of the group (num_buckets: t5)
+        return (
+            f"{key} is not a setting of the {section} chosen; {', '.join(owners)} "
+            f"{'has' if len(owners) == 1 else 'have'} it ({section}={owners[0]})"
+        )
     siblings = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == section]
+    if section in keys and not siblings:  # a group whose keys are the choice's (data, tokenizer)
+        return (
+            f"unknown setting {key}: the {section} chosen has no {leaf!r} (its keys: "
+            f"`posexp train {section}=<choice> --cfg job`)"
+        )
     if siblings:  # a known section (or the top level): the closest key there
         near = [
             f"{section}.{n}" if section else n
@@ -46,6 +57,18 @@ def unknown_key_line(key: str) -> str:
         return f"unknown setting {key}: no {section!r} in the config; allowed at the top: {top}"
     where = f" in {section}" if section else ""
     return f"unknown setting {key}; allowed{where}: {', '.join(siblings)}"
+
+
+def choices_with(section: str, leaf: str) -> list[str]:
+    """The encodings (``pe``) or extension methods that have the setting ``leaf``."""
+    from posexp.extension import EXTENSIONS
+    from posexp.pe import PE_REGISTRY
+
+    if section == "pe":
+        return [name for name, pe in PE_REGISTRY.items() if leaf in pe.settings()]
+    if section == "extension":
+        return [name for name, m in EXTENSIONS.items() if leaf in {s.name for s in m.settings}]
+    return []
 
 
 def click_exceptions() -> ModuleType:
