@@ -51,8 +51,9 @@ from posexp.runtime.signals import StopRequested
 log = logging.getLogger("posexp")
 
 # A fine-tune keeps its parent's network and data (NETWORK_ROOTS), except the sizes a synthetic
-# task trains and tests at, which a longer context changes.
-DATA_SIZES = ("data.train_lengths", "data.test_lengths")
+# task trains and tests at, which a longer context changes, and where its tests put a passkey
+# (training draws every depth).
+DATA_SIZES = ("data.train_lengths", "data.test_lengths", "data.depths")
 
 
 def finetune_args(run: Path | None, args: list[str]) -> list[str]:
@@ -72,7 +73,10 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
     # Quoted: sweep job dirs are named like `pe=rope,heads=4`, which Hydra would parse.
     quoted = str(run).replace("\\", "\\\\").replace("'", "\\'")
     # Compose with the parent's data source, so its keys (a task's sizes) can be overridden.
-    source = parent.config().data.name
+    data = parent.config().data
+    # A task's own group (data=passkey) holds its keys (depths, key_digits); `synthetic` does not.
+    task = data.params.get("task")
+    source = task if task and (Path(config_dir()) / "data" / f"{task}.yaml").exists() else data.name
     given = any(a.split("=", 1)[0].lstrip("+~") == "data" for a in args)
     same_data = (
         [f"data={source}"]

@@ -298,3 +298,15 @@ def test_another_task_for_a_task_parent_is_refused(task_parent, monkeypatch, cap
         monkeypatch,
         capsys,
     )
+
+
+def test_a_task_parent_is_composed_with_its_own_group(task_parent, monkeypatch, capsys):
+    # data.symbols is copy's (configs/data/copy.yaml), not synthetic's: it was "unknown".
+    message = "finetune keeps the parent's data (data=copy); drop data.symbols="
+    refused_in_one_line(
+        task_parent,
+        ["data.symbols=4", "extension=yarn", "extension.factor=2"],
+        message,
+        monkeypatch,
+        capsys,
+    )
