@@ -44,6 +44,7 @@ from posexp.runtime.lifecycle import (
     discard_interrupted,
     fail_run,
     job_failed,
+    keep_log_name,
     own_run_dir,
     report_stop,
 )
@@ -289,6 +290,8 @@ def train_task(cfg: DictConfig) -> dict[str, Any] | None:
                     cfg.data[key] = fixed[key]
     # One writer per run dir: this process's claim or lock, held until the task returns.
     with distributed.session(cfg.device), own_run_dir(run_dir, cfg, multirun) as run_dir:
+        if cfg.resume:
+            keep_log_name(run_dir)
         try:
             return _train_task(cfg, run_dir, multirun)
         except StopRequested as e:

@@ -208,14 +208,8 @@ def claim_run_dir(run_dir: Path) -> Path:
         return run_dir
     if (run_dir / HYDRA).is_dir():
         shutil.copytree(run_dir / HYDRA, owned / HYDRA, dirs_exist_ok=True)
-    root = logging.getLogger()
     for handler in file_handlers_in(run_dir):
-        moved = logging.FileHandler(owned / Path(handler.baseFilename).name)
-        moved.setFormatter(handler.formatter)
-        moved.setLevel(handler.level)
-        root.removeHandler(handler)
-        handler.close()
-        root.addHandler(moved)
+        move_log(handler, owned / Path(handler.baseFilename).name)
     owner = run_dir / OWNER
     age = time.time() - owner.stat().st_mtime if owner.exists() else 0.0
     if age < SAME_TIME_S:
@@ -260,6 +254,27 @@ def release_log_files(run_dir: Path) -> None:
     for handler in file_handlers_in(run_dir):
         logging.getLogger().removeHandler(handler)
         handler.close()
+
+
+def move_log(handler: logging.FileHandler, path: Path) -> None:
+    """The root logger's ``handler`` replaced by one like it writing (appending) to ``path``."""
+    moved = logging.FileHandler(path, delay=True)
+    moved.setFormatter(handler.formatter)
+    moved.setLevel(handler.level)
+    root = logging.getLogger()
+    root.removeHandler(handler)
+    handler.close()
+    root.addHandler(moved)
+
+
+def keep_log_name(run_dir: Path) -> None:
+    """A resumed fine-tune goes on logging to its ``finetune.log``, not a new ``train.log``
+    (the command that resumes any run is `posexp train`, and Hydra names the log after it)."""
+    if not (run_dir / "finetune.log").is_file():
+        return
+    for handler in file_handlers_in(run_dir):
+        if Path(handler.baseFilename).name == "train.log":
+            move_log(handler, run_dir / "finetune.log")
 
 
 def file_handlers_in(run_dir: Path) -> list[logging.FileHandler]:

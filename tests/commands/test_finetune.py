@@ -96,6 +96,8 @@ def test_finetune_a_sweep_job_then_resume_it_like_any_run(parent, cache):
     assert meta["config"]["train"]["seq_len"] == 48 and meta["model"]["extension"]["method"] == "pi"
     posexp(cwd, cache, "train", f"resume={ft}", "train.max_steps=4")
     assert read_meta(ft)["step"] == 4
+    # Its log goes on in finetune.log, not a new train.log (a resume is `posexp train`).
+    assert not (ft / "train.log").exists() and "resumed" in (ft / "finetune.log").read_text()
 
 
 BAD = {
