@@ -78,6 +78,11 @@ def check_options(
         raise PosexpError(f"--temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and top_k <= 0:
         raise PosexpError(f"--top-k must be a positive integer, got {top_k}")
+    if top_k is not None and temperature == 0:
+        raise PosexpError(
+            f"--top-k {top_k} samples among the likeliest tokens, but --temperature 0 decodes "
+            "greedily; set --temperature > 0 (e.g. 0.8) or drop --top-k"
+        )
     if not 0 <= seed <= SEED_MAX:
         raise PosexpError(f"--seed must be in [0, 2**63 - 1], got {seed}")
     if beam_size is not None and beam_size < 1:

@@ -23,6 +23,7 @@ from tests.helpers import run_config
         ({"seed": 10**20}, r"--seed must be in \[0, 2\*\*63 - 1\], got 100000000000000000000"),
         ({"seed": -1}, r"--seed must be in \[0, 2\*\*63 - 1\], got -1"),
         ({"top_k": 0}, r"--top-k must be a positive integer, got 0"),
+        ({"top_k": 5, "temperature": 0.0}, r"--top-k 5 samples among the likeliest tokens, but "),
         ({"temperature": float("nan")}, r"--temperature must be a finite number >= 0, got nan"),
         ({"length_penalty": -1.0}, r"--length-penalty must be a finite number >= 0 .*, got -1$"),
         (
