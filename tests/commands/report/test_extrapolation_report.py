@@ -177,3 +177,20 @@ def test_methods_scored_in_only_some_seeds_are_named_under_the_plot(tmp_path):
         "RoPE+self_extend(group=2,window=8) (scored in 1 of 3 seeds)."
     ) in md
     assert (tmp_path / "report_extrapolation_nonoverlap.png").is_file()
+
+
+def test_a_pose_fine_tune_is_judged_past_its_target_length_not_its_window(tmp_path):
+    # `posexp finetune ... train.pose.enabled=true`: rows of 64 tokens, positions up to 256.
+    none = {64: 10.0, 128: 10.0, 256: 10.0, 512: 30.0, 1024: 60.0}
+    records = [text_record("none", n, ppl) for n, ppl in none.items()]
+    records += [text_record("baked:yarn", n, 10.0) for n in none]
+    pose = {"train.pose.enabled": True, "train.pose.target_length": 256}
+    tuned = lm_job(
+        tmp_path,
+        records,
+        parent="outputs/runs/rope",
+        **{"extension.method": "yarn", "extension.factor": 4.0, **pose},
+    )
+    md = render_extrapolation(ReportContext(tmp_path, [tuned], []))
+    assert "fine-tuned (`posexp finetune`) at 256 tokens from a model trained at 64 tokens" in md
+    assert "past the length the run was fine-tuned at (256)" in md

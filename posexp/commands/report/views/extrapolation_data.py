@@ -42,6 +42,9 @@ def fine_tune_length(job: Job) -> int | None:
     flat = job.flat_config
     if flat.get("parent") in (None, "", "None"):
         return None
+    if flat.get("train.pose.enabled") is True and flat.get("train.pose.target_length"):
+        # PoSE trains rows of train.seq_len whose positions span its target length.
+        return int(flat["train.pose.target_length"])
     return int(flat.get("train.seq_len") or job.train_length)
 
 
