@@ -139,6 +139,21 @@ def check_cell_extensions(
             raise PosexpError(f"--method {label!r} for {str(run_dir)!r}: {e}") from None
 
 
+def say_capped_tokens(run_dir: Path, n_tokens: int, test_size: int) -> int:
+    """The tokens scored per length: ``n_tokens``, or what the test split holds (said: the
+    cells then score fewer tokens than asked for, and a long length's last window is partial)."""
+    if n_tokens <= test_size - 1:
+        return n_tokens
+    log.warning(
+        "%s: the test split holds %s tokens, so each length scores %s of the %s asked for",
+        run_dir.name,
+        f"{test_size:,}",
+        f"{test_size - 1:,}",
+        f"{n_tokens:,}",
+    )
+    return test_size - 1
+
+
 def say_other_token_counts(run_dir: Path, stored: Stored, n_tokens: int, longest: int) -> None:
     """Warn when the default token count (which grows with the longest length) differs from
     the one this run's earlier cells used: the new cells become a row of their own."""

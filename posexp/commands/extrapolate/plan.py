@@ -24,6 +24,7 @@ from posexp.commands.extrapolate.cells import (
     check_cell_extensions,
     effective_stored,
     method_specs,
+    say_capped_tokens,
     say_other_token_counts,
     say_short_lengths,
     with_copies,
@@ -403,7 +404,7 @@ def attach_work(plan: RunPlan, test_size: int | None = None) -> None:
     """Cut the work of every cell still to score: instances of a task run (a pure function of
     data.seed), windows over the test split (its token count capped to the split) otherwise."""
     if plan.task is None:
-        plan.n_tokens = min(plan.n_tokens, test_size - 1)
+        plan.n_tokens = say_capped_tokens(plan.run_dir, plan.n_tokens, test_size)
         check_windows_fit([i.record.length for i in plan.todo if i.scorer.kind == TEXT], test_size)
         source: Any = TextSource(plan.n_tokens, test_size)
     else:

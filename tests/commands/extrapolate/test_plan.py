@@ -72,3 +72,17 @@ def test_a_stride_longer_than_a_length_is_said(caplog, tmp_path):
     caplog.clear()
     say_short_lengths(tmp_path / "run", 32, [64, 128])
     assert not caplog.records
+
+
+def test_a_test_split_smaller_than_the_tokens_asked_for_is_said(caplog, tmp_path):
+    from posexp.commands.extrapolate.cells import say_capped_tokens
+
+    with caplog.at_level("WARNING", logger="posexp"):
+        assert say_capped_tokens(tmp_path / "run", 16384, 100_000) == 16384  # it fits: nothing
+        assert not caplog.records
+        assert say_capped_tokens(tmp_path / "run", 16384, 1290) == 1289
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert (
+        line
+        == "run: the test split holds 1,290 tokens, so each length scores 1,289 of the 16,384 asked for"
+    )
