@@ -190,11 +190,28 @@ def headline_metric(jobs: list[Job]) -> str | None:
     return None
 
 
+def text_of(job: Job) -> str:
+    """What a run's perplexity is per token of: its data, tokenizer and learned vocabulary."""
+    flat = job.flat_config
+    name = str(flat.get("tokenizer.name") or "byte")
+    size = flat.get("tokenizer.vocab_size")
+    tokens = f"{name} {size}" if name != "byte" and size else name
+    return f"{flat.get('data.source') or 'data'} {tokens}"
+
+
 def comparison_sentence(ctx: ReportContext, jobs: list[Job]) -> str:
     """Best vs worst setting on the headline metric, over seeds when seeds were swept."""
     key = headline_metric(jobs)
     if key is None:
         return ""
+    texts = {text_of(job) for job in jobs}
+    if "ppl" in key and len(texts) > 1:  # per token of one text: another's tokens differ
+        return (
+            f"{METRIC_LABELS.get(key, metric_name(key)).capitalize()} is not compared across "
+            "these runs: "
+            "it is per token, and they read different text or tokenize it differently "
+            f"({', '.join(sorted(texts))})."
+        )
     groups: dict[str, list[float]] = {}
     for job in jobs:
         value = job.metrics.get(key)

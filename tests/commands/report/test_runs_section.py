@@ -115,6 +115,24 @@ def test_sentence_calls_noise_only_with_three_seeds(tmp_path):
     assert "beyond seed noise (20.0× the larger seed std, n = 3)" in text
 
 
+def test_perplexities_of_different_tokenizers_are_not_ranked(tmp_path):
+    # ppl is per token: a byte run's 7.19 and a BPE run's 25.89 measure different units.
+    runs = [
+        job("byte", {"tokenizer": "byte"}, {"final/val_ppl": 7.19}, config={"data.source": "text"}),
+        job(
+            "bpe",
+            {"tokenizer": "bpe"},
+            {"final/val_ppl": 25.89},
+            config={"data.source": "text", "tokenizer.name": "bpe", "tokenizer.vocab_size": 300},
+        ),
+    ]
+    text = comparison_sentence(ReportContext(tmp_path, runs, ["tokenizer"]), runs)
+    assert text == (
+        "Validation perplexity is not compared across these runs: it is per token, and they read "
+        "different text or tokenize it differently (text bpe 300, text byte)."
+    )
+
+
 def test_one_run_draws_no_one_dot_plot(tmp_path):
     jobs = [job("a", {"pe": "rope"}, {"final/val_ppl": 10.0})]
     md, _ = runs_section(ReportContext(tmp_path, jobs, ["pe"]))
