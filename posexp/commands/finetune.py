@@ -108,6 +108,13 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             parent_run.holder(),
             meta.get("step"),
         )
+    elif parent_run.status() not in ("completed", "failed"):
+        log.warning(
+            "the parent stopped before its last step: fine-tuning from its checkpoint of step "
+            "%s of %s",
+            meta.get("step"),
+            meta["config"]["train"]["max_steps"],
+        )
     saved = OmegaConf.create(meta["config"])
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
     for key in keys:

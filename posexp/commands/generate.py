@@ -152,15 +152,18 @@ def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
 
 
 def training_note(run_dir: RunDir) -> str:
-    """'' for a run no process is training; else which process trains it and the step of the
-    checkpoint read now (a later one will differ)."""
+    """'' for a finished run; else which process trains it and the step of the checkpoint read
+    now (a later one will differ), or that it stopped before its last step."""
     who = run_dir.holder()
-    if who is None:
+    if who is None and run_dir.status() in ("completed", "failed"):
         return ""
     try:
         step = f"its checkpoint of step {run_dir.meta()['step']}"
+        total = run_dir.config().train.max_steps
     except (PosexpError, KeyError):
-        step = "no checkpoint yet"
+        return "no checkpoint yet" if who else ""
+    if who is None:  # stopped before its last step (killed, interrupted): said, not hidden
+        return f"unfinished: {step} of {total}"
     return f"still training ({who}): {step}"
 
 

@@ -158,6 +158,19 @@ def test_a_parent_still_training_is_said_with_the_step_taken(parent, cache):
     assert proc.stderr.count(said) == 1  # said by the job, not again by the check before it
 
 
+def test_a_parent_stopped_early_is_said(parent, cache, tmp_path):
+    cwd, run = parent
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run, stopped, ignore=shutil.ignore_patterns(".owner"))
+    (stopped / "results.json").unlink()  # killed after its last checkpoint, before the end
+    proc = posexp(
+        cwd, cache, "finetune", "--run", str(stopped), "extension=pi", "extension.factor=2", *FT
+    )
+    step, total = read_meta(stopped)["step"], read_meta(stopped)["config"]["train"]["max_steps"]
+    said = f"the parent stopped before its last step: fine-tuning from its checkpoint of step {step} of {total}"
+    assert proc.stderr.count(said) == 1
+
+
 def test_finetune_needs_a_checkpoint(tmp_path, cache):
     (tmp_path / "empty").mkdir()
     proc = posexp(tmp_path, cache, "finetune", "--run", "empty", "extension=pi", check=False)

@@ -10,6 +10,7 @@ from posexp.checkpoint import save_checkpoint
 from posexp.commands.generate import generate_text
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.rundir import RunDir
 from tests.helpers import lock_held_elsewhere, posexp, run_config
 
 # `posexp train data=wyc2kjv pe=... heads=...` with the byte tokenizer, shrunk to seconds.
@@ -110,16 +111,26 @@ def test_a_run_still_training_is_said_with_the_step_read(tmp_path, cache):
         tmp_path / "lm", GPT(mcfg), {"step": 40, "model": mcfg.to_dict(), "config": config}
     )
     said = []
-    generate_text(tmp_path / "lm", ["In the"], 2, device="cpu", announce=lambda *a: said.append(a))
-    with lock_held_elsewhere(tmp_path / "lm") as other:  # a trainer writing it now
+
+    def generate() -> None:
         generate_text(
             tmp_path / "lm", ["In the"], 2, device="cpu", announce=lambda *a: said.append(a)
         )
-    assert said[0] == (tmp_path / "lm", "")
-    assert said[1] == (
-        tmp_path / "lm",
-        f"still training ({other.pid}@{platform.node()}): its checkpoint of step 40",
-    )
+
+    generate()  # no results.json: it stopped before its last step (killed)
+    with lock_held_elsewhere(tmp_path / "lm") as other:  # a trainer writing it now
+        generate()
+    RunDir(tmp_path / "lm").write_results({"status": "completed", "step": 40})
+    generate()
+    total = config["train"]["max_steps"]
+    assert said == [
+        (tmp_path / "lm", f"unfinished: its checkpoint of step 40 of {total}"),
+        (
+            tmp_path / "lm",
+            f"still training ({other.pid}@{platform.node()}): its checkpoint of step 40",
+        ),
+        (tmp_path / "lm", ""),
+    ]
 
 
 def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, capsys):
