@@ -92,9 +92,10 @@ def print_table(result: RunResult, console: Any = None, several: bool = False) -
     for note in notes:
         console.print(f"  —: {note}", soft_wrap=True, highlight=False, markup=False)
     console.print(
-        f"  wrote {RunDir(result.run_dir).eval_dir}/ ({len(records)} records of these weights)"
+        f"  wrote {RunDir(result.run_dir).eval_dir}/ ({count(len(records), 'record')} of these "
+        "weights)"
         if result.scored
-        else f"  {RunDir(result.run_dir).eval_dir}/ unchanged ({len(records)} records)",
+        else f"  {RunDir(result.run_dir).eval_dir}/ unchanged ({count(len(records), 'record')})",
         soft_wrap=True,
         highlight=False,
         markup=False,
@@ -113,6 +114,11 @@ def column_groups(lengths: list[int], widths: dict[int, int], room: int) -> list
         groups[-1].append(n)
         used += widths[n] + 3
     return groups
+
+
+def count(n: int, noun: str) -> str:
+    """``1 record``, ``2 records``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def metrics_text(records: list[dict[str, Any]]) -> str:
