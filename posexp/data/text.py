@@ -11,6 +11,7 @@ Paths may be glob patterns (sorted, for a stable order).
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,8 @@ from posexp.data.splits import carve_tail
 from posexp.errors import PosexpError, choose
 
 SAMPLE_BY = ("document", "paragraph", "line")
+log = logging.getLogger("posexp")
+
 NO_FILES = "data.files is empty; set data.files=[path.txt,...] to existing text files"
 FINER = {"document": "paragraph or line", "paragraph": "line"}
 
@@ -138,6 +141,28 @@ def read_documents(files: list[str], sample_by: str) -> list[str]:
     return [doc.strip() for doc in ds["text"] if doc.strip()]
 
 
+def say_overlaps(splits: dict[str, list[str]]) -> None:
+    """Warn of a file read twice (listed twice, or in two splits): a validation or test split
+    holding training text measures memory, not modelling."""
+    where: dict[str, list[str]] = {}
+    for split, paths in splits.items():
+        for path in paths:
+            where.setdefault(os.path.realpath(path), []).append(split)
+    for path, found in where.items():
+        if len(found) > 1:
+            log.warning(
+                "data file %s is read %d times (%s): %s",
+                path,
+                len(found),
+                ", ".join(found),
+                "its documents repeat in training"
+                if set(found) == {"train"}
+                else "a split evaluates on text the model trains on"
+                if "train" in found
+                else "validation and test measure the same text",
+            )
+
+
 @register_dataset("text", kind="lm", check=check_text, check_inputs=check_text_inputs)
 def load_text(
     files: str | Sequence[str] = (),
@@ -154,6 +179,7 @@ def load_text(
         "val": resolve_files(val_files, "data.val_files"),
         "test": resolve_files(test_files, "data.test_files"),
     }
+    say_overlaps({"train": train, **given})
     train_docs = read_documents(train, sample_by)
     need = tuple(s for s in ("val", "test") if not given[s])
     splits = (

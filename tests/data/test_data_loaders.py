@@ -161,3 +161,22 @@ def test_unreadable_text_files_are_named_with_the_reason(
     (tmp_path / "bad.txt").write_bytes(content)
     with pytest.raises(PosexpError, match=message):
         load_corpus("text", files=[str(tmp_path / "bad.txt")])
+
+
+def test_a_file_read_twice_is_said(tmp_path, caplog):
+    from posexp.data.text import say_overlaps
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    with caplog.at_level("WARNING", logger="posexp"):
+        say_overlaps({"train": [str(a), str(b)], "val": [], "test": []})  # apart: nothing said
+        assert not caplog.records
+        say_overlaps(
+            {"train": [str(a), str(a)], "val": [str(b)], "test": [str(tmp_path / "." / "b.txt")]}
+        )
+        say_overlaps({"train": [str(a)], "val": [str(a)]})
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"data file {a} is read 2 times (train, train): its documents repeat in training",
+        f"data file {b} is read 2 times (val, test): validation and test measure the same text",
+        f"data file {a} is read 2 times (train, val): a split evaluates on text the model trains on",
+    ]
