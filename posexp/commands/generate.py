@@ -148,6 +148,9 @@ def check_text(name: str, text: str) -> None:
 def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
     """Token ids of a prompt: ``source <sep>`` for translation and tasks, the text for an lm."""
     ids = tokenizer.encode(text)
+    if kind in ANSWERING and not ids:  # the separator alone: nothing to answer
+        what = "a sentence to translate" if kind == "pairs" else "a task instance"
+        raise PosexpError(f"empty prompt; this run answers a prompt: give {what}")
     return [*ids, tokenizer.sep_id] if kind in ANSWERING else ids
 
 

@@ -206,3 +206,15 @@ def test_a_task_runs_method_counts_from_its_longest_training_row(tmp_path, cache
     assert (ext.original_length, ext.factor) == (longest, 2.0)
     with pytest.raises(PosexpError, match=rf"below the training length {longest}\), got 100$"):
         method_for(RunDir(tmp_path / "copy"), "self_extend(window=100)", None, 2 * longest)
+
+
+def test_an_empty_prompt_to_a_run_that_answers_is_refused():
+    from posexp.commands.generate import prompt_ids
+    from posexp.data.tokenizers import ByteTokenizer
+
+    tokenizer = ByteTokenizer()
+    assert prompt_ids(tokenizer, "abc", "synthetic")[-1] == tokenizer.sep_id
+    with pytest.raises(PosexpError, match="^empty prompt; this run answers a prompt: give a task"):
+        prompt_ids(tokenizer, "", "synthetic")
+    with pytest.raises(PosexpError, match="give a sentence to translate$"):
+        prompt_ids(tokenizer, "", "pairs")
