@@ -322,8 +322,9 @@ def render(ctx: ReportContext) -> str:
                 "randomized": p.randomized,
                 "size": n,
                 "accuracy": table[p].get(n),
+                # A sample std needs two seeds: one seed has none (not 0).
                 "accuracy_std": mean_std(per_seed[task, p, n])[1]
-                if (task, p, n) in per_seed
+                if len(per_seed.get((task, p, n), [])) > 1
                 else None,
                 "n": len(per_seed.get((task, p, n), [])),
             }
