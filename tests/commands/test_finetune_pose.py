@@ -258,6 +258,16 @@ def test_a_pose_finetune_of_a_task_parent_trains_resumes_exactly_and_says_so(
 
 
 TASK_BAD = {
+    # copy and reverse share data.source (synthetic): the task itself tells them apart.
+    "another task": (
+        ["data=reverse", "extension=yarn", "extension.factor=2"],
+        "finetune keeps the parent's data (data=copy); drop data=",
+    ),
+    # data.symbols is copy's (configs/data/copy.yaml), not synthetic's: it was "unknown".
+    "a key of the task's own group": (
+        ["data.symbols=4", "extension=yarn", "extension.factor=2"],
+        "finetune keeps the parent's data (data=copy); drop data.symbols=",
+    ),
     "rows longer than the window": (
         [
             "extension=yarn",
@@ -286,27 +296,3 @@ TASK_BAD = {
 @pytest.mark.parametrize("name", sorted(TASK_BAD))
 def test_bad_pose_finetune_of_a_task_parent_is_one_line(task_parent, name, monkeypatch, capsys):
     refused_in_one_line(task_parent, *TASK_BAD[name], monkeypatch, capsys)
-
-
-def test_another_task_for_a_task_parent_is_refused(task_parent, monkeypatch, capsys):
-    # copy and reverse share data.source (synthetic): the task itself tells them apart.
-    message = "finetune keeps the parent's data (data=copy); drop data="
-    refused_in_one_line(
-        task_parent,
-        ["data=reverse", "extension=yarn", "extension.factor=2"],
-        message,
-        monkeypatch,
-        capsys,
-    )
-
-
-def test_a_task_parent_is_composed_with_its_own_group(task_parent, monkeypatch, capsys):
-    # data.symbols is copy's (configs/data/copy.yaml), not synthetic's: it was "unknown".
-    message = "finetune keeps the parent's data (data=copy); drop data.symbols="
-    refused_in_one_line(
-        task_parent,
-        ["data.symbols=4", "extension=yarn", "extension.factor=2"],
-        message,
-        monkeypatch,
-        capsys,
-    )
