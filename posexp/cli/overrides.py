@@ -118,7 +118,9 @@ def check_run_dir_arg(args: list[str]) -> None:
     ):
         return
     values = {
-        a.split("=", 1)[0]: hydra_value(a) for a in args if "=" in a and not a.startswith("-")
+        a.split("=", 1)[0]: hydra_value(a)
+        for a in args
+        if a.split("=", 1)[0] in ("resume", "hydra.run.dir") and "=" in a
     }
     if values.get("resume") not in (None, ""):
         RunDir(Path(str(values["resume"]))).check_free("resume=")
@@ -156,10 +158,8 @@ def quote_resume_path(args: list[str]) -> list[str]:
     out = []
     for arg in args:
         key, eq, value = arg.partition("=")
-        if key != "resume" or not eq:
-            out.append(arg)
-            continue
-        if value != "null" and value[:1] not in ("'", '"') and hydra_value(arg) != value:
+        plain = value == "null" or value[:1] in ("'", '"')
+        if key == "resume" and eq and not plain and hydra_value(arg) != value:
             escaped = value.replace("\\", "\\\\").replace("'", "\\'")
             arg = f"resume='{escaped}'"
         out.append(arg)

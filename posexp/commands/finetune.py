@@ -102,10 +102,11 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     parent = Path(str(cfg.parent))
     parent_run = RunDir.open(parent, "parent")
     meta = parent_run.meta()
-    if parent_run.holder() is not None:  # its weights now, not the ones it will end with
+    trainer = parent_run.holder()
+    if trainer is not None:  # its weights now, not the ones it will end with
         log.warning(
             "the parent is still training (%s): fine-tuning from its checkpoint of step %s",
-            parent_run.holder(),
+            trainer,
             meta.get("step"),
         )
     elif parent_run.status() not in ("completed", "failed"):

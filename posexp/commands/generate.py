@@ -190,8 +190,9 @@ def generate_text(
 
     Beam size and length penalty default to the run's ``translate`` settings for a translation
     run, and to greedy decoding for a language model. ``announce`` is told which run dir is
-    used (the newest one when ``run`` is None) and ``training_note``'s words on it. ``method`` replaces the run's extension (none, a
-    RoPE method, or a training-free one), set up for prompt + new tokens unless ``factor`` is given.
+    used (the newest one when ``run`` is None) and ``training_note``'s words on it. ``method``
+    replaces the run's extension (none, a RoPE method, or a training-free one), set up for
+    prompt + new tokens unless ``factor`` is given.
     """
     from posexp.rundir import RunDir, latest_run
     from posexp.runtime.device import resolve_device

@@ -20,7 +20,7 @@ from posexp.files import disk_full, write_text_atomic
 from posexp.rundir import HYDRA, OWNER, RunDir
 from posexp.runtime import distributed, provenance
 from posexp.runtime.signals import StopRequested
-from posexp.runtime.sweeps import record_failure
+from posexp.runtime.sweeps import failure_text, record_failure
 
 log = logging.getLogger("posexp")
 
@@ -107,8 +107,7 @@ def job_failed(run_dir: Path, e: BaseException) -> NoReturn:
     if distributed.is_main():
         record_failure(run_dir, e)
         provenance.finish(run_dir, "failed")
-    error = RunDir(run_dir).results() or {}
-    raise JobFailed(str(error.get("error") or e)) from e
+    raise JobFailed(failure_text(e)) from e
 
 
 def fail_run(run_dir: Path, e: PosexpError, multirun: bool, discard: bool) -> NoReturn:

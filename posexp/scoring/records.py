@@ -23,6 +23,7 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from posexp import checks
@@ -216,19 +217,21 @@ def read_file(run: RunDir, name: str, skip_damaged: bool = False) -> tuple[list[
             if not skip_damaged:
                 raise UnreadableFile(path, f"{e}; {REMEDY}") from None
             bad.append(str(e))
-    said = (str(path), path.stat().st_mtime_ns) if bad else None
-    if said is not None and said not in _SAID:  # a plan and its merge read the file: once
-        _SAID.add(said)
-        log.warning(
-            "%s: left out %d damaged record(s) of %d (%s%s); the file is kept as %s.bak",
+    if bad:
+        say_once(
             path,
-            len(bad),
-            len(data),
-            bad[0],
-            ", ..." if len(bad) > 1 else "",
-            name,
+            f"{path}: left out {len(bad)} damaged record(s) of {len(data)} ({bad[0]}"
+            f"{', ...' if len(bad) > 1 else ''}); the file is kept as {name}.bak",
         )
     return records, len(bad)
+
+
+def say_once(path: Path, warning: str) -> None:
+    """Warn of a damaged file once per version of it: a plan and its merge both read it."""
+    key = (str(path), path.stat().st_mtime_ns if path.exists() else 0)
+    if key not in _SAID:
+        _SAID.add(key)
+        log.warning("%s", warning)
 
 
 @dataclass
@@ -262,7 +265,9 @@ def load(run: RunDir, checkpoint: Checkpoint | None = None, force: bool = False)
         except PosexpError as e:
             if not force:
                 raise
-            log.warning("%s; under --force its cells count as unmeasured", e)
+            say_once(
+                Path(getattr(e, "path", name)), f"{e}; under --force its cells count as unmeasured"
+            )
             damaged.append(name)
             continue
         if left_out:
