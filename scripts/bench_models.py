@@ -237,7 +237,20 @@ KINDS = (
             "aten::_softmax_backward_data",
         ),
     ),
-    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear")),
+    (
+        "matmul",
+        (
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "aten::linear",
+            "mkldnn::_linear_pointwise",  # posexp's fp32 linear layers on oneDNN
+        ),
+    ),
+    # What the oneDNN linear layers do besides their matmuls: the transposed copies of dY or X
+    # that the weight's gradient takes (posexp/kernels/onednn_linear.py).
+    ("linear copies", ("OneDNNLinear",)),
     ("norm", ("layer_norm", "rms_norm")),
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
     ("activation", ("gelu", "silu")),

@@ -50,10 +50,11 @@ from bench_models import (
     training_step,
 )
 
+from posexp.kernels import onednn_linear
 from posexp.kernels.matmul_attention import KERNELS
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.device import resolve_device
-from posexp.runtime.kernel_choice import resolve_causal_kernel
+from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "medium": (512, 4), "base": (768, 12)}
 
@@ -80,16 +81,18 @@ def matmul_rate(
     return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
-def matmul_step(device: torch.device, precision: str, n: int) -> tuple[Step, float]:
-    """A step of n x n matmuls in ``precision`` lasting about as long as a model's step on the
-    CPU, and the FLOPs it does."""
+def matmul_step(
+    device: torch.device, precision: str, n: int, kernel: str = "torch"
+) -> tuple[Step, float]:
+    """A step of n x n matmuls in ``precision`` (by torch, or oneDNN's linear op) lasting about
+    as long as a model's step on the CPU, and the FLOPs it does."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
     reps = 8 if device.type == "cpu" else 200
 
     def step() -> None:
         for _ in range(reps):
-            a @ b
+            onednn_linear.linear(a, b, kernel)
 
     return step, 2 * n**3 * reps
 
@@ -245,32 +248,49 @@ def build_variants(
                 model = builder(first, args.seq_len)
                 steps[name] = training_step(model, *shape, precision, args.compile, kernel)
                 rows[name] = (peer, precision)
-        chosen = causal_kernels(args, first, precision, device)
         for pe, cfg in cfgs.items():
-            for i, causal in enumerate(chosen):
-                # The first kernel is posexp's own choice (its row); the others are extra rows.
-                tag = f" ({causal})" if causal != "sdpa" or len(chosen) > 1 else ""
-                name = f"posexp {pe}, {precision}{tag}"
-                model = GPT(dataclasses.replace(cfg, causal_kernel=causal))
+            pairs = posexp_kernels(args, cfg, precision, device)
+            for i, (causal, linear) in enumerate(pairs):
+                # The first pair is posexp's own choice (its row, named by the kernels that are
+                # not the defaults); each other row is named by the kernel it changes.
+                tag = ", ".join(
+                    k
+                    for k, first in zip((causal, linear), pairs[0], strict=True)
+                    if ((k != first) if i else (k not in ("sdpa", "torch")))
+                )
+                name = f"posexp {pe}, {precision}" + (f" ({tag})" if tag else "")
+                model = GPT(dataclasses.replace(cfg, causal_kernel=causal, linear_kernel=linear))
                 steps[name] = training_step(model, *shape, precision, args.compile, kernel)
-                rows[name] = (pe if i == 0 else f"{pe} {causal}", precision)
+                rows[name] = (pe if i == 0 else f"{pe} {causal} {linear}", precision)
     return steps, rows, skipped
 
 
-def causal_kernels(
+def posexp_kernels(
     args: argparse.Namespace, cfg: ModelConfig, precision: str, device: torch.device
-) -> list[str]:
-    """posexp's kernels for attention while training to time at ``precision``: what
-    ``posexp train`` would choose (``--causal auto``, said on a line), or the one named; with
-    ``both``, that choice and then the other."""
-    if args.causal in KERNELS:
-        return [args.causal if precision != "fp32" else "sdpa"]
+) -> list[tuple[str, str]]:
+    """posexp's (attention, linear) kernels to time at ``precision``: what ``posexp train``
+    would choose (``auto``, said on a line), or the ones named; with ``both``, that choice first
+    and then a row for each other kernel (a 16-bit attention kernel, an fp32 linear one)."""
     shape = (args.batch, cfg.n_heads, args.seq_len, cfg.head_dim)
-    chosen, why = resolve_causal_kernel("auto", precision, device, shape)
-    print(f"posexp {precision}: causal attention {chosen} ({why})")
+    causal, why = resolve_causal_kernel("auto", precision, device, shape)
+    if args.causal in KERNELS:
+        causal = args.causal if precision != "fp32" else "sdpa"
+    else:
+        print(f"posexp {precision}: causal attention {causal} ({why})")
+    rows = args.batch * args.seq_len
+    linear, why = resolve_linear_kernel(
+        "auto", precision, device, args.compile, (rows, cfg.d_model, cfg.d_ff or 4 * cfg.d_model)
+    )
+    if args.linear in onednn_linear.KERNELS:
+        linear = args.linear if precision == "fp32" and device.type == "cpu" else "torch"
+    else:
+        print(f"posexp {precision}: linear layers {linear} ({why})")
+    pairs = [(causal, linear)]
     if args.causal == "both" and precision != "fp32":  # the matmul kernel is a 16-bit one
-        return [chosen, *(k for k in KERNELS if k != chosen)]
-    return [chosen]
+        pairs += [(k, linear) for k in KERNELS if k != causal]
+    if args.linear == "both" and precision == "fp32" and device.type == "cpu":
+        pairs += [(causal, k) for k in onednn_linear.KERNELS if k != linear]
+    return pairs
 
 
 def print_rates(
@@ -347,6 +367,13 @@ def main() -> None:
         help="posexp's kernel for attention while training: as `posexp train` chooses "
         "(auto), one of them, or both (extra rows)",
     )
+    p.add_argument(
+        "--linear",
+        default="auto",
+        choices=["auto", "both", *onednn_linear.KERNELS],
+        help="posexp's kernel for fp32 linear layers on a CPU: as `posexp train` chooses "
+        "(auto), one of them, or both (extra rows)",
+    )
     p.add_argument("--profile", action="store_true", help="where posexp's step spends its time")
     p.add_argument("--no-loop", action="store_true", help="skip the full `posexp train` loop")
     args = p.parse_args()
@@ -376,6 +403,8 @@ def main() -> None:
     n = 8192 if device.type == "cuda" else 1024
     # The matmul rate is timed in the same rounds as the models, so MFU compares like minutes.
     matmuls = {precision: matmul_step(device, precision, n) for precision in args.precision}
+    if "fp32" in args.precision and device.type == "cpu" and onednn_linear.available():
+        matmuls["fp32 onednn"] = matmul_step(device, "fp32", n, "onednn")
     tokens = args.batch * args.seq_len
     rates = interleaved_rates(
         {**steps, **{f"matmul {p}": step for p, (step, _) in matmuls.items()}},
@@ -385,6 +414,10 @@ def main() -> None:
         args.steps,
     )
     peak = {p: rates.pop(f"matmul {p}") / tokens * flops for p, (_, flops) in matmuls.items()}
+    # MFU is against the faster of the CPU's two fp32 matmul kernels (torch's BLAS, oneDNN).
+    blas_fp32 = peak.get("fp32")
+    if "fp32 onednn" in peak:
+        peak["fp32"] = max(peak["fp32"], peak.pop("fp32 onednn"))
     first = next(iter(cfgs.values()))
     fpt = flops_per_token(GPT(first), first, args.seq_len)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -405,10 +438,11 @@ def main() -> None:
             f"MLP's shape ({args.batch * args.seq_len} x {d_model} x {4 * d_model}): "
             f"{matmul_speedup(d_model, tokens=args.batch * args.seq_len):.2f}x"
         )
+    blas = f" (torch's BLAS: {blas_fp32 / 1e9:,.1f})" if blas_fp32 != peak.get("fp32") else ""
     print(
         f"matmul rate ({n} x {n}, timed in the same rounds): "
         + ", ".join(f"{p} {rate / 1e9:,.1f} GFLOP/s" for p, rate in peak.items())
-        + " (MFU: against the row's own precision)"
+        + f"{blas} (MFU: against the row's own precision, the faster kernel)"
     )
     print(f"model FLOPs per token: {fpt / 1e6:,.2f} MFLOP")
     for line in skipped:

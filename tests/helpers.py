@@ -24,8 +24,10 @@ TINY = [
     "train.checkpoint_interval=3",
     "train.warmup_steps=2",
     # fp32 everywhere: `auto` takes bf16 on CPUs whose bf16 matmuls are faster, and a test's
-    # numbers (and the FlexAttention kernels compiled for them) should not depend on the CPU.
+    # numbers (and the FlexAttention kernels compiled for them) should not depend on the CPU;
+    # nor should the linear layers' kernel (tests/kernels/test_onednn_linear.py trains on oneDNN).
     "train.precision=fp32",
+    "train.linear=torch",
     "device=cpu",
 ]
 

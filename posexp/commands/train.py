@@ -38,7 +38,7 @@ from posexp.runtime import distributed, provenance
 from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, set_cublas_workspace
-from posexp.runtime.kernel_choice import resolve_causal_kernel
+from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
 from posexp.runtime.lifecycle import (
     abandon_run,
     discard_interrupted,
@@ -172,8 +172,22 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
                 recorded=(saved_meta.get("model") or {}).get("causal_kernel"),
                 resuming=bool(cfg.resume),
             )
+        linear, linear_why = resolve_linear_kernel(
+            cfg.train.linear,
+            precision,
+            device,
+            cfg.train.compile,
+            (
+                cfg.train.batch_size // distributed.world_size() * cfg.train.seq_len,
+                mcfg.d_model,
+                mcfg.d_ff or 4 * mcfg.d_model,
+            ),
+            Path(cfg.cache_dir),
+            recorded=(saved_meta.get("model") or {}).get("linear_kernel"),
+            resuming=bool(cfg.resume),
+        )
     trained_on = kernel if uses_kernel else "own"
-    mcfg = dataclasses.replace(mcfg, causal_kernel=kernel)
+    mcfg = dataclasses.replace(mcfg, causal_kernel=kernel, linear_kernel=linear)
     model = GPT(mcfg)
     autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
@@ -210,6 +224,8 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
             precision_reason=why,
             causal_kernel=trained_on,
             causal_kernel_reason=kernel_why,
+            linear_kernel=linear,
+            linear_kernel_reason=linear_why,
             schedule=record,
             deterministic=cfg.train.deterministic,
             **parent,
@@ -236,6 +252,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     )
     log.info("precision: %s (%s)", precision, why)
     log.info("attention while training: %s (%s)", trained_on, kernel_why)
+    log.info("linear layers: %s (%s)", linear, linear_why)
     if cfg.train.pose.enabled:  # task rows: the window is the longest training row
         window = getattr(objective, "row_tokens", cfg.train.seq_len)
         log.info("%s", cfg.train.pose.describe(window))

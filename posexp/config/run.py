@@ -140,6 +140,8 @@ class RunConfig:
                 "attention.causal=matmul is a bf16 kernel, and train.precision=fp32; "
                 "allowed: attention.causal=auto or sdpa, or train.precision=bf16"
             )
+        if not saved:  # a run trained elsewhere still loads here
+            check_linear_kernel(train, str(d["device"]))
         for key in ("resume", "parent", "cache_dir"):
             checks.path(key, d.get(key))
         if not d.get("cache_dir"):  # its default is configs/train.yaml's, not one written here
@@ -203,6 +205,36 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with top-level fields changed (e.g. ``resume``, ``cache_dir``)."""
         return dataclasses.replace(self, **changes)
+
+
+def check_linear_kernel(train: TrainConfig, device: str) -> None:
+    """Refuse ``train.linear=onednn`` where it cannot run: bf16, a GPU, a compiled model, or a
+    torch without oneDNN's linear op."""
+    if train.linear != "onednn":
+        return
+    import torch
+
+    from posexp.kernels import onednn_linear
+
+    clash = (
+        "train.precision=bf16"
+        if train.precision == "bf16"
+        else f"device={device}"
+        if device not in ("auto", "cpu")
+        else "train.compile=true"
+        if train.compile
+        else None
+    )
+    if clash is not None:
+        raise PosexpError(
+            f"train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and {clash}; "
+            f"allowed: train.linear=auto or torch"
+        )
+    if not onednn_linear.available():
+        raise PosexpError(
+            f"train.linear=onednn needs oneDNN's linear op, which torch {torch.__version__} "
+            f"lacks here; allowed: train.linear=auto or torch"
+        )
 
 
 def check_dropout(pe: str, built: Any, n_layers: int, dropout: float) -> None:

@@ -128,6 +128,7 @@ class TrainConfig:
     compile: bool
     threads: int | None
     precision: str
+    linear: str  # the kernel of fp32 linear layers on a CPU (posexp/kernels/onednn_linear.py)
     stop_grace_s: float | None
     resume_schedule: str
     deterministic: bool  # torch's deterministic kernels: a GPU run repeats bit for bit
@@ -144,6 +145,7 @@ class TrainConfig:
             cls,
             added={
                 "precision": "auto",
+                "linear": "auto",
                 "stop_grace_s": 20.0,
                 "resume_schedule": "keep",
                 "deterministic": False,
@@ -176,6 +178,9 @@ class TrainConfig:
         checks.boolean("train.compile", d["compile"])
         checks.boolean("train.deterministic", d["deterministic"])
         choose("train.precision", d["precision"], PRECISIONS)
+        from posexp.kernels.onednn_linear import CHOICES as LINEAR_CHOICES
+
+        choose("train.linear", d["linear"], LINEAR_CHOICES)
         choose("train.resume_schedule", d["resume_schedule"], RESUME_SCHEDULES)
         if d["eval_tokens"] <= d["seq_len"]:
             raise PosexpError(
@@ -210,6 +215,7 @@ class TrainConfig:
             ),
             threads=_threads(d["threads"]),
             precision=d["precision"],
+            linear=d["linear"],
             stop_grace_s=number("train.stop_grace_s", d["stop_grace_s"], "> 0", allow_none=True),
             resume_schedule=d["resume_schedule"],
             pose=PoseConfig.from_dict(d["pose"]),

@@ -18,7 +18,7 @@ from torch import nn
 from posexp.errors import PosexpError, choose
 from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
-from posexp.kernels import flex
+from posexp.kernels import flex, onednn_linear
 from posexp.kernels.matmul_attention import KERNELS
 from posexp.model.attention import attend
 from posexp.model.decoding import beam_search, sample_decode
@@ -50,6 +50,7 @@ class ModelConfig:
     attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/kernels/flex.py decides)
     # Training in 16-bit: sdpa | matmul (posexp/kernels/matmul_attention.py; the run chooses).
     causal_kernel: str = "sdpa"
+    linear_kernel: str = "torch"  # fp32 on a CPU: torch | onednn (posexp/kernels/onednn_linear.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -75,6 +76,7 @@ class ModelConfig:
                 f"unknown attention backend {self.attention!r}; allowed: {', '.join(flex.BACKENDS)}"
             )
         choose("causal kernel", self.causal_kernel, KERNELS)
+        choose("linear kernel", self.linear_kernel, onednn_linear.KERNELS)
         if self.attention == "flex" and not flex.available():
             raise PosexpError(
                 "attention=flex needs torch.nn.attention.flex_attention (torch >= 2.5); "
@@ -129,8 +131,8 @@ class CausalSelfAttention(nn.Module):
         self.plan = plan
         self.query_scale = plan.query_scale if plan is not None else None
         self.remaps_positions = plan is not None and plan.remaps_positions
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.qkv = onednn_linear.Linear(cfg.d_model, 3 * cfg.d_model, cfg.linear_kernel)
+        self.out = onednn_linear.Linear(cfg.d_model, cfg.d_model, cfg.linear_kernel)
         self.dropout = cfg.dropout
         self.causal_kernel = cfg.causal_kernel
 
@@ -204,8 +206,8 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         hidden = cfg.d_ff or 4 * cfg.d_model
-        self.up = nn.Linear(cfg.d_model, hidden, bias=False)
-        self.down = nn.Linear(hidden, cfg.d_model, bias=False)
+        self.up = onednn_linear.Linear(cfg.d_model, hidden, cfg.linear_kernel)
+        self.down = onednn_linear.Linear(hidden, cfg.d_model, cfg.linear_kernel)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -260,7 +262,7 @@ class GPT(nn.Module):
             for i in range(cfg.n_layers)
         )
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = onednn_linear.Linear(cfg.d_model, cfg.vocab_size, cfg.linear_kernel)
         self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init)
         for name, p in self.named_parameters():

@@ -87,24 +87,29 @@ def _linux_cpu_flags() -> set[str]:
 def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: int = 3) -> float:
     """Measured bf16 / fp32 rate of a (tokens x width) @ (width x 4·width) matmul, the shape of
     the model's MLP: the median over ``reps`` interleaved rounds, each timing ``inner`` products
-    of each dtype. Milliseconds-long single products were too noisy (thread wake-up) to decide
-    on, so each timing spans several."""
+    of each dtype, fp32 by the faster of torch's BLAS and oneDNN (``train.linear``). Milliseconds-
+    long single products were too noisy (thread wake-up) to decide on, so each timing spans
+    several."""
+    from posexp.kernels import onednn_linear
+
     if tokens is None:  # about a GFLOP per product, whatever the width
         tokens = max(512, min(8192, 2**27 // (width * width)))
     g = torch.Generator().manual_seed(0)  # the run's random stream is not touched
     a = torch.randn(tokens, width, generator=g)
-    b = torch.randn(width, 4 * width, generator=g)
-    pairs = {torch.float32: (a, b), torch.bfloat16: (a.bfloat16(), b.bfloat16())}
-    times: dict[torch.dtype, list[float]] = {dtype: [] for dtype in pairs}
+    b = torch.randn(4 * width, width, generator=g)  # (out, in), as a linear layer keeps it
+    kernels = {"fp32": ("torch", a, b), "bf16": ("torch", a.bfloat16(), b.bfloat16())}
+    if onednn_linear.available():
+        kernels["fp32 onednn"] = ("onednn", a, b)
+    times: dict[str, list[float]] = {name: [] for name in kernels}
     for rep in range(reps + 1):
-        for dtype, (x, y) in pairs.items():
+        for name, (kernel, x, y) in kernels.items():
             start = time.perf_counter()
             for _ in range(inner):
-                x @ y
+                onednn_linear.linear(x, y, kernel)
             if rep:  # the first round only warms up (oneDNN builds its kernels then)
-                times[dtype].append(time.perf_counter() - start)
-    median = {dtype: sorted(t)[len(t) // 2] for dtype, t in times.items()}
-    return median[torch.float32] / median[torch.bfloat16]
+                times[name].append(time.perf_counter() - start)
+    median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    return min(t for name, t in median.items() if name != "bf16") / median["bf16"]
 
 
 def cpu_name() -> str:
@@ -120,8 +125,8 @@ def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
     """bf16's measured speedup over fp32 for this model width on this CPU, cached per CPU, torch
     version, thread count and width so that runs on one machine agree."""
     threads = torch.get_num_threads()
-    # v2: timings over several products (v1 timed single, noisy ones; its verdicts are stale).
-    key = f"v2|{cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
+    # v3: fp32 by its faster kernel (v2 timed torch's BLAS alone; v1 single, noisy products).
+    key = f"v3|{cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
     return cached_speedup(cache_dir, "precision/cpu_bf16", key, lambda: matmul_speedup(width))
 
 

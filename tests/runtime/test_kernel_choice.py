@@ -11,7 +11,7 @@ import torch
 from posexp.commands.train import run_training
 from posexp.errors import PosexpError
 from posexp.runtime import kernel_choice
-from posexp.runtime.kernel_choice import resolve_causal_kernel
+from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
 from tests.helpers import TINY, run_config, train_killed_halfway, weights_sha256
 
 CPU = torch.device("cpu")
@@ -109,3 +109,118 @@ def test_a_bf16_run_on_the_matmul_kernel_records_it_and_resumes_bitwise(
     assert [s["causal_kernel"] for s in sessions] == ["matmul", "matmul"]
     assert sessions[-1]["causal_kernel_reason"] == "the kernel this run trained with (resume)"
     assert len(calls) == 1  # the second run of the same shape read the cache
+
+
+# ---- train.linear: the linear layers' kernel in fp32 on a CPU --------------------------------
+
+LINEAR_SHAPE = (4096, 128, 512)
+
+
+@pytest.fixture
+def linear_measured(monkeypatch):
+    """Replace the linear kernels' timing with a fixed speedup; count the measurements."""
+    calls = []
+
+    def fake(speedup):
+        def measure(*shape):
+            calls.append(shape)
+            return speedup
+
+        monkeypatch.setattr(kernel_choice.onednn_linear, "measure_speedup", measure)
+        monkeypatch.setattr(kernel_choice.onednn_linear, "available", lambda: True)
+        return calls
+
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("speedup", "expected"), [(2.2, "onednn"), (1.1, "onednn"), (1.0, "torch")]
+)
+def test_linear_auto_takes_onednn_in_fp32_on_a_cpu_where_it_measured_faster(
+    linear_measured, tmp_path, speedup, expected
+):
+    calls = linear_measured(speedup)
+    chosen, why = resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)
+    assert chosen == expected and f"{speedup:.2f}x torch's speed for 4096 rows" in why
+    assert resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)[0] == expected
+    assert calls == [LINEAR_SHAPE]  # cached per CPU, torch, threads and shape
+
+
+def test_linear_auto_keeps_torch_without_measuring_where_onednn_does_not_apply(
+    linear_measured, monkeypatch
+):
+    calls = linear_measured(9.0)
+    cuda = torch.device("cuda")
+    assert resolve_linear_kernel("auto", "bf16", CPU, False, LINEAR_SHAPE) == (
+        "torch",
+        "auto: torch for bf16 on cpu",
+    )
+    assert resolve_linear_kernel("auto", "fp32", cuda, False, LINEAR_SHAPE)[1] == (
+        "auto: torch for fp32 on cuda"
+    )
+    assert resolve_linear_kernel("auto", "fp32", CPU, True, LINEAR_SHAPE)[1] == (
+        "auto: torch for fp32 on cpu, compiled"
+    )
+    # A resumed run keeps its recorded kernel; runs from before train.linear trained on torch.
+    resumed = resolve_linear_kernel(
+        "auto", "fp32", CPU, False, LINEAR_SHAPE, recorded="onednn", resuming=True
+    )
+    assert resumed == ("onednn", "the kernel this run trained with (resume)")
+    assert resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, resuming=True)[0] == (
+        "torch"
+    )
+    assert resolve_linear_kernel("onednn", "fp32", CPU, False, LINEAR_SHAPE)[0] == "onednn"
+    monkeypatch.setattr(kernel_choice.onednn_linear, "available", lambda: False)
+    chosen, why = resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE)
+    assert chosen == "torch" and "has no oneDNN linear op here" in why
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.linear=fast"], "unknown train.linear 'fast'; allowed: auto, onednn, torch"),
+        (
+            ["train.linear=onednn", "train.precision=bf16"],
+            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and "
+            "train.precision=bf16; allowed: train.linear=auto or torch",
+        ),
+        (
+            ["train.linear=onednn", "device=cuda"],
+            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and device=cuda; "
+            "allowed: train.linear=auto or torch",
+        ),
+        (
+            ["train.linear=onednn", "train.compile=true"],
+            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and "
+            "train.compile=true; allowed: train.linear=auto or torch",
+        ),
+    ],
+)
+def test_bad_linear_settings_are_refused_where_the_config_is_built(overrides, message):
+    with pytest.raises(PosexpError) as e:
+        run_config(*overrides)
+    assert str(e.value) == message
+
+
+def test_a_torch_without_onednns_op_refuses_an_explicit_onednn(monkeypatch):
+    from posexp.kernels import onednn_linear
+
+    monkeypatch.setattr(onednn_linear, "available", lambda: False)
+    with pytest.raises(PosexpError, match=r"train.linear=onednn needs oneDNN's linear op"):
+        run_config("train.linear=onednn", "train.precision=fp32")
+    assert run_config("train.linear=auto").train.linear == "auto"
+
+
+def test_a_config_saved_before_train_linear_means_auto_and_loads_anywhere():
+    from posexp.config.sections import TrainConfig
+
+    saved = run_config().to_dict()["train"]
+    del saved["linear"]
+    assert TrainConfig.from_dict(saved, pairs=False).linear == "auto"
+    # A run trained on oneDNN reads back on a machine where it could not run (here: none).
+    from posexp.config import RunConfig
+
+    config = run_config("train.linear=onednn", "train.precision=fp32").to_dict()
+    config["device"] = "cuda"
+    assert RunConfig.from_saved(config).train.linear == "onednn"

@@ -23,6 +23,8 @@ TINY = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope",
     "names, kind",
     [
         (["aten::mm", "MmBackward0"], "matmul"),
+        (["mkldnn::_linear_pointwise", "OneDNNLinearBackward"], "matmul"),
+        (["aten::copy_", "aten::contiguous", "OneDNNLinearBackward"], "linear copies"),
         (["aten::bmm", "posexp::matmul_attention"], "attention"),
         (["aten::bmm", "BmmBackward0"], "attention"),
         (["aten::_softmax_backward_data", "SoftmaxBackward0"], "attention"),
@@ -94,16 +96,21 @@ def test_both_causal_kernels_get_rows_and_posexp_s_own_choice_is_said(capsys, mo
     from posexp.runtime import kernel_choice
 
     monkeypatch.setattr(kernel_choice, "measure_speedup", lambda *shape: 1.5)
+    monkeypatch.setattr(kernel_choice.onednn_linear, "measure_speedup", lambda *shape: 2.0)
     args = ["--model=tiny", "--batch=2", "--seq-len=16", "--rounds=1", "--steps=1", "--no-loop"]
-    argv = ["bench_train.py", *args, "--pe=rope", "--peers=", "--causal=both"]
+    argv = ["bench_train.py", *args, "--pe=rope", "--peers=", "--causal=both", "--linear=both"]
     monkeypatch.setattr(sys, "argv", argv)
     bench_train.main()
     out = capsys.readouterr().out
     assert "posexp bf16: causal attention matmul (auto: matmul; in bf16 on this CPU" in out
     assert "posexp fp32: causal attention sdpa (auto: sdpa for fp32)" in out
+    assert "posexp fp32: linear layers onednn (auto: onednn; in fp32 on this CPU" in out
+    assert "posexp bf16: linear layers torch (auto: torch for bf16 on cpu)" in out
     rows = [line.split("  ")[0] for line in out.splitlines() if line.startswith("posexp rope")]
     assert rows == [
-        "posexp rope, fp32",
+        "posexp rope, fp32 (onednn)",
+        "posexp rope, fp32 (torch)",
         "posexp rope, bf16 (matmul)",
         "posexp rope, bf16 (sdpa)",
     ]
+    assert "(torch's BLAS: " in out  # MFU's fp32 rate is the faster kernel's, the other said
