@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import sys
@@ -62,6 +63,9 @@ def test_length_generalization_preset_into_the_report(tmp_path, cache):
         ("accuracy", 12, 5),
     }
     assert "## Extrapolation" not in report  # the perplexity view stays out of task sweeps
+    # One seed has no sample std: the CSV leaves it empty rather than write 0.
+    rows = list(csv.DictReader((sweep / "report_length_generalization.csv").open()))
+    assert rows and {(r["n"], r["accuracy_std"]) for r in rows} == {("1", "")}
 
 
 def test_addition_preset_sweeps_abacus_seeds_into_the_report(tmp_path, cache):
@@ -69,6 +73,8 @@ def test_addition_preset_sweeps_abacus_seeds_into_the_report(tmp_path, cache):
         tmp_path, cache, "experiment=addition", "seed=0,1", "data.test_lengths=[2,4]"
     )
     assert "### addition" in report and "n = 2" in report
+    rows = list(csv.DictReader((sweep / "report_length_generalization.csv").open()))
+    assert rows and all(r["n"] == "2" and float(r["accuracy_std"]) >= 0 for r in rows)
     jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
     assert jobs == ["seed=0", "seed=1"]
     meta = json.loads((sweep / "seed=1" / "checkpoint" / "meta.json").read_text())
