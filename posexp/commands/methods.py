@@ -49,10 +49,11 @@ def print_methods(console: Any = None) -> None:
     default (``group=null``), and what it allows; long lines wrap under their text."""
     import textwrap
 
-    from rich.console import Console
     from rich.markup import escape
 
-    console = console or Console()
+    from posexp.commands.console import stdout_console
+
+    console = console or stdout_console()
     for row in method_rows():
         console.print(
             f"[bold]{row['method']}[/bold]  ({escape(row['encodings'])}; {row['when']})",
