@@ -224,11 +224,11 @@ def eval_extrapolate(
 
 @app.command(cls=Command)
 @says_interrupted
-def methods() -> None:
+def methods(as_json: bool = typer.Option(False, "--json", help="Print JSON records.")) -> None:
     """List every extension method with its settings, their defaults and what they allow."""
     from posexp.commands.methods import print_methods
 
-    print_methods()
+    print_methods(as_json=as_json)
 
 
 @app.command(cls=HydraCommand, context_settings=HYDRA_COMMAND)

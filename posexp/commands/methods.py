@@ -6,6 +6,7 @@ their defaults and what they allow, so it cannot drift from the checks that refu
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from posexp.extension import EXTENSIONS
@@ -21,7 +22,8 @@ SYNTAX = (
 
 
 def method_rows() -> list[dict[str, Any]]:
-    """One row per method: its name, when it applies, the encodings that take it, its settings."""
+    """One row per method: its name, when it applies, the encodings that take it (a list), its
+    settings (factor's default is ``length/L0``: it follows the length scored)."""
     rows = []
     for name, method in EXTENSIONS.items():
         pes = [pe for pe in PE_REGISTRY if name in accepted_extensions(pe)]
@@ -30,7 +32,7 @@ def method_rows() -> list[dict[str, Any]]:
                 "method": name,
                 "changes": method.acts_on,
                 "when": "eval only" if method.training_free else "train + eval",
-                "encodings": "every encoding" if len(pes) == len(PE_REGISTRY) else ", ".join(pes),
+                "encodings": pes,
                 "settings": [
                     {
                         "name": s.name,
@@ -44,18 +46,25 @@ def method_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def print_methods(console: Any = None) -> None:
+def print_methods(console: Any = None, as_json: bool = False) -> None:
     """Each method and where it applies, then one line per setting as a spec writes it at its
-    default (``group=null``), and what it allows; long lines wrap under their text."""
+    default (``group=null``), and what it allows; long lines wrap under their text. ``as_json``:
+    the rows as one JSON document instead."""
+    if as_json:
+        print(json.dumps(method_rows(), indent=2))
+        return
     import textwrap
 
-    from rich.console import Console
     from rich.markup import escape
 
-    console = console or Console()
+    from posexp.commands.console import stdout_console
+
+    console = console or stdout_console()
     for row in method_rows():
+        pes = row["encodings"]
+        encodings = "every encoding" if len(pes) == len(PE_REGISTRY) else ", ".join(pes)
         console.print(
-            f"[bold]{row['method']}[/bold]  ({escape(row['encodings'])}; {row['when']})",
+            f"[bold]{row['method']}[/bold]  ({escape(encodings)}; {row['when']})",
             highlight=False,
         )
         settings = [

@@ -279,12 +279,11 @@ def _same_text(header: str, value: str) -> str:
 def _console(wide: bool) -> Any:
     """The terminal's console; piped or logged, a 120-column one (200 for ``wide``) unless
     COLUMNS says a width."""
-    from rich.console import Console
+    from posexp.commands.console import stdout_console
 
-    console = Console()
-    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
-        console = Console(width=200 if wide else 120)  # do not squeeze a log to 80 columns
-    return console
+    if not os.environ.get("COLUMNS", "").isdigit():
+        return stdout_console(width=200 if wide else 120)  # do not squeeze a log to 80 columns
+    return stdout_console()
 
 
 def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = False) -> None:

@@ -42,7 +42,15 @@ def cut(cell: Any, source: Any) -> Work:
     longest = task.answer_length(cell.length)
     examples = source.examples("test", cell.length, cell.sample_size, cell.depth, cell.task)
     data = [Instance(p, tuple(task.items(a)), longest, a) for p, a in examples]
-    return Work(sum(len(i.prompt) + 1 + longest for i in data), data)
+    return Work(sum(decode_tokens(len(i.prompt), longest) for i in data), data)
+
+
+def decode_tokens(prompt: int, longest: int) -> int:
+    """Tokens counted for decoding one instance of a ``prompt``-token prompt: the prompt and
+    sep, then room for the longest answer and eos. ``cut`` and ``score`` both count with this,
+    so the progress total is what scoring then reports (a prompt's characters are its byte
+    tokens: synthetic data takes only the byte tokenizer)."""
+    return prompt + 1 + longest + 1
 
 
 def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
@@ -64,7 +72,8 @@ def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
     model.eval()
     try:
         for width, group in by_length.items():
-            new = group[0][1].max_answer + 1  # the answer, then eos
+            longest = group[0][1].max_answer
+            new = longest + 1  # the answer, then eos
             per_batch = max(1, scoring.batch_tokens // (width + new))
             for i in range(0, len(group), per_batch):
                 batch = group[i : i + per_batch]
@@ -76,8 +85,9 @@ def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
                     got = match_all(tok.decode(answer), inst.items)
                     total += got
                     full += got == 1.0
-                tokens += len(batch) * (width + new)
-                scoring.advance(len(batch) * (width + new))
+                read = len(batch) * decode_tokens(width - 1, longest)  # width holds the sep
+                tokens += read
+                scoring.advance(read)
     finally:
         model.train(was_training)
     n = len(work.data)

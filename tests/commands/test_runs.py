@@ -97,6 +97,17 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
     assert table.exit_code == 0 and "runs/a" in table.output and "unfinished" in table.output
 
 
+def test_runs_piped_end_each_line_at_its_last_character(tmp_path):
+    # Piped, rich padded every line of the table to its width (lines of 105 spaces and more).
+    torch.manual_seed(0)
+    make_run(tmp_path / "a", "rope", 2, 10, 10, {"status": "completed", "final/val_ppl": 3.5}, 7)
+    make_run(tmp_path / "a_much_longer_name", "alibi", 2, 5, 10, {"status": "failed"}, 3)
+    for args in ([], ["--wide"]):
+        out = CliRunner().invoke(app, ["runs", str(tmp_path), *args], env={"COLUMNS": None})
+        assert out.exit_code == 0 and "a_much_longer_name" in out.output
+        assert [line for line in out.output.splitlines() if line.endswith(" ")] == []
+
+
 def test_runs_on_a_missing_folder_is_a_one_line_error(tmp_path):
     from posexp.commands.runs import list_runs
     from posexp.errors import PosexpError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from posexp.data.tokenizers import ByteTokenizer
 from posexp.errors import PosexpError
 from posexp.scoring import Scoring, Work
-from posexp.scoring.string_match_all import Instance, match_all, score
+from posexp.scoring.string_match_all import Instance, cut, match_all, score
 
 
 def test_match_all_is_the_share_of_items_found_in_any_order_and_case():
@@ -87,3 +88,18 @@ def test_randomized_position_runs_are_refused_in_one_line():
     scoring = Scoring(torch.device("cpu"), 1024, tokenizer=tok, positions=lambda *a: None)
     with pytest.raises(PosexpError, match=r"^string_match_all decodes .*pe.randomized"):
         score(Scripted([]), Work(0, [Instance("a", ("b",), 1)]), scoring)
+
+
+def test_a_cells_work_size_is_the_tokens_scoring_then_reads():
+    # The progress bar's total is the cells' work sizes; a cell read more than its size, so the
+    # bar ended past its total (4,209/4,191 tokens on a RULER run).
+    tok = ByteTokenizer()
+    prompts = [("needle ab", "17"), ("needle abc", "4"), ("needle ab", "9")]
+    task = SimpleNamespace(answer_length=lambda n: 3, items=lambda a: [a])
+    source = SimpleNamespace(task=task, examples=lambda *args: prompts)
+    cell = SimpleNamespace(task=None, length=10, sample_size=3, depth=None)
+    work = cut(cell, source)
+    seen = []
+    scoring = Scoring(torch.device("cpu"), batch_tokens=16, tokenizer=tok, advance=seen.append)
+    out = score(Scripted([tok.encode(a) for _, a in prompts]), work, scoring)
+    assert sum(seen) == out["tokens"] == work.size

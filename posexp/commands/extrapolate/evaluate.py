@@ -58,9 +58,9 @@ def evaluate_runs(
     ``progress`` None shows the bar only on a terminal (tqdm's rule), True/False force it;
     ``tables`` prints each run's table of records.
     """
-    from rich.console import Console
+    from posexp.commands.console import stdout_console
 
-    console = console or Console()
+    console = console or stdout_console()
     settings.validate()
     device = resolve_device(settings.device)
     skipped = JobFailures(console)

@@ -40,11 +40,12 @@ def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def print_table(result: RunResult, console: Any = None, several: bool = False) -> None:
     """Rows method × protocol (or key depth), columns lengths, cells each row's metric (rich)."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = console or Console()
+    from posexp.commands.console import stdout_console
+
+    console = console or stdout_console()
     records = display_rows(result.records)
     lengths = sorted({r["length"] for r in records})
     task = any(

@@ -33,7 +33,8 @@ def beyond_noise(gap: float, stds: list[float], n: int) -> str:
     if n < MIN_SEEDS:
         return f"no verdict on seed noise ({n} seed{'s' if n != 1 else ''}; it needs {MIN_SEEDS})"
     noise = max(stds)
-    ratio = abs(gap) / noise if noise > 0 else math.inf
+    # Seeds that agree exactly (std 0): any gap is beyond their noise, and no gap is within it.
+    ratio = abs(gap) / noise if noise > 0 else (math.inf if gap else 0.0)
     side = "beyond" if ratio > NOISE_STDS else "within"
     return f"{side} seed noise ({ratio:.1f}× the larger seed std, n = {n})"
 

@@ -63,12 +63,11 @@ def write_report(
 ) -> list[Path]:
     """Write ``report.md``, ``report.csv`` and the views' CSVs and PNGs into ``target``, after
     scoring the cells the jobs' presets (or ``methods``) ask for that are not yet measured."""
-    from rich.console import Console
-
+    from posexp.commands.console import stdout_console
     from posexp.commands.extrapolate.plan import Settings
     from posexp.config import ExtrapolateConfig
 
-    console = console or Console()
+    console = console or stdout_console()
     target = user_path("report target", target)
     choose("--device", device, DEVICES)
     # Checked before any job is read: a bad spec is one line, nothing written.

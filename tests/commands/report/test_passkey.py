@@ -139,3 +139,47 @@ def test_one_seed_gets_no_verdict():
     ]
     (line,) = gain_sentences(rows_of(jobs), 250, "2×")
     assert "no verdict on seed noise (1 seed; it needs 3)" in line
+
+
+def test_two_rows_with_no_retrieval_are_said_to_have_none_not_a_gap_of_zero():
+    # "+0.00" read as a tie between two methods, where neither retrieved a single key.
+    jobs = [job(s, {("none", 0.5, 250): 0.0, ("pi", 0.5, 250): 0.0}) for s in (0, 1, 2)]
+    jobs += [job(0, {("none", 0.5, 250): 0.0}, tuned=True)]
+    jobs += [job(0, {("baked:ntk", 0.5, 250): 0.25}, tuned=True)]
+    lines = gain_sentences(rows_of(jobs), 250, "2×")
+    assert lines[0] == (
+        "- At 2×, neither pi (zero-shot) nor none (zero-shot) retrieves any key "
+        "(accuracy 0 at every key depth, n = 3 seeds): nothing to compare."
+    )
+    # One side retrieving some keys is a gap as before.
+    assert lines[1].startswith("- At 2×, ntk + fine-tune minus none + fine-tune: +0.25 (")
+
+
+def render_passkey(tmp_path, jobs) -> str:
+    """The passkey section of a report over ``jobs`` (stand-ins of 122- and 250-token rows)."""
+    from posexp.commands.report.view import ReportContext
+    from posexp.commands.report.views.passkey import render
+
+    for j in jobs:
+        j.config.data.params.update(train_lengths=[76, 122], test_lengths=[122, 250])
+    return render(ReportContext(tmp_path, jobs, ["seed"]))
+
+
+def test_the_caption_counts_only_seeds_scored_and_names_the_rows_with_none(tmp_path):
+    # The passkey run scored at L0 only (the script's criterion step), its fine-tune at both
+    # lengths: the caption said "n = 0–1 seed(s)", a cell with no seed counted as n = 0.
+    jobs = [
+        job(0, {("none", 0.5, 122): 0.0}),
+        job(0, {("none", 0.5, 122): 0.0, ("none", 0.5, 250): 0.0}, tuned=True),
+    ]
+    md = render_passkey(tmp_path, jobs)
+    assert "Mean ± sample std over n = 1 seed. – where no seed was scored: none (zero-shot) " in md
+    assert "none (zero-shot) at 256 tokens." in md
+    assert "0–1" not in md and "seed(s)" not in md
+
+
+def test_the_caption_gives_the_range_of_seeds_when_cells_differ(tmp_path):
+    jobs = [job(s, {("none", 0.5, 122): 1.0, ("none", 0.5, 250): 0.5}) for s in (0, 1, 2)]
+    jobs += [job(0, {("pi", 0.5, 122): 1.0, ("pi", 0.5, 250): 0.5})]
+    md = render_passkey(tmp_path, jobs)
+    assert "Mean ± sample std over n = 1–3 seeds." in md and "no seed was scored" not in md

@@ -136,12 +136,41 @@ def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[s
         seeds = sorted(set(mine) & set(base))
         if not seeds:
             continue
+        if all(mine[s] == 0 == base[s] for s in seeds):  # a gap of +0.00 would read as a tie
+            out.append(
+                f"- At {length_text}, neither {label} nor {base_label} retrieves any key "
+                f"(accuracy 0 at every key depth, n = {len(seeds)} seed{'s' * (len(seeds) != 1)}): "
+                "nothing to compare."
+            )
+            continue
         gap, std, n = paired_differences([mine[s] for s in seeds], [base[s] for s in seeds])
         out.append(
             f"- At {length_text}, {label} minus {base_label}: {gap:+.2f} "
             f"({beyond_noise(gap, [std], n)})."
         )
     return out
+
+
+def seeds_text(counts: dict[tuple[str, int], int]) -> str:
+    """The caption's seed count over the cells scored on at least one seed (``counts``: (row,
+    size) -> seeds): ``n = 3 seeds``, ``n = 1–3 seeds`` where cells differ, ``no seed``."""
+    scored = sorted(set(counts.values()) - {0})
+    if not scored:
+        return "no seed"
+    span = str(scored[0]) if len(scored) == 1 else f"{scored[0]}–{scored[-1]}"
+    return f"n = {span} seed{'s' * (scored[-1] != 1)}"
+
+
+def unscored_text(counts: dict[tuple[str, int], int], row_tokens: dict[int, int]) -> str:
+    """Which rows have lengths no seed was scored at (the table's –), or "" where none has."""
+    missing: dict[str, list[str]] = {}
+    for (label, size), n in counts.items():
+        if n == 0:
+            missing.setdefault(label, []).append(f"{row_tokens[size]:,}")
+    if not missing:
+        return ""
+    rows = "; ".join(f"{label} at {', '.join(lengths)}" for label, lengths in missing.items())
+    return f" – where no seed was scored: {rows} tokens."
 
 
 def heat_maps(
@@ -167,12 +196,12 @@ def render(ctx: ReportContext) -> str:
     row_tokens = {s: task.task.row_tokens(s) for s in sizes}
     table = []
     csv = []
-    counts: set[int] = set()
+    counts: dict[tuple[str, int], int] = {}  # (row, size) -> seeds scored
     for label, cell in rows.items():
         cells = []
         for s in sizes:
             accs = list(per_seed(cell, s).values())
-            counts.add(len(accs))
+            counts[label, s] = len(accs)
             cells.append(mean_std_text(*mean_std(accs), len(accs), 2))
             csv += [
                 {"row": label, "length": row_tokens[s], "depth": d, "seed": seed, "accuracy": v}
@@ -184,7 +213,7 @@ def render(ctx: ReportContext) -> str:
     header = ["method", *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes)]
     fields = ["row", "length", "depth", "seed", "accuracy"]
     path = ctx.write_csv("report_passkey.csv", csv, fields)
-    n_text = "–".join(map(str, sorted({min(counts), max(counts)}))) if counts else "0"
+    n_text = seeds_text(counts)
     l0_size = min(sizes, key=lambda s: abs(row_tokens[s] - l0)) if sizes else 0
     tuned_sizes = [s for s in sizes if row_tokens[s] > l0]
     reading = [learned_sentence(rows, l0_size)]
@@ -193,7 +222,7 @@ def render(ctx: ReportContext) -> str:
         reading += gain_sentences(
             rows, s2, f"{row_tokens[s2]:,} tokens ({row_tokens[s2] / l0:.3g}× L0)"
         )
-    png = heat_maps(ctx, rows, row_tokens, l0, f"n = {n_text} seed(s)")
+    png = heat_maps(ctx, rows, row_tokens, l0, n_text)
     return "\n".join(
         [
             "## Passkey retrieval",
@@ -202,7 +231,8 @@ def render(ctx: ReportContext) -> str:
             f"tokens during training; zero-shot rows apply the method at evaluation only, "
             f"fine-tune rows continued training with it baked in, on longer rows (PoSE fine-tune: "
             f"on rows of L0 whose positions span the longer length) (none + fine-tune: the same "
-            f"fine-tune without a method). Mean ± sample std over n = {n_text} seed(s).",
+            f"fine-tune without a method). Mean ± sample std over {n_text}."
+            + unscored_text(counts, row_tokens),
             "",
             md_table(header, table, ["l", *"r" * len(sizes)]),
             "",
