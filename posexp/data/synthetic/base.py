@@ -50,6 +50,10 @@ class Task:
         """The items an answer must contain (string_match_all); the whole answer by default."""
         return [answer]
 
+    def prompt_symbols(self) -> str | None:
+        """The characters its prompts are written in, or None for any text (prose prompts)."""
+        return None
+
     def instance(
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
     ) -> tuple[str, str]:
@@ -94,6 +98,21 @@ def build_task(name: str, options: dict[str, Any]) -> Task:
                 f"allowed: {', '.join(allowed) or '(none)'}"
             )
     return cls(**options)
+
+
+def check_prompt(task: Task, prompt: str, name: str = "prompt") -> None:
+    """Refuse a prompt with symbols the task never writes (one line naming them and the task's)."""
+    symbols = task.prompt_symbols()
+    if symbols is None:
+        return
+    # A model never trained on a symbol answers it with noise or nothing: say so instead.
+    bad = list(dict.fromkeys(c for c in prompt if c not in symbols))
+    if bad:
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise PosexpError(
+            f"{name} has symbols the {task.name} task does not use: "
+            f"{', '.join(map(repr, bad[:10]))}{more}; allowed: {', '.join(symbols)}"
+        )
 
 
 def split_of(prompt: str) -> str:
