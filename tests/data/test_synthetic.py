@@ -189,3 +189,16 @@ def test_a_prompt_outside_the_tasks_symbols_is_refused(task, good, bad, message)
 def test_prose_prompts_take_any_text():
     check_prompt(TASKS.get("passkey")(), "What is the pass key? 123 !")
     check_prompt(TASKS.get("ruler")(), "The magic number for abc is")
+
+
+@pytest.mark.parametrize("task", ["passkey", "niah_single", "niah_multikey", "niah_multivalue"])
+def test_every_task_with_key_depths_checks_them_alike(task):
+    # One check (base.depth_list) for each task's data.depths: one message for one bad value.
+    with pytest.raises(
+        PosexpError, match=r"^data.depths\[1\] must be a finite number in \[0, 1\], got 2$"
+    ):
+        TASKS.get(task)(depths=[0.5, 2])
+    with pytest.raises(
+        PosexpError, match=r"^data.depths must be a list of numbers in \[0, 1\], got 'x'$"
+    ):
+        TASKS.get(task)(depths="x")

@@ -1,7 +1,8 @@
 """`posexp eval-extrapolate` on synthetic-task runs: accuracy per test size, method and depth.
 
 A task run is scored on ``data.test_examples`` fixed test instances per size (``data.test_lengths``,
-or ``--lengths`` in the task's unit), and per key depth for passkey. A method's factor follows
+or ``--lengths`` in the task's unit), and per key depth for passkey and the needle tasks; a
+mixture scores each of its tasks apart, at the sizes it takes. A method's factor follows
 the row's token count over the longest training row, as lengths in tokens do for text runs.
 Records carry ``metric: accuracy`` with ``accuracy`` (exact match), ``loss`` and ``ppl`` of the
 answer tokens, ``examples`` and ``depth``.

@@ -115,6 +115,13 @@ def check_prompt(task: Task, prompt: str, name: str = "prompt") -> None:
         )
 
 
+def depth_list(depths: Any) -> tuple[float, ...]:
+    """The ``data.depths`` option of every task with key depths: numbers in [0, 1], at least one."""
+    if not isinstance(depths, (list, tuple)) or not depths:
+        raise PosexpError(f"data.depths must be a list of numbers in [0, 1], got {depths!r}")
+    return tuple(checks.number(f"data.depths[{i}]", d, "in [0, 1]") for i, d in enumerate(depths))
+
+
 def split_of(prompt: str) -> str:
     """The split an instance belongs to, from a hash of its prompt (stable across runs)."""
     bucket = (
