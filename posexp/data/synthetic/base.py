@@ -10,6 +10,7 @@ use. A task declares its options as keyword arguments with defaults and checks t
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -87,17 +88,26 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
     return wrap
 
 
-def build_task(name: str, options: dict[str, Any]) -> Task:
-    """The task registered as ``name`` with ``options`` (one-line errors for bad names/options)."""
+def build_task(name: str, options: dict[str, Any], prefix: str = "data.") -> Task:
+    """The task registered as ``name`` with ``options`` (one-line errors for bad names/options),
+    whose errors name each option ``prefix`` + its name (a mixture's part: its full key)."""
     cls = TASKS.get(name)
     allowed = checks.keyword_params(cls.__init__, skip=("self",))
     for key in options:
         if key not in allowed:
             raise PosexpError(
-                f"unknown option data.{key} for task {name!r}; "
+                f"unknown option {prefix}{key} for task {name!r}; "
                 f"allowed: {', '.join(allowed) or '(none)'}"
             )
-    return cls(**options)
+    if prefix == "data." or not allowed:
+        return cls(**options)
+    try:
+        return cls(**options)
+    except PosexpError as e:
+        # Each task names its options data.<name>, as set alone; inside a mixture the same
+        # option sits under another key, which the message must name to be found.
+        own = "|".join(map(re.escape, allowed))
+        raise PosexpError(re.sub(rf"\bdata\.({own})\b", rf"{prefix}\1", str(e))) from None
 
 
 def check_prompt(task: Task, prompt: str, name: str = "prompt") -> None:
