@@ -175,7 +175,7 @@ def eval_extrapolate(
     depths: str | None = typer.Option(
         None,
         "--depths",
-        help="Passkey runs: key depths to score, e.g. 0,0.1,0.5,1 (0: the key opens the filler, 1: just before the question); default the run's data.depths.",
+        help="Passkey and needle runs (niah_*, a ruler mixture's niah tasks): key depths to score, e.g. 0,0.1,0.5,1 (0: the key opens the filler, 1: just before the question); default the run's data.depths.",
     ),
     force: bool = typer.Option(
         False,

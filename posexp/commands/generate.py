@@ -145,6 +145,16 @@ def check_text(name: str, text: str) -> None:
         ) from None
 
 
+def check_task_prompts(cfg: RunConfig, prompts: Sequence[str]) -> None:
+    """Refuse a prompt written in symbols the run's task never uses (before any model is loaded)."""
+    from posexp.commands.extrapolate.tasks import task_data
+    from posexp.data.synthetic.base import check_prompt
+
+    task = task_data(cfg)
+    for i, prompt in enumerate(prompts):
+        check_prompt(task.task, prompt, f"prompt {i + 1}")
+
+
 def prompt_ids(tokenizer: Any, text: str, kind: str) -> list[int]:
     """Token ids of a prompt: ``source <sep>`` for translation and tasks, the text for an lm."""
     ids = tokenizer.encode(text)
@@ -220,6 +230,8 @@ def generate_text(
         )
     cfg = run_dir.config()
     tokenizer, kind = run_tokenizer(cfg, run_dir.tokenizer_file)
+    if kind == "synthetic":
+        check_task_prompts(cfg, prompts)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
     model = run_dir.load_model(
         dev, method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens)

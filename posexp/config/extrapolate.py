@@ -31,7 +31,7 @@ class ExtrapolateConfig:
     protocol: list[str] | None = None  # registered text protocols (posexp/scoring)
     stride: int | None = None
     tokens: int | None = None
-    depths: list[float] | None = None  # passkey: key depths to score instead of data.depths
+    depths: list[float] | None = None  # passkey, niah_*: key depths to score, not data.depths
 
     @classmethod
     def from_dict(cls, value: Any, prefix: str = "extrapolate.") -> ExtrapolateConfig:

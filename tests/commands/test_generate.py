@@ -218,3 +218,22 @@ def test_an_empty_prompt_to_a_run_that_answers_is_refused():
         prompt_ids(tokenizer, "", "synthetic")
     with pytest.raises(PosexpError, match="give a sentence to translate$"):
         prompt_ids(tokenizer, "", "pairs")
+
+
+def test_a_task_prompt_in_symbols_the_task_never_uses_is_refused(tmp_path, cache):
+    # It printed an empty line and exited 0: the model had never read 'x' (data.symbols=10).
+    cfg = run_config("data=reverse", f"cache_dir={cache}")
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64
+    )
+    save_checkpoint(
+        tmp_path / "rev", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": cfg.to_dict()}
+    )
+    run = str(tmp_path / "rev")
+    proc = posexp(tmp_path, cache, "generate", "--run", run, "abc", "ab xz", check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        "error: prompt 2 has symbols the reverse task does not use: ' ', 'x', 'z'; "
+        "allowed: a, b, c, d, e, f, g, h, i, j"
+    )
+    assert "Traceback" not in proc.stderr

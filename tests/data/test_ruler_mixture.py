@@ -11,6 +11,12 @@ from posexp.data.tokenizers import ByteTokenizer
 from posexp.errors import PosexpError
 from tests.data.test_ruler_tasks import RULER, SOLVERS
 
+# The tasks a mixture may draw, as its errors list them (the registry's order).
+RULER_ONLY = (
+    "common_words, frequent_words, niah_single, niah_multikey, niah_multiquery, niah_multivalue, "
+    "variable_tracking"
+)
+
 
 def test_training_rows_come_from_every_part_each_well_posed_and_at_least_its_smallest():
     data = make_data("ruler", train_lengths=[76, 226], test_lengths=[226])
@@ -76,8 +82,13 @@ def test_task_options_reach_their_task():
     ("options", "message"),
     [
         ({"tasks": []}, r"^data\.tasks must be a list of task names, got \[\]$"),
-        ({"tasks": ["copy"]}, r"^data\.tasks: 'copy' is not a RULER task; allowed: common_words, "),
-        ({"tasks": ["nope"]}, r"^unknown data\.task 'nope'; allowed: "),
+        ({"tasks": ["copy"]}, rf"^data\.tasks: 'copy' is not a RULER task; allowed: {RULER_ONLY}$"),
+        # An unknown name listed every task (copy, passkey, ruler...) under data.task.
+        ({"tasks": ["nope"]}, rf"^data\.tasks: 'nope' is not a RULER task; allowed: {RULER_ONLY}$"),
+        (
+            {"tasks": ["ruler"]},
+            rf"^data\.tasks: 'ruler' is not a RULER task; allowed: {RULER_ONLY}$",
+        ),
         ({"tasks": ["niah_single", "niah_single"]}, r"names 'niah_single' twice"),
         (
             {"tasks": ["niah_single"], "task_options": {"common_words": {}}},
@@ -85,7 +96,22 @@ def test_task_options_reach_their_task():
         ),
         (
             {"task_options": {"niah_single": {"depth": 1}}},
-            r"^unknown option data\.depth for task 'niah_single'",
+            r"^unknown option data\.task_options\.niah_single\.depth for task 'niah_single'; "
+            r"allowed: haystack, key_letters, value_digits, depths$",
+        ),
+        # A part's option values were named as if set alone (data.depths[0]).
+        (
+            {"task_options": {"niah_single": {"depths": [0.5, 1.5]}}},
+            r"^data\.task_options\.niah_single\.depths\[1\] must be a finite number in \[0, 1\]",
+        ),
+        (
+            {"task_options": {"niah_multikey": {"key_letters": 0}}},
+            r"^data\.task_options\.niah_multikey\.key_letters must be an integer in \[1, 8\], got 0$",
+        ),
+        (
+            {"task_options": {"common_words": {"rare_repeats": 5, "common_repeats": 3}}},
+            r"^data\.task_options\.common_words\.rare_repeats=5 must be below "
+            r"data\.task_options\.common_words\.common_repeats=3; ",
         ),
         ({"threshold": 0}, r"^data\.threshold must be a finite number in \(0, 1\], got 0$"),
         ({"loss_on": "prompt"}, r"^data\.loss_on must be one of answer, all, got 'prompt'$"),

@@ -6,7 +6,7 @@ import pytest
 
 from posexp.data import load_corpus
 from posexp.data.synthetic import TASKS, make_data
-from posexp.data.synthetic.base import split_of
+from posexp.data.synthetic.base import check_prompt, split_of
 from posexp.data.synthetic.passkey import QUESTION, needle
 from posexp.errors import PosexpError
 
@@ -167,3 +167,38 @@ def test_config_checks_row_fit_and_tokenizer(tmp_path):
     with pytest.raises(PosexpError, match="data=synthetic needs tokenizer byte"):
         run_config("data=copy", "tokenizer=bpe")
     assert run_config("data=addition").data.params["task"] == "addition"
+
+
+@pytest.mark.parametrize(
+    ("task", "good", "bad", "message"),
+    [
+        ("reverse", "jab", "abz", r"prompt has symbols the reverse task does not use: 'z'; "),
+        ("copy", "abc", "a b!", r"does not use: ' ', '!'; allowed: a, b, c, d, e, f, g, h, i, j$"),
+        ("parity", "0110", "0120", r"the parity task does not use: '2'; allowed: 0, 1$"),
+        ("addition", "12+34", "12-34", r"the addition task does not use: '-'; allowed: 0, "),
+    ],
+)
+def test_a_prompt_outside_the_tasks_symbols_is_refused(task, good, bad, message):
+    # A model never trained on a symbol answers it with noise or nothing (generate printed "").
+    data = make_data(task)
+    check_prompt(data.task, good)
+    with pytest.raises(PosexpError, match=message):
+        check_prompt(data.task, bad)
+
+
+def test_prose_prompts_take_any_text():
+    check_prompt(TASKS.get("passkey")(), "What is the pass key? 123 !")
+    check_prompt(TASKS.get("ruler")(), "The magic number for abc is")
+
+
+@pytest.mark.parametrize("task", ["passkey", "niah_single", "niah_multikey", "niah_multivalue"])
+def test_every_task_with_key_depths_checks_them_alike(task):
+    # One check (base.depth_list) for each task's data.depths: one message for one bad value.
+    with pytest.raises(
+        PosexpError, match=r"^data.depths\[1\] must be a finite number in \[0, 1\], got 2$"
+    ):
+        TASKS.get(task)(depths=[0.5, 2])
+    with pytest.raises(
+        PosexpError, match=r"^data.depths must be a list of numbers in \[0, 1\], got 'x'$"
+    ):
+        TASKS.get(task)(depths="x")

@@ -29,7 +29,7 @@ from posexp.commands.extrapolate.cells import (
     say_short_lengths,
     with_copies,
 )
-from posexp.commands.extrapolate.tasks import task_data, task_variants
+from posexp.commands.extrapolate.tasks import say_skipped_parts, task_data, task_parts
 from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
@@ -303,13 +303,9 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         lengths = plan_lengths(s, train_length, run_dir)
         scorers = [get_scorer(name) for name in (s.protocol or [DEFAULT_PROTOCOL])]
         sample_size = None  # the token count, set below
-    # (mixture part or None, what each size is scored at): a mixture scores each task apart
-    parts = [(None, task_variants(task, s.depths, run_dir))]
-    if task is not None and task.task.parts:
-        parts = [
-            (name, task_variants(task, s.depths, run_dir, part.variants))
-            for name, part in task.task.parts.items()
-        ]
+    # (mixture part or None, its depths, its smallest size): a mixture scores each task apart
+    parts = task_parts(task, s.depths, run_dir)
+    say_skipped_parts(run_dir, parts, lengths)
     stride = s.stride or max(1, train_length // 2)
     if s.stride and any(scorer.uses_stride for scorer in scorers):
         say_short_lengths(run_dir, stride, lengths)
@@ -356,7 +352,9 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             tokens = task.task.row_tokens(length) if task is not None else length
             ext, label, note = cell_extension(spec, baked, tokens, train_length, run_dir)
             for scorer in scorers:
-                for part, depth in ((p, d) for p, variants in parts for d in variants):
+                for part, depth in (
+                    (p, d) for p, variants, least in parts if length >= least for d in variants
+                ):
                     record = Record(
                         method=label,
                         length=length,

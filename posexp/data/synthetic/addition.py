@@ -32,6 +32,10 @@ class Addition(Task):
         self.answer_order = answer_order
         self.operand_order = operand_order
 
+    def prompt_symbols(self) -> str:
+        """Digits and the plus sign."""
+        return "0123456789+"
+
     def number(self, rng: np.random.Generator, n: int) -> int:
         """A uniform n-digit number (digit by digit, so any n works)."""
         digits = rng.integers(0, 10, size=n)

@@ -10,6 +10,7 @@ use. A task declares its options as keyword arguments with defaults and checks t
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -50,6 +51,10 @@ class Task:
         """The items an answer must contain (string_match_all); the whole answer by default."""
         return [answer]
 
+    def prompt_symbols(self) -> str | None:
+        """The characters its prompts are written in, or None for any text (prose prompts)."""
+        return None
+
     def instance(
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
     ) -> tuple[str, str]:
@@ -83,17 +88,48 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
     return wrap
 
 
-def build_task(name: str, options: dict[str, Any]) -> Task:
-    """The task registered as ``name`` with ``options`` (one-line errors for bad names/options)."""
+def build_task(name: str, options: dict[str, Any], prefix: str = "data.") -> Task:
+    """The task registered as ``name`` with ``options`` (one-line errors for bad names/options),
+    whose errors name each option ``prefix`` + its name (a mixture's part: its full key)."""
     cls = TASKS.get(name)
     allowed = checks.keyword_params(cls.__init__, skip=("self",))
     for key in options:
         if key not in allowed:
             raise PosexpError(
-                f"unknown option data.{key} for task {name!r}; "
+                f"unknown option {prefix}{key} for task {name!r}; "
                 f"allowed: {', '.join(allowed) or '(none)'}"
             )
-    return cls(**options)
+    if prefix == "data." or not allowed:
+        return cls(**options)
+    try:
+        return cls(**options)
+    except PosexpError as e:
+        # Each task names its options data.<name>, as set alone; inside a mixture the same
+        # option sits under another key, which the message must name to be found.
+        own = "|".join(map(re.escape, allowed))
+        raise PosexpError(re.sub(rf"\bdata\.({own})\b", rf"{prefix}\1", str(e))) from None
+
+
+def check_prompt(task: Task, prompt: str, name: str = "prompt") -> None:
+    """Refuse a prompt with symbols the task never writes (one line naming them and the task's)."""
+    symbols = task.prompt_symbols()
+    if symbols is None:
+        return
+    # A model never trained on a symbol answers it with noise or nothing: say so instead.
+    bad = list(dict.fromkeys(c for c in prompt if c not in symbols))
+    if bad:
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise PosexpError(
+            f"{name} has symbols the {task.name} task does not use: "
+            f"{', '.join(map(repr, bad[:10]))}{more}; allowed: {', '.join(symbols)}"
+        )
+
+
+def depth_list(depths: Any) -> tuple[float, ...]:
+    """The ``data.depths`` option of every task with key depths: numbers in [0, 1], at least one."""
+    if not isinstance(depths, (list, tuple)) or not depths:
+        raise PosexpError(f"data.depths must be a list of numbers in [0, 1], got {depths!r}")
+    return tuple(checks.number(f"data.depths[{i}]", d, "in [0, 1]") for i, d in enumerate(depths))
 
 
 def split_of(prompt: str) -> str:

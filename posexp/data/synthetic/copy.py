@@ -21,6 +21,10 @@ class Copy(Task):
         """The answer to ``prompt``."""
         return prompt
 
+    def prompt_symbols(self) -> str:
+        """The task's letters."""
+        return self.alphabet
+
     def instance(
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
     ) -> tuple[str, str]:

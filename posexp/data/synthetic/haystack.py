@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from posexp.checks import integer, number
-from posexp.data.synthetic.base import Task, choice_string
+from posexp.checks import integer
+from posexp.data.synthetic.base import Task, choice_string, depth_list
 from posexp.errors import PosexpError, choose
 
 NOISE = (
@@ -102,13 +102,6 @@ def strings(
         if s not in exclude:
             out[s] = None
     return list(out)
-
-
-def depth_list(depths: Any) -> tuple[float, ...]:
-    """The ``data.depths`` option: a non-empty list of numbers in [0, 1]."""
-    if not isinstance(depths, (list, tuple)) or not depths:
-        raise PosexpError(f"data.depths must be a list of numbers in [0, 1], got {depths!r}")
-    return tuple(number(f"data.depths[{i}]", d, "in [0, 1]") for i, d in enumerate(depths))
 
 
 @functools.cache

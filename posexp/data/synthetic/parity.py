@@ -13,6 +13,10 @@ class Parity(Task):
 
     unit = "bits"
 
+    def prompt_symbols(self) -> str:
+        """Bits."""
+        return "01"
+
     def instance(
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
     ) -> tuple[str, str]:

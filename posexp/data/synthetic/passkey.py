@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from posexp.checks import integer, number
-from posexp.data.synthetic.base import Task, register_task
+from posexp.checks import integer
+from posexp.data.synthetic.base import Task, depth_list, register_task
 from posexp.errors import PosexpError
 
 QUESTION = " What is the pass key? The pass key is"
@@ -40,11 +40,7 @@ class Passkey(Task):
 
     def __init__(self, key_digits: int = 5, depths: Any = (0.0, 0.5, 1.0)) -> None:
         self.key_digits = integer("data.key_digits", key_digits, 1, 12)
-        if not isinstance(depths, (list, tuple)) or not depths:
-            raise PosexpError(f"data.depths must be a list of numbers in [0, 1], got {depths!r}")
-        self.variants = tuple(
-            number(f"data.depths[{i}]", d, "in [0, 1]") for i, d in enumerate(depths)
-        )
+        self.variants = depth_list(depths)
         self.min_length = len(needle("0" * self.key_digits)) + len(QUESTION)
         self._filler: dict[str, str] = {}
 

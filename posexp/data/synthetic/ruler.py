@@ -31,6 +31,11 @@ DEFAULT_TASKS = (
 )
 
 
+def ruler_tasks() -> list[str]:
+    """The tasks a mixture may draw: every RULER task (scored by string_match_all) but itself."""
+    return [n for n, c in TASKS.items() if c.scorer == "string_match_all" and n != "ruler"]
+
+
 @register_task("ruler")
 class RulerMixture(Task):
     """Rows of the tasks in ``tasks``, each drawn with equal probability."""
@@ -57,17 +62,17 @@ class RulerMixture(Task):
                     f"allowed: {', '.join(tasks)}"
                 )
         self._parts: dict[str, Task] = {}
+        allowed = ruler_tasks()
         for name in tasks:
-            cls = TASKS.get(name)  # one line listing the tasks for an unknown name
-            if cls.scorer != "string_match_all" or name == self.name:
+            if name not in allowed:  # an unknown name too: the mixture's tasks, not every task
                 raise PosexpError(
-                    f"data.tasks: {name!r} is not a RULER task; allowed: "
-                    f"{', '.join(n for n, c in TASKS.items() if c.scorer == 'string_match_all' and n != self.name)}"
+                    f"data.tasks: {name!r} is not a RULER task; allowed: {', '.join(allowed)}"
                 )
             if name in self._parts:
                 raise PosexpError(f"data.tasks names {name!r} twice; allowed: each task once")
-            given = checks.mapping(f"data.task_options.{name}", options.get(name) or {})
-            self._parts[name] = build_task(name, dict(given))
+            key = f"data.task_options.{name}"
+            given = checks.mapping(key, options.get(name) or {})
+            self._parts[name] = build_task(name, dict(given), prefix=f"{key}.")
         # The smallest part's: a row of a smaller size than another part needs is drawn at that
         # part's own smallest size, so short, easy rows of the simple tasks stay in the mix.
         self.min_length = min(t.min_length for t in self._parts.values())

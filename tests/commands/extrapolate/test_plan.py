@@ -86,3 +86,57 @@ def test_a_test_split_smaller_than_the_tokens_asked_for_is_said(caplog, tmp_path
         line
         == "run: the test split holds 1,290 tokens, so each length scores 1,289 of the 16,384 asked for"
     )
+
+
+def ruler_run(path, *overrides):
+    """A ruler-mixture run dir with a real checkpoint of a tiny model (untrained)."""
+    from posexp.checkpoint import save_checkpoint
+    from posexp.model import GPT
+    from tests.helpers import run_config
+
+    cfg = run_config("model=tiny", "data=ruler", *overrides)
+    model = GPT(ModelConfig(vocab_size=260, d_model=64, n_layers=2, n_heads=4, train_length=256))
+    save_checkpoint(path, model, {"step": 3, "model": model.cfg.to_dict(), "config": cfg.to_dict()})
+    return RunDir(path)
+
+
+def cells(plan) -> set[tuple]:
+    return {(i.record.length, i.record.task, i.record.depth) for i in plan.items}
+
+
+def test_a_mixture_scores_the_tasks_a_length_fits_and_names_the_others(caplog, tmp_path):
+    # --lengths 128 failed the whole RULER evaluation on niah_multikey's smallest size (178).
+    run = ruler_run(tmp_path / "run", "data.tasks=[niah_single,niah_multikey,variable_tracking]")
+    asked = Settings(
+        ExtrapolateConfig.from_dict({"lengths": "128,200", "method": "none"}, prefix="--"),
+        device="cpu",
+    )
+    with caplog.at_level("WARNING", logger="posexp"):
+        plan = plan_run(run, asked, 1)
+    depths = (0.0, 0.25, 0.5, 0.75, 1.0)
+    assert cells(plan) == {
+        *((n, "niah_single", d) for n in (128, 200) for d in depths),
+        *((200, "niah_multikey", d) for d in depths),
+        (128, "variable_tracking", None),
+        (200, "variable_tracking", None),
+    }
+    said = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
+    assert said == [
+        "run: skipping the tasks a length is too short for: niah_multikey at 128 (needs >= 178)"
+    ]
+
+
+def test_depths_given_score_a_mixtures_needle_tasks(tmp_path):
+    # --depths on a ruler run was refused as if it were a task without key depths.
+    run = ruler_run(tmp_path / "run", "data.tasks=[niah_single,variable_tracking]")
+    asked = Settings(
+        ExtrapolateConfig.from_dict(
+            {"lengths": "226", "method": "none", "depths": "0.1,0.9"}, prefix="--"
+        ),
+        device="cpu",
+    )
+    assert cells(plan_run(run, asked, 1)) == {
+        (226, "niah_single", 0.1),
+        (226, "niah_single", 0.9),
+        (226, "variable_tracking", None),
+    }
