@@ -154,7 +154,7 @@ def test_passkey_script_into_the_report(tmp_path, cache, monkeypatch, capsys):
         assert f"| {row} |" in report
     assert "1,024 (8×)" in report
     assert (tmp_path / "pk" / "report_passkey.png").exists()
-    assert "n = 1 seed(s)" in report and "Retrieval was learned" in report
+    assert "over n = 1 seed." in report and "Retrieval was learned" in report
     # A second call finds every run done and every cell measured: it trains nothing, its
     # evaluations score nothing (their files stay as they are), and it writes the report again.
     evals = sorted((tmp_path / "pk").rglob("eval"))
