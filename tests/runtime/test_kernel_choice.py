@@ -78,6 +78,22 @@ def test_explicit_choices_and_a_resume_keep_their_kernel(measured):
             "attention.causal=matmul is a bf16 kernel, and train.precision=fp32; allowed: "
             "attention.causal=auto or sdpa, or train.precision=bf16",
         ),
+        (["train.linear=fast"], "unknown train.linear 'fast'; allowed: auto, onednn, torch"),
+        (
+            ["train.linear=onednn", "train.precision=bf16"],
+            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and "
+            "train.precision=bf16; allowed: train.linear=auto or torch",
+        ),
+        (
+            ["train.linear=onednn", "device=cuda"],
+            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and device=cuda; "
+            "allowed: train.linear=auto or torch",
+        ),
+        (
+            ["train.linear=onednn", "train.compile=true"],
+            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and "
+            "train.compile=true; allowed: train.linear=auto or torch",
+        ),
     ],
 )
 def test_bad_settings_are_refused_where_the_config_is_built(overrides, message):
@@ -174,33 +190,6 @@ def test_linear_auto_keeps_torch_without_measuring_where_onednn_does_not_apply(
     chosen, why = resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE)
     assert chosen == "torch" and "has no oneDNN linear op here" in why
     assert calls == []
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (["train.linear=fast"], "unknown train.linear 'fast'; allowed: auto, onednn, torch"),
-        (
-            ["train.linear=onednn", "train.precision=bf16"],
-            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and "
-            "train.precision=bf16; allowed: train.linear=auto or torch",
-        ),
-        (
-            ["train.linear=onednn", "device=cuda"],
-            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and device=cuda; "
-            "allowed: train.linear=auto or torch",
-        ),
-        (
-            ["train.linear=onednn", "train.compile=true"],
-            "train.linear=onednn is a kernel for fp32 on a CPU, uncompiled, and "
-            "train.compile=true; allowed: train.linear=auto or torch",
-        ),
-    ],
-)
-def test_bad_linear_settings_are_refused_where_the_config_is_built(overrides, message):
-    with pytest.raises(PosexpError) as e:
-        run_config(*overrides)
-    assert str(e.value) == message
 
 
 def test_a_torch_without_onednns_op_refuses_an_explicit_onednn(monkeypatch):
