@@ -161,3 +161,22 @@ def test_a_key_of_another_choice_is_said_so(key, line):
     from posexp.cli.errors import unknown_key_line
 
     assert unknown_key_line(key) == line
+
+
+def test_a_new_key_in_an_existing_mapping_is_told_the_plus_it_needs():
+    # Was "unknown setting data.task_options: the data chosen has no 'task_options'", though it
+    # has: Hydra refuses the mapping's new key, and `+` is what adds it.
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    from posexp.cli.errors import one_line
+    from posexp.paths import config_dir
+
+    value = "data.task_options={niah_single:{haystack:noise}}"
+    with initialize_config_dir(str(config_dir()), version_base="1.3", job_name="posexp"):
+        with pytest.raises(ConfigCompositionException) as e:
+            compose("train", overrides=["data=ruler", value])
+    assert one_line(e.value) == (
+        "data.task_options has no key 'niah_single' yet; a mapping takes new keys only with a "
+        f"leading +: +{value}"
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from posexp.cli.overrides import expand_method_specs, quote_resume_path
+from posexp.cli.overrides import expand_method_specs, open_mapping_args, quote_resume_path
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
@@ -27,6 +27,37 @@ def test_a_method_spec_becomes_the_extension_group_and_its_keys():
         "extension.long_factor=[1,2]",
         "extension.factor=4",
     ]
+
+
+def test_a_tasks_options_are_set_without_a_plus():
+    # Hydra adds a key to a mapping only under `+`: `data.task_options={niah_single: ...}` was
+    # refused as an unknown setting although data=ruler has the key.
+    assert open_mapping_args(
+        ["data.task_options={a:{b:1}}", "data.task_options.a.b=2", "+data.task_options={}"]
+    ) == ["++data.task_options={a:{b:1}}", "++data.task_options.a.b=2", "+data.task_options={}"]
+    plain = ["data.tasks=[niah_single]", "data.task_optionsx=1", "-m"]
+    assert open_mapping_args(plain) == plain
+
+
+@pytest.mark.parametrize(
+    ("args", "options"),
+    [
+        (["data=ruler", "data.task_options={niah_single:{haystack:noise}}"], {"haystack": "noise"}),
+        (["data=ruler", "data.task_options.niah_single.haystack=noise"], {"haystack": "noise"}),
+        (
+            ["data=ruler", "+data.task_options={niah_single:{haystack:noise}}"],
+            {"haystack": "noise"},
+        ),
+        # Added to the preset's own options of that task, not in their place.
+        (
+            ["experiment=ruler", "data.task_options.niah_single.haystack=noise"],
+            {"depths": [0.0, 0.5, 1.0], "haystack": "noise"},
+        ),
+    ],
+)
+def test_task_options_reach_the_config_with_or_without_a_plus(tmp_path, cache, args, options):
+    proc = posexp(tmp_path, cache, "train", *args, "--cfg", "job")
+    assert yaml.safe_load(proc.stdout)["data"]["task_options"]["niah_single"] == options
 
 
 def test_a_resume_path_with_hydras_characters_is_quoted_for_it():

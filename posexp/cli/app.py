@@ -59,7 +59,7 @@ def train(ctx: typer.Context) -> None:
 
     if help_asked(ctx.args):  # Hydra would print plain text: the panels of every command instead
         return show_help(ctx)
-    args = cli_overrides.quote_resume_path(cli_overrides.expand_method_specs(ctx.args))
+    args = cli_overrides.hydra_args(ctx.args)
     check_overrides(args)
     check_jobs(args, "train", lambda cfg, overrides: check_config(from_composed(cfg)))
     run_hydra(hydra_tasks.train, "train", args)

@@ -15,9 +15,23 @@ def one_line(e: BaseException) -> str:
         return f"unknown {group or 'config'} {name!r}; allowed: {', '.join(sorted(e.options))}"
     unknown = re.match(r"Could not override '([\w.]+)'", str(e))
     if unknown:
-        return unknown_key_line(unknown[1])
+        return closed_mapping_line(e, unknown[1]) or unknown_key_line(unknown[1])
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return " ".join(lines[:3]) or type(e).__name__
+
+
+def closed_mapping_line(e: BaseException, key: str) -> str | None:
+    """The key exists but its mapping lacks a key the value adds: what to type instead."""
+    # Hydra refuses a new key under an existing one whose value is a mapping: the cause names a
+    # key below the override's. Its own advice, `+key=value`, is then the right command.
+    missing = str(getattr(e.__cause__, "full_key", "") or "")
+    typed = re.search(r"use (\+\S.*)$", str(e), re.DOTALL)
+    if not missing.startswith(f"{key}.") or typed is None:
+        return None
+    return (
+        f"{key} has no key {missing[len(key) + 1 :]!r} yet; a mapping takes new keys only "
+        f"with a leading +: {' '.join(typed[1].split())}"
+    )
 
 
 def unknown_key_line(key: str) -> str:

@@ -40,6 +40,29 @@ def expand_method_specs(args: list[str]) -> list[str]:
     return out
 
 
+# Keys whose value is a mapping the config leaves open (a RULER task's own options): Hydra adds a
+# key to a mapping only under `+`, so the plain `data.task_options={niah_single: {...}}` would be
+# refused although the setting exists. `++` adds or overrides, whichever applies; a data choice
+# without the key still refuses it, by name (posexp.data).
+OPEN_MAPPINGS = ("data.task_options",)
+
+
+def open_mapping_args(args: list[str]) -> list[str]:
+    """Overrides of (or inside) an open mapping given without a prefix, as ``++key=value``."""
+    out = []
+    for arg in args:
+        key, eq, _ = arg.partition("=")
+        inside = any(key == k or key.startswith(f"{k}.") for k in OPEN_MAPPINGS)
+        out.append(f"++{arg}" if eq and inside else arg)
+    return out
+
+
+def hydra_args(args: list[str]) -> list[str]:
+    """``posexp train``'s arguments as Hydra reads them: specs expanded, open mappings added to,
+    a resume path quoted."""
+    return quote_resume_path(open_mapping_args(expand_method_specs(args)))
+
+
 def check_overrides(args: list[str]) -> None:
     """Every check below, in the order a user would want to hear of them."""
     check_evaluation_not_swept(args)

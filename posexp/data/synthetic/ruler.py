@@ -5,7 +5,7 @@ scores each task on its own fixed test instances (``parts``), at every test size
 needle tasks, every needle depth. ``data.task_options`` sets a task's own options::
 
     posexp train data=ruler 'data.tasks=[niah_single,variable_tracking]' \\
-        '+data.task_options={niah_single: {value_digits: 5}}'
+        'data.task_options={niah_single: {value_digits: 5}}'
 
 Sizes are prompt lengths in tokens, as for each task alone.
 """
