@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from posexp.scoring import SCORERS, metric_of
@@ -84,20 +85,22 @@ def zoom_note(values: list[float]) -> str:
 
 
 def method_lines(ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str) -> None:
-    """One line per method of ``metric`` against length, each with its own marker and dash."""
+    """One line per method of ``metric`` against length, each with its own marker and dash; a
+    line breaks at a length another method has and it lacks (NaN), and its label names them."""
+    scored = [r for r in records if r.get(metric) is not None]
+    lengths = sorted({r["length"] for r in scored})
     for i, method in enumerate(methods):
-        pts = sorted(
-            (r["length"], r[metric])
-            for r in records
-            if r["method"] == method and r.get(metric) is not None
-        )
-        if pts:
+        value = {r["length"]: r[metric] for r in scored if r["method"] == method}
+        if value:
+            lacks = [n for n in lengths if n not in value]
             ax.plot(
-                *zip(*pts, strict=True),
+                lengths,
+                [value.get(n, math.nan) for n in lengths],
                 marker=MARKERS[i % len(MARKERS)],
                 linestyle=DASHES[i % len(DASHES)],
                 markersize=8 - 1.5 * (i % 4),
-                label=method,
+                label=method
+                + (f" (not scored at {', '.join(f'{n:,}' for n in lacks)})" if lacks else ""),
             )
 
 

@@ -46,6 +46,16 @@ def test_ppl_plot_labels_its_ticks_and_a_flat_axis():
     assert ax.get_ylabel().endswith("(values span only 0.4%)")
 
 
+def test_a_method_scored_at_some_lengths_breaks_its_line_where_it_has_none():
+    import math
+
+    partial = [{**r, "method": "yarn"} for r in records([5.0, 5.1, 5.2]) if r["length"] != 128]
+    fig = plot_ppl(records([5.0, 5.5, 6.0]) + partial, 64, "t")
+    (yarn,) = [line for line in fig.axes[0].lines if line.get_label().startswith("yarn")]
+    assert yarn.get_label() == "yarn (not scored at 128)"
+    assert math.isnan(dict(zip(yarn.get_xdata(), yarn.get_ydata(), strict=True))[128])
+
+
 def curve(n):
     return {"start": [0, 8], "end": [8, 16], "loss": [2.0 + n, 2.5 + n], "protocol": "nonoverlap"}
 

@@ -205,3 +205,39 @@ def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache, tmp_path):
     assert "99% of the test text's unigram ppl" in sentence
     assert f"{cols[1].label} stays flat here" in sentence  # a model that learned is compared
     assert unigram_ppl(SimpleNamespace(config=None)) is None  # no config: no reference, no claim
+
+
+def test_a_column_scored_at_some_lengths_breaks_its_line_where_it_has_none(tmp_path):
+    # Was drawn as one line from 256 straight to 1,024, as though 512 had been scored.
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from posexp.commands.report.views.extrapolation_plot import extrapolation_plot
+
+    shown = columns(
+        {
+            "none": {256: 30.0, 512: 40.0, 1024: 50.0, 2048: 60.0},
+            "yarn": {256: 30.0, 1024: 35.0},
+        }
+    )
+    saved = {}
+    ctx = SimpleNamespace(
+        memo={}, jobs=[], save_figure=lambda fig, name: saved.setdefault("fig", fig) and tmp_path
+    )
+    extrapolation_plot(ctx, shown, "nonoverlap", 128)
+    (yarn,) = [line for line in saved["fig"].axes[1].lines if line.get_label().startswith("yarn")]
+    ys = dict(zip(yarn.get_xdata(), yarn.get_ydata(), strict=True))
+    assert ys[256] == 30.0 and ys[1024] == 35.0 and math.isnan(ys[512]) and math.isnan(ys[2048])
+    assert yarn.get_label() == "yarn (not scored at 512, 2,048)"
+    (plain,) = [line for line in saved["fig"].axes[1].lines if line.get_label() == "no extension"]
+    assert not any(math.isnan(y) for y in plain.get_ydata())
+
+
+def test_the_caption_names_the_lengths_a_column_lacks():
+    from posexp.commands.report.views.extrapolation_plot import gap_notes
+
+    shown = columns({"none": {256: 30.0, 512: 40.0, 2048: 60.0}, "yarn": {256: 30.0}})
+    assert gap_notes(shown, "nonoverlap") == ["yarn at 512, 2,048"]
+    assert gap_notes(columns({"none": {256: 1.0}, "yarn": {256: 2.0}}), "nonoverlap") == []

@@ -27,7 +27,11 @@ from posexp.commands.report.views.extrapolation_paper import (
     published_section,
     seed_ratios,
 )
-from posexp.commands.report.views.extrapolation_plot import extrapolation_plot, unplotted
+from posexp.commands.report.views.extrapolation_plot import (
+    extrapolation_plot,
+    gap_notes,
+    unplotted,
+)
 from posexp.commands.report.views.extrapolation_reading import (
     reading_sentences,
 )
@@ -206,6 +210,9 @@ def render_extrapolation(ctx: ReportContext) -> str:
             ]
         plot = extrapolation_plot(ctx, shown, protocol, l0)
         md += ["", f"![ppl vs length, {protocol}]({plot.name})"]
+        gaps = gap_notes(shown, protocol)
+        if gaps:  # a line drawn across them would show values never measured
+            md += ["", f"Not scored, so its line breaks or ends there: {'; '.join(gaps)}."]
         left_out = unplotted(shown, protocol)
         if left_out:  # a line of fewer seeds beside the others would not compare like with like
             md += ["", f"Not plotted, no length scored in every seed: {'; '.join(left_out)}."]

@@ -26,6 +26,45 @@ def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
     )
 
 
+def _gapped(c: Column, protocol: str, lengths: list[int]) -> tuple[list[int], list[float]]:
+    """The column's points over the panel's lengths, NaN where it has none: matplotlib breaks a
+    line at NaN, where a plain line would join its neighbours as though it had been scored."""
+    ppl = dict(_points(c, protocol))
+    xs = sorted({*lengths, *ppl})
+    return xs, [ppl.get(n, math.nan) for n in xs]
+
+
+def missing_lengths(c: Column, protocol: str, lengths: list[int]) -> list[int]:
+    """The lengths of ``lengths`` (a panel's) at which the column has no point."""
+    ppl = dict(_points(c, protocol))
+    return [n for n in lengths if n not in ppl]
+
+
+def _panels(columns: list[Column], protocol: str) -> list[list[Column]]:
+    """The columns of each panel, as drawn: the plain ones, then one PE's plain and methods."""
+    columns = [c for c in columns if _points(c, protocol)]
+    plain = [c for c in columns if c.method == baseline_method()]
+    panels = [plain]
+    for jobs in {id(c.jobs): c.jobs for c in plain}.values():
+        methods = [c for c in columns if c.jobs is jobs and c.method != baseline_method()]
+        if methods:
+            panels.append([c for c in plain if c.jobs is jobs] + methods)
+    return panels
+
+
+def gap_notes(columns: list[Column], protocol: str) -> list[str]:
+    """Each plotted column scored at fewer lengths than the others of its panel, with the
+    lengths it lacks (where its line breaks or stops), for the figure's caption."""
+    out: dict[str, list[int]] = {}
+    for panel in _panels(columns, protocol):
+        lengths = sorted({n for c in panel for n, _ in _points(c, protocol)})
+        for c in panel:
+            lacks = missing_lengths(c, protocol, lengths)
+            if lacks:
+                out[c.label] = sorted({*out.get(c.label, []), *lacks})
+    return [f"{label} at {', '.join(f'{n:,}' for n in ns)}" for label, ns in out.items()]
+
+
 def unplotted(columns: list[Column], protocol: str) -> list[str]:
     """The columns with records of ``protocol`` but no cell a line can show (none scored in
     every seed), each with the reason its cells give."""
@@ -51,14 +90,18 @@ def _style(c: Column, plain: list[Column]) -> Any:
     return SERIES_STYLES[same_pe.index(c) % len(SERIES_STYLES)]
 
 
-def _band(ax: Any, c: Column, protocol: str, color: Any) -> None:
-    band = sorted(
-        (n, r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
+def _band(ax: Any, c: Column, protocol: str, color: Any, lengths: list[int]) -> None:
+    spread = {
+        n: (r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
         for (p, n), r in c.records.items()
         if p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
-    )
-    if band:
-        xs, lo, hi = zip(*band, strict=True)
+    }
+    if spread:
+        # NaN at the panel's lengths the column lacks: fill_between leaves a gap there, as the
+        # line does, rather than a band across a length no seed was scored at.
+        xs = sorted({*lengths, *spread})
+        gap = (math.nan, math.nan)
+        lo, hi = zip(*(spread.get(n, gap) for n in xs), strict=True)
         ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
 
 
@@ -106,31 +149,35 @@ def extrapolation_plot(
     lengths = sorted({n for c in columns for n, _ in _points(c, protocol)})
 
     def draw(ax: Any, c: Column, label: str, color: Any, marker: str, style: str) -> None:
-        pts = _points(c, protocol)
-        if not pts:
+        if not _points(c, protocol):
             return
         seeds = _seeds(c)
+        lacks = missing_lengths(c, protocol, panel_lengths)
         ax.plot(
-            *zip(*pts, strict=True),
+            *_gapped(c, protocol, panel_lengths),
             style,
             marker=marker,
             markersize=5,
             color=color,
-            label=label + (f" (n = {seeds})" if seeds > 1 else ""),
+            label=label
+            + (f" (n = {seeds})" if seeds > 1 else "")
+            + (f" (not scored at {', '.join(f'{n:,}' for n in lacks)})" if lacks else ""),
         )
 
     ax = flat[0]
     same_in_every_figure = pe_color_map(ctx)
+    panel_lengths = sorted({n for c in plain for n, _ in _points(c, protocol)})
     for i, c in enumerate(plain):
         color = same_in_every_figure.get(c.pe) or pe_colors[i % len(pe_colors)]
         draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], _style(c, plain))
-        _band(ax, c, protocol, color)
+        _band(ax, c, protocol, color, panel_lengths)
     panel_title(ax, "every encoding, no extension")
     for ax, (bases, methods) in zip(flat[1:], with_methods, strict=False):
+        panel_lengths = sorted({n for c in bases + methods for n, _ in _points(c, protocol)})
         for base in bases:
             name = "no extension" + (f" [{base.series}]" if base.series else "")
             draw(ax, base, name, "black", "o", _style(base, bases))
-            _band(ax, base, protocol, "black")
+            _band(ax, base, protocol, "black", panel_lengths)
         for c in methods:
             k = method_names.index(c.method)
             name = c.method + (f" [{c.series}]" if c.series else "")
