@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from posexp.errors import PosexpError
@@ -19,21 +19,23 @@ def periodic_split(index: int, period: int) -> str:
 def carve_tail(
     units: Sequence[T],
     what: str,
-    hint: str,
+    hint: str | Callable[[], str],
     fraction: float = 0.05,
     need: tuple[str, ...] = ("val", "test"),
 ) -> dict[str, list[T]]:
     """Carve the `need`ed splits off the end of `units`: each gets `fraction` (at least one unit).
 
     The tail, not a scatter, so neighbouring paragraphs of one text do not leak across splits;
-    test is the very end, val just before it, train the rest in the original order.
+    test is the very end, val just before it, train the rest in the original order. ``hint``
+    says what can fix too few units; a callable is asked only then (it may read files again).
     """
     n = len(units)
     k = max(1, round(fraction * n))
     if n < len(need) * k + 1:
         raise PosexpError(
             f"{what} has only {n} document{'s' * (n != 1)}, too few to carve "
-            f"{'/'.join(need)} from it (at least {len(need) * k + 1}); {hint}"
+            f"{'/'.join(need)} from it (at least {len(need) * k + 1}); "
+            f"{hint() if callable(hint) else hint}"
         )
     out: dict[str, list[T]] = {}
     end = n

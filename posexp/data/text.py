@@ -25,14 +25,22 @@ SAMPLE_BY = ("document", "paragraph", "line")
 log = logging.getLogger("posexp")
 
 NO_FILES = "data.files is empty; set data.files=[path.txt,...] to existing text files"
-FINER = {"document": "paragraph or line", "paragraph": "line"}
+UNITS = {"document": "files", "paragraph": "blank-line separated paragraphs", "line": "lines"}
 
 
-def split_hint(sample_by: str) -> str:
-    """What to do about too few documents to carve val and test from, given ``sample_by``."""
-    finer = FINER.get(sample_by)
-    return "give data.val_files and data.test_files" + (
-        f", or a finer data.sample_by ({finer})" if finer else ", or more text"
+def split_hint(files: list[str], sample_by: str, need: tuple[str, ...]) -> str:
+    """What can fix too few documents of ``files`` to carve the ``need``ed splits from: a finer
+    ``sample_by`` only where it gives enough documents (it reads the files again), else more text."""
+    enough = len(need) + 1  # carve_tail: one document each, and one left to train on
+    advice = f"give {' and '.join(f'data.{s}_files' for s in need)}"
+    for finer in SAMPLE_BY[SAMPLE_BY.index(sample_by) + 1 :]:
+        n = len(read_documents(files, finer))
+        if n >= enough:
+            return f"{advice}, or data.sample_by={finer} ({n} documents)"
+    return (
+        f"{advice}, or more text: at least {enough} {UNITS[sample_by]} (each of "
+        f"{'/'.join(need)} gets the last 5%, at least one, and needs more tokens than "
+        "train.seq_len)"
     )
 
 
@@ -183,7 +191,7 @@ def load_text(
     train_docs = read_documents(train, sample_by)
     need = tuple(s for s in ("val", "test") if not given[s])
     splits = (
-        carve_tail(train_docs, "data.files", split_hint(sample_by), need=need)
+        carve_tail(train_docs, "data.files", lambda: split_hint(train, sample_by, need), need=need)
         if need
         else {"train": train_docs}
     )

@@ -115,7 +115,8 @@ class LMBatches:
         if len(tokens) < seq_len + 1:
             raise PosexpError(
                 f"the train split has {len(tokens)} tokens, too short for seq_len={seq_len}; "
-                f"allowed: seq_len up to {len(tokens) - 1} (or more data)"
+                f"allowed: seq_len up to {len(tokens) - 1}, or at least {seq_len + 1} tokens of "
+                "train text"
             )
         self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
         self._span = np.arange(seq_len + 1)
@@ -146,7 +147,8 @@ def eval_windows(
     if n < 1:
         raise PosexpError(
             f"the {split} split has {m} tokens, too short for one window of seq_len={seq_len}; "
-            f"allowed: seq_len up to {max(m - 1, 0)} (or more eval data)"
+            f"allowed: seq_len up to {max(m - 1, 0)}, or a {split} split of at least "
+            f"{seq_len + 1} tokens"
         )
     flat = torch.from_numpy(np.asarray(tokens[: n * seq_len + 1], dtype=np.int64))
     return flat[:-1].view(n, seq_len), flat[1:].view(n, seq_len)

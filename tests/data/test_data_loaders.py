@@ -59,14 +59,19 @@ def test_text_errors_are_one_line_and_name_the_value(tmp_path: Path) -> None:
     with pytest.raises(PosexpError, match="data.files is empty"):
         load_corpus("text", files=[])
     one = write_paragraphs(tmp_path / "one.txt", 1)
+    # Two lines in all: no sample_by gives the 3 documents needed, so none is advised.
     with pytest.raises(
         PosexpError,
-        match=r"only 1 document, too few .* \(at least 3\); .*finer data.sample_by "
-        r"\(paragraph or line\)",
+        match=r"only 1 document, too few .* \(at least 3\); give data.val_files and "
+        r"data.test_files, or more text: at least 3 files \(",
     ):
         load_corpus("text", files=[str(one)], sample_by="document")
     # Already by line: a finer sample_by is no advice.
-    with pytest.raises(PosexpError, match=r"data.test_files, or more text$"):
+    with pytest.raises(
+        PosexpError,
+        match=r"data.test_files, or more text: at least 3 lines \(each of val/test gets the last "
+        r"5%, at least one, and needs more tokens than train.seq_len\)$",
+    ):
         load_corpus("text", files=[str(one)], sample_by="line")
     with pytest.raises(PosexpError, match=r"^data file '.*' is a folder \(data.files must"):
         load_corpus("text", files=[str(tmp_path)])
@@ -74,6 +79,29 @@ def test_text_errors_are_one_line_and_name_the_value(tmp_path: Path) -> None:
         load_corpus("text", files=["/dev/null"])
     with pytest.raises(PosexpError, match="sample_by 'lines'; allowed: document, line, paragraph"):
         load_corpus("text", files=[str(one)], sample_by="lines")
+
+
+def test_a_finer_sample_by_is_advised_only_where_it_gives_enough_documents(tmp_path):
+    # Was "or a finer data.sample_by (line)" for a one-line file too, where it cannot help.
+    one_line = tmp_path / "one.txt"
+    one_line.write_text("hello world\n")
+    with pytest.raises(PosexpError) as e:
+        load_corpus("text", files=[str(one_line)])
+    assert str(e.value).endswith(
+        "give data.val_files and data.test_files, or more text: at least 3 blank-line "
+        "separated paragraphs (each of val/test gets the last 5%, at least one, and needs more "
+        "tokens than train.seq_len)"
+    )
+    assert "sample_by" not in str(e.value)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"line {i}\n" for i in range(40)))
+    with pytest.raises(PosexpError, match=r"data.test_files, or data.sample_by=line \(40 docu"):
+        load_corpus("text", files=[str(lines)])
+    # Only val carved: two documents are enough, and the advice names the one split asked for.
+    two = tmp_path / "two.txt"
+    two.write_text("a b\nc d\n")
+    with pytest.raises(PosexpError, match=r"; give data.val_files, or data.sample_by=line \(2 "):
+        load_corpus("text", files=[str(two)], test_files=[str(lines)])
 
 
 def assert_fast_one_line_offline_error(seconds: float) -> None:

@@ -190,6 +190,11 @@ def test_lm_batches_cover_the_whole_stream_edges() -> None:
     assert torch.equal(x[0], torch.arange(9)) and torch.equal(y[0], torch.arange(1, 10))
     with pytest.raises(PosexpError, match="has 10 tokens, too short for seq_len=10"):
         LMBatches(tokens, batch_size=1, seq_len=10, seed=0)
+    # The advice says how much text it takes, not "more data".
+    with pytest.raises(PosexpError, match=r"up to 9, or at least 11 tokens of train text$"):
+        LMBatches(tokens, batch_size=1, seq_len=10, seed=0)
+    with pytest.raises(PosexpError, match=r"up to 9, or a test split of at least 13 tokens$"):
+        eval_windows(tokens, seq_len=12, n_tokens=100, split="test")
     with pytest.raises(PosexpError, match="^batch_size must be a positive integer, got 0$"):
         LMBatches(tokens, batch_size=0, seq_len=4, seed=0)
 
