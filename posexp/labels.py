@@ -35,6 +35,7 @@ PLUMBING = frozenset(
         "tokenizer.name",
         "train.threads",
         "train.compile",
+        "train.linear",  # who multiplies fp32 matrices: the same numbers (to fp32 rounding)
         "train.deterministic",
         "train.log_interval",
         "train.eval_interval",

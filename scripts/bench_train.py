@@ -282,13 +282,14 @@ def posexp_kernels(
         "auto", precision, device, args.compile, (rows, cfg.d_model, cfg.d_ff or 4 * cfg.d_model)
     )
     if args.linear in onednn_linear.KERNELS:
-        linear = args.linear if precision == "fp32" and device.type == "cpu" else "torch"
+        runs = precision == "fp32" and device.type == "cpu" and not args.compile
+        linear = args.linear if runs else "torch"
     else:
         print(f"posexp {precision}: linear layers {linear} ({why})")
     pairs = [(causal, linear)]
     if args.causal == "both" and precision != "fp32":  # the matmul kernel is a 16-bit one
         pairs += [(k, linear) for k in KERNELS if k != causal]
-    if args.linear == "both" and precision == "fp32" and device.type == "cpu":
+    if args.linear == "both" and precision == "fp32" and device.type == "cpu" and not args.compile:
         pairs += [(causal, k) for k in onednn_linear.KERNELS if k != linear]
     return pairs
 

@@ -113,6 +113,7 @@ def test_override_keys_map_to_the_setting_they_change():
     assert setting_key("extension.factor") == "extension" and setting_key("+pe.name") == "pe"
     assert setting_key("parent") == "fine-tuned" and setting_key("train.lr") == "train.lr"
     assert is_plumbing("train.threads") and is_plumbing("hydra.launcher.n_jobs")
+    assert is_plumbing("train.linear")  # the kernel, not a variable: runs pool as seeds
     assert not is_plumbing("extension.factor") and not is_plumbing("parent")
     assert extension_text("none", 4.0) == "none" and extension_text("ntk", 8) == "ntk x8"
 

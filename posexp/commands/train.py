@@ -270,6 +270,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         "params": n_params,
         "precision": precision,
         "training_attention": trained_on,  # the kernel attention.causal chose, or "own"
+        "training_linear": linear,  # the kernel train.linear chose
     }
     write_hparams(writer, params, trial=trial_name(params, run_dir))
     writer.close()

@@ -77,18 +77,18 @@ def resolve_linear_kernel(
     """``torch`` or ``onednn`` for the linear layers of a run training at ``shape`` (rows a
     step, d_model, MLP width) in ``precision`` on ``device``, and why (for the run's log)."""
     choose("train.linear", choice, LINEAR_CHOICES)
-    if resuming and choice == "auto":
-        return recorded or "torch", "the kernel this run trained with (resume)"
+    said = "auto" if choice == "auto" else f"train.linear={choice}"
+    # Where oneDNN cannot run, torch: a resume too (one trained on oneDNN, now in bf16, compiled
+    # or on a GPU, would otherwise record a kernel its layers do not run on).
     if precision != "fp32" or device.type != "cpu" or compiled:
         where = f"{precision} on {device.type}" + (", compiled" if compiled else "")
-        return (
-            "torch",
-            f"{'auto' if choice == 'auto' else 'train.linear=' + choice}: torch for {where}",
-        )
+        return "torch", f"{said}: torch for {where}"
+    if choice != "torch" and not onednn_linear.available():
+        return "torch", f"{said}: torch, as torch {torch.__version__} has no oneDNN linear op here"
+    if resuming and choice == "auto":
+        return recorded or "torch", "the kernel this run trained with (resume)"
     if choice != "auto":
         return choice, f"train.linear={choice}"
-    if not onednn_linear.available():
-        return "torch", f"auto: torch, as torch {torch.__version__} has no oneDNN linear op here"
     rows, d_model, hidden = shape
     key = f"v1|{cpu_name()}|{torch.__version__}|{torch.get_num_threads()}|{shape}"
     speedup = cached_speedup(

@@ -21,6 +21,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def every_product():
+    """oneDNN for every product, however small (the tests' shapes are below MIN_MACS); a patch
+    of its own, which train_killed_halfway's monkeypatch.undo() leaves in place."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onednn_linear, "MIN_MACS", 0)
+        yield
+
+
 def grads(fn, x, w, probe):
     """The output of ``fn(x, w)`` and the gradients of <output, probe> by x and w."""
     x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
@@ -69,11 +78,12 @@ def test_a_non_contiguous_input_and_one_side_without_gradient():
     torch.testing.assert_close(dx, torch.ones(48, 8, 12) @ frozen)
 
 
-def test_it_applies_to_fp32_on_a_cpu_without_autocast_only(monkeypatch):
-    x, w = torch.randn(4, 8), torch.randn(3, 8)
+def test_it_applies_to_large_enough_fp32_products_on_a_cpu_without_autocast_only(monkeypatch):
+    x, w = torch.randn(64, 256), torch.randn(256, 256)  # 2**22 multiply-adds
     assert onednn_linear.applies(x, w)
+    assert not onednn_linear.applies(x[:63], w)  # smaller products are faster on torch
     assert not onednn_linear.applies(x.bfloat16(), w.bfloat16())
-    assert not onednn_linear.applies(torch.randn(0, 8), w)
+    assert not onednn_linear.applies(torch.randn(0, 256), w)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not onednn_linear.applies(x, w)
         y = linear(x, w, "onednn")  # falls back to torch, which autocasts
@@ -94,7 +104,7 @@ def test_the_layer_keeps_nn_linears_state_dict():
     torch.testing.assert_close(layer(x), plain(x))
 
 
-def test_a_model_with_tied_embeddings_gives_torchs_loss_and_gradients():
+def test_a_model_with_tied_embeddings_gives_torchs_loss_and_gradients(every_product):
     cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=2, pe="rope")
     torch.manual_seed(0)
     ref = GPT(cfg)
@@ -118,7 +128,9 @@ def test_measure_speedup_times_both_kernels(monkeypatch):
     assert onednn_linear.measure_speedup(64, 16, 64, reps=1) == 0.0
 
 
-def test_a_run_trains_on_onednn_records_it_and_resumes_bitwise(tmp_path, monkeypatch):
+def test_a_run_trains_on_onednn_records_it_and_resumes_bitwise(
+    tmp_path, monkeypatch, every_product
+):
     cfg = run_config(*TINY, "train.linear=onednn", f"cache_dir={tmp_path / 'cache'}")
     run_training(cfg, tmp_path / "full")
     train_killed_halfway(cfg, tmp_path / "cut", monkeypatch)

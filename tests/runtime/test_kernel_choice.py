@@ -182,6 +182,12 @@ def test_linear_auto_keeps_torch_without_measuring_where_onednn_does_not_apply(
         "auto", "fp32", CPU, False, LINEAR_SHAPE, recorded="onednn", resuming=True
     )
     assert resumed == ("onednn", "the kernel this run trained with (resume)")
+    # ... where oneDNN runs: resumed in bf16 or compiled, the layers are torch's, and say so.
+    for precision, compiled in (("bf16", False), ("fp32", True)):
+        chosen = resolve_linear_kernel(
+            "auto", precision, CPU, compiled, LINEAR_SHAPE, recorded="onednn", resuming=True
+        )
+        assert chosen[0] == "torch" and chosen[1].startswith("auto: torch for ")
     assert resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, resuming=True)[0] == (
         "torch"
     )
@@ -189,6 +195,10 @@ def test_linear_auto_keeps_torch_without_measuring_where_onednn_does_not_apply(
     monkeypatch.setattr(kernel_choice.onednn_linear, "available", lambda: False)
     chosen, why = resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE)
     assert chosen == "torch" and "has no oneDNN linear op here" in why
+    resumed = resolve_linear_kernel(
+        "auto", "fp32", CPU, False, LINEAR_SHAPE, recorded="onednn", resuming=True
+    )
+    assert resumed[0] == "torch" and "has no oneDNN linear op here" in resumed[1]
     assert calls == []
 
 
