@@ -29,6 +29,7 @@ import torch
 from posexp.errors import PosexpError, UnreadableFile
 from posexp.files import read_json, write_json_atomic
 from posexp.hardware import available_memory
+from posexp.kernels import onednn_linear
 from posexp.pe.base import LogitTerm
 from posexp.runtime import distributed
 
@@ -85,11 +86,19 @@ def step_memory(
     return state + activations + scores + logits
 
 
-def matmul_rate(device: torch.device, precision: str, width: int, cache_dir: Path | None) -> float:
+def matmul_rate(
+    device: torch.device,
+    precision: str,
+    width: int,
+    cache_dir: Path | None,
+    kernel: str = "torch",
+) -> float:
     """Measured FLOP/s of a (tokens x width) @ (width x 4 width) product in the run's precision
-    on ``device``, cached per device name, torch version, thread count and width."""
+    on ``device`` by the run's linear ``kernel`` (train.linear), cached per device name, torch
+    version, thread count, width and kernel."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     key = f"v1|{name}|{torch.__version__}|{torch.get_num_threads()}|{precision}|{width}"
+    key += f"|{kernel}" if kernel != "torch" else ""  # torch's verdicts keep their v1 keys
     path = None
     if cache_dir is not None:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -98,7 +107,7 @@ def matmul_rate(device: torch.device, precision: str, width: int, cache_dir: Pat
             cached = read_json(path)
             if isinstance(cached, dict) and cached.get("key") == key:
                 return float(cached["rate"])
-    rate = _measure(device, torch.bfloat16 if precision == "bf16" else torch.float32, width)
+    rate = _measure(device, torch.bfloat16 if precision == "bf16" else torch.float32, width, kernel)
     if path is not None:
         with contextlib.suppress(OSError):  # a read-only cache only costs the measurement
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,16 +115,18 @@ def matmul_rate(device: torch.device, precision: str, width: int, cache_dir: Pat
     return rate
 
 
-def _measure(device: torch.device, dtype: torch.dtype, width: int, reps: int = 3) -> float:
+def _measure(
+    device: torch.device, dtype: torch.dtype, width: int, kernel: str = "torch", reps: int = 3
+) -> float:
     """The best of ``reps`` timings of a product of about a GFLOP (after a warm-up)."""
     tokens = max(512, min(8192, 2**27 // (width * width)))
     g = torch.Generator(device=device).manual_seed(0)  # the run's random stream is not touched
     a = torch.randn(tokens, width, device=device, generator=g).to(dtype)
-    b = torch.randn(width, 4 * width, device=device, generator=g).to(dtype)
+    b = torch.randn(4 * width, width, device=device, generator=g).to(dtype)  # (out, in)
     best = float("inf")
     for rep in range(reps + 1):
         start = time.perf_counter()
-        a @ b
+        onednn_linear.linear(a, b, kernel)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if rep:
@@ -196,7 +207,7 @@ def check_budget(
 ) -> None:
     """Before the first step: refuse one that cannot fit in memory, name one that nearly does
     or that takes long. ``cfg``: the run's ``RunConfig``; ``model``: its ``GPT``."""
-    rate = matmul_rate(device, precision, mcfg.d_model, Path(cfg.cache_dir))
+    rate = matmul_rate(device, precision, mcfg.d_model, Path(cfg.cache_dir), mcfg.linear_kernel)
     matmul_kernel = mcfg.causal_kernel == "matmul" and precision == "bf16"
     est = estimate_step(
         mcfg,

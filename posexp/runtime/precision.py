@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import math
 import platform
 import subprocess
 import time
@@ -163,13 +164,15 @@ def cached_speedup(
 
 def _cache_shape(data: Any) -> str | None:
     """A cached verdict: its key and a positive speedup."""
+    speedup = data.get("speedup") if isinstance(data, dict) else None
     ok = (
         isinstance(data, dict)
         and isinstance(data.get("key"), str)
-        and isinstance(data.get("speedup"), (int, float))
-        and data["speedup"] > 0
+        and isinstance(speedup, (int, float))
+        and not isinstance(speedup, bool)  # JSON true is no measurement
+        and 0 < speedup < math.inf
     )
-    return None if ok else "expected a key and a positive speedup"
+    return None if ok else "expected a key and a positive, finite speedup"
 
 
 def resolve_precision(

@@ -88,6 +88,21 @@ def test_the_matmul_rate_is_measured_once_per_machine_and_width(tmp_path):
     assert matmul_rate(torch.device("cpu"), "fp32", 32, tmp_path) != 12345.0
 
 
+def test_the_matmul_rate_is_the_runs_linear_kernels(tmp_path, monkeypatch):
+    from posexp.kernels import onednn_linear
+
+    kernels = []
+    real = onednn_linear.linear
+    monkeypatch.setattr(
+        onednn_linear, "linear", lambda x, w, kernel="torch": kernels.append(kernel) or real(x, w)
+    )
+    matmul_rate(torch.device("cpu"), "fp32", 32, tmp_path, "onednn")
+    assert set(kernels) == {"onednn"}
+    matmul_rate(torch.device("cpu"), "fp32", 32, tmp_path)  # cached apart: measured again
+    assert set(kernels) == {"onednn", "torch"}
+    assert len(list((tmp_path / "precision").glob("matmul_rate_*.json"))) == 2
+
+
 def test_the_bf16_matmul_kernel_s_weights_count_at_two_bytes():
     class Shape:
         d_model, n_layers, n_heads, vocab_size = 64, 2, 4, 260

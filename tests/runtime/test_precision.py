@@ -180,3 +180,14 @@ def test_an_unwritable_cache_only_costs_the_measurement(tmp_path):
             == 2.0
         )
     assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("speedup", ["true", "1e999", "0", "-2.0"])
+def test_a_cached_speedup_that_is_no_measurement_is_measured_again(tmp_path, speedup):
+    calls = []
+    measure = lambda: calls.append(1) or 2.0  # noqa: E731
+    assert precision.cached_speedup(tmp_path, "kind/x", "key", measure) == 2.0
+    (entry,) = (tmp_path / "kind").glob("x_*.json")
+    entry.write_text(f'{{"key": "key", "speedup": {speedup}}}')
+    assert precision.cached_speedup(tmp_path, "kind/x", "key", measure) == 2.0
+    assert len(calls) == 2
