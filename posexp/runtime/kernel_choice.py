@@ -100,6 +100,7 @@ def resolve_linear_kernel(
     verdict = "onednn" if speedup >= MIN_SPEEDUP else "torch"
     return verdict, (
         f"auto: {verdict}; in fp32 on this CPU oneDNN ran the MLP's linear layers at "
-        f"{speedup:.2f}x torch's speed for {rows} rows, d_model {d_model} "
-        f"({'at least' if verdict == 'onednn' else 'below'} the {MIN_SPEEDUP:.2f}x auto asks)"
+        f"{speedup:.2f}x torch's speed for {rows} rows, d_model {d_model}, MLP {hidden}, "
+        f"{torch.get_num_threads()} threads: {'at least' if verdict == 'onednn' else 'below'} "
+        f"the {MIN_SPEEDUP:.2f}x auto asks"
     )

@@ -158,6 +158,7 @@ def test_linear_auto_takes_onednn_in_fp32_on_a_cpu_where_it_measured_faster(
     calls = linear_measured(speedup)
     chosen, why = resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)
     assert chosen == expected and f"{speedup:.2f}x torch's speed for 4096 rows" in why
+    assert "d_model 128, MLP 512" in why and "((" not in why and "))" not in why
     assert resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)[0] == expected
     assert calls == [LINEAR_SHAPE]  # cached per CPU, torch, threads and shape
 
