@@ -181,15 +181,22 @@ def _static_captures(score_mod: ScoreMod) -> None:
     ``ks1``) by plain text replacement, so ``ks10`` becomes an undeclared ``cur_kvSplitSize0``.
     Only the sequence length needs to be dynamic."""
 
+    seen: set[int] = set()
+
     def mark(value: Any) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
         if isinstance(value, torch.Tensor):
             torch._dynamo.mark_static(value)
         elif isinstance(value, (list, tuple)):  # FIRE keeps its units' tensors in a list
             for item in value:
                 mark(item)
+        elif callable(value):  # a helper the score_mod calls (FIRE's MLP) captures tensors too
+            for cell in getattr(value, "__closure__", None) or ():
+                mark(cell.cell_contents)
 
-    for cell in score_mod.__closure__ or ():
-        mark(cell.cell_contents)
+    mark(score_mod)
 
 
 def flex_causal_attention(

@@ -71,47 +71,59 @@ class FIRE(PositionalEncoding):
         """The same bias per score inside the attention kernel: the MLP written out unit by unit,
         so no (Tq, Tk, hidden) tensor is ever stored.
 
-        Inputs lie in [0, 1], where a ReLU unit whose kink -b/w falls outside (0, 1) is either
-        always off or always linear. Without gradients (evaluation) those units are folded into
-        one affine term per head, leaving only the units that bend inside [0, 1] (about a
-        quarter at initialisation) to evaluate per score; the sum is the same function. Without
-        gradients and given ``length``, the input is also read from two tables (ψ of every
-        distance, 1/ψ(max(L, i)) of every query) instead of two logarithms per score: 7-9% more
-        tokens/s at 4,096 and 16,384 tokens (docs/performance.md).
+        Inputs lie in [0, 1], where a ReLU unit whose kink κ = -b/w falls outside (0, 1) is
+        either always off or always linear. Without gradients (evaluation) those units are folded
+        into one affine term per head, and each unit that bends is rewritten about its kink,
+        relu(w·u + b) = |w|·relu(u - κ), plus |w|·(κ - u) when w < 0 (folded too): two
+        operations per unit and score instead of three. Without gradients and given ``length``,
+        the input is also read from two tables (ψ of every distance, 1/ψ(max(L, i)) of every
+        query) instead of two logarithms per score (docs/performance.md has the timings).
         """
         w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias
         w2, b2 = self.mlp[2].weight, self.mlp[2].bias  # (heads, hidden), (heads,)
-        bends = torch.ones_like(b1, dtype=torch.bool)
-        intercept, slope = b2, torch.zeros_like(b2)
-        if not torch.is_grad_enabled():
-            kink = -b1 / w1  # inf or nan where w1 == 0: never inside
-            bends = (kink > 0) & (kink < 1)
-            linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
-            intercept, slope = b2 + w2[:, linear] @ b1[linear], w2[:, linear] @ w1[linear]
+        heads = w2.shape[0]
+
         # Only tensors are captured (posexp/kernels/flex.py fixes their shapes). FlexAttention's CUDA
         # backward lets each captured tensor that needs a gradient be indexed once per score, so
         # every scalar becomes its own (heads,) tensor read at [h], and every unit its own three:
         # one indexing each. The unit count is a loop bound, so the kernel is compiled for it.
-        heads = w2.shape[0]
-
         def per_head(x: torch.Tensor) -> torch.Tensor:
             return x.expand(heads).contiguous()
 
         c, threshold = per_head(self.log_c.exp()), per_head(self.threshold.abs())
-        units = [
-            (per_head(w), per_head(bias), w2[:, k].contiguous())
-            for w, bias, k in zip(w1[bends], b1[bends], bends.nonzero()[:, 0].tolist(), strict=True)
-        ]
+        if torch.is_grad_enabled():
+            units = [
+                (per_head(w1[k]), per_head(b1[k]), w2[:, k].contiguous()) for k in range(len(b1))
+            ]
+
+            def mlp(u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+                out = b2[h]
+                for w_in, b_in, w_out in units:
+                    out = out + w_out[h] * torch.relu(w_in[h] * u + b_in[h])
+                return out
+
+        else:
+            kink = -b1 / w1  # inf or nan where w1 == 0: never inside
+            bends = (kink > 0) & (kink < 1)
+            linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
+            gain = w2 * w1.abs()  # (heads, hidden): each unit's slope past its kink
+            falling = bends & (w1 < 0)  # |w|·(κ - u) of these joins the affine term
+            intercept = b2 + w2[:, linear] @ b1[linear] + gain[:, falling] @ kink[falling]
+            slope = w2[:, linear] @ w1[linear] - gain[:, falling].sum(1)
+            units = [(per_head(kink[k]), gain[:, k].contiguous()) for k in bends.nonzero()[:, 0]]
+
+            def mlp(u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+                out = intercept[h] + slope[h] * u
+                for kink_h, gain_h in units:
+                    out = out + gain_h[h] * torch.relu(u - kink_h[h])
+                return out
 
         if length is not None and not torch.is_grad_enabled():
             log_distance, inverse_norm = fire_tables(c[0], threshold[0], length)
 
             def fire_table_score(score, b, h, q_idx, kv_idx):
                 u = log_distance[(q_idx - kv_idx).clamp(min=0)] * inverse_norm[q_idx]
-                out = intercept[h] + slope[h] * u
-                for w_in, b_in, w_out in units:
-                    out = out + w_out[h] * torch.relu(w_in[h] * u + b_in[h])
-                return score + out
+                return score + mlp(u, h)
 
             return fire_table_score
 
@@ -121,9 +133,6 @@ class FIRE(PositionalEncoding):
             u = torch.log(c_h * distance + 1) / torch.log(
                 c_h * torch.maximum(threshold_h, q_idx.float()) + 1
             )
-            out = intercept[h] + slope[h] * u
-            for w_in, b_in, w_out in units:
-                out = out + w_out[h] * torch.relu(w_in[h] * u + b_in[h])
-            return score + out
+            return score + mlp(u, h)
 
         return fire_score

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -20,6 +21,20 @@ def test_every_bias_pe_has_a_score_mod():
     for name in BIAS_PES:
         pe = build_pe(name, PEContext(d_model=64, n_heads=4, head_dim=16, train_length=64))
         assert callable(pe.score_mod()), name
+
+
+def test_static_captures_reach_the_tensors_of_helpers_a_score_mod_calls():
+    # FIRE's score_mod calls its MLP, a closure of its own: its tensors are fixed in shape too.
+    pe = build_pe("fire", PEContext(d_model=64, n_heads=4, head_dim=16, train_length=64))
+    with torch.no_grad():
+        score_mod = pe.score_mod(64)
+    flex._static_captures(score_mod)
+    captured = inspect.getclosurevars(inspect.getclosurevars(score_mod).nonlocals["mlp"]).nonlocals
+    tensors = [v for v in captured.values() if isinstance(v, torch.Tensor)]
+    tensors += [t for unit in captured["units"] for t in unit]
+    assert len(tensors) > 2
+    for t in tensors:
+        assert getattr(t, "_dynamo_static_indices", None) == set(range(t.dim()))
 
 
 @pytest.mark.parametrize("name", BIAS_PES)

@@ -64,22 +64,30 @@ def _score_grid(pe, length: int, tables: bool = False) -> torch.Tensor:
     return score_mod(torch.zeros(()), 0, h, i, j)
 
 
+def _units(score_mod) -> list:
+    """The ReLU units a score_mod evaluates per score."""
+    mlp = inspect.getclosurevars(score_mod).nonlocals["mlp"]
+    return inspect.getclosurevars(mlp).nonlocals["units"]
+
+
 def test_score_mod_folds_units_that_do_not_bend_in_the_unit_interval():
-    # Kinks -b/w: 0.5 (bends inside [0, 1]), -0.5 (always on there), -0.2 (always off), and a
-    # unit with w = 0 (the constant relu(0.3)). Only the first needs evaluating per score.
-    pe = build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), hidden=4)
+    # Kinks -b/w: 0.5 (bends inside [0, 1], rising), -0.5 (always on there), -0.2 (always off),
+    # a unit with w = 0 (the constant relu(0.3)), and 0.6 (bends, falling: relu(1.2 - 2u) is
+    # 2·relu(u - 0.6) plus 2·(0.6 - u)). Only the first and the last need evaluating per score.
+    pe = build_pe("fire", PEContext(d_model=8, n_heads=2, head_dim=4, train_length=4), hidden=5)
     with torch.no_grad():
-        pe.mlp[0].weight.copy_(torch.tensor([[1.0], [1.0], [-1.0], [0.0]]))
-        pe.mlp[0].bias.copy_(torch.tensor([-0.5, 0.5, -0.2, 0.3]))
+        pe.mlp[0].weight.copy_(torch.tensor([[1.0], [1.0], [-1.0], [0.0], [-2.0]]))
+        pe.mlp[0].bias.copy_(torch.tensor([-0.5, 0.5, -0.2, 0.3, 1.2]))
         pe.mlp[2].weight.normal_()
         pe.mlp[2].bias.normal_()
     pos = torch.arange(9)
     with torch.no_grad():
         want = pe.bias(pos, pos, torch.float32)
-        assert len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) == 1
+        assert len(_units(pe.score_mod())) == 2
         assert torch.allclose(_score_grid(pe, 9), want, atol=1e-6)
+        assert torch.allclose(_score_grid(pe, 9, tables=True), want, atol=1e-6)
     # With gradients every unit stays, so the gradient reaches every weight.
-    assert len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) == 4
+    assert len(_units(pe.score_mod())) == 5
     grid = _score_grid(pe, 9)
     assert torch.allclose(grid.detach(), want, atol=1e-6)
     grid.sum().backward()
@@ -91,7 +99,7 @@ def test_folded_score_mod_equals_the_bias_at_initialisation():
     pe = build_pe("fire", PEContext(d_model=32, n_heads=4, head_dim=8, train_length=16))
     pos = torch.arange(40)  # past the threshold too
     with torch.no_grad():
-        assert 0 < len(inspect.getclosurevars(pe.score_mod()).nonlocals["units"]) < 32
+        assert 0 < len(_units(pe.score_mod())) < 32
         assert torch.allclose(_score_grid(pe, 40), pe.bias(pos, pos, torch.float32), atol=1e-5)
 
 
