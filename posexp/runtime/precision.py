@@ -116,13 +116,24 @@ def matmul_speedup(
     return median[fp32] / median["bf16"], fp32
 
 
+# The /proc/cpuinfo numbers that tell CPUs apart where their names do not: one marketing name
+# ("AMD EPYC") covers several x86 families, and an Arm part number means nothing without its
+# implementer.
+CPU_NUMBERS = (
+    ("cpu family", "family"),
+    ("model", "model"),
+    ("cpu implementer", "implementer"),
+    ("cpu part", "part"),
+)
+
+
 def cpu_name() -> str:
-    """The CPU's model as the OS names it (x86 ``model name``, Arm ``CPU part``)."""
+    """The CPU as the OS names it (x86 ``model name``) with its numbers (x86 family and model,
+    Arm implementer and part): ``AMD EPYC family 26 model 2``."""
     fields = _cpuinfo()
-    for key in ("model name", "cpu part"):
-        if fields.get(key):
-            return fields[key] + (f" model {fields['model']}" if fields.get("model") else "")
-    return platform.processor() or platform.machine()
+    named = [fields["model name"]] if fields.get("model name") else []
+    named += [f"{label} {fields[key]}" for key, label in CPU_NUMBERS if fields.get(key)]
+    return " ".join(named) or platform.processor() or platform.machine()
 
 
 def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> tuple[float, str | None]:

@@ -66,6 +66,27 @@ def test_the_log_reasons_name_what_was_timed_without_parentheses(
     assert "(" not in why and ")" not in why
 
 
+def test_cpus_of_one_name_but_other_families_do_not_share_measurements(
+    measured, linear_measured, tmp_path, monkeypatch
+):
+    from posexp.runtime import precision
+
+    def cpu(family, model="2"):
+        fields = {"model name": "AMD EPYC", "cpu family": family, "model": model}
+        monkeypatch.setattr(precision, "_cpuinfo", lambda: fields)
+
+    calls, linear_calls = measured(1.6), linear_measured(2.0)
+    for family in ("25", "26", "25"):
+        cpu(family)
+        resolve_causal_kernel("auto", "bf16", CPU, SHAPE, tmp_path)
+        resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)
+    assert len(calls) == len(linear_calls) == 2  # each family measured once, then read back
+    assert precision.cpu_name() == "AMD EPYC family 25 model 2"
+    arm = {"cpu implementer": "0x41", "cpu part": "0xd0c"}  # Linux on Arm: no model name
+    monkeypatch.setattr(precision, "_cpuinfo", lambda: arm)
+    assert precision.cpu_name() == "implementer 0x41 part 0xd0c"
+
+
 def test_auto_keeps_sdpa_without_measuring_where_the_matmul_kernel_cannot_win(measured):
     calls = measured(9.0)
     assert resolve_causal_kernel("auto", "fp32", CPU, SHAPE) == ("sdpa", "auto: sdpa for fp32")
