@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import math
 import platform
 import subprocess
@@ -30,6 +31,8 @@ import torch
 from posexp.config import PRECISIONS
 from posexp.errors import PosexpError, UnreadableFile, choose
 from posexp.files import exclusive_lock, keep_damaged, read_json, write_json_atomic
+
+log = logging.getLogger("posexp")
 
 Autocast = Callable[[], Any]
 # bf16 must beat fp32 by this much for auto to take it: a CPU near parity gains nothing, and a
@@ -178,9 +181,12 @@ def cached_measurement(
                 cached = read_json(path, _cache_shape)
                 if cached is not None and cached["key"] == key:
                     return float(cached["speedup"]), cached.get("against")
-            except UnreadableFile:
+            except UnreadableFile as e:
+                backup = None
                 with contextlib.suppress(OSError):
-                    keep_damaged(path)
+                    backup = keep_damaged(path)
+                kept = f", its bytes kept in {backup}" if backup else ""
+                log.warning("%s; measuring again%s", e, kept)
         speedup, against = measure()
         if path is not None:
             record = {"key": key, "speedup": speedup} | ({"against": against} if against else {})

@@ -209,6 +209,31 @@ def test_an_unwritable_cache_only_costs_the_measurement(tmp_path):
     assert calls == [1, 1]
 
 
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("{not json", "not JSON: "),
+        ('{"key": "key", "speedup": true}', "expected a key and a positive, finite speedup"),
+    ],
+)
+def test_a_damaged_cache_file_is_said_in_one_line_and_measured_again(
+    tmp_path, caplog, content, reason
+):
+    calls = []
+    measure = lambda: calls.append(1) or 2.0  # noqa: E731
+    precision.cached_speedup(tmp_path, "kernels/x", "key", measure)
+    (entry,) = (tmp_path / "kernels").glob("x_*.json")
+    entry.write_text(content)
+    with caplog.at_level("WARNING", logger="posexp"):
+        assert precision.cached_speedup(tmp_path, "kernels/x", "key", measure) == 2.0
+        assert precision.cached_speedup(tmp_path, "kernels/x", "key", measure) == 2.0
+    said = [r.getMessage() for r in caplog.records if r.name == "posexp"]
+    assert len(said) == 1 and len(calls) == 2  # measured again once, then read back
+    assert said[0].startswith(f"{str(entry)!r} is unreadable ({reason}")
+    assert said[0].endswith(f"; measuring again, its bytes kept in {entry}.bak")
+    assert "\n" not in said[0]
+
+
 @pytest.mark.parametrize("speedup", ["true", "1e999", "0", "-2.0"])
 def test_a_cached_speedup_that_is_no_measurement_is_measured_again(tmp_path, speedup):
     calls = []
