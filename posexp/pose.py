@@ -229,10 +229,18 @@ class PoseBatches:
     ) -> None:
         target = int(pose.target_length or 0)
         if len(tokens) < target + 1:
+            # A row reads a span of target + 1 tokens, and the target stays above the window
+            # (check_window): a lower one helps only where the stream is longer than the window.
+            longest = len(tokens) - 1
+            more = f"at least {target + 1} tokens of train text"
+            fix = (
+                f"train.pose.target_length from {window + 1} to {longest}, or {more}"
+                if longest > window
+                else f"{more}, as train.pose.target_length must stay above train.seq_len={window}"
+            )
             raise PosexpError(
-                f"token stream has {len(tokens)} tokens, too short for PoSE spans of "
-                f"train.pose.target_length={target}; allowed: train.pose.target_length up to "
-                f"{len(tokens) - 1} (or more data)"
+                f"the train split has {len(tokens)} tokens, too short for PoSE spans of "
+                f"train.pose.target_length={target} ({target + 1} tokens); allowed: {fix}"
             )
         self.tokens, self.batch_size, self.window, self.seed = tokens, batch_size, window, seed
         self.target, self.chunks = target, pose.chunks

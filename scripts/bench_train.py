@@ -434,10 +434,12 @@ def main() -> None:
     if device.type == "cpu":
         from posexp.runtime.precision import cpu_bf16_feature, matmul_speedup
 
+        speedup, fp32 = matmul_speedup(d_model, tokens=args.batch * args.seq_len)
+        against = "oneDNN" if fp32 == "onednn" else "torch's BLAS"
         print(
             f"native bf16: {cpu_bf16_feature() or 'none'}; bf16 / fp32 matmul rate at the "
             f"MLP's shape ({args.batch * args.seq_len} x {d_model} x {4 * d_model}): "
-            f"{matmul_speedup(d_model, tokens=args.batch * args.seq_len):.2f}x"
+            f"{speedup:.2f}x (fp32 on {against}, the faster fp32 kernel)"
         )
     blas = f" (torch's BLAS: {blas_fp32 / 1e9:,.1f})" if blas_fp32 != peak.get("fp32") else ""
     print(

@@ -92,11 +92,26 @@ def test_rows_hold_the_document_tokens_at_their_positions_and_predict_the_next_o
     assert gaps.any() and not torch.equal(y[:, :-1][gaps], x[:, 1:][gaps])
 
 
-def test_a_stream_shorter_than_the_target_is_one_line():
-    with pytest.raises(
-        PosexpError, match="too short for PoSE spans of train.pose.target_length=64"
-    ):
-        PoseBatches(np.arange(64), 2, 16, POSE, 0)
+@pytest.mark.parametrize(
+    ("tokens", "allowed"),
+    [
+        # Room above the 16-token window: a lower target, or the text a 64 target needs.
+        (64, "train.pose.target_length from 17 to 63, or at least 65 tokens of train text"),
+        # None: any target it could hold is not above the window, so only more text helps.
+        (
+            16,
+            "at least 65 tokens of train text, as train.pose.target_length must stay above "
+            "train.seq_len=16",
+        ),
+    ],
+)
+def test_a_stream_shorter_than_the_target_says_only_what_would_fit(tokens, allowed):
+    with pytest.raises(PosexpError) as e:
+        PoseBatches(np.arange(tokens), 2, 16, POSE, 0)
+    assert str(e.value) == (
+        f"the train split has {tokens} tokens, too short for PoSE spans of "
+        f"train.pose.target_length=64 (65 tokens); allowed: {allowed}"
+    )
 
 
 def test_the_trainer_hands_the_model_the_positions_the_rows_were_read_at():

@@ -291,6 +291,7 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
     middle; columns empty in every row, or equal in every row (named once under the table),
     are left out unless ``wide``."""
     from rich import box
+    from rich.padding import Padding
     from rich.table import Table
     from rich.text import Text
 
@@ -323,7 +324,10 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
                     hidden.append(header)
         if _fit_names(texts, [h for h, _ in columns], console.width):
             hidden.append("the date in names")
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    # No edges: the box's top edge is a line of spaces, a blank first line in a pipe or a file.
+    # Its other edges (a space each side, a blank line under the rows) become padding, so the
+    # table is laid out and shown as before.
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
     for header, _ in columns:
         # Should the table still be too wide, rich narrows the names, never a number or status.
         whole = max(len(header), *(len(t) for t in texts[header])) if header not in NAMES else 0
@@ -336,7 +340,7 @@ def print_runs(rows: list[dict[str, Any]], console: Any = None, wide: bool = Fal
     for i in range(len(rows)):
         # Text, not markup: run names may hold brackets (a sweep over data.files=[a.txt]).
         table.add_row(*(Text(texts[h][i]) for h, _ in columns))
-    console.print(table)
+    console.print(Padding(table, (0, 1, 1, 1), expand=False))
     if same:
         shown = ", ".join(_same_text(h, texts[h][0]) for h in same)
         console.print(f"same in every run: {shown}", highlight=False, markup=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import math
 import platform
 import subprocess
@@ -30,6 +31,8 @@ import torch
 from posexp.config import PRECISIONS
 from posexp.errors import PosexpError, UnreadableFile, choose
 from posexp.files import exclusive_lock, keep_damaged, read_json, write_json_atomic
+
+log = logging.getLogger("posexp")
 
 Autocast = Callable[[], Any]
 # bf16 must beat fp32 by this much for auto to take it: a CPU near parity gains nothing, and a
@@ -85,12 +88,14 @@ def _linux_cpu_flags() -> set[str]:
     return set((info.get("flags") or info.get("features") or "").split())
 
 
-def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: int = 3) -> float:
+def matmul_speedup(
+    width: int, tokens: int | None = None, reps: int = 5, inner: int = 3
+) -> tuple[float, str]:
     """Measured bf16 / fp32 rate of a (tokens x width) @ (width x 4·width) matmul, the shape of
-    the model's MLP: the median over ``reps`` interleaved rounds, each timing ``inner`` products
-    of each dtype, fp32 by the faster of torch's BLAS and oneDNN (``train.linear``). Milliseconds-
-    long single products were too noisy (thread wake-up) to decide on, so each timing spans
-    several."""
+    the model's MLP, and the fp32 kernel it was measured against (``torch`` or ``onednn``): the
+    median over ``reps`` interleaved rounds, each timing ``inner`` products of each dtype, fp32
+    by the faster of torch's BLAS and oneDNN (``train.linear``). Milliseconds-long single
+    products were too noisy (thread wake-up) to decide on, so each timing spans several."""
     from posexp.kernels import onednn_linear
 
     if tokens is None:  # about a GFLOP per product, whatever the width
@@ -98,9 +103,9 @@ def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: 
     g = torch.Generator().manual_seed(0)  # the run's random stream is not touched
     a = torch.randn(tokens, width, generator=g)
     b = torch.randn(4 * width, width, generator=g)  # (out, in), as a linear layer keeps it
-    kernels = {"fp32": ("torch", a, b), "bf16": ("torch", a.bfloat16(), b.bfloat16())}
+    kernels = {"torch": ("torch", a, b), "bf16": ("torch", a.bfloat16(), b.bfloat16())}
     if onednn_linear.available():
-        kernels["fp32 onednn"] = ("onednn", a, b)
+        kernels["onednn"] = ("onednn", a, b)
     times: dict[str, list[float]] = {name: [] for name in kernels}
     for rep in range(reps + 1):
         for name, (kernel, x, y) in kernels.items():
@@ -110,34 +115,58 @@ def matmul_speedup(width: int, tokens: int | None = None, reps: int = 5, inner: 
             if rep:  # the first round only warms up (oneDNN builds its kernels then)
                 times[name].append(time.perf_counter() - start)
     median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
-    return min(t for name, t in median.items() if name != "bf16") / median["bf16"]
+    fp32 = min((name for name in median if name != "bf16"), key=median.__getitem__)
+    return median[fp32] / median["bf16"], fp32
+
+
+# The /proc/cpuinfo numbers that tell CPUs apart where their names do not: one marketing name
+# ("AMD EPYC") covers several x86 families, and an Arm part number means nothing without its
+# implementer.
+CPU_NUMBERS = (
+    ("cpu family", "family"),
+    ("model", "model"),
+    ("cpu implementer", "implementer"),
+    ("cpu part", "part"),
+)
 
 
 def cpu_name() -> str:
-    """The CPU's model as the OS names it (x86 ``model name``, Arm ``CPU part``)."""
+    """The CPU as the OS names it (x86 ``model name``) with its numbers (x86 family and model,
+    Arm implementer and part): ``AMD EPYC family 26 model 2``."""
     fields = _cpuinfo()
-    for key in ("model name", "cpu part"):
-        if fields.get(key):
-            return fields[key] + (f" model {fields['model']}" if fields.get("model") else "")
-    return platform.processor() or platform.machine()
+    named = [fields["model name"]] if fields.get("model name") else []
+    named += [f"{label} {fields[key]}" for key, label in CPU_NUMBERS if fields.get(key)]
+    return " ".join(named) or platform.processor() or platform.machine()
 
 
-def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> float:
-    """bf16's measured speedup over fp32 for this model width on this CPU, cached per CPU, torch
-    version, thread count and width so that runs on one machine agree."""
+def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> tuple[float, str | None]:
+    """bf16's measured speedup over fp32 for this model width on this CPU and the fp32 kernel it
+    was measured against, cached per CPU, torch version, thread count and width so that runs on
+    one machine agree."""
     threads = torch.get_num_threads()
-    # v3: fp32 by its faster kernel (v2 timed torch's BLAS alone; v1 single, noisy products).
-    key = f"v3|{cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
-    return cached_speedup(cache_dir, "precision/cpu_bf16", key, lambda: matmul_speedup(width))
+    # v4 records the fp32 kernel (v3 did not; v2 timed torch's BLAS alone; v1 single products).
+    key = f"v4|{cpu_name()}|{cpu_bf16_feature()}|{torch.__version__}|{threads}|{width}"
+    return cached_measurement(cache_dir, "precision/cpu_bf16", key, lambda: matmul_speedup(width))
 
 
 def cached_speedup(
     cache_dir: Path | None, name: str, key: str, measure: Callable[[], float]
 ) -> float:
-    """``measure()``'s speedup, cached under ``cache_dir/name_<hash of key>.json`` so that every
-    run on one machine makes the same choice: jobs starting together (a parallel sweep) take
-    turns under a lock, so one measures and the others read its verdict. A damaged cache is kept
-    as .bak and measured again; where the cache cannot be written, it only costs the measurement."""
+    """``measure()``'s speedup, cached as ``cached_measurement`` caches it."""
+    return cached_measurement(cache_dir, name, key, lambda: (measure(), None))[0]
+
+
+def cached_measurement(
+    cache_dir: Path | None,
+    name: str,
+    key: str,
+    measure: Callable[[], tuple[float, str | None]],
+) -> tuple[float, str | None]:
+    """``measure()``'s speedup and what it was measured against (None: nothing to name), cached
+    under ``cache_dir/name_<hash of key>.json`` so that every run on one machine makes the same
+    choice: jobs starting together (a parallel sweep) take turns under a lock, so one measures
+    and the others read its verdict. A damaged cache is kept as .bak and measured again; where
+    the cache cannot be written, it only costs the measurement."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir / f"{name}_{digest}.json" if cache_dir else None
     with contextlib.ExitStack() as held:
@@ -151,19 +180,23 @@ def cached_speedup(
             try:
                 cached = read_json(path, _cache_shape)
                 if cached is not None and cached["key"] == key:
-                    return float(cached["speedup"])
-            except UnreadableFile:
+                    return float(cached["speedup"]), cached.get("against")
+            except UnreadableFile as e:
+                backup = None
                 with contextlib.suppress(OSError):
-                    keep_damaged(path)
-        speedup = measure()
+                    backup = keep_damaged(path)
+                kept = f", its bytes kept in {backup}" if backup else ""
+                log.warning("%s; measuring again%s", e, kept)
+        speedup, against = measure()
         if path is not None:
+            record = {"key": key, "speedup": speedup} | ({"against": against} if against else {})
             with contextlib.suppress(OSError):
-                write_json_atomic(path, {"key": key, "speedup": speedup})
-        return speedup
+                write_json_atomic(path, record)
+        return speedup, against
 
 
 def _cache_shape(data: Any) -> str | None:
-    """A cached verdict: its key and a positive speedup."""
+    """A cached verdict: its key, a positive speedup, and what it was measured against if any."""
     speedup = data.get("speedup") if isinstance(data, dict) else None
     ok = (
         isinstance(data, dict)
@@ -171,6 +204,7 @@ def _cache_shape(data: Any) -> str | None:
         and isinstance(speedup, (int, float))
         and not isinstance(speedup, bool)  # JSON true is no measurement
         and 0 < speedup < math.inf
+        and isinstance(data.get("against", ""), str)
     )
     return None if ok else "expected a key and a positive, finite speedup"
 
@@ -199,15 +233,27 @@ def resolve_precision(
     feature = cpu_bf16_feature()
     if not feature:
         return "fp32", "auto: this CPU has no native bf16 (no avx512_bf16, AMX or Arm bf16)"
-    speedup = cpu_bf16_speedup(width, cache_dir)
+    speedup, against = cpu_bf16_speedup(width, cache_dir)
     threads = torch.get_num_threads()
     verdict = "bf16" if speedup >= BF16_MIN_SPEEDUP else "fp32"
     return verdict, (
-        f"auto: this CPU has {feature}; a bf16 matmul of width {width} ran at {speedup:.2f}x "
-        f"fp32 on {threads} thread{'s' if threads != 1 else ''}, "
+        f"auto: this CPU has {feature}; on {threads} thread{'s' if threads != 1 else ''}, a bf16 "
+        f"matmul of width {width} ran at {speedup:.2f}x fp32{_fp32_kernel(against)}: "
         f"{'at least' if verdict == 'bf16' else 'below'} the {BF16_MIN_SPEEDUP:.2f}x auto asks "
         f"of bf16"
     )
+
+
+def _fp32_kernel(against: str | None) -> str:
+    """The fp32 kernel bf16 was measured against, as the log names it (no parentheses: the log
+    line wraps the reason in its own)."""
+    from posexp.kernels import onednn_linear
+
+    named = {"torch": "torch's BLAS", "onednn": "oneDNN"}.get(against or "")
+    if named is None:
+        return ""
+    # Where oneDNN's op is missing, torch's BLAS was the only fp32 kernel timed.
+    return f" on {named}" + (", the faster fp32 kernel here" if onednn_linear.available() else "")
 
 
 def autocast(precision: str, device: torch.device) -> Autocast:

@@ -105,7 +105,12 @@ def test_runs_piped_end_each_line_at_its_last_character(tmp_path):
     for args in ([], ["--wide"]):
         out = CliRunner().invoke(app, ["runs", str(tmp_path), *args], env={"COLUMNS": None})
         assert out.exit_code == 0 and "a_much_longer_name" in out.output
-        assert [line for line in out.output.splitlines() if line.endswith(" ")] == []
+        lines = out.output.splitlines()
+        assert [line for line in lines if line.endswith(" ")] == []
+        # The table starts at its header (the box's blank top edge once came first), one space
+        # in from the margin as on a terminal, and a blank line still parts it from what follows.
+        assert lines[0].startswith(" run ") and lines[1].lstrip().startswith("─")
+        assert lines[4] == "" and (args or lines[5].startswith("same in every run: "))
 
 
 def test_runs_on_a_missing_folder_is_a_one_line_error(tmp_path):
@@ -142,10 +147,10 @@ def test_runs_sort_by_start_time_and_fit_100_columns(tmp_path):
     text = console.export_text()
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 100
-    header = lines[1]
+    header = lines[0]
     for column in ("run", "pe", "h", "val ppl"):
         assert f" {column} " in f" {header} "
-    assert long_name in lines[3] and "alibi" in lines[3] and "3.50" in lines[3]
+    assert long_name in lines[2] and "alibi" in lines[2] and "3.50" in lines[2]
     # The settings both runs share are named once under the table instead of as columns.
     same = "same in every run: data kjv, model small, seq 256, steps 10/10, status completed"
     assert same in text
@@ -155,9 +160,9 @@ def test_runs_sort_by_start_time_and_fit_100_columns(tmp_path):
     print_runs(rows, narrow)
     lines = narrow.export_text().splitlines()
     assert max(len(line) for line in lines) <= 60
-    name = lines[3].split()[0]
+    name = lines[2].split()[0]
     assert name.startswith("heads=4") and name.endswith("threads=1_abc") and "…" in name
-    assert lines[4].split()[0] == "late" and "3.50" in lines[3]
+    assert lines[3].split()[0] == "late" and "3.50" in lines[2]
     # Columns empty in every row (accuracy, BLEU, extensions) only with --wide.
     wide = Console(width=300, record=True)
     print_runs(rows, wide, wide=True)
@@ -194,9 +199,9 @@ def test_a_table_with_every_column_still_fits_100_columns():
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 100
     for column in ("run", "pe", "h", "ext", "parent", "steps", "status", "val ppl"):
-        assert f" {column} " in f" {lines[1]} "
-    assert "yarn x4" in lines[3] and "46.91" in lines[3] and "1200/1200" in lines[3]
-    assert "runs/base" in lines[3] and "pe=alibi,seed=0" in lines[3]
+        assert f" {column} " in f" {lines[0]} "
+    assert "yarn x4" in lines[2] and "46.91" in lines[2] and "1200/1200" in lines[2]
+    assert "runs/base" in lines[2] and "pe=alibi,seed=0" in lines[2]
     assert lines[-1].startswith("(hidden at this width: min") and "--wide" in lines[-1]
     wide = Console(width=250, record=True)
     print_runs([row], wide, wide=True)
@@ -276,7 +281,7 @@ def test_runs_at_80_columns_keep_each_run_on_one_line(tmp_path):
     print_runs(list_runs(tmp_path), console)
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 80
-    body = [line for line in lines[3:] if line.strip()][:5]
+    body = [line for line in lines[2:] if line.strip()][:5]
     names = [line.split()[0] for line in body]
     # One line per run, each name whole: the parent column (a fine-tune's name ends in its
     # method already) gives way first, and the footer says so.
@@ -288,7 +293,7 @@ def test_runs_at_80_columns_keep_each_run_on_one_line(tmp_path):
     ]
     assert all(n.startswith("sweeps/2026-01-01_00-00-00/") for n in names[:4])
     assert names[4] == "runs/2026-01-01_05-00-00_kjv_ft-yarn" and "yarn x4" in body[4]
-    header = lines[1].split()
+    header = lines[0].split()
     assert header[:3] == ["run", "pe", "ext"] and "parent" not in header
     assert any(line.startswith("(hidden at this width: ") and "parent" in line for line in lines)
     # Equal in every run: said once, not a column.
@@ -325,7 +330,7 @@ def test_runs_name_a_damaged_evaluation_in_the_table_and_under_it(tmp_path):
     console = Console(width=100, record=True)
     print_runs(rows, console)
     lines = console.export_text().splitlines()
-    assert "evaluated" in lines[1] and "unreadable" in lines[3]
+    assert "evaluated" in lines[0] and "unreadable" in lines[2]
     assert any(line.startswith("a: ") and "extrapolate.json" in line for line in lines)
 
 

@@ -321,10 +321,10 @@ def test_a_damaged_precision_cache_is_measured_again_and_kept(tmp_path):
 
     from posexp.runtime.precision import cpu_bf16_speedup
 
-    first = cpu_bf16_speedup(64, tmp_path)
+    first, _ = cpu_bf16_speedup(64, tmp_path)
     (path,) = (tmp_path / "precision").glob("cpu_bf16_*.json")
     path.write_bytes(b'{"key": ')
-    again = cpu_bf16_speedup(64, tmp_path)
+    again, _ = cpu_bf16_speedup(64, tmp_path)
     assert again > 0 and first > 0 and torch.get_num_threads() >= 1
     assert path.with_name(path.name + ".bak").read_bytes() == b'{"key": '
     assert json.loads(path.read_text())["speedup"] == again

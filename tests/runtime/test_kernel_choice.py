@@ -47,6 +47,46 @@ def test_auto_takes_the_matmul_kernel_in_bf16_on_a_cpu_only_where_it_measured_fa
     assert calls == [SHAPE, (8, 4, 256, 32)]
 
 
+@pytest.mark.parametrize(("threads", "said"), [(1, "1 thread:"), (2, "2 threads:")])
+def test_the_log_reasons_name_what_was_timed_without_parentheses(
+    measured, linear_measured, tmp_path, monkeypatch, threads, said
+):
+    # train.py logs each reason inside parentheses of its own: a reason must hold none.
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    measured(1.6)
+    linear_measured(0.9)
+    _, why = resolve_causal_kernel("auto", "bf16", CPU, SHAPE, tmp_path)
+    assert why == (
+        "auto: matmul; in bf16 on this CPU the matmul kernel ran causal attention's forward and "
+        "backward at 1.60x SDPA's speed for batch 16, 4 heads, 256 tokens, 32-dim heads, "
+        f"{said} at least the 1.10x auto asks"
+    )
+    _, why = resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)
+    assert why.endswith(f"d_model 128, MLP 512, {said} below the 1.10x auto asks")
+    assert "(" not in why and ")" not in why
+
+
+def test_cpus_of_one_name_but_other_families_do_not_share_measurements(
+    measured, linear_measured, tmp_path, monkeypatch
+):
+    from posexp.runtime import precision
+
+    def cpu(family, model="2"):
+        fields = {"model name": "AMD EPYC", "cpu family": family, "model": model}
+        monkeypatch.setattr(precision, "_cpuinfo", lambda: fields)
+
+    calls, linear_calls = measured(1.6), linear_measured(2.0)
+    for family in ("25", "26", "25"):
+        cpu(family)
+        resolve_causal_kernel("auto", "bf16", CPU, SHAPE, tmp_path)
+        resolve_linear_kernel("auto", "fp32", CPU, False, LINEAR_SHAPE, tmp_path)
+    assert len(calls) == len(linear_calls) == 2  # each family measured once, then read back
+    assert precision.cpu_name() == "AMD EPYC family 25 model 2"
+    arm = {"cpu implementer": "0x41", "cpu part": "0xd0c"}  # Linux on Arm: no model name
+    monkeypatch.setattr(precision, "_cpuinfo", lambda: arm)
+    assert precision.cpu_name() == "implementer 0x41 part 0xd0c"
+
+
 def test_auto_keeps_sdpa_without_measuring_where_the_matmul_kernel_cannot_win(measured):
     calls = measured(9.0)
     assert resolve_causal_kernel("auto", "fp32", CPU, SHAPE) == ("sdpa", "auto: sdpa for fp32")

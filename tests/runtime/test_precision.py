@@ -23,10 +23,10 @@ def measured(monkeypatch):
     """Replace the matmul timing with a fixed speedup; count the measurements."""
     calls = []
 
-    def fake(speedup):
+    def fake(speedup, fp32="torch"):
         def measure(width, tokens=2048, reps=5):
             calls.append(width)
-            return speedup
+            return speedup, fp32
 
         monkeypatch.setattr(precision, "matmul_speedup", measure)
         return calls
@@ -54,6 +54,33 @@ def test_auto_on_a_cpu_with_native_bf16_takes_bf16_only_where_it_is_faster(
     assert calls == [256]
     precision.resolve_precision("auto", CPU, 512, tmp_path)  # another width is measured anew
     assert calls == [256, 512]
+
+
+@pytest.mark.parametrize(
+    ("fp32", "onednn", "named"),
+    [
+        ("onednn", True, "fp32 on oneDNN, the faster fp32 kernel here:"),
+        ("torch", True, "fp32 on torch's BLAS, the faster fp32 kernel here:"),
+        ("torch", False, "fp32 on torch's BLAS:"),  # the only fp32 kernel this torch has
+    ],
+)
+def test_auto_names_the_fp32_kernel_bf16_was_measured_against(
+    monkeypatch, measured, tmp_path, fp32, onednn, named
+):
+    from posexp.kernels import onednn_linear
+
+    monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: "avx512_bf16")
+    monkeypatch.setattr(onednn_linear, "available", lambda: onednn)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    calls = measured(1.5, fp32)
+    expected = (
+        f"auto: this CPU has avx512_bf16; on 2 threads, a bf16 matmul of width 256 ran at 1.50x "
+        f"{named} at least the 1.15x auto asks of bf16"
+    )
+    assert precision.resolve_precision("auto", CPU, 256, tmp_path) == ("bf16", expected)
+    # Read back from the cache, the line names the same kernel.
+    assert precision.resolve_precision("auto", CPU, 256, tmp_path) == ("bf16", expected)
+    assert calls == [256]
 
 
 def test_a_corrupt_cache_entry_is_measured_again(monkeypatch, measured, tmp_path):
@@ -109,8 +136,8 @@ def test_the_cpu_feature_is_read_from_the_cpu(monkeypatch):
 
 
 def test_matmul_speedup_is_a_real_measurement():
-    speedup = precision.matmul_speedup(32, tokens=64, reps=3)
-    assert math.isfinite(speedup) and speedup > 0
+    speedup, fp32 = precision.matmul_speedup(32, tokens=64, reps=3)
+    assert math.isfinite(speedup) and speedup > 0 and fp32 in ("torch", "onednn")
 
 
 def test_bf16_autocast_computes_the_loss_in_fp32_from_fp32_weights():
@@ -180,6 +207,31 @@ def test_an_unwritable_cache_only_costs_the_measurement(tmp_path):
             == 2.0
         )
     assert calls == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ("{not json", "not JSON: "),
+        ('{"key": "key", "speedup": true}', "expected a key and a positive, finite speedup"),
+    ],
+)
+def test_a_damaged_cache_file_is_said_in_one_line_and_measured_again(
+    tmp_path, caplog, content, reason
+):
+    calls = []
+    measure = lambda: calls.append(1) or 2.0  # noqa: E731
+    precision.cached_speedup(tmp_path, "kernels/x", "key", measure)
+    (entry,) = (tmp_path / "kernels").glob("x_*.json")
+    entry.write_text(content)
+    with caplog.at_level("WARNING", logger="posexp"):
+        assert precision.cached_speedup(tmp_path, "kernels/x", "key", measure) == 2.0
+        assert precision.cached_speedup(tmp_path, "kernels/x", "key", measure) == 2.0
+    said = [r.getMessage() for r in caplog.records if r.name == "posexp"]
+    assert len(said) == 1 and len(calls) == 2  # measured again once, then read back
+    assert said[0].startswith(f"{str(entry)!r} is unreadable ({reason}")
+    assert said[0].endswith(f"; measuring again, its bytes kept in {entry}.bak")
+    assert "\n" not in said[0]
 
 
 @pytest.mark.parametrize("speedup", ["true", "1e999", "0", "-2.0"])
