@@ -2,8 +2,8 @@
 
 A config that asks for more than the machine has must not start and sit in its first step for
 hours (nor be killed by the OOM killer without a word): the estimate is made from the network's
-shapes and the matmul rate this machine measures (cached per device, dtype and width, like the
-precision verdict). Both are lower bounds, so an error is certain and a warning is honest:
+shapes and the matmul rate this machine measures (cached per device, precision, width and
+kernel, like the precision verdict). Both are lower bounds, so an error is certain and a warning is honest:
 
 * memory: weights, gradients and AdamW's two moments (16 bytes a parameter), the activations
   a backward pass keeps (about ``ACTIVATION_FLOATS`` x d_model floats per token and layer, plus
@@ -16,8 +16,6 @@ precision verdict). Both are lower bounds, so an error is certain and a warning 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -26,12 +24,12 @@ from typing import Any
 
 import torch
 
-from posexp.errors import PosexpError, UnreadableFile
-from posexp.files import read_json, write_json_atomic
+from posexp.errors import PosexpError
 from posexp.hardware import available_memory
 from posexp.kernels import onednn_linear
 from posexp.pe.base import LogitTerm
 from posexp.runtime import distributed
+from posexp.runtime.precision import cached_measurement, cpu_name
 
 log = logging.getLogger("posexp")
 
@@ -94,25 +92,21 @@ def matmul_rate(
     kernel: str = "torch",
 ) -> float:
     """Measured FLOP/s of a (tokens x width) @ (width x 4 width) product in the run's precision
-    on ``device`` by the run's linear ``kernel`` (train.linear), cached per device name, torch
-    version, thread count, width and kernel."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    key = f"v1|{name}|{torch.__version__}|{torch.get_num_threads()}|{precision}|{width}"
-    key += f"|{kernel}" if kernel != "torch" else ""  # torch's verdicts keep their v1 keys
-    path = None
-    if cache_dir is not None:
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        path = Path(cache_dir) / "precision" / f"matmul_rate_{digest}.json"
-        with contextlib.suppress(UnreadableFile):  # a damaged cache is measured again
-            cached = read_json(path)
-            if isinstance(cached, dict) and cached.get("key") == key:
-                return float(cached["rate"])
-    rate = _measure(device, torch.bfloat16 if precision == "bf16" else torch.float32, width, kernel)
-    if path is not None:
-        with contextlib.suppress(OSError):  # a read-only cache only costs the measurement
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path, {"key": key, "rate": rate})
-    return rate
+    on ``device`` by the run's linear ``kernel`` (train.linear), cached per device (a GPU's
+    name, a CPU's name and numbers), torch version, thread count, width and kernel."""
+    # v1 named a CPU only "cpu", so every CPU shared one rate; its files are simply not found.
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = f"cpu {cpu_name()}" if device.type == "cpu" else device.type
+    key = f"v2|{name}|{torch.__version__}|{torch.get_num_threads()}|{precision}|{width}|{kernel}"
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+
+    def measure() -> tuple[float, None]:
+        return _measure(device, dtype, width, kernel), None
+
+    cache = Path(cache_dir) if cache_dir is not None else None
+    return cached_measurement(cache, "precision/matmul_rate", key, measure, field="rate")[0]
 
 
 def _measure(

@@ -161,12 +161,14 @@ def cached_measurement(
     name: str,
     key: str,
     measure: Callable[[], tuple[float, str | None]],
+    field: str = "speedup",
 ) -> tuple[float, str | None]:
-    """``measure()``'s speedup and what it was measured against (None: nothing to name), cached
-    under ``cache_dir/name_<hash of key>.json`` so that every run on one machine makes the same
-    choice: jobs starting together (a parallel sweep) take turns under a lock, so one measures
-    and the others read its verdict. A damaged cache is kept as .bak and measured again; where
-    the cache cannot be written, it only costs the measurement."""
+    """``measure()``'s speedup (or other positive measure, stored as ``field``) and what it was
+    measured against (None: nothing to name), cached under ``cache_dir/name_<hash of key>.json``
+    so that every run on one machine makes the same choice: jobs starting together (a parallel
+    sweep) take turns under a lock, so one measures and the others read its verdict. A damaged
+    cache is kept as .bak and measured again; where the cache cannot be written, it only costs
+    the measurement."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir / f"{name}_{digest}.json" if cache_dir else None
     with contextlib.ExitStack() as held:
@@ -178,9 +180,9 @@ def cached_measurement(
                 path = None  # an unwritable cache: measure, keep nothing
         if path is not None:
             try:
-                cached = read_json(path, _cache_shape)
+                cached = read_json(path, functools.partial(_cache_shape, field=field))
                 if cached is not None and cached["key"] == key:
-                    return float(cached["speedup"]), cached.get("against")
+                    return float(cached[field]), cached.get("against")
             except UnreadableFile as e:
                 backup = None
                 with contextlib.suppress(OSError):
@@ -189,15 +191,15 @@ def cached_measurement(
                 log.warning("%s; measuring again%s", e, kept)
         speedup, against = measure()
         if path is not None:
-            record = {"key": key, "speedup": speedup} | ({"against": against} if against else {})
+            record = {"key": key, field: speedup} | ({"against": against} if against else {})
             with contextlib.suppress(OSError):
                 write_json_atomic(path, record)
         return speedup, against
 
 
-def _cache_shape(data: Any) -> str | None:
-    """A cached verdict: its key, a positive speedup, and what it was measured against if any."""
-    speedup = data.get("speedup") if isinstance(data, dict) else None
+def _cache_shape(data: Any, field: str = "speedup") -> str | None:
+    """A cached verdict: its key, a positive ``field``, and what it was measured against if any."""
+    speedup = data.get(field) if isinstance(data, dict) else None
     ok = (
         isinstance(data, dict)
         and isinstance(data.get("key"), str)
@@ -206,7 +208,7 @@ def _cache_shape(data: Any) -> str | None:
         and 0 < speedup < math.inf
         and isinstance(data.get("against", ""), str)
     )
-    return None if ok else "expected a key and a positive, finite speedup"
+    return None if ok else f"expected a key and a positive, finite {field}"
 
 
 def resolve_precision(

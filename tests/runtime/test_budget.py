@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -101,6 +102,71 @@ def test_the_matmul_rate_is_the_runs_linear_kernels(tmp_path, monkeypatch):
     matmul_rate(torch.device("cpu"), "fp32", 32, tmp_path)  # cached apart: measured again
     assert set(kernels) == {"onednn", "torch"}
     assert len(list((tmp_path / "precision").glob("matmul_rate_*.json"))) == 2
+
+
+@pytest.fixture
+def rates(monkeypatch):
+    """Replace the matmul timing with a new rate at each call (1, 2, ... GFLOP/s); the calls."""
+    from posexp.runtime import budget
+
+    calls = []
+    monkeypatch.setattr(budget, "_measure", lambda *a: calls.append(a) or 1e9 * len(calls))
+    return calls
+
+
+def test_the_matmul_rate_is_measured_per_cpu_and_gpu_model(tmp_path, monkeypatch, rates):
+    import hashlib
+
+    from posexp.runtime import precision
+
+    # A rate cached before (key v1, every CPU named "cpu") is simply not found, nor warned of.
+    old = f"v1|cpu|{torch.__version__}|{torch.get_num_threads()}|fp32|32"
+    digest = hashlib.sha256(old.encode()).hexdigest()[:16]
+    old_file = tmp_path / "precision" / f"matmul_rate_{digest}.json"
+    old_file.parent.mkdir()
+    old_file.write_text(json.dumps({"key": old, "rate": 12345.0}))
+    cpu = torch.device("cpu")
+    seen = []
+    for family in ("25", "26", "25"):  # one marketing name, two CPU families
+        fields = {"model name": "AMD EPYC", "cpu family": family, "model": "2"}
+        monkeypatch.setattr(precision, "_cpuinfo", lambda fields=fields: fields)
+        seen.append(matmul_rate(cpu, "fp32", 32, tmp_path))
+    assert seen == [1e9, 2e9, 1e9]  # each family measured once, then read back
+    seen = []
+    for gpu in ("NVIDIA H100", "NVIDIA A100", "NVIDIA H100"):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device, gpu=gpu: gpu)
+        seen.append(matmul_rate(torch.device("cuda"), "bf16", 32, tmp_path))
+    assert seen == [3e9, 4e9, 3e9]
+    assert json.loads(old_file.read_text())["rate"] == 12345.0  # left as it was
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda record: "{", "not JSON: "),
+        (
+            lambda record: json.dumps(record | {"rate": -1.0}),
+            "expected a key and a positive, finite rate",
+        ),
+    ],
+)
+def test_a_damaged_matmul_rate_cache_is_said_in_one_line_and_measured_again(
+    tmp_path, caplog, rates, damage, reason
+):
+    cpu = torch.device("cpu")
+    assert matmul_rate(cpu, "fp32", 32, tmp_path) == 1e9
+    (entry,) = (tmp_path / "precision").glob("matmul_rate_*.json")
+    damaged = damage(json.loads(entry.read_text()))
+    entry.write_text(damaged)
+    with caplog.at_level("WARNING", logger="posexp"):
+        assert matmul_rate(cpu, "fp32", 32, tmp_path) == 2e9
+        assert matmul_rate(cpu, "fp32", 32, tmp_path) == 2e9  # measured again once, then read
+    said = [r.getMessage() for r in caplog.records if r.name == "posexp"]
+    assert len(said) == 1 and len(rates) == 2
+    assert said[0].startswith(f"{str(entry)!r} is unreadable ({reason}")
+    assert said[0].endswith(f"; measuring again, its bytes kept in {entry}.bak")
+    assert "\n" not in said[0]
+    assert entry.with_name(entry.name + ".bak").read_text() == damaged
 
 
 def test_the_bf16_matmul_kernel_s_weights_count_at_two_bytes():
