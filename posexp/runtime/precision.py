@@ -54,19 +54,21 @@ def cpu_bf16_feature() -> str | None:
         return None
     if machine in ("arm64", "aarch64"):
         if platform.system() == "Darwin":  # Apple M2 and later report FEAT_BF16
-            try:
-                out = subprocess.run(
-                    ["sysctl", "-n", "hw.optional.arm.FEAT_BF16"],
-                    capture_output=True,
-                    text=True,
-                    timeout=5,
-                    check=False,
-                ).stdout.strip()
-            except OSError:
-                return None
-            return "bf16" if out == "1" else None
+            return "bf16" if _sysctl("hw.optional.arm.FEAT_BF16") == "1" else None
         return "bf16" if "bf16" in _linux_cpu_flags() else None
     return None
+
+
+@functools.cache  # asked for every cache key: a sysctl that hangs costs its timeout once
+def _sysctl(name: str) -> str:
+    """macOS's ``sysctl -n name``, stripped; "" where it fails, hangs or is missing."""
+    try:
+        done = subprocess.run(
+            ["sysctl", "-n", name], capture_output=True, text=True, timeout=2, check=False
+        )
+    except (OSError, subprocess.SubprocessError):  # SubprocessError: the timeout
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -132,11 +134,15 @@ CPU_NUMBERS = (
 
 def cpu_name() -> str:
     """The CPU as the OS names it (x86 ``model name``) with its numbers (x86 family and model,
-    Arm implementer and part): ``AMD EPYC family 26 model 2``."""
+    Arm implementer and part): ``AMD EPYC family 26 model 2``; on macOS its brand string."""
     fields = _cpuinfo()
     named = [fields["model name"]] if fields.get("model name") else []
     named += [f"{label} {fields[key]}" for key, label in CPU_NUMBERS if fields.get(key)]
-    return " ".join(named) or platform.processor() or platform.machine()
+    if not named and platform.system() == "Darwin":
+        # platform.processor() is "arm" for every Apple chip; the brand string names it
+        # ("Apple M2 Pro"), and an Intel Mac's its model ("Intel(R) Core(TM) i9-9880H ...").
+        named = [_sysctl("machdep.cpu.brand_string")]
+    return " ".join(named).strip() or platform.processor() or platform.machine()
 
 
 def cpu_bf16_speedup(width: int, cache_dir: Path | None) -> tuple[float, str | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 
 import pytest
 import torch
@@ -243,3 +244,52 @@ def test_a_cached_speedup_that_is_no_measurement_is_measured_again(tmp_path, spe
     entry.write_text(f'{{"key": "key", "speedup": {speedup}}}')
     assert precision.cached_speedup(tmp_path, "kind/x", "key", measure) == 2.0
     assert len(calls) == 2
+
+
+@pytest.fixture
+def mac(monkeypatch):
+    """A Mac (no /proc/cpuinfo, ``platform.processor()`` "arm" for every Apple chip) whose
+    ``sysctl`` answers from a dict (a name's output, or an exception to raise); the calls."""
+    answers, calls = {}, []
+
+    def run(args, **kwargs):
+        calls.append((args, kwargs))
+        answer = answers.get(args[-1], "")
+        if isinstance(answer, BaseException):
+            raise answer
+        return subprocess.CompletedProcess(args, 0 if answer else 1, f"{answer}\n", "")
+
+    monkeypatch.setattr(precision, "_cpuinfo", lambda: {})
+    monkeypatch.setattr(precision.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(precision.platform, "processor", lambda: "arm")
+    monkeypatch.setattr(precision.subprocess, "run", run)
+    precision._sysctl.cache_clear()
+    yield answers, calls
+    precision._sysctl.cache_clear()  # no fake answer outlives the test
+
+
+def test_a_mac_names_its_cpu_by_its_brand_string(mac):
+    answers, calls = mac
+    names = []
+    for brand in ("Apple M1", "Apple M2 Pro"):  # both "arm" to platform.processor()
+        answers["machdep.cpu.brand_string"] = brand
+        precision._sysctl.cache_clear()  # a new process on another Mac
+        names.append(precision.cpu_name())
+    assert names == ["Apple M1", "Apple M2 Pro"]
+    args, kwargs = calls[0]
+    assert args == ["sysctl", "-n", "machdep.cpu.brand_string"] and kwargs["timeout"] <= 5
+    assert precision.cpu_name() == "Apple M2 Pro" and len(calls) == 2  # asked once a process
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "",  # sysctl failed (no such name): a non-zero exit, nothing printed
+        FileNotFoundError("sysctl"),
+        subprocess.TimeoutExpired(["sysctl"], 2),
+    ],
+)
+def test_a_mac_whose_sysctl_fails_or_hangs_falls_back_to_the_processor(mac, answer):
+    answers, _ = mac
+    answers["machdep.cpu.brand_string"] = answer
+    assert precision.cpu_name() == "arm"
