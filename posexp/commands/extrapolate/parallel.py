@@ -17,6 +17,7 @@ import logging
 import math
 import multiprocessing
 import signal
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -359,6 +360,12 @@ def start_worker(threads: int, events: Any) -> None:
     # The main process planned every run first and said what planning warns of; a worker plans
     # its run again and would say it again, once per method.
     logging.getLogger("posexp").setLevel(logging.ERROR)
+    # torch's compiler shows a tqdm bar here, and tqdm's own lock is a named semaphore, which a
+    # worker ended at a stop leaves behind: "resource_tracker: ... leaked semaphore objects"
+    # under the stop's one line. No other process shares a worker's bars.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def score_task(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from posexp.commands.extrapolate import parallel
 from posexp.commands.extrapolate.evaluate import evaluate_runs
 from posexp.commands.extrapolate.plan import Settings
 from posexp.config import ExtrapolateConfig
-from tests.helpers import TINY, posexp
+from tests.helpers import TINY, posexp, posexp_env
 
 
 def test_workers_for_several_runs_on_the_cpu_one_thread_per_core(monkeypatch):
@@ -130,6 +132,44 @@ def test_a_stop_keeps_every_cell_workers_finished(two_runs, tmp_path, monkeypatc
             else f"scoring {todo} cells"
         ) in out
         assert len(kept_cells(run)) == todo
+
+
+# The command, stopped in this process as the first cell a worker finished reaches it.
+STOPPED_AT_THE_FIRST_CELL = """
+import sys
+from posexp.cli.app import main
+from posexp.commands.extrapolate import parallel
+
+def stop(bar, real=parallel.Progress.cell_done):
+    real(bar)
+    if bar.done == 1:
+        raise KeyboardInterrupt
+
+parallel.Progress.cell_done = stop
+sys.argv = ["posexp", "eval-extrapolate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_stop_in_workers_says_its_lines_and_nothing_else(two_runs, tmp_path, cache):
+    # The workers it ends had made named semaphores (tqdm's lock, for torch's compiler): the
+    # resource tracker warned of them as "leaked" under "interrupted".
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    args = ["--run", str(apart), "--lengths", "32,64", "--tokens", "256", "--workers", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-c", STOPPED_AT_THE_FIRST_CELL, *args, "--threads", "1"],
+        cwd=tmp_path,
+        env=posexp_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 130, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == "interrupted"
+    assert "cell(s) scored before the stop" in proc.stderr
+    assert not [line for line in lines if "leaked" in line or "Traceback" in line]
 
 
 def test_largest_tasks_go_first():
