@@ -4,20 +4,20 @@ On the CPU the tiny models keep a core busy only with one thread, so the cells o
 are scored at once in worker processes, one per core by default, each with its share of the
 cores as torch threads (never more threads than cores in all). A task is one method of one run
 (its cells share the model), the largest first, so the workers stay busy to the end; each run's
-records are merged and its files written in this process once all its methods are in. One
-progress bar covers every cell: tokens read (rate and ETA) and cells done. On a GPU the runs go
-one after another in this process (one device).
+records are merged and its files written in this process once all its methods are in. A worker
+also sends each cell's record back as it finishes it, so a stop (Ctrl-C, SIGTERM) keeps every
+cell finished, as scoring in this process does. One progress bar covers every cell: tokens read
+(rate and ETA) and cells done. On a GPU the runs go one after another in this process (one
+device).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import multiprocessing
-import os
-import queue as queue_module
 import signal
+import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -110,16 +110,48 @@ def scoring_text(plans: list[RunPlan]) -> str:
 
 
 class QueueProgress:
-    """A worker's side of ``Progress``: what it reads and finishes, sent to the main process."""
+    """A worker's side of ``Progress``: what it reads and finishes, sent to the main process,
+    each cell with its record (``new``: the list ``score_cells`` appends a cell's record to
+    before it counts the cell done)."""
 
-    def __init__(self, events: Any, disable: bool, total: int) -> None:
+    def __init__(
+        self, events: Any, disable: bool, total: int, run_dir: str, new: list[Record]
+    ) -> None:
         self.events, self.disable, self.total = events, disable, total
+        self.run_dir, self.new = run_dir, new
 
     def update(self, tokens: int) -> None:
         self.events.put(("tokens", tokens))
 
     def cell_done(self) -> None:
-        self.events.put(("cell", 1))
+        self.events.put(("cell", (self.run_dir, self.new[-1].to_dict())))
+
+
+class Scored:
+    """The records the workers sent back, by run: those of each method finished (its task's
+    result), and, for a method still scoring, each cell as it was done."""
+
+    def __init__(self, runs: list[Path]) -> None:
+        self.methods: dict[Path, list[Record]] = {run: [] for run in runs}
+        self.cells: dict[tuple[Path, str], list[Record]] = {}
+        self.finished: set[tuple[Path, str]] = set()
+
+    def cell(self, run: Path, record: Record) -> None:
+        """One cell of a method still scoring (its task's result may come first: then it is in)."""
+        if (run, record.method) not in self.finished:
+            self.cells.setdefault((run, record.method), []).append(record)
+
+    def method(self, run: Path, label: str, records: list[Record]) -> None:
+        """Every cell of one method of ``run``: its task's result."""
+        self.finished.add((run, label))
+        self.cells.pop((run, label), None)
+        self.methods[run] += records
+
+    def of(self, run: Path) -> list[Record]:
+        """Every cell of ``run`` scored so far: its methods finished, then the others' cells."""
+        return self.methods[run] + [
+            r for (at, _), cells in self.cells.items() if at == run for r in cells
+        ]
 
 
 def worker_plan(settings: Settings, device: torch.device, runs: int, tasks: int) -> tuple[int, int]:
@@ -221,68 +253,76 @@ def score_in_workers(
     """Each method of each run scored by one of ``workers`` processes of ``threads`` torch
     threads; a run's records are merged and its files written here once all its methods are in."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
-    events = context.Queue()
+    # A SimpleQueue's put is in the pipe when it returns (a Queue's is sent a moment later, by
+    # a thread): a cell a worker counted done is there to read and keep at a stop.
+    events = context.SimpleQueue()
     waiting = {plan.run_dir: sum(1 for t in tasks if t[0] is plan) for plan, _, _ in tasks}
-    scored: dict[Path, list[Record]] = {run: [] for run in waiting}
+    scored = Scored(list(waiting))
     failed: set[Path] = set()
     results: dict[Path, RunResult] = {}
     n_runs = len(waiting)
     with ProcessPoolExecutor(
         workers, mp_context=context, initializer=start_worker, initargs=(threads, events)
     ) as pool:
-        futures: dict[Future, RunPlan] = {
-            pool.submit(
-                score_task, str(plan.run_dir), settings, n_runs, label, bar.disable, bar.total
-            ): plan
-            for plan, label, _ in tasks
-        }
-        try:
+        futures: dict[Future, tuple[RunPlan, str]] = {}
+        try:  # from the first task: the pool's exit would wait for every task after a stop
+            for plan, label, _ in tasks:
+                args = (str(plan.run_dir), settings, n_runs, label, bar.disable, bar.total)
+                futures[pool.submit(score_task, *args)] = plan, label
             pending = set(futures)
             while pending:
-                drain(events, bar, block=True)
-                done, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                drain(events, bar, scored)
                 for future in done:
-                    plan = futures[future]
+                    plan, label = futures[future]
                     waiting[plan.run_dir] -= 1
                     if (
-                        collect(future, plan, scored, failed, skipped, several)
+                        collect(future, plan, label, scored, failed, skipped, several)
                         and not waiting[plan.run_dir]
                     ):
                         results[plan.run_dir] = skipped.guard(
                             plan.run_dir,
-                            lambda plan=plan: write_merged(plan, scored[plan.run_dir]),
+                            lambda plan=plan: write_merged(plan, scored.methods[plan.run_dir]),
                             several,
                         )
-            drain(events, bar, block=False)
+            drain(events, bar, scored)
         except BaseException as e:
             running = list((getattr(pool, "_processes", None) or {}).values())  # shutdown drops it
             pool.shutdown(wait=False, cancel_futures=True)
-            if isinstance(e, KeyboardInterrupt):  # Ctrl-C, SIGTERM: keep the methods done
+            if isinstance(e, KeyboardInterrupt):  # Ctrl-C, SIGTERM: keep every cell finished
+                try:
+                    drain(events, bar, scored)  # the cells sent before the stop
+                finally:
+                    # The pool's exit would wait for the methods still scoring (the workers
+                    # ignore Ctrl-C; a SIGTERM to this process alone leaves them running): end
+                    # them now, after their cells are read (an end mid-send spoils the queue).
+                    for process in running:
+                        process.terminate()
                 plans = {plan.run_dir: plan for plan, _, _ in tasks}
-                for run, records in scored.items():
+                for run in waiting:
+                    records = scored.of(run)
                     if records and run not in results and run not in failed:
                         keep_before_stop(plans[run], records)
-                # The pool's exit would wait for the methods still scoring (a signal sent to
-                # this process alone leaves its workers running): end them now.
-                for process in running:
-                    process.terminate()
             raise
     return {run: result for run, result in results.items() if result is not None}
 
 
-def drain(events: Any, bar: Progress, block: bool) -> None:
-    """Show what the workers reported (waiting up to a fraction of a second for the first)."""
-    with contextlib.suppress(queue_module.Empty):
-        kind, n = events.get(timeout=0.25) if block else events.get_nowait()
-        while True:
-            bar.update(n) if kind == "tokens" else bar.cell_done()
-            kind, n = events.get_nowait()
+def drain(events: Any, bar: Progress, scored: Scored) -> None:
+    """Show what the workers reported so far and keep the cells they finished."""
+    while not events.empty():
+        kind, what = events.get()
+        if kind == "tokens":
+            bar.update(what)
+        else:  # the record first: a stop while the bar counts it keeps it
+            scored.cell(Path(what[0]), Record.from_dict(what[1]))
+            bar.cell_done()
 
 
 def collect(
     future: Future,
     plan: RunPlan,
-    scored: dict[Path, list[Record]],
+    label: str,
+    scored: Scored,
     failed: set[Path],
     skipped: Any,
     several: bool,
@@ -298,7 +338,7 @@ def collect(
         failed.add(plan.run_dir)
         skipped.skip(plan.run_dir, str(error))
         return False
-    scored[plan.run_dir] += [Record.from_dict(r) for r in future.result()]
+    scored.method(plan.run_dir, label, [Record.from_dict(r) for r in future.result()])
     return True
 
 
@@ -312,18 +352,20 @@ def start_worker(threads: int, events: Any) -> None:
     global _events
     torch.set_num_threads(threads)
     _events = events
-    # Ctrl-C reaches every process of the terminal's group: the main process keeps what was
-    # scored and says so; a worker just ends (Python would print a KeyboardInterrupt traceback
-    # per worker, idle or busy, under the main process's one line).
-    signal.signal(signal.SIGINT, end_worker)
+    # Ctrl-C reaches every process of the terminal's group. The main process reads the cells
+    # the workers sent, then ends them and keeps those cells: a worker that ended at the signal
+    # could take cells it had not sent yet with it, and end before the main process saw the
+    # signal (it then found a broken pool and kept nothing).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The main process planned every run first and said what planning warns of; a worker plans
     # its run again and would say it again, once per method.
     logging.getLogger("posexp").setLevel(logging.ERROR)
+    # torch's compiler shows a tqdm bar here, and tqdm's own lock is a named semaphore, which a
+    # worker ended at a stop leaves behind: "resource_tracker: ... leaked semaphore objects"
+    # under the stop's one line. No other process shares a worker's bars.
+    from tqdm import tqdm
 
-
-def end_worker(signum: int, frame: Any) -> None:
-    """A worker's SIGINT handler: exit at once, as a signal's default action would."""
-    os._exit(128 + signum)
+    tqdm.set_lock(threading.RLock())
 
 
 def score_task(
@@ -346,8 +388,9 @@ def score_task(
         attach_work(plan, None if test is None else len(test))
         items = [item for item in plan.todo if item.record.method == label]
         device = resolve_device(settings.device)
-        progress = QueueProgress(_events, disable, total)
-        records = score_cells(plan, items, test, device, settings.batch_tokens, progress)
+        records: list[Record] = []
+        progress = QueueProgress(_events, disable, total, run_dir, records)
+        score_cells(plan, items, test, device, settings.batch_tokens, progress, into=records)
         return [r.to_dict() for r in records]
     finally:
         run.unlock()

@@ -72,7 +72,7 @@ def evaluate_plan(
 
 def keep_before_stop(plan: RunPlan, records: list[Record]) -> None:
     """The cells of a run scored before a stop, merged into its kept records, and said (in
-    worker processes: the cells of the methods finished; a method still scoring is lost)."""
+    worker processes too: each worker sends every cell back as it finishes it)."""
     write_merged(plan, records)
     left = len(plan.todo) - len(records)
     rest = f"rerun the command to score the other {left}" if left else "none is left to score"

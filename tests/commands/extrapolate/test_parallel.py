@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ from posexp.commands.extrapolate import parallel
 from posexp.commands.extrapolate.evaluate import evaluate_runs
 from posexp.commands.extrapolate.plan import Settings
 from posexp.config import ExtrapolateConfig
-from tests.helpers import TINY, posexp
+from tests.helpers import TINY, posexp, posexp_env
 
 
 def test_workers_for_several_runs_on_the_cpu_one_thread_per_core(monkeypatch):
@@ -56,31 +58,118 @@ def test_workers_give_the_records_one_process_gives(two_runs, tmp_path):
     assert methods == {"none", "logn"}  # pi does not apply to ALiBi
 
 
+def kept_cells(run) -> set[tuple[str, int]]:
+    """(method, length) of every record kept in ``run``'s eval dir (none without one)."""
+    path = run / "eval" / "extrapolate.json"
+    records = json.loads(path.read_text()) if path.exists() else []
+    return {(r["method"], r["length"]) for r in records}
+
+
+def said_kept(run, kept: int, todo: int) -> str:
+    """The line a stop prints for a run that kept ``kept`` of its ``todo`` cells."""
+    rest = f"rerun the command to score the other {todo - kept}" if kept < todo else "none"
+    return f"{run}: kept the {kept} cell(s) scored before the stop; {rest}"
+
+
+TODO = {"pe=rope": 6, "pe=alibi": 4}  # 2 lengths x 3 methods; pi does not apply to ALiBi
+KNOBS = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
+
+
 def test_a_stop_keeps_the_methods_workers_finished(two_runs, tmp_path, monkeypatch, capsys):
     # Ctrl-C or SIGTERM once the first method is in: its cells are kept, the rest rescored later.
     apart = tmp_path / "apart"
     shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
     real, finished = parallel.collect, []
 
-    def collect_then_stop(future, plan, *args):
-        real(future, plan, *args)
-        finished.append(plan.run_dir)
+    def collect_then_stop(future, plan, label, *args):
+        real(future, plan, label, *args)
+        finished.append((plan.run_dir, label))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(parallel, "collect", collect_then_stop)
-    knobs = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
     with pytest.raises(KeyboardInterrupt):
-        evaluate_runs(apart, Settings(knobs, device="cpu", workers=2, threads=1), progress=False)
-    (stopped,) = finished
-    kept = json.loads((stopped / "eval" / "extrapolate.json").read_text())
-    assert len(kept) == 2 and len({r["method"] for r in kept}) == 1  # one method, two lengths
-    todo = 6 if stopped.name == "pe=rope" else 4  # pi does not apply to ALiBi
-    assert (
-        f"{stopped}: kept the 2 cell(s) scored before the stop; rerun the command to score "
-        f"the other {todo - 2}" in capsys.readouterr().err
+        evaluate_runs(apart, Settings(KNOBS, device="cpu", workers=2, threads=1), progress=False)
+    ((stopped, label),) = finished
+    assert {(label, 32), (label, 64)} <= kept_cells(stopped)  # the whole method
+    err = capsys.readouterr().err
+    for run in (apart / "pe=rope", apart / "pe=alibi"):
+        kept = len(kept_cells(run))  # with the cells other workers had sent
+        assert kept == 0 or said_kept(run, kept, TODO[run.name]) in err
+
+
+def test_a_stop_keeps_every_cell_workers_finished(two_runs, tmp_path, monkeypatch, capsys):
+    # A stop as the first cell of a method reaches this process (its worker still scoring the
+    # method): that cell, and every other one the workers had sent, is kept, as scoring in one
+    # process keeps them; a second evaluation scores only the others.
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    real, counted = parallel.Progress.cell_done, []
+
+    def count_then_stop(bar):
+        real(bar)
+        counted.append(1)
+        if len(counted) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(parallel.Progress, "cell_done", count_then_stop)
+    settings = Settings(KNOBS, device="cpu", workers=2, threads=1)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_runs(apart, settings, progress=False)
+    runs = [apart / "pe=rope", apart / "pe=alibi"]
+    kept = {run: len(kept_cells(run)) for run in runs}
+    assert sum(kept.values()) == len(counted) >= 1  # every cell counted done, none other
+    err = capsys.readouterr().err
+    for run in runs:
+        assert kept[run] == 0 or said_kept(run, kept[run], TODO[run.name]) in err
+    monkeypatch.undo()
+    evaluate_runs(apart, settings, progress=False, tables=False)
+    out = capsys.readouterr().out
+    for run in runs:
+        todo = TODO[run.name]
+        assert (
+            f"{kept[run]} of {todo} cells already measured, scoring {todo - kept[run]}"
+            if kept[run]
+            else f"scoring {todo} cells"
+        ) in out
+        assert len(kept_cells(run)) == todo
+
+
+# The command, stopped in this process as the first cell a worker finished reaches it.
+STOPPED_AT_THE_FIRST_CELL = """
+import sys
+from posexp.cli.app import main
+from posexp.commands.extrapolate import parallel
+
+def stop(bar, real=parallel.Progress.cell_done):
+    real(bar)
+    if bar.done == 1:
+        raise KeyboardInterrupt
+
+parallel.Progress.cell_done = stop
+sys.argv = ["posexp", "eval-extrapolate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_stop_in_workers_says_its_lines_and_nothing_else(two_runs, tmp_path, cache):
+    # The workers it ends had made named semaphores (tqdm's lock, for torch's compiler): the
+    # resource tracker warned of them as "leaked" under "interrupted".
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    args = ["--run", str(apart), "--lengths", "32,64", "--tokens", "256", "--workers", "2"]
+    proc = subprocess.run(
+        [sys.executable, "-c", STOPPED_AT_THE_FIRST_CELL, *args, "--threads", "1"],
+        cwd=tmp_path,
+        env=posexp_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    (other,) = {apart / "pe=rope", apart / "pe=alibi"} - {stopped}
-    assert not (other / "eval" / "extrapolate.json").exists()
+    assert proc.returncode == 130, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == "interrupted"
+    assert "cell(s) scored before the stop" in proc.stderr
+    assert not [line for line in lines if "leaked" in line or "Traceback" in line]
 
 
 def test_largest_tasks_go_first():
