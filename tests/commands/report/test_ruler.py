@@ -98,3 +98,12 @@ def test_a_row_scored_at_fewer_lengths_breaks_its_line_where_it_has_no_average(t
     pi = dict(zip(*lines["rope · pi (not scored at 498)"].get_data(), strict=True))
     assert pi[242] == 0.5 and math.isnan(pi[498]) and pi[1010] == 0.5
     assert not any(math.isnan(y) for y in lines["rope · none"].get_ydata())
+
+
+def test_a_length_below_a_tasks_smallest_is_the_context_of_the_tasks_scored_there(tmp_path):
+    # 128 tokens, below niah_multikey's 178, read "194 (0.802×)": a multi-key row of 178
+    # tokens, never scored there; the longest row scored is variable_tracking's, 144 tokens.
+    md, figures = render_ruler(tmp_path, {"none": (128, 150, 226)})
+    assert "| model · method | 144 (0.595×) | 166 (0.686×) | 242 (1×) | effective length |" in md
+    # No task average below 178 (niah_multikey is not scored there): no empty tick for them.
+    assert [t.get_text() for t in figures[0].axes[0].get_xticklabels()] == ["242"]

@@ -202,7 +202,7 @@ def render(ctx: ReportContext) -> str:
     data = make_data(**jobs[0].config.data.params)
     l0 = data.longest_train_row()
     sizes = sorted({s for tasks in scores.values() for c in tasks.values() for _, s in c})
-    context = {s: data.task.row_tokens(s) for s in sizes}
+    context = {s: data.task.scored_row_tokens(s) for s in sizes}
     base = min(sizes, key=lambda s: abs(context[s] - l0))
     averages = {row: {s: task_average(tasks, s) for s in sizes} for row, tasks in scores.items()}
     means = {
