@@ -224,7 +224,7 @@ def eval_extrapolate(
 
 @app.command(cls=Command)
 @says_interrupted
-def methods(as_json: bool = typer.Option(False, "--json", help="Print JSON records.")) -> None:
+def methods(as_json: bool = typer.Option(False, "--json", help="Print it as JSON.")) -> None:
     """List every extension method with its settings, their defaults and what they allow."""
     from posexp.commands.methods import print_methods
 

@@ -49,9 +49,9 @@ def method_rows() -> list[dict[str, Any]]:
 def print_methods(console: Any = None, as_json: bool = False) -> None:
     """Each method and where it applies, then one line per setting as a spec writes it at its
     default (``group=null``), and what it allows; long lines wrap under their text. ``as_json``:
-    the rows as one JSON document instead."""
+    one JSON document instead, the spec syntax (``spec_syntax``) beside the rows (``methods``)."""
     if as_json:
-        print(json.dumps(method_rows(), indent=2))
+        print(json.dumps({"spec_syntax": SYNTAX, "methods": method_rows()}, indent=2))
         return
     import textwrap
 

@@ -14,7 +14,7 @@ from posexp.pe import PE_REGISTRY, accepted_extensions
 def test_methods_json_is_one_document_of_every_method_and_its_settings():
     out = CliRunner().invoke(app, ["methods", "--json"])
     assert out.exit_code == 0, out.output
-    rows = json.loads(out.output)
+    rows = json.loads(out.output)["methods"]
     assert [r["method"] for r in rows] == list(EXTENSIONS)
     for row in rows:
         method = EXTENSIONS[row["method"]]
@@ -30,8 +30,11 @@ def test_methods_json_is_one_document_of_every_method_and_its_settings():
 
 def test_the_text_listing_says_what_the_json_says():
     text = CliRunner().invoke(app, ["methods"], env={"COLUMNS": "300"}).output  # unwrapped
-    rows = json.loads(CliRunner().invoke(app, ["methods", "--json"]).output)
-    for row in rows:
+    listing = json.loads(CliRunner().invoke(app, ["methods", "--json"]).output)
+    # The paragraph on writing a spec was the text's alone (the JSON was the rows only).
+    assert " ".join(text.split()).endswith(" ".join(listing["spec_syntax"].split()))
+    assert "name(key=value,...)" in listing["spec_syntax"]
+    for row in listing["methods"]:
         every = len(row["encodings"]) == len(PE_REGISTRY)
         encodings = "every encoding" if every else ", ".join(row["encodings"])
         assert f"{row['method']}  ({encodings}; {row['when']})" in text

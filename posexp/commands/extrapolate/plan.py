@@ -349,6 +349,8 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             dropped.append(spec.label)
             continue
         for length in lengths:
+            # A mixture's row_tokens counts a skipped part's smallest size, and still gives the
+            # scored parts' factor: there it is <= L0, so s = 1 either way (see tasks.py).
             tokens = task.task.row_tokens(length) if task is not None else length
             ext, label, note = cell_extension(spec, baked, tokens, train_length, run_dir)
             for scorer in scorers:

@@ -84,24 +84,82 @@ def zoom_note(values: list[float]) -> str:
     return f" (values span only {spread:.1%})" if spread < ZOOM_NOTE_BELOW else ""
 
 
-def method_lines(ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str) -> None:
-    """One line per method of ``metric`` against length, each with its own marker and dash; a
-    line breaks at a length another method has and it lacks (NaN), and its label names them."""
+def gapped(
+    values: dict[int, float], lengths: list[int]
+) -> tuple[list[int], list[float], list[int]]:
+    """``values`` over ``lengths`` and its own lengths, NaN where it has none, and the lengths of
+    ``lengths`` it lacks: matplotlib breaks a line at NaN, where a plain line would join its
+    neighbours as though the lengths between them had been scored."""
+    xs = sorted({*lengths, *values})
+    return xs, [values.get(n, math.nan) for n in xs], [n for n in lengths if n not in values]
+
+
+def not_scored(lacks: list[int]) -> str:
+    """A line's legend note on the lengths it lacks: `` (not scored at 512, 2,048)``, or ""."""
+    return f" (not scored at {', '.join(f'{n:,}' for n in lacks)})" if lacks else ""
+
+
+def gaps_note(lacks: dict[str, list[int]]) -> str:
+    """The note of one legend entry for the lines of every panel (``lacks``: panel -> lengths
+    the line lacks there): the lengths alone where they are the same in every panel, else the
+    panels that lack each set (``128, 482 in copy, reverse; 482 in sort``)."""
+    panels: dict[tuple[int, ...], list[str]] = {}
+    for panel_name, ns in lacks.items():
+        panels.setdefault(tuple(ns), []).append(panel_name)
+    if len(panels) == 1:
+        return not_scored(list(next(iter(panels))))
+    each = "; ".join(
+        f"{', '.join(f'{n:,}' for n in ns)} in {', '.join(names)}"
+        for ns, names in panels.items()
+        if ns
+    )
+    return f" (not scored at {each})"
+
+
+def method_lines(
+    ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str
+) -> dict[str, tuple[Any, list[int]]]:
+    """One line per method of ``metric`` against length, each with the marker, dash and colour of
+    its place in ``methods`` (the same in every panel); a line breaks at a length another method
+    has and it lacks (NaN), and its label names them. Returns method -> (line, lengths lacked)."""
     scored = [r for r in records if r.get(metric) is not None]
     lengths = sorted({r["length"] for r in scored})
+    drawn = {}
     for i, method in enumerate(methods):
         value = {r["length"]: r[metric] for r in scored if r["method"] == method}
         if value:
-            lacks = [n for n in lengths if n not in value]
-            ax.plot(
-                lengths,
-                [value.get(n, math.nan) for n in lengths],
+            xs, ys, lacks = gapped(value, lengths)
+            (line,) = ax.plot(
+                xs,
+                ys,
                 marker=MARKERS[i % len(MARKERS)],
                 linestyle=DASHES[i % len(DASHES)],
                 markersize=8 - 1.5 * (i % 4),
-                label=method
-                + (f" (not scored at {', '.join(f'{n:,}' for n in lacks)})" if lacks else ""),
+                color=f"C{i % 10}",
+                label=method + not_scored(lacks),
             )
+            drawn[method] = (line, lacks)
+    return drawn
+
+
+def shared_legend(fig: Any, drawn: dict[str, dict[str, tuple[Any, list[int]]]], ax: Any) -> None:
+    """One legend beside the panels for every method drawn in any of them (``drawn``: panel ->
+    ``method_lines``' answer), its gaps named per panel where they differ; then ``ax``'s other
+    entries (the training length)."""
+    lines: dict[str, Any] = {}
+    lacks: dict[str, dict[str, list[int]]] = {}
+    for panel_name, methods in drawn.items():
+        for method, (line, missing) in methods.items():
+            lines.setdefault(method, line)
+            lacks.setdefault(method, {})[panel_name] = missing
+    handles = list(lines.values())
+    labels = [method + gaps_note(lacks[method]) for method in lines]
+    ours = {id(line) for methods in drawn.values() for line, _ in methods.values()}
+    for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+        if id(handle) not in ours:
+            handles.append(handle)
+            labels.append(label)
+    fig.legend(handles, labels, loc="outside right center", fontsize=8)
 
 
 def plot_ppl(
@@ -124,9 +182,11 @@ def plot_ppl(
         layout="constrained",
     )
     lengths = sorted({r["length"] for r in records})
+    methods = list(dict.fromkeys(r["method"] for r in records))  # one style each, every panel
+    drawn = {}
     for ax, protocol in zip(axes[0], protocols, strict=True):
-        methods = list(dict.fromkeys(r["method"] for r in records if r["protocol"] == protocol))
-        method_lines(ax, [r for r in records if r["protocol"] == protocol], methods, metric)
+        mine = [r for r in records if r["protocol"] == protocol]
+        drawn[protocol] = method_lines(ax, mine, methods, metric)
         ax.axvline(
             train_length,
             color="grey",
@@ -141,8 +201,7 @@ def plot_ppl(
         ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
         ax.set_title(f"{label}, {protocol} windows", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
     return fig
 
@@ -257,9 +316,10 @@ def plot_accuracy(
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     lengths = sorted({r["length"] for r in records})
+    methods = list(dict.fromkeys(r["method"] for r in records))  # one style each, every panel
+    drawn = {}
     for ax, name in zip(axes.flat, panels, strict=False):
-        methods = list(dict.fromkeys(r["method"] for r in records if panel(r) == name))
-        method_lines(ax, [r for r in records if panel(r) == name], methods, metric)
+        drawn[name] = method_lines(ax, [r for r in records if panel(r) == name], methods, metric)
         if train_sizes[0] == train_sizes[1]:
             ax.axvline(
                 train_sizes[0],
@@ -283,7 +343,6 @@ def plot_accuracy(
         ax.set_ylabel(label)
         ax.set_title(f"{label}, {name}", fontsize=10)
         ax.grid(True, alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right center", fontsize=8)
+    shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
     return fig

@@ -4,6 +4,12 @@ A task run is scored on ``data.test_examples`` fixed test instances per size (``
 or ``--lengths`` in the task's unit), and per key depth for passkey and the needle tasks; a
 mixture scores each of its tasks apart, at the sizes it takes. A method's factor follows
 the row's token count over the longest training row, as lengths in tokens do for text runs.
+A mixture's row at a size below one task's smallest counts that smallest size (``row_tokens``:
+what a training row can be), though that task is skipped there; the factor is still that of
+the tasks scored: a RULER answer's length does not vary with the size, and training draws every
+task at its smallest size at least, so such a row is no longer than the longest training row,
+and s = max(1, tokens / L0) is 1, as it is for the shorter rows actually scored. From the
+largest smallest size on, every task is scored and the row is the longest of theirs.
 Records carry ``metric: accuracy`` with ``accuracy`` (exact match), ``loss`` and ``ppl`` of the
 answer tokens, ``examples`` and ``depth``.
 """

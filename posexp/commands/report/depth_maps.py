@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from posexp.commands.report.stats import mean_std
@@ -46,8 +47,10 @@ def depth_maps(
         image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         for i, line in enumerate(values):
             for j, v in enumerate(line):
-                color = "white" if v < 0.6 else "black"
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8, color=color)
+                # A cell no seed was scored at is left blank and marked as the tables mark it.
+                text = "–" if math.isnan(v) else f"{v:.2f}"
+                color = "white" if v < 0.6 else "black"  # NaN: black, on the blank cell
+                ax.text(j, i, text, ha="center", va="center", fontsize=8, color=color)
         ax.set_xticks(range(len(sizes)), [f"{context[s] / l0:.3g}×" for s in sizes])
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
         ax.set_xlabel(f"context (× L0 = {l0})")

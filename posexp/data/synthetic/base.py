@@ -73,6 +73,10 @@ class Task:
         """Tokens a model reads for a full row of size ``n``: prompt, sep, answer (eos is only a target)."""
         return self.prompt_length(n) + 1 + self.answer_length(n)
 
+    def scored_row_tokens(self, n: int) -> int:
+        """Tokens of the longest row scored at size ``n`` (a mixture's: of the parts scored there)."""
+        return self.row_tokens(n)
+
 
 TASKS: Registry[type[Task]] = Registry("data.task")
 

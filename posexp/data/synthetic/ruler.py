@@ -96,6 +96,13 @@ class RulerMixture(Task):
         """n tokens, or the largest smallest size of the parts (what a row of size n can be)."""
         return max(n, self.widest_min)
 
+    def scored_row_tokens(self, n: int) -> int:
+        """The longest row of the parts scored at size ``n``: eval-extrapolate skips a part below
+        its smallest size, so the rows of that size ``row_tokens`` allows for (training draws the
+        part at its smallest size) are never scored there."""
+        fits = [t.row_tokens(n) for t in self._parts.values() if n >= t.min_length]
+        return max(fits, default=self.row_tokens(n))
+
     def answer_length(self, n: int) -> int:
         """The longest answer of any part."""
         return max(t.answer_length(n) for t in self._parts.values())

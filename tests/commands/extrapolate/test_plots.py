@@ -113,3 +113,45 @@ def test_a_narrow_ppl_range_gets_several_labelled_ticks_inside_it():
     )
     assert {10.0, 100.0} <= set(wide.get_yticks())  # decades on a wide range, as before
     plt.close(fig)
+
+
+def test_the_shared_legend_names_each_panels_gaps_and_keeps_a_methods_style():
+    # Was panel one's legend alone: a method scored at fewer lengths in another panel's key
+    # depth read as complete, one absent from panel one was not in it, and a method took the
+    # next colour of each panel (pi blue where none was missing, orange beside it).
+    from posexp.commands.extrapolate.plots import plot_accuracy
+
+    cells = {
+        ("none", 0.0): (122, 250, 506),
+        ("pi", 0.0): (122, 250, 506),
+        ("pi", 0.25): (122, 506),
+        ("yarn", 0.5): (122, 250, 506),
+        ("pi", 0.5): (122, 250),
+    }
+    recs = [
+        {"method": m, "protocol": "exact_match", "depth": d, "length": n, "accuracy": 0.5}
+        for (m, d), lengths in cells.items()
+        for n in lengths
+    ]
+    fig = plot_accuracy(recs, (76, 122), "tokens", "passkey")
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "none",
+        "pi (not scored at 506 in key at depth 0.5)",  # 250 at 0.25: no other line has it there
+        "yarn",
+        "training sizes (76–122)",
+    ]
+    pi = [line for ax in fig.axes for line in ax.lines if line.get_label().startswith("pi")]
+    assert len(pi) == 3 and len({line.get_color() for line in pi}) == 1
+    assert len({line.get_marker() for line in pi}) == 1
+
+
+def test_a_legend_note_groups_the_panels_that_lack_the_same_lengths():
+    from posexp.commands.extrapolate.plots import gaps_note
+
+    lacks = {"niah_multikey": [482], "niah_single": [128, 482], "variable_tracking": [128, 482]}
+    assert gaps_note(lacks) == (
+        " (not scored at 482 in niah_multikey; 128, 482 in niah_single, variable_tracking)"
+    )
+    assert gaps_note({"copy": [8], "reverse": [8]}) == " (not scored at 8)"  # the same everywhere
+    assert gaps_note({"copy": [], "reverse": []}) == ""

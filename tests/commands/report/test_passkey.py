@@ -183,3 +183,16 @@ def test_the_caption_gives_the_range_of_seeds_when_cells_differ(tmp_path):
     jobs += [job(0, {("pi", 0.5, 122): 1.0, ("pi", 0.5, 250): 0.5})]
     md = render_passkey(tmp_path, jobs)
     assert "Mean ± sample std over n = 1–3 seeds." in md and "no seed was scored" not in md
+
+
+def test_a_heat_map_cell_no_seed_was_scored_at_is_marked_as_in_the_tables(tmp_path):
+    # It read "nan": pi scored at depth 0.25 at 122 tokens only.
+    from posexp.commands.report.depth_maps import depth_maps
+    from posexp.commands.report.view import ReportContext
+
+    rows = {"pi (zero-shot)": {(0.0, 122): {0: 1.0}, (0.0, 250): {0: 0.5}, (0.25, 122): {0: 0.0}}}
+    ctx, figures = ReportContext(tmp_path, [], []), []
+    save = ctx.save_figure
+    ctx.save_figure = lambda fig, name: (figures.append(fig), save(fig, name))[1]
+    depth_maps(ctx, rows, {122: 128, 250: 256}, 128, ("depth", "accuracy", "t"), "maps.png")
+    assert [t.get_text() for t in figures[0].axes[0].texts] == ["1.00", "0.50", "0.00", "–"]

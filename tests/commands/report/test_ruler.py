@@ -58,3 +58,52 @@ def test_depth_map_files_are_named_by_their_row():
         "rope / none": "rope_none_2",  # the same file name as the first: its position added
         "···": "3",
     }
+
+
+def render_ruler(tmp_path, scored: dict[str, tuple[int, ...]]):
+    """The RULER section of a report over one stand-in run of a three-task mixture scored with
+    each method at its lengths (none of niah_multikey below its smallest size, 178), and the
+    figures it drew."""
+    from types import SimpleNamespace
+
+    from posexp.commands.report.view import ReportContext
+    from posexp.commands.report.views.ruler import render
+
+    parts = (("niah_single", 0.0), ("niah_multikey", 0.0), ("variable_tracking", None))
+    records = [
+        {"metric": "score", "method": m, "task": t, "depth": d, "length": n, "score": 0.5}
+        for m, lengths in scored.items()
+        for n in lengths
+        for t, d in parts
+        if t != "niah_multikey" or n >= 178
+    ]
+    params = {"task": "ruler", "tasks": [t for t, _ in parts], "train_lengths": [76, 226]}
+    params["test_lengths"] = [226]
+    config = SimpleNamespace(seed=0, data=SimpleNamespace(params=params))
+    run = SimpleNamespace(config=config, extrapolate=records, settings={"pe": "rope"}, name="r")
+    ctx, figures = ReportContext(tmp_path, [run], []), []
+    save = ctx.save_figure
+    ctx.save_figure = lambda fig, name: (figures.append(fig), save(fig, name))[1]
+    return render(ctx), figures
+
+
+def test_a_row_scored_at_fewer_lengths_breaks_its_line_where_it_has_no_average(tmp_path):
+    # pi's line was drawn straight from 242 to 1,010 tokens across 498, never scored.
+    import math
+
+    _, figures = render_ruler(tmp_path, {"none": (226, 482, 994), "pi": (226, 994)})
+    ax = figures[0].axes[0]
+    lines = {c.get_label(): c.lines[0] for c in ax.containers}
+    assert set(lines) == {"rope · none", "rope · pi (not scored at 498)"}
+    pi = dict(zip(*lines["rope · pi (not scored at 498)"].get_data(), strict=True))
+    assert pi[242] == 0.5 and math.isnan(pi[498]) and pi[1010] == 0.5
+    assert not any(math.isnan(y) for y in lines["rope · none"].get_ydata())
+
+
+def test_a_length_below_a_tasks_smallest_is_the_context_of_the_tasks_scored_there(tmp_path):
+    # 128 tokens, below niah_multikey's 178, read "194 (0.802×)": a multi-key row of 178
+    # tokens, never scored there; the longest row scored is variable_tracking's, 144 tokens.
+    md, figures = render_ruler(tmp_path, {"none": (128, 150, 226)})
+    assert "| model · method | 144 (0.595×) | 166 (0.686×) | 242 (1×) | effective length |" in md
+    # No task average below 178 (niah_multikey is not scored there): no empty tick for them.
+    assert [t.get_text() for t in figures[0].axes[0].get_xticklabels()] == ["242"]

@@ -174,3 +174,33 @@ def test_a_task_no_pe_learned_is_said_before_any_comparison():
     (line,) = unlearned_sentences(data, (1, 8))
     assert line.startswith("- **copy**: no PE learned the task: the best accuracy at the trained")
     assert "is 0.10 (below 0.5)" in line
+
+
+def test_a_pe_scored_at_fewer_sizes_breaks_its_line_there_and_the_legend_says_where(tmp_path):
+    # Was one straight line from 4 to 16 across 8 and 12, sizes ALiBi was never scored at.
+    import math
+
+    from posexp.commands.report.views.tasks_plot import plot
+
+    alibi = describe_pe("alibi")
+    data = {
+        "copy": {ROPE: {4: 1.0, 8: 0.9, 12: 0.2, 16: 0.0}, alibi: {4: 0.8, 16: 0.0}},
+        "reverse": {ROPE: {4: 1.0, 16: 0.0}, alibi: {4: 0.6, 16: 0.0}},
+    }
+    saved = {}
+    ctx = SimpleNamespace(
+        memo={}, jobs=[], save_figure=lambda fig, name: saved.setdefault("fig", fig) and tmp_path
+    )
+    plot(ctx, data, (1, 8))
+    copy, reverse = saved["fig"].axes
+    (line,) = [x for x in copy.lines if x.get_label().startswith("ALiBi")]
+    ys = dict(zip(line.get_xdata(), line.get_ydata(), strict=True))
+    assert ys[4] == 0.8 and ys[16] == 0.0 and math.isnan(ys[8]) and math.isnan(ys[12])
+    assert line.get_label() == "ALiBi (not scored at 8, 12)"
+    assert not any(math.isnan(y) for x in reverse.lines for y in x.get_ydata())
+    (legend,) = saved["fig"].legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "RoPE",
+        "ALiBi (not scored at 8, 12 in copy)",
+        "training sizes 1–8",
+    ]

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from posexp.commands.extrapolate.plots import gapped, not_scored
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
@@ -26,18 +27,9 @@ def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
     )
 
 
-def _gapped(c: Column, protocol: str, lengths: list[int]) -> tuple[list[int], list[float]]:
-    """The column's points over the panel's lengths, NaN where it has none: matplotlib breaks a
-    line at NaN, where a plain line would join its neighbours as though it had been scored."""
-    ppl = dict(_points(c, protocol))
-    xs = sorted({*lengths, *ppl})
-    return xs, [ppl.get(n, math.nan) for n in xs]
-
-
 def missing_lengths(c: Column, protocol: str, lengths: list[int]) -> list[int]:
     """The lengths of ``lengths`` (a panel's) at which the column has no point."""
-    ppl = dict(_points(c, protocol))
-    return [n for n in lengths if n not in ppl]
+    return gapped(dict(_points(c, protocol)), lengths)[2]
 
 
 def _panels(columns: list[Column], protocol: str) -> list[list[Column]]:
@@ -152,16 +144,15 @@ def extrapolation_plot(
         if not _points(c, protocol):
             return
         seeds = _seeds(c)
-        lacks = missing_lengths(c, protocol, panel_lengths)
+        xs, ys, lacks = gapped(dict(_points(c, protocol)), panel_lengths)
         ax.plot(
-            *_gapped(c, protocol, panel_lengths),
+            xs,
+            ys,
             style,
             marker=marker,
             markersize=5,
             color=color,
-            label=label
-            + (f" (n = {seeds})" if seeds > 1 else "")
-            + (f" (not scored at {', '.join(f'{n:,}' for n in lacks)})" if lacks else ""),
+            label=label + (f" (n = {seeds})" if seeds > 1 else "") + not_scored(lacks),
         )
 
     ax = flat[0]

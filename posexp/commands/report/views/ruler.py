@@ -14,6 +14,7 @@ is the longest context, in tokens, up to which every tested length meets the thr
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -127,18 +128,22 @@ def plot_average(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from posexp.commands.extrapolate.plots import gapped, not_scored
+
     fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
-    sizes = sorted({s for by_size in averages.values() for s in by_size})
+    # The sizes some row has a task average at (a mixture has none below a task's smallest size).
+    sizes = sorted({s for by_size in averages.values() for s, v in by_size.items() if v})
     xs = [context[s] for s in sizes]
     for row, by_size in averages.items():
-        pts = [(context[s], *mean_std(list(by_size[s].values()))) for s in sizes if by_size.get(s)]
+        stats = {context[s]: mean_std(list(v.values())) for s, v in by_size.items() if v}
+        at, means, lacks = gapped({x: m for x, (m, _) in stats.items()}, xs)
         ax.errorbar(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            yerr=[p[2] for p in pts],
+            at,
+            means,
+            yerr=[stats.get(x, (0.0, math.nan))[1] for x in at],
             marker="o",
             capsize=3,
-            label=row,
+            label=row + not_scored(lacks),
         )
     ax.axhline(
         threshold,
@@ -197,7 +202,7 @@ def render(ctx: ReportContext) -> str:
     data = make_data(**jobs[0].config.data.params)
     l0 = data.longest_train_row()
     sizes = sorted({s for tasks in scores.values() for c in tasks.values() for _, s in c})
-    context = {s: data.task.row_tokens(s) for s in sizes}
+    context = {s: data.task.scored_row_tokens(s) for s in sizes}
     base = min(sizes, key=lambda s: abs(context[s] - l0))
     averages = {row: {s: task_average(tasks, s) for s in sizes} for row, tasks in scores.items()}
     means = {

@@ -22,7 +22,7 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from posexp.commands.extrapolate.plots import DASHES, MARKERS
+    from posexp.commands.extrapolate.plots import DASHES, MARKERS, gapped, gaps_note, not_scored
     from posexp.commands.report.views.findings import pe_colors
 
     tasks = list(data)
@@ -40,20 +40,26 @@ def plot(
         layout="constrained",
     )
     colors = pe_colors(ctx)  # each PE's colour in every figure of the report
+    lines: dict[PEDisplay, Any] = {}
+    lacks: dict[PEDisplay, dict[str, list[int]]] = {}  # PE -> task -> sizes its line lacks
     for ax, task in zip(axes[0], tasks, strict=True):
         sizes = sorted({n for by in data[task].values() for n in by})
         for pe in ordered(data[task]):
-            pts, i = sorted(data[task][pe].items()), style[pe]
-            if not pts:  # measured at no size (see the table's note): no line
+            i = style[pe]
+            if not data[task][pe]:  # measured at no size (see the table's note): no line
                 continue
-            ax.plot(
-                *zip(*pts, strict=True),
+            xs, ys, missing = gapped(data[task][pe], sizes)
+            (line,) = ax.plot(
+                xs,
+                ys,
                 marker=MARKERS[i % len(MARKERS)],
                 color=colors.get(pe) or f"C{i % 10}",
                 linestyle=DASHES[i % len(DASHES)],
-                label=pe.label,
+                label=pe.label + not_scored(missing),
             )
-        ax.axvspan(
+            lines[pe] = line
+            lacks.setdefault(pe, {})[task] = missing
+        span = ax.axvspan(
             top[0], top[1], color="grey", alpha=0.12, label=f"training sizes {top[0]}–{top[1]}"
         )
         ax.set_xticks(sizes)
@@ -62,14 +68,13 @@ def plot(
         ax.set_xlabel("test size (symbols / digits per operand)")
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("exact-match accuracy")
-    legend: dict[str, Any] = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    lines = [pe.label for pe in style]
-    shown = lines + [label for label in legend if label not in lines]  # then the shaded span
+    # One entry per PE for every panel, naming the sizes its line lacks (in which task, where
+    # the tasks differ), then the shaded span.
+    drawn = [pe for pe in style if pe in lines]
+    handles = [lines[pe] for pe in drawn] + [span]
+    shown = [pe.label + gaps_note(lacks[pe]) for pe in drawn] + [span.get_label()]
     # Centred beside the panels, below the title's line; one panel's title takes two lines.
-    fig.legend([legend[label] for label in shown], shown, loc="outside right center", fontsize=9)
+    fig.legend(handles, shown, loc="outside right center", fontsize=9)
     gap = "\n" if len(tasks) == 1 else " "
     fig.suptitle(
         f"Length generalization:{gap}test accuracy against size, per positional encoding",
