@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from posexp.figures import panel_title
 from posexp.scoring import SCORERS, metric_of
 
 # Markers and dashes cycle independently of colours, so lines that coincide (ntk and
@@ -264,26 +265,49 @@ def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
 
 
 def panel(record: dict[str, Any]) -> str:
-    """What a plot panel / table row group shows: the protocol, and the key depth if any."""
+    """What a plot panel / table row group shows: the protocol, and the key depth if any (a
+    mixture task's depths averaged by ``over_depths``: the ones its ``depths`` names)."""
     depth, part = record.get("depth"), record.get("task")
     if part is not None:  # a mixture's task: its needle depth, if it has one
-        return part if depth is None else f"{part}, needle at depth {depth:g}"
+        return (
+            part + record.get("depths", "")
+            if depth is None
+            else f"{part}, needle at depth {depth:g}"
+        )
     return record["protocol"] if depth is None else f"key at depth {depth:g}"
 
 
 def over_depths(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
     """A mixture's records with each task's depths averaged (one panel per task, not per task
-    and depth); records of single tasks unchanged."""
+    and depth) over the depths every method and length of the task was scored at
+    (``common_depths``), the panel's title naming them and any left out; a task with no depth
+    common to all keeps one panel per depth. Records of single tasks unchanged."""
+    from posexp.commands.extrapolate.depths import cells_text, common_depths, depths_text
+
     if not any(r.get("task") for r in records):
         return records
-    groups: dict[tuple, list[dict[str, Any]]] = {}
+    groups: dict[tuple, dict[tuple[str, int], list[dict[str, Any]]]] = {}
     for r in records:
-        groups.setdefault((r["method"], r["protocol"], r.get("task"), r["length"]), []).append(r)
+        cell = (r["method"], r["length"])
+        groups.setdefault((r["protocol"], r.get("task")), {}).setdefault(cell, []).append(r)
     out = []
-    for rows in groups.values():
-        values = [r[metric] for r in rows if r.get(metric) is not None]
-        mean = sum(values) / len(values) if values else None
-        out.append({**rows[0], "depth": None, metric: mean})
+    for cells in groups.values():
+        values = {
+            cell: {r.get("depth"): r[metric] for r in rows if r.get(metric) is not None}
+            for cell, rows in cells.items()
+        }
+        found = common_depths(values)
+        if found.own:  # no depth every cell has: no mean compares, each depth its own panel
+            out += [r for rows in cells.values() for r in rows]
+            continue
+        title = ""
+        if any(d is not None for d in found.depths):
+            title = f", mean over needle depths {depths_text(found.depths)}"
+        if found.more:
+            left = cells_text(found.more, lambda cell: (cell[0], f"{cell[1]:,}"), "", "depth")
+            title += f"; left out: {left}"
+        for cell, rows in cells.items():
+            out.append({**rows[0], "depth": None, metric: found.means.get(cell), "depths": title})
     return out
 
 
@@ -341,7 +365,7 @@ def plot_accuracy(
         ax.set_xlabel(f"test size ({unit})")
         label = metric_of(next(r["protocol"] for r in records if panel(r) == name)).label
         ax.set_ylabel(label)
-        ax.set_title(f"{label}, {name}", fontsize=10)
+        panel_title(ax, f"{label}, {name}")
         ax.grid(True, alpha=0.3)
     shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)

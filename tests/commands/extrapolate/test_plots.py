@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 
 from posexp.commands.extrapolate.plots import (  # noqa: E402
     decimals_needed,
+    plot_accuracy,
     plot_per_position,
     plot_ppl,
     same_decimals_formatter,
@@ -155,3 +156,48 @@ def test_a_legend_note_groups_the_panels_that_lack_the_same_lengths():
     )
     assert gaps_note({"copy": [8], "reverse": [8]}) == " (not scored at 8)"  # the same everywhere
     assert gaps_note({"copy": [], "reverse": []}) == ""
+
+
+def mixture(cells: dict[tuple[str, float | None, int], float]) -> list[dict]:
+    """A RULER mixture's records of niah_single: (method, depth, length) -> score."""
+    return [
+        {"method": m, "protocol": "string_match_all", "task": "niah_single", "depth": d}
+        | {"length": n, "metric": "score", "score": v}
+        for (m, d, n), v in cells.items()
+    ]
+
+
+def test_a_mixtures_figure_averages_the_depths_every_method_and_length_has():
+    # pi scored again with --depths 0.25 (score 0 there): its point averaged 0, 0.25 and 1
+    # (0.33) beside none's 0 and 1 (0.50), though both score the same at those depths.
+    from posexp.commands.extrapolate.plots import over_depths, panel
+
+    cells = {(m, d, n): d for m in ("none", "pi") for d in (0.0, 1.0) for n in (226, 482)}
+    cells |= {("pi", 0.25, 226): 0.0, ("pi", 0.25, 482): 0.0}
+    out = over_depths(mixture(cells), "score")
+    assert {(r["method"], r["length"]): r["score"] for r in out} == {
+        ("none", 226): 0.5,
+        ("none", 482): 0.5,
+        ("pi", 226): 0.5,
+        ("pi", 482): 0.5,
+    }
+    assert {panel(r) for r in out} == {
+        "niah_single, mean over needle depths 0, 1; left out: pi at 226, 482 (depth 0.25)"
+    }
+    fig = plot_accuracy(out, (76, 226), "tokens", "t", "score")
+    assert "left out: pi at 226, 482 (depth 0.25)" in fig.axes[0].get_title().replace("\n", " ")
+
+
+def test_a_mixture_task_with_no_depth_every_cell_has_keeps_a_panel_per_depth():
+    # pi at 482 scored at 0.25 only: a mean over it would stand beside means over 0 and 1.
+    from posexp.commands.extrapolate.plots import over_depths, panel
+
+    cells = {(m, d, 226): d for m in ("none", "pi") for d in (0.0, 1.0)}
+    cells |= {("pi", 0.25, 482): 0.25}
+    out = over_depths(mixture(cells), "score")
+    assert sorted(out, key=str) == sorted(mixture(cells), key=str)
+    assert {panel(r) for r in out} == {
+        "niah_single, needle at depth 0",
+        "niah_single, needle at depth 0.25",
+        "niah_single, needle at depth 1",
+    }

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 from posexp.commands.report.views.passkey import (
     gain_sentences,
     learned_sentence,
-    per_seed,
     rows_of,
 )
 from posexp.extension import ExtensionConfig
@@ -37,18 +36,32 @@ def job(
     return SimpleNamespace(config=config, extrapolate=records, name=name + "pose" * pose)
 
 
+def per_seed(rows, label: str, size: int) -> dict[int, float]:
+    """Seed -> the table's accuracy of row ``label`` at ``size`` (over the common depths)."""
+    from posexp.commands.report.views.passkey import seed_means
+
+    return seed_means(rows)[0].get((label, size), {})
+
+
 def test_rows_keep_every_seed_and_average_depths_per_seed():
+    # Every row at both depths: every cell averages 0 and 1.
+    none0 = {("none", 0.0, 122): 1.0, ("none", 1.0, 122): 0.5}
+    none1 = {("none", 0.0, 122): 0.0, ("none", 1.0, 122): 0.25}
     jobs = [
-        job(0, {("none", 0.0, 122): 1.0, ("none", 1.0, 122): 0.5, ("pi", 0.0, 122): 0.2}),
-        job(1, {("none", 0.0, 122): 0.0, ("none", 1.0, 122): 0.25, ("pi", 0.0, 122): 0.4}),
-        job(0, {("baked:pi", 0.0, 250): 0.9, ("none", 0.0, 250): 0.1}, tuned=True),
+        job(0, {**none0, ("pi", 0.0, 122): 0.2, ("pi", 1.0, 122): 0.6}),
+        job(1, {**none1, ("pi", 0.0, 122): 0.4, ("pi", 1.0, 122): 0.2}),
+        job(
+            0,
+            {("baked:pi", 0.0, 250): 0.9, ("baked:pi", 1.0, 250): 0.5, ("none", 0.0, 250): 0.1},
+            tuned=True,
+        ),
     ]
     rows = rows_of(jobs)
-    assert per_seed(rows["none (zero-shot)"], 122) == {0: 0.75, 1: 0.125}
-    assert per_seed(rows["pi (zero-shot)"], 122) == {0: 0.2, 1: 0.4}
+    assert per_seed(rows, "none (zero-shot)", 122) == {0: 0.75, 1: 0.125}
+    assert per_seed(rows, "pi (zero-shot)", 122) == {0: 0.4, 1: 0.30000000000000004}
     # A fine-tune shows only the method it was trained with.
     assert set(rows) == {"none (zero-shot)", "pi (zero-shot)", "pi + fine-tune"}
-    assert per_seed(rows["pi + fine-tune"], 250) == {0: 0.9}
+    assert per_seed(rows, "pi + fine-tune", 250) == {0: 0.7}
 
 
 def test_a_fine_tune_with_a_setting_changed_gets_its_own_row():
@@ -61,8 +74,8 @@ def test_a_fine_tune_with_a_setting_changed_gets_its_own_row():
     ]
     rows = rows_of(jobs)
     assert set(rows) == {"yarn + fine-tune", "yarn(beta_fast=8) + fine-tune"}
-    assert per_seed(rows["yarn(beta_fast=8) + fine-tune"], 250) == {0: 0.9}
-    assert per_seed(rows["yarn + fine-tune"], 250) == {0: 0.5}
+    assert per_seed(rows, "yarn(beta_fast=8) + fine-tune", 250) == {0: 0.9}
+    assert per_seed(rows, "yarn + fine-tune", 250) == {0: 0.5}
 
 
 def test_a_fine_tune_not_scored_with_its_method_is_named_not_taken_for_the_baseline():
@@ -74,7 +87,7 @@ def test_a_fine_tune_not_scored_with_its_method_is_named_not_taken_for_the_basel
     ]
     unscored = []
     rows = rows_of(jobs, unscored)
-    assert set(rows) == {"none + fine-tune"} and per_seed(rows["none + fine-tune"], 250) == {0: 0.0}
+    assert set(rows) == {"none + fine-tune"} and per_seed(rows, "none + fine-tune", 250) == {0: 0.0}
     assert unscored == ["s0ftyarn"]
 
 
@@ -85,8 +98,8 @@ def test_a_pose_fine_tune_and_a_full_one_of_one_method_keep_their_own_rows():
         job(0, {("baked:yarn", 0.0, 250): 0.9}, tuned=True, extension=yarn, pose=True),
     ]
     rows = rows_of(jobs)
-    assert per_seed(rows["yarn + fine-tune"], 250) == {0: 0.5}
-    assert per_seed(rows["yarn + PoSE fine-tune"], 250) == {0: 0.9}
+    assert per_seed(rows, "yarn + fine-tune", 250) == {0: 0.5}
+    assert per_seed(rows, "yarn + PoSE fine-tune", 250) == {0: 0.9}
 
 
 def test_a_changed_setting_is_compared_with_its_methods_default_fine_tune():
@@ -149,7 +162,7 @@ def test_two_rows_with_no_retrieval_are_said_to_have_none_not_a_gap_of_zero():
     lines = gain_sentences(rows_of(jobs), 250, "2×")
     assert lines[0] == (
         "- At 2×, neither pi (zero-shot) nor none (zero-shot) retrieves any key "
-        "(accuracy 0 at every key depth, n = 3 seeds): nothing to compare."
+        "(accuracy 0 at key depth 0.5, n = 3 seeds): nothing to compare."
     )
     # One side retrieving some keys is a gap as before.
     assert lines[1].startswith("- At 2×, ntk + fine-tune minus none + fine-tune: +0.25 (")
@@ -196,3 +209,44 @@ def test_a_heat_map_cell_no_seed_was_scored_at_is_marked_as_in_the_tables(tmp_pa
     ctx.save_figure = lambda fig, name: (figures.append(fig), save(fig, name))[1]
     depth_maps(ctx, rows, {122: 128, 250: 256}, 128, ("depth", "accuracy", "t"), "maps.png")
     assert [t.get_text() for t in figures[0].axes[0].texts] == ["1.00", "0.50", "0.00", "–"]
+
+
+def by_depth(seed: int, method: str, depths: tuple[float, ...], sizes=(122, 250), **kw):
+    """A job scored at ``depths`` and ``sizes``, its accuracy the key's depth (any method)."""
+    return job(seed, {(method, d, n): d for d in depths for n in sizes}, **kw)
+
+
+def test_a_method_scored_at_one_more_depth_averages_only_the_depths_every_cell_has(tmp_path):
+    # pi scored again with --depths 0.25: its cells averaged 0, 0.25, 0.5 and 1 (0.44) beside
+    # none's 0, 0.5 and 1 (0.50), a gap that was nothing but the depths.
+    jobs = [by_depth(0, "none", (0.0, 0.5, 1.0)), by_depth(0, "pi", (0.0, 0.25, 0.5, 1.0))]
+    md = render_passkey(tmp_path, jobs)
+    assert "| none (zero-shot) | 0.50 | 0.50 |" in md and "| pi (zero-shot) | 0.50 | 0.50 |" in md
+    assert "averaged over key depths 0, 0.5, 1, the ones every cell was scored at;" in md
+    assert (
+        "Left out of the means so that the cells average the same key depths (0, 0.5, 1): "
+        "pi (zero-shot) at 128, 256 tokens (key depth 0.25)." in md
+    )
+    assert "†" not in md
+    # The sentences read the same means: no gap at 2x.
+    assert "pi (zero-shot) minus none (zero-shot): +0.00" in md
+
+
+def test_a_cell_without_the_common_depths_is_marked_and_named(tmp_path):
+    # pi at 256 tokens scored at depth 0.25 only: no depth is common to every cell, so that
+    # cell (the mean of its own depth) is marked, not set beside the others as if comparable.
+    jobs = [
+        by_depth(0, "none", (0.0, 0.5, 1.0)),
+        by_depth(0, "pi", (0.0, 0.5, 1.0), sizes=(122,)),
+        by_depth(0, "pi", (0.25,), sizes=(250,)),
+    ]
+    jobs[2].extrapolate += jobs.pop(1).extrapolate  # one run: pi's records of both calls
+    md = render_passkey(tmp_path, jobs)
+    assert "| pi (zero-shot) | 0.50 | 0.25† |" in md and "| none (zero-shot) | 0.50 | 0.50 |" in md
+    assert "averaged over key depths 0, 0.5, 1, those most cells were scored at (†: " in md
+    assert (
+        "† No key depth was scored in every cell: these cells lack some of 0, 0.5, 1 and are the "
+        "mean of the key depths they have, not comparable with the other cells: pi (zero-shot) "
+        "at 256 tokens (key depth 0.25)." in md
+    )
+    assert "pi (zero-shot) and none (zero-shot) are not compared: † their cells average" in md

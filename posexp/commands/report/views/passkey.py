@@ -3,7 +3,8 @@
 For a folder holding a passkey run (``experiment=passkey``) and its fine-tunes (scripts/passkey.py):
 a table with one row per method, zero-shot on the passkey run and after each fine-tune (its
 baked-in method), and one column per length as a multiple of L0; cells are accuracy averaged
-over key depths, then mean ± sample std over the seeds (scripts/passkey.py --seeds). Sentences say
+over the key depths every cell was scored at (``common_depths``; the caption names them and the
+cells with more), then mean ± sample std over the seeds (scripts/passkey.py --seeds). Sentences say
 on how many seeds retrieval was learned and whether each fine-tune's gain over the plain
 fine-tune exceeds seed noise. A figure holds one depth × length heat map per row (seed mean).
 """
@@ -12,6 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from posexp.commands.extrapolate.depths import (
+    MARK,
+    DepthMeans,
+    averaged_text,
+    common_depths,
+    depths_note,
+    depths_phrase,
+)
 from posexp.commands.report.depth_maps import depth_maps
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
@@ -21,6 +30,7 @@ from posexp.extension import baseline_method
 
 VIEW = "passkey"  # the view a task names as its report_view (posexp/data/synthetic)
 Cell = dict[tuple[float, int], dict[int, float]]  # (depth, size) -> seed -> accuracy
+Depths = DepthMeans[tuple[str, int, int]]  # per (row, size, seed)
 # Zero-shot accuracy at L0 from which a seed counts as having learned retrieval (chance: 1e-5).
 LEARNED = 0.5
 ZERO_SHOT_BASELINE = f"{baseline_method()} (zero-shot)"
@@ -91,19 +101,30 @@ def tuned_name(job: Job, method: str) -> str:
     return spec_of(name, ext.params).label
 
 
-def per_seed(cell: Cell, size: int) -> dict[int, float]:
-    """Seed -> accuracy at ``size`` averaged over the key depths that seed was scored at."""
-    by_seed: dict[int, list[float]] = {}
-    for (_, n), seeds in cell.items():
-        if n == size:
+def seed_means(rows: dict[str, Cell]) -> tuple[dict[tuple[str, int], dict[int, float]], Depths]:
+    """(row, size) -> seed -> accuracy averaged over the key depths every cell of the table was
+    scored at (``common_depths``: a method scored at one more depth keeps to the others), and
+    those depths with the cells that had more or lack some."""
+    units: dict[tuple[str, int, int], dict[float | None, float]] = {}
+    for label, cell in rows.items():
+        for (d, n), seeds in cell.items():
             for seed, v in seeds.items():
-                by_seed.setdefault(seed, []).append(v)
-    return {seed: sum(v) / len(v) for seed, v in sorted(by_seed.items())}
+                units.setdefault((label, n, seed), {})[d] = v
+    depths = common_depths(units)
+    out: dict[tuple[str, int], dict[int, float]] = {}
+    for label, n, seed in sorted(depths.means, key=lambda k: k[2]):
+        out.setdefault((label, n), {})[seed] = depths.means[label, n, seed]
+    return out, depths
+
+
+def marked(depths: Depths, label: str, size: int) -> bool:
+    """True where a seed of the cell (``label``, ``size``) averages its own depths (``MARK``)."""
+    return any(k[:2] == (label, size) for k in depths.own)
 
 
 def learned_sentence(rows: dict[str, Cell], l0_size: int) -> str:
-    """On how many seeds the passkey run retrieves keys at L0 zero-shot."""
-    accs = per_seed(rows.get(ZERO_SHOT_BASELINE, {}), l0_size)
+    """On how many seeds the passkey run retrieves keys at L0 zero-shot (the table's depths)."""
+    accs = seed_means(rows)[0].get((ZERO_SHOT_BASELINE, l0_size), {})
     if not accs:
         return ""
     k = sum(v >= LEARNED for v in accs.values())
@@ -131,16 +152,23 @@ def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[s
         and (default := f"{label.split('(')[0]} + fine-tune") in rows
     ]
     out = []
+    means, depths = seed_means(rows)
     for label, base_label in pairs:
-        base, mine = per_seed(rows.get(base_label, {}), size), per_seed(rows[label], size)
+        base, mine = means.get((base_label, size), {}), means.get((label, size), {})
         seeds = sorted(set(mine) & set(base))
         if not seeds:
+            continue
+        if marked(depths, label, size) or marked(depths, base_label, size):
+            out.append(
+                f"- At {length_text}, {label} and {base_label} are not compared: {MARK} their "
+                "cells average different key depths."
+            )
             continue
         if all(mine[s] == 0 == base[s] for s in seeds):  # a gap of +0.00 would read as a tie
             out.append(
                 f"- At {length_text}, neither {label} nor {base_label} retrieves any key "
-                f"(accuracy 0 at every key depth, n = {len(seeds)} seed{'s' * (len(seeds) != 1)}): "
-                "nothing to compare."
+                f"(accuracy 0 at {depths_phrase(depths.depths, 'key depth')}, n = {len(seeds)} "
+                f"seed{'s' * (len(seeds) != 1)}): nothing to compare."
             )
             continue
         gap, std, n = paired_differences([mine[s] for s in seeds], [base[s] for s in seeds])
@@ -197,12 +225,14 @@ def render(ctx: ReportContext) -> str:
     table = []
     csv = []
     counts: dict[tuple[str, int], int] = {}  # (row, size) -> seeds scored
+    means, depths = seed_means(rows)
     for label, cell in rows.items():
         cells = []
         for s in sizes:
-            accs = list(per_seed(cell, s).values())
+            accs = list(means.get((label, s), {}).values())
             counts[label, s] = len(accs)
-            cells.append(mean_std_text(*mean_std(accs), len(accs), 2))
+            mark = MARK if marked(depths, label, s) else ""
+            cells.append(mean_std_text(*mean_std(accs), len(accs), 2) + mark)
             csv += [
                 {"row": label, "length": row_tokens[s], "depth": d, "seed": seed, "accuracy": v}
                 for (d, n), seeds in sorted(cell.items())
@@ -223,16 +253,20 @@ def render(ctx: ReportContext) -> str:
             rows, s2, f"{row_tokens[s2]:,} tokens ({row_tokens[s2] / l0:.3g}× L0)"
         )
     png = heat_maps(ctx, rows, row_tokens, l0, n_text)
+    note = depths_note(depths, lambda k: (k[0], f"{row_tokens[k[1]]:,}"), " tokens", "key depth")
+    note = f" {note}" if note else ""
     return "\n".join(
         [
             "## Passkey retrieval",
             "",
-            f"Accuracy of the 5-digit key, averaged over key depths; rows of L0 = {l0} "
+            f"Accuracy of the 5-digit key, averaged over {averaged_text(depths, 'key depth')}; "
+            f"rows of L0 = {l0} "
             f"tokens during training; zero-shot rows apply the method at evaluation only, "
             f"fine-tune rows continued training with it baked in, on longer rows (PoSE fine-tune: "
             f"on rows of L0 whose positions span the longer length) (none + fine-tune: the same "
             f"fine-tune without a method). Mean ± sample std over {n_text}."
-            + unscored_text(counts, row_tokens),
+            + unscored_text(counts, row_tokens)
+            + note,
             "",
             md_table(header, table, ["l", *"r" * len(sizes)]),
             "",

@@ -3,7 +3,9 @@
 For runs of RULER-style tasks (``experiment=ruler``, or one task such as ``data=niah_multikey``)
 scored by ``posexp eval-extrapolate``. A row is a model (the settings that vary across the
 report's runs, less the seed) with one evaluation method. Each cell is RULER's
-string_match_all score, averaged over needle depths per seed, then mean ± sample std over seeds.
+string_match_all score, averaged per seed over the needle depths every cell of its task was
+scored at (``common_depths``; the caption names them and the cells with more), then mean ± sample
+std over seeds.
 
 Effective length (RULER's summary, with a rule for tiny models): RULER counts a length as
 effective while a model's task average stays at or above a reference model's score at its base
@@ -18,6 +20,14 @@ import math
 import re
 from typing import Any
 
+from posexp.commands.extrapolate.depths import (
+    MARK,
+    DepthMeans,
+    common_depths,
+    depths_note,
+    depths_phrase,
+    depths_text,
+)
 from posexp.commands.report.depth_maps import depth_maps
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import mean_std, mean_std_text
@@ -29,6 +39,9 @@ DEFAULT_THRESHOLD = 0.9
 AVERAGE = "average"
 # row -> task -> (depth, size) -> seed -> score
 Scores = dict[str, dict[str, dict[tuple[float | None, int], dict[int, float]]]]
+# row -> task -> size -> seed -> score over the task's common depths
+Means = dict[str, dict[str, dict[int, dict[int, float]]]]
+Depths = DepthMeans[tuple[str, int, int]]  # per (row, size, seed)
 
 
 def ruler_jobs(jobs: list[Job]) -> list[Job]:
@@ -58,23 +71,59 @@ def collect(ctx: ReportContext, jobs: list[Job]) -> Scores:
     return out
 
 
-def per_seed(
-    cells: dict[tuple[float | None, int], dict[int, float]], size: int
-) -> dict[int, float]:
-    """Seed -> score at ``size``, averaged over the depths that seed was scored at."""
-    by_seed: dict[int, list[float]] = {}
-    for (_, n), seeds in cells.items():
-        if n == size:
-            for seed, v in seeds.items():
-                by_seed.setdefault(seed, []).append(v)
-    return {s: sum(v) / len(v) for s, v in sorted(by_seed.items())}
+def depth_means(scores: Scores) -> tuple[Means, dict[str, Depths]]:
+    """Each seed's score per row, task and size, averaged over the needle depths every row and
+    size of that task was scored at (``common_depths``, one set per task), and those per task."""
+    out: Means = {row: {task: {} for task in tasks} for row, tasks in scores.items()}
+    found: dict[str, Depths] = {}
+    for task in dict.fromkeys(t for tasks in scores.values() for t in tasks):
+        units: dict[tuple[str, int, int], dict[float | None, float]] = {}
+        for row, tasks in scores.items():
+            for (d, n), seeds in tasks.get(task, {}).items():
+                for seed, v in seeds.items():
+                    units.setdefault((row, n, seed), {})[d] = v
+        found[task] = common_depths(units)
+        for row, n, seed in sorted(found[task].means, key=lambda k: (k[1], k[2])):
+            out[row][task].setdefault(n, {})[seed] = found[task].means[row, n, seed]
+    return out, found
 
 
-def task_average(tasks: dict[str, Any], size: int) -> dict[int, float]:
-    """Seed -> mean over tasks at ``size``, for the seeds that scored every task there."""
-    per_task = [per_seed(cells, size) for cells in tasks.values()]
+def task_average(tasks: dict[str, dict[int, dict[int, float]]], size: int) -> dict[int, float]:
+    """Seed -> mean over tasks at ``size`` (``tasks``: task -> size -> seed -> score), for the
+    seeds that scored every task there."""
+    per_task = [by_size.get(size, {}) for by_size in tasks.values()]
     seeds = set.intersection(*(set(p) for p in per_task)) if per_task else set()
     return {s: sum(p[s] for p in per_task) / len(per_task) for s in sorted(seeds)}
+
+
+def marked(found: dict[str, Depths], row: str, size: int, task: str | None = None) -> str:
+    """``MARK`` where a seed of ``row`` at ``size`` (in ``task``, else in any task) averages its
+    own depths, not its task's common ones; else ""."""
+    return MARK * any(
+        k[:2] == (row, size) for t, d in found.items() if task in (None, t) for k in d.own
+    )
+
+
+def marked_note(sizes: list[int], context: dict[int, int]) -> str:
+    """A legend's note on a line's points marked ``MARK``: `` († at 1,010: other depths)``."""
+    if not sizes:
+        return ""
+    return f" ({MARK} at {', '.join(f'{context[s]:,}' for s in sizes)}: other needle depths)"
+
+
+def depth_caption(found: dict[str, Depths]) -> str:
+    """The needle depths the cells average (tasks without depths left out): ``needle depths 0,
+    0.5, 1, the ones every cell was scored at``, per task where tasks differ."""
+    sets = {t: d.depths for t, d in found.items() if any(x is not None for x in d.depths)}
+    if not sets:
+        return "no needle depths"
+    if len(set(sets.values())) == 1:
+        text = depths_phrase(next(iter(sets.values())), "needle depth")
+    else:
+        text = "needle depths " + "; ".join(f"{t} {depths_text(d)}" for t, d in sets.items())
+    if any(d.own for d in found.values()):
+        return f"{text}, those most cells were scored at ({MARK}: a cell's own needle depths)"
+    return f"{text}, the ones every cell was scored at"
 
 
 def effective_length(
@@ -93,12 +142,16 @@ def effective_length(
 
 
 def task_sentence(
-    tasks: dict[str, Any], base: int, last: int, context: dict[int, int], row: str
+    tasks: dict[str, dict[int, dict[int, float]]],
+    base: int,
+    last: int,
+    context: dict[int, int],
+    row: str,
 ) -> str:
     """Which tasks ``row`` does best and worst at the training length, and what is left of
-    each at the longest length (seed means)."""
-    at = {t: mean_std(list(per_seed(c, base).values()))[0] for t, c in tasks.items()}
-    far = {t: mean_std(list(per_seed(c, last).values()))[0] for t, c in tasks.items()}
+    each at the longest length (seed means; ``tasks``: task -> size -> seed -> score)."""
+    at = {t: mean_std(list(c.get(base, {}).values()))[0] for t, c in tasks.items()}
+    far = {t: mean_std(list(c.get(last, {}).values()))[0] for t, c in tasks.items()}
     if len(at) < 2 or last == base:
         return ""
     ranked = sorted(at, key=lambda t: -at[t])
@@ -121,8 +174,10 @@ def plot_average(
     l0: int,
     threshold: float,
     n_text: str,
+    marks: dict[str, list[int]],
 ) -> Any:
-    """Task average against context length, one line per row with seed spread; the threshold."""
+    """Task average against context length, one line per row with seed spread; the threshold.
+    ``marks``: row -> sizes whose average is of other depths (``MARK``), named in its legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,7 +198,7 @@ def plot_average(
             yerr=[stats.get(x, (0.0, math.nan))[1] for x in at],
             marker="o",
             capsize=3,
-            label=row + not_scored(lacks),
+            label=row + not_scored(lacks) + marked_note(marks.get(row, []), context),
         )
     ax.axhline(
         threshold,
@@ -204,7 +259,8 @@ def render(ctx: ReportContext) -> str:
     sizes = sorted({s for tasks in scores.values() for c in tasks.values() for _, s in c})
     context = {s: data.task.scored_row_tokens(s) for s in sizes}
     base = min(sizes, key=lambda s: abs(context[s] - l0))
-    averages = {row: {s: task_average(tasks, s) for s in sizes} for row, tasks in scores.items()}
+    by_task, found = depth_means(scores)
+    averages = {row: {s: task_average(tasks, s) for s in sizes} for row, tasks in by_task.items()}
     means = {
         row: {s: mean_std(list(v.values()))[0] for s, v in a.items() if v}
         for row, a in averages.items()
@@ -219,21 +275,35 @@ def render(ctx: ReportContext) -> str:
     def cell(values: dict[int, float]) -> str:
         return mean_std_text(*mean_std(list(values.values())), len(values), 2)
 
+    # Task averages with a task's cell over other depths than its common ones (only where
+    # there is an average: a size where some task is unscored has none to mark).
+    marks = {
+        row: [s for s in sizes if averages[row][s] and marked(found, row, s)] for row in scores
+    }
     summary = []
     for row in scores:
         eff = effective_length(means[row], threshold, context)
         summary.append(
             [
                 row,
-                *(cell(averages[row][s]) for s in sizes),
-                "< shortest" if eff is None else f"{eff:,}",
+                *(cell(averages[row][s]) + MARK * (s in marks[row]) for s in sizes),
+                ("< shortest" if eff is None else f"{eff:,}") + MARK * bool(marks[row]),
             ]
         )
     per_task = []
     csv = []
     for row, tasks in scores.items():
         for task, cells in tasks.items():
-            per_task.append([row, task, *(cell(per_seed(cells, s)) for s in sizes)])
+            per_task.append(
+                [
+                    row,
+                    task,
+                    *(
+                        cell(by_task[row][task].get(s, {})) + marked(found, row, s, task)
+                        for s in sizes
+                    ),
+                ]
+            )
             csv += [
                 {
                     "row": row,
@@ -249,7 +319,7 @@ def render(ctx: ReportContext) -> str:
     path = ctx.write_csv(
         "report_ruler.csv", csv, ["row", "task", "context", "depth", "seed", "score"]
     )
-    png = plot_average(ctx, averages, context, l0, threshold, n_text)
+    png = plot_average(ctx, averages, context, l0, threshold, n_text, marks)
     stems = file_stems(list(scores))
     maps = [
         heat_map(ctx, stems[row], row, tasks, context, l0, n_text) for row, tasks in scores.items()
@@ -265,15 +335,25 @@ def render(ctx: ReportContext) -> str:
     elif not threshold > 0:
         reading += " No model scores above 0 at the training length: no effective length."
     scored = {n for c in scores[reference].values() for _, n in c}
-    reading += task_sentence(scores[reference], base, max(scored), context, reference)
+    reading += task_sentence(by_task[reference], base, max(scored), context, reference)
+    notes = [
+        depths_note(d, lambda k: (k[0], f"{context[k[1]]:,}"), " tokens", "needle depth", task)
+        for task, d in found.items()
+    ]
     return "\n".join(
         [
             "## RULER-style tasks",
             "",
             f"string_match_all score (share of required items in the greedy answer), mean over "
-            f"tasks and needle depths; training rows of L0 = {l0} tokens; mean ± sample std over "
-            f"{n_text} seed(s). Effective length: the longest context up to which every tested "
-            f"length keeps the mean at or above the threshold.",
+            f"tasks and over {depth_caption(found)}; training rows of L0 = {l0} tokens; mean ± "
+            f"sample std over {n_text} seed(s). Effective length: the longest context up to which "
+            f"every tested length keeps the mean at or above the threshold"
+            + (
+                f" ({MARK}: from a mean over other depths)."
+                if any(d.own for d in found.values())
+                else "."
+            )
+            + "".join(f" {note}" for note in notes if note),
             "",
             md_table(
                 ["model · method", *header, "effective length"],
