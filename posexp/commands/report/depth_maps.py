@@ -21,7 +21,9 @@ def depth_maps(
     name: str,
 ) -> Path:
     """One heat map per panel, depths down and lengths (as multiples of ``l0``) across, each cell
-    its seed mean written in it; ``labels`` = (y axis, colour bar, title); saved as ``name``."""
+    its seed mean written in it; ``labels`` = (y axis, colour bar, title); saved as ``name``.
+    Every panel has a column for each size of ``context`` (size -> tokens), ``–`` where it has
+    no score, so all maps of a report line up."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,9 +40,11 @@ def depth_maps(
         layout="constrained",
     )
     image = None
+    # The report's sizes, not the panel's: a length a method was never scored at is a column of
+    # –, where leaving it out would shift the columns against the other maps.
+    sizes = sorted(context)
     for ax, (panel, cells) in zip(axes.flat, panels.items(), strict=False):
         depths = sorted({d for d, _ in cells})
-        sizes = sorted({s for _, s in cells})
         values = [
             [mean_std(list(cells.get((d, s), {}).values()))[0] for s in sizes] for d in depths
         ]

@@ -250,3 +250,24 @@ def test_a_cell_without_the_common_depths_is_marked_and_named(tmp_path):
         "at 256 tokens (key depth 0.25)." in md
     )
     assert "pi (zero-shot) and none (zero-shot) are not compared: † their cells average" in md
+
+
+def test_every_heat_map_has_a_column_for_each_length_of_the_report(tmp_path):
+    # none, never scored at 256 tokens, got a map of one column beside pi's two, so the maps'
+    # columns did not line up; that column is now there, every cell of it –.
+    from posexp.commands.report.depth_maps import depth_maps
+    from posexp.commands.report.view import ReportContext
+
+    rows = {
+        "none (zero-shot)": {(0.0, 122): {0: 1.0}, (1.0, 122): {0: 0.5}},
+        "pi (zero-shot)": {(0.0, 122): {0: 1.0}, (0.0, 250): {0: 0.25}, (1.0, 250): {0: 0.0}},
+    }
+    ctx, figures = ReportContext(tmp_path, [], []), []
+    save = ctx.save_figure
+    ctx.save_figure = lambda fig, name: (figures.append(fig), save(fig, name))[1]
+    depth_maps(ctx, rows, {122: 128, 250: 256}, 128, ("depth", "accuracy", "t"), "maps.png")
+    none, pi = figures[0].axes[:2]
+    for ax in (none, pi):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1×", "2×"]
+    assert [t.get_text() for t in none.texts] == ["1.00", "–", "0.50", "–"]
+    assert [t.get_text() for t in pi.texts] == ["1.00", "0.25", "–", "0.00"]
