@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -116,6 +117,31 @@ def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess
         GlobalHydra.instance().clear()
     proc = subprocess.CompletedProcess(["posexp", *args], code, out.getvalue(), err.getvalue())
     return checked(proc, check)
+
+
+def posexp_in_own_group(
+    cwd: Path, cache: Path, script: str, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """``python -c SCRIPT ARGS`` (a posexp command with a stop patched in) as the leader of a
+    process group of its own, which it may signal whole (as Slurm signals a job). It returns
+    once every process holding its output has ended (its workers inherit it), so a worker left
+    behind fails the test (at ``timeout``); whatever is left of the group is then killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        cwd=cwd,
+        env=posexp_env(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # A second process that holds a dir's writer lock until its stdin closes (a pipe: no sleeps).

@@ -17,6 +17,7 @@ from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
 from posexp.cli.sweep_check import check_jobs
 from posexp.errors import Abort, PosexpError
+from posexp.stops import stops_as_interrupt
 
 app = typer.Typer(
     name="posexp",
@@ -135,6 +136,7 @@ def generate(
 
 @app.command("eval-extrapolate", cls=Command)
 @says_interrupted
+@stops_as_interrupt()  # a Slurm time limit: the cells already scored are kept
 def eval_extrapolate(
     run: str | None = typer.Option(
         None,
@@ -216,10 +218,7 @@ def eval_extrapolate(
         "depths": depths,
     }
     knobs = ExtrapolateConfig.from_dict(options, prefix="--")
-    from posexp.cli.hydra_commands import sigterm_as_interrupt
-
-    with sigterm_as_interrupt():  # a Slurm time limit: the cells already scored are kept
-        evaluate_runs(run, Settings(knobs, device, batch_tokens, force, workers, threads))
+    evaluate_runs(run, Settings(knobs, device, batch_tokens, force, workers, threads))
 
 
 @app.command(cls=Command)
@@ -273,6 +272,7 @@ def finetune(
 
 @app.command(cls=Command)
 @says_interrupted
+@stops_as_interrupt()  # as eval-extrapolate: the cells it scored first are kept
 def report(
     target: str = typer.Argument(..., help="A sweep dir (outputs/sweeps/...) or a run dir."),
     evaluate: bool = typer.Option(

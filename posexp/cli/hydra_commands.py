@@ -3,14 +3,13 @@ rule every command shares."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
 import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -18,28 +17,6 @@ import typer
 from posexp.cli.overrides import sweep_keys
 from posexp.paths import config_dir
 from posexp.resolvers import SWEEP_ENV
-
-
-# Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a Slurm time limit, ``kill``) in a command that keeps what it finished, as Ctrl-C."""
-
-    signum = signal.SIGTERM
-
-
-def stop_on_sigterm(signum: int, frame: Any) -> None:
-    """A SIGTERM handler: unwind like Ctrl-C, so what is finished is kept and said."""
-    raise Terminated
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` (a KeyboardInterrupt) inside the block, then as before."""
-    previous = signal.signal(signal.SIGTERM, stop_on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -63,6 +40,7 @@ def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+# Pass-through commands hand every argument to Hydra, --help included (it lists config groups).
 HYDRA_COMMAND = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from posexp.runtime import distributed
+from posexp.stops import ECHO_S
 
 log = logging.getLogger("posexp")
 
@@ -74,9 +75,6 @@ class StopRequested(BaseException):
         if callable(self.previous):
             self.previous(self.signum, None)
         raise SystemExit(self.exit_code)
-
-
-ECHO_S = 0.5  # the same signal again this soon after the first is one sender's echo
 
 
 class GracefulStop:

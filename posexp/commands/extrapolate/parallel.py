@@ -6,25 +6,29 @@ cores as torch threads (never more threads than cores in all). A task is one met
 (its cells share the model), the largest first, so the workers stay busy to the end; each run's
 records are merged and its files written in this process once all its methods are in. A worker
 also sends each cell's record back as it finishes it, so a stop (Ctrl-C, SIGTERM) keeps every
-cell finished, as scoring in this process does. One progress bar covers every cell: tokens read
-(rate and ETA) and cells done. On a GPU the runs go one after another in this process (one
-device).
+cell finished, as scoring in this process does. The workers ignore both signals, which reach
+every process of a terminal's group or a Slurm job at once: this process reads their cells,
+then ends them (SIGKILL); killed itself, it takes them with it (each ends when its parent
+does). One progress bar covers every cell: tokens read (rate and ETA) and cells done
+(``progress``). On a GPU the runs go one after another in this process (one device).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import multiprocessing
+import os
 import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from posexp.commands.extrapolate.plan import RunPlan, RunResult, Settings, needs_test_split
+from posexp.commands.extrapolate.progress import Progress, QueueProgress, scoring_text
 from posexp.commands.extrapolate.score_run import (
     evaluate_plan,
     keep_before_stop,
@@ -35,96 +39,7 @@ from posexp.commands.extrapolate.score_run import (
 from posexp.errors import PosexpError
 from posexp.hardware import usable_cores
 from posexp.scoring.records import Record
-
-# The bar counts the tokens of every cell together (the cells' own sizes differ): it says so.
-BAR = (
-    "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} tokens "
-    "[{elapsed}<{remaining}, {rate_fmt}{postfix}]"
-)
-
-
-class Progress:
-    """One bar over every cell of an evaluation: tokens read, rate, ETA, and cells done."""
-
-    def __init__(self, tokens: int, cells: int, show: bool | None, desc: str = "scoring") -> None:
-        from tqdm import tqdm
-
-        self.cells, self.done, self.tokens = cells, 0, 0
-        self.bar = tqdm(
-            total=tokens,
-            desc=desc,
-            unit="tok",
-            unit_scale=True,
-            disable=None if show is None else not show,
-            dynamic_ncols=True,
-            bar_format=BAR,
-        )
-        self.bar.set_postfix_str(self._cells(), refresh=False)
-
-    @property
-    def disable(self) -> bool:
-        return bool(self.bar.disable)
-
-    @property
-    def total(self) -> int:
-        return int(self.bar.total or 0)
-
-    def _cells(self) -> str:
-        return f"{self.done}/{self.cells} cells done"
-
-    def update(self, tokens: int) -> None:
-        """``tokens`` more read."""
-        self.tokens += tokens  # tqdm leaves bar.n at 0 when the bar is disabled
-        self.bar.update(tokens)
-
-    def cell_done(self) -> None:
-        """One more cell scored."""
-        self.done += 1
-        self.bar.set_postfix_str(self._cells())
-
-    def summary(self) -> str:
-        """Where the whole evaluation is, for a plain line: cells and tokens of all of them."""
-        return f"in all {self._cells()}, {self.tokens:,}/{self.total:,} tokens"
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def scoring_text(plans: list[RunPlan]) -> str:
-    """What an evaluation scores, as its bar names it: ``scoring 3 lengths × 2 methods``, or
-    ``scoring 5 cells (3 lengths, 2 methods)`` where not every combination is still to score."""
-    items = [item for plan in plans for item in plan.todo]
-    counts = {
-        "run": len(plans),
-        "length": len({i.record.length for i in items}),
-        "method": len({i.record.method for i in items}),
-        "protocol": len({i.record.protocol for i in items}),
-        "key depth": len({i.record.depth for i in items}),
-        "task": len({i.record.task for i in items}),
-    }
-    shown = [(n, w) for w, n in counts.items() if n > 1 or w in ("length", "method")]
-    parts = [f"{n} {w}{'s' if n != 1 else ''}" for n, w in shown]
-    if math.prod(n for n, _ in shown) == len(items):
-        return "scoring " + " × ".join(parts)
-    return f"scoring {len(items)} cells ({', '.join(parts)})"
-
-
-class QueueProgress:
-    """A worker's side of ``Progress``: what it reads and finishes, sent to the main process,
-    each cell with its record (``new``: the list ``score_cells`` appends a cell's record to
-    before it counts the cell done)."""
-
-    def __init__(
-        self, events: Any, disable: bool, total: int, run_dir: str, new: list[Record]
-    ) -> None:
-        self.events, self.disable, self.total = events, disable, total
-        self.run_dir, self.new = run_dir, new
-
-    def update(self, tokens: int) -> None:
-        self.events.put(("tokens", tokens))
-
-    def cell_done(self) -> None:
-        self.events.put(("cell", (self.run_dir, self.new[-1].to_dict())))
+from posexp.stops import STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
 
 
 class Scored:
@@ -271,6 +186,7 @@ def score_in_workers(
                 futures[pool.submit(score_task, *args)] = plan, label
             pending = set(futures)
             while pending:
+                raise_if_stopped()  # a stop whose exception was lost: the workers go on
                 done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                 drain(events, bar, scored)
                 for future in done:
@@ -289,33 +205,50 @@ def score_in_workers(
         except BaseException as e:
             running = list((getattr(pool, "_processes", None) or {}).values())  # shutdown drops it
             pool.shutdown(wait=False, cancel_futures=True)
-            if isinstance(e, KeyboardInterrupt):  # Ctrl-C, SIGTERM: keep every cell finished
-                try:
-                    drain(events, bar, scored)  # the cells sent before the stop
-                finally:
-                    # The pool's exit would wait for the methods still scoring (the workers
-                    # ignore Ctrl-C; a SIGTERM to this process alone leaves them running): end
-                    # them now, after their cells are read (an end mid-send spoils the queue).
-                    for process in running:
-                        process.terminate()
-                plans = {plan.run_dir: plan for plan, _, _ in tasks}
-                for run in waiting:
-                    records = scored.of(run)
-                    if records and run not in results and run not in failed:
-                        keep_before_stop(plans[run], records)
-            raise
+            stop = stop_of(e, running)
+            if stop is None:
+                raise
+            try:  # Ctrl-C, SIGTERM: keep every cell finished
+                drain(events, bar, scored)  # the cells sent before the stop
+            finally:
+                # The pool's exit would wait for the methods still scoring (the workers ignore
+                # Ctrl-C and SIGTERM): end them now, after their cells are read (an end
+                # mid-send spoils the queue), with SIGKILL, the one signal they do not ignore.
+                for process in running:
+                    process.kill()
+            plans = {plan.run_dir: plan for plan, _, _ in tasks}
+            for run in waiting:
+                records = scored.of(run)
+                if records and run not in results and run not in failed:
+                    keep_before_stop(plans[run], records)
+            if stop is e:
+                raise
+            raise stop from None
     return {run: result for run, result in results.items() if result is not None}
 
 
 def drain(events: Any, bar: Progress, scored: Scored) -> None:
     """Show what the workers reported so far and keep the cells they finished."""
-    while not events.empty():
-        kind, what = events.get()
-        if kind == "tokens":
-            bar.update(what)
-        else:  # the record first: a stop while the bar counts it keeps it
-            scored.cell(Path(what[0]), Record.from_dict(what[1]))
-            bar.cell_done()
+    with held():  # a stop mid-read would leave half a message in the pipe for the next read
+        while not events.empty():
+            kind, what = events.get()
+            if kind == "tokens":
+                bar.update(what)
+            else:
+                scored.cell(Path(what[0]), Record.from_dict(what[1]))
+                bar.cell_done()
+
+
+def stop_of(error: BaseException, workers: list[Any]) -> KeyboardInterrupt | None:
+    """The stop ``error`` is (None for an error): Ctrl-C or SIGTERM here, or a pool broken by
+    one (SIGTERM reaches every process of a Slurm job at once; a worker still starting, before
+    it ignores it, ends, and this process may see its pool broken before its own stop)."""
+    if isinstance(error, KeyboardInterrupt):
+        return error
+    if not isinstance(error, BrokenProcessPool):
+        return None
+    ended = [-p.exitcode for p in workers if p.exitcode is not None and p.exitcode < 0]
+    return stopped() or next((as_stop(s) for s in ended if s in STOP_SIGNALS), None)
 
 
 def collect(
@@ -348,15 +281,20 @@ _events: Any = None
 
 
 def start_worker(threads: int, events: Any) -> None:
-    """A worker's set-up: its torch threads, the queue it reports progress on, and Ctrl-C."""
+    """A worker's set-up: its torch threads, the queue it reports progress on, and stops."""
     global _events
     torch.set_num_threads(threads)
     _events = events
-    # Ctrl-C reaches every process of the terminal's group. The main process reads the cells
-    # the workers sent, then ends them and keeps those cells: a worker that ended at the signal
-    # could take cells it had not sent yet with it, and end before the main process saw the
-    # signal (it then found a broken pool and kept nothing).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C reaches every process of the terminal's group, SIGTERM every process of a Slurm
+    # job (at its time limit) or of a group (kill -TERM -PGID). The main process reads the
+    # cells the workers sent, then ends them and keeps those cells: a worker that ended at the
+    # signal could take cells it had not sent yet with it, and end before the main process saw
+    # the signal (it then found a broken pool and kept nothing).
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    # Nor does a worker outlive the main process: killed (SIGKILL, out of memory), that cannot
+    # end its workers, which would finish their task, then wait for the next one for ever.
+    threading.Thread(target=end_with_main, daemon=True).start()
     # The main process planned every run first and said what planning warns of; a worker plans
     # its run again and would say it again, once per method.
     logging.getLogger("posexp").setLevel(logging.ERROR)
@@ -366,6 +304,12 @@ def start_worker(threads: int, events: Any) -> None:
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())
+
+
+def end_with_main() -> None:
+    """End this worker as soon as the process that started it is gone."""
+    multiprocessing.parent_process().join()
+    os._exit(1)
 
 
 def score_task(

@@ -31,6 +31,7 @@ from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
+from posexp.stops import held
 
 
 def load_test_tokens(
@@ -63,11 +64,11 @@ def evaluate_plan(
     new: list[Record] = []
     try:
         score_cells(plan, plan.todo, test, device, batch_tokens, bar, into=new)
+        return write_merged(plan, new)  # a stop there comes once the files are written
     except KeyboardInterrupt:
         if new:
             keep_before_stop(plan, new)
         raise
-    return write_merged(plan, new)
 
 
 def keep_before_stop(plan: RunPlan, records: list[Record]) -> None:
@@ -156,8 +157,10 @@ def score_cells(
 
 def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
     """``new`` merged into the run's kept records under its eval lock (another evaluation may
-    have merged meanwhile: they are read again there), and every output written from the union."""
-    with merging(plan.run):
+    have merged meanwhile: they are read again there), and every output written from the union.
+    A stop waits for the files (cut inside an import, e.g. matplotlib's, it would leave the
+    module half imported, and the write of the cells kept at the stop would fail on it)."""
+    with held(), merging(plan.run):
         stored = plan.effective(load(plan.run, plan.checkpoint, force=plan.force))
         records = plan.with_copies(merged(stored, new))
         files = write_outputs(plan, records, stored.stale, stored.damaged)

@@ -232,8 +232,8 @@ def test_a_stop_part_way_keeps_the_cells_already_scored(
     import shutil
 
     from posexp.cli import main
-    from posexp.cli.hydra_commands import Terminated
     from posexp.rundir import RunDir
+    from posexp.stops import Terminated
 
     run = tmp_path / "run"
     shutil.copytree(study / "fp32", run, ignore=shutil.ignore_patterns("eval"))

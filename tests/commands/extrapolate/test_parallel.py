@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from posexp.commands.extrapolate import parallel
 from posexp.commands.extrapolate.evaluate import evaluate_runs
 from posexp.commands.extrapolate.plan import Settings
 from posexp.config import ExtrapolateConfig
-from tests.helpers import TINY, posexp, posexp_env
+from tests.helpers import TINY, posexp, posexp_env, posexp_in_own_group
 
 
 def test_workers_for_several_runs_on_the_cpu_one_thread_per_core(monkeypatch):
@@ -67,7 +68,11 @@ def kept_cells(run) -> set[tuple[str, int]]:
 
 def said_kept(run, kept: int, todo: int) -> str:
     """The line a stop prints for a run that kept ``kept`` of its ``todo`` cells."""
-    rest = f"rerun the command to score the other {todo - kept}" if kept < todo else "none"
+    rest = (
+        f"rerun the command to score the other {todo - kept}"
+        if kept < todo
+        else "none is left to score"
+    )
     return f"{run}: kept the {kept} cell(s) scored before the stop; {rest}"
 
 
@@ -170,6 +175,189 @@ def test_a_stop_in_workers_says_its_lines_and_nothing_else(two_runs, tmp_path, c
     assert lines[-1] == "interrupted"
     assert "cell(s) scored before the stop" in proc.stderr
     assert not [line for line in lines if "leaked" in line or "Traceback" in line]
+
+
+# SIGTERM to every process of the group (a Slurm time limit, kill -TERM -PGID) once a worker
+# has finished a method, sent from where this process cannot raise its stop: a weakref callback
+# (as when it lands in the module-lock callback of an import). Its handler still runs there.
+GROUP_SIGTERM_LOST_HERE = """
+import os, signal, sys, weakref
+from posexp.cli.app import main
+from posexp.commands.extrapolate import parallel
+
+class Gone:
+    pass
+
+def collect_then_stop(*args, real=parallel.collect, sent=[]):
+    kept = real(*args)
+    if not sent:
+        sent.append(1)
+        gone = Gone()
+        ref = weakref.ref(gone, lambda _: os.killpg(0, signal.SIGTERM))
+        del gone
+    return kept
+
+parallel.collect = collect_then_stop
+sys.argv = ["posexp", "eval-extrapolate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_sigterm_to_the_whole_group_keeps_the_cells_and_leaves_no_worker(two_runs, tmp_path, cache):
+    # The workers died at the signal; the stop's exception was lost here ("Exception ignored"),
+    # so this process found its pool broken: a BrokenProcessPool traceback, exit 1, the cells
+    # of the method a worker had finished lost. The workers now ignore SIGTERM until this
+    # process has read their cells, and a stop whose exception was lost still stops it.
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    args = ["--run", str(apart), "--lengths", "32,64", "--tokens", "256", "--workers", "2"]
+    args += ["--method", "none,pi,logn"]
+    # Returns once every process of the command has ended: no worker is left.
+    proc = posexp_in_own_group(tmp_path, cache, GROUP_SIGTERM_LOST_HERE, *args, "--threads", "1")
+    assert proc.returncode == 143, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == "stopped (SIGTERM)"
+    assert not [line for line in lines if "Traceback" in line or "Exception ignored" in line]
+    runs = [apart / "pe=rope", apart / "pe=alibi"]
+    kept = {run: len(kept_cells(run)) for run in runs}
+    assert sum(kept.values()) >= 2  # the method finished at the signal: both its lengths
+    for run in runs:
+        assert kept[run] == 0 or said_kept(run, kept[run], TODO[run.name]) in proc.stderr
+    again = posexp(tmp_path, cache, "eval-extrapolate", *args)
+    for run in runs:
+        todo = TODO[run.name]
+        assert (
+            f"{kept[run]} of {todo} cells already measured, scoring {todo - kept[run]}"
+            if kept[run]
+            else f"scoring {todo} cells"
+        ) in again.stdout
+        assert len(kept_cells(run)) == todo
+
+
+# The main process killed outright (SIGKILL, the out-of-memory killer) as a worker finishes
+# its first cell: nothing can end its workers.
+MAIN_KILLED_AT_THE_FIRST_CELL = """
+import os, signal, sys
+from posexp.cli.app import main
+from posexp.commands.extrapolate import parallel
+
+def killed(bar, real=parallel.Progress.cell_done):
+    real(bar)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+parallel.Progress.cell_done = killed
+sys.argv = ["posexp", "eval-extrapolate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_no_worker_outlives_the_main_process_killed_outright(two_runs, tmp_path, cache):
+    # The workers, which ignore Ctrl-C and SIGTERM, finished their task, then waited for the
+    # next one for ever (with the resource tracker): now each ends as its parent does.
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    args = ["--run", str(apart), "--lengths", "32,64", "--tokens", "256", "--workers", "2"]
+    proc = posexp_in_own_group(
+        tmp_path, cache, MAIN_KILLED_AT_THE_FIRST_CELL, *args, "--threads", "1", timeout=300
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr  # and every worker has ended
+
+
+# SIGTERM as this process first imports matplotlib, to plot the run whose cells it has scored.
+STOPPED_IN_AN_IMPORT = """
+import os, signal, sys
+from posexp.cli.app import main
+
+class StopInMatplotlib:
+    def find_spec(self, name, path=None, target=None):
+        if name == "matplotlib.cm":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+sys.meta_path.insert(0, StopInMatplotlib())
+sys.argv = ["posexp", "eval-extrapolate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_stop_while_a_run_is_written_comes_once_its_files_are(two_runs, tmp_path, cache):
+    # The stop cut the write short: every cell scored was lost, with nothing said (in workers,
+    # matplotlib was left half imported, and the write of the other runs' cells failed on it).
+    run = tmp_path / "pe=rope"
+    shutil.copytree(two_runs / "pe=rope", run, ignore=shutil.ignore_patterns("eval"))
+    args = ["--run", str(run), "--lengths", "32,64", "--tokens", "256", "--method", "none,pi"]
+    proc = posexp_in_own_group(tmp_path, cache, STOPPED_IN_AN_IMPORT, *args)
+    assert proc.returncode == 143, proc.stderr
+    assert proc.stderr.splitlines()[-2:] == [said_kept(run, 4, 4), "stopped (SIGTERM)"]
+    assert kept_cells(run) == {(m, n) for m in ("none", "pi") for n in (32, 64)}
+    assert (run / "eval" / "extrapolate.png").is_file()
+
+
+# Ctrl-C as the first cell a worker finished reaches this process, and its echo to the whole
+# group as the cells are kept (`timeout -s INT` signals the process, then its group).
+INTERRUPT_ECHOED = """
+import os, signal, sys
+from posexp.cli.app import main
+from posexp.commands.extrapolate import parallel
+
+def stop(bar, real=parallel.Progress.cell_done):
+    real(bar)
+    if bar.done == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+
+def echo_then_keep(*args, real=parallel.keep_before_stop):
+    os.killpg(0, signal.SIGINT)
+    real(*args)
+
+parallel.Progress.cell_done = stop
+parallel.keep_before_stop = echo_then_keep
+sys.argv = ["posexp", "eval-extrapolate", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_stop_echoed_to_the_group_is_one_stop(two_runs, tmp_path, cache):
+    # The echo was a second Ctrl-C: it cut the keeping short, and the cells were lost.
+    apart = tmp_path / "apart"
+    shutil.copytree(two_runs, apart, ignore=shutil.ignore_patterns("eval"))
+    args = ["--run", str(apart), "--lengths", "32,64", "--tokens", "256", "--workers", "2"]
+    args += ["--method", "none,pi,logn", "--threads", "1"]
+    proc = posexp_in_own_group(tmp_path, cache, INTERRUPT_ECHOED, *args)
+    assert proc.returncode == 130, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == "interrupted"
+    assert not [line for line in lines if "Traceback" in line or "Exception ignored" in line]
+    kept = {run: len(kept_cells(run)) for run in (apart / "pe=rope", apart / "pe=alibi")}
+    assert sum(kept.values()) >= 1
+    for run, n in kept.items():
+        assert n == 0 or said_kept(run, n, TODO[run.name]) in proc.stderr
+
+
+def test_a_pool_broken_by_a_stop_is_that_stop():
+    # SIGTERM reaches every process of a Slurm job at once: a worker still starting (it ignores
+    # SIGTERM only once started) ends, and this process may find its pool broken before its own
+    # stop is raised, or after it was lost. That is the stop (the cells read are kept), not an
+    # error with a traceback.
+    from concurrent.futures.process import BrokenProcessPool
+    from types import SimpleNamespace
+
+    from posexp import stops
+
+    def ended(code):
+        return SimpleNamespace(exitcode=code)
+
+    broken = BrokenProcessPool("A process in the process pool was terminated abruptly")
+    assert isinstance(parallel.stop_of(broken, [ended(None), ended(-15)]), stops.Terminated)
+    assert type(parallel.stop_of(broken, [ended(-2)])) is KeyboardInterrupt
+    assert parallel.stop_of(broken, [ended(-9), ended(None)]) is None  # killed: an error
+    assert parallel.stop_of(ValueError("x"), [ended(-15)]) is None
+    interrupt = KeyboardInterrupt()
+    assert parallel.stop_of(interrupt, []) is interrupt
+    with stops.stops_as_interrupt():
+        with pytest.raises(stops.Terminated):  # where Python cannot raise it, it is lost
+            stops.stop_on_signal(signal.SIGTERM, None)
+        assert isinstance(parallel.stop_of(broken, [ended(-9)]), stops.Terminated)
+    assert parallel.stop_of(broken, [ended(-9)]) is None  # a later command starts afresh
 
 
 def test_largest_tasks_go_first():

@@ -16,7 +16,7 @@ from posexp.commands.report.jobs import find_jobs, swept_keys
 from posexp.commands.report.view import register_report_view
 from posexp.commands.report.write import write_report
 from posexp.registry import Registry
-from tests.helpers import TINY, posexp
+from tests.helpers import TINY, posexp, posexp_in_own_group
 
 NO_HEADS = [a for a in TINY if not a.startswith("heads=")]
 
@@ -225,3 +225,39 @@ def test_a_report_with_methods_scores_runs_without_a_preset_and_says_how(
     help_text = re.sub(r"[│\s]+", " ", out)
     assert "with --method, those methods for every completed job" in help_text
     assert "also scores jobs without a preset" in help_text
+
+
+# SIGTERM (a Slurm time limit) to the report as the first cell it scores is done.
+SIGTERM_AT_THE_FIRST_CELL = """
+import os, signal, sys
+from posexp.cli.app import main
+from posexp.commands.extrapolate import parallel
+
+def stop(bar, real=parallel.Progress.cell_done):
+    real(bar)
+    if bar.done == 1:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+parallel.Progress.cell_done = stop
+sys.argv = ["posexp", "report", *sys.argv[1:]]
+main()
+"""
+
+
+def test_sigterm_stops_a_report_keeping_the_cells_it_scored(free_sweep, tmp_path, cache):
+    # The report died of the signal (exit -15), its cells lost, nothing said; it now stops
+    # as eval-extrapolate does.
+    cwd, sweep = free_sweep
+    copy = tmp_path / sweep.name
+    shutil.copytree(sweep, copy)
+    args = [str(copy), "--method", "none", "--workers", "1"]
+    proc = posexp_in_own_group(cwd, cache, SIGTERM_AT_THE_FIRST_CELL, *args)
+    assert proc.returncode == 143, proc.stderr
+    assert "Traceback" not in proc.stderr
+    kept = [line for line in proc.stderr.splitlines() if "cell(s) scored before the stop" in line]
+    assert [line.split(": ", 1)[1] for line in kept] == [
+        "kept the 1 cell(s) scored before the stop; rerun the command to score the other 7"
+    ]
+    (run,) = [job for job in copy.iterdir() if kept[0].startswith(f"{job}:")]
+    assert len(json.loads((run / "eval" / "extrapolate.json").read_text())) == 1
+    assert proc.stderr.splitlines()[-1] == "stopped (SIGTERM)"
