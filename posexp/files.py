@@ -92,6 +92,22 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def cache_lock(entry: Path) -> Iterator[None]:
+    """Hold ``<entry>.lock`` while a cache entry is looked for again and made: jobs that miss it
+    together (packed on one GPU, a sweep's processes, a Slurm array on one cache) make it once;
+    the others wait, then read it. Once the entry is there the lock file goes: a job that
+    misses the entry looks again under the lock, so one still waiting on it finds the entry."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    lock = entry.with_name(entry.name + ".lock")
+    with exclusive_lock(lock):
+        try:
+            yield
+        finally:
+            if entry.exists():
+                lock.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
 def staged_dir(final: Path) -> Iterator[Path]:
     """Write a set of files into a fresh ``<final>.tmp`` folder, then swap it in as ``final``.
 

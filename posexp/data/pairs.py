@@ -23,7 +23,7 @@ from posexp.checks import positive_int
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.data.tokens import atomic_write, cache_name
 from posexp.errors import PosexpError, choose, first_line
-from posexp.files import set_aside
+from posexp.files import cache_lock, set_aside
 
 log = logging.getLogger("posexp")
 
@@ -83,23 +83,22 @@ def tokenize_pairs(
     key: str = "pairs",
 ) -> dict[str, np.ndarray]:
     """Sources and targets as ragged arrays (src, src_off, tgt, tgt_off), cached as .npz if asked."""
-    path = None
-    if cache_dir is not None:
-        name = cache_name(key, tokenizer.fingerprint, pairs_fingerprint(pairs))
-        path = Path(cache_dir) / f"{name}.pairs.npz"
-        if path.exists():
+    if cache_dir is None:
+        return encode_pairs(pairs, tokenizer)
+    name = cache_name(key, tokenizer.fingerprint, pairs_fingerprint(pairs))
+    path = Path(cache_dir) / f"{name}.pairs.npz"
+    cached = read_cached_pairs(path, tokenizer.vocab_size) if path.exists() else None
+    if cached is not None:
+        return cached
+    with cache_lock(path):
+        if path.exists():  # made by another job while this one waited
             cached = read_cached_pairs(path, tokenizer.vocab_size)
             if cached is not None:
                 return cached
-    if path is not None:
         log.info(
             "tokenizing %s pairs (%s; once, cached in %s)", f"{len(pairs):,}", key, path.parent
         )
-    dtype = token_dtype(tokenizer.vocab_size)
-    src, src_off = ragged(tokenizer.encode_batch([s for s, _ in pairs]), dtype)
-    tgt, tgt_off = ragged(tokenizer.encode_batch([t for _, t in pairs]), dtype)
-    arrays = {"src": src, "src_off": src_off, "tgt": tgt, "tgt_off": tgt_off}
-    if path is not None:
+        arrays = encode_pairs(pairs, tokenizer)
 
         def write(tmp: str) -> None:
             with open(tmp, "wb") as f:  # a file object, so numpy does not append ".npz"
@@ -107,6 +106,14 @@ def tokenize_pairs(
 
         atomic_write(path, write)
     return arrays
+
+
+def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer) -> dict[str, np.ndarray]:
+    """Sources and targets as ragged arrays: src, src_off, tgt, tgt_off."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    src, src_off = ragged(tokenizer.encode_batch([s for s, _ in pairs]), dtype)
+    tgt, tgt_off = ragged(tokenizer.encode_batch([t for _, t in pairs]), dtype)
+    return {"src": src, "src_off": src_off, "tgt": tgt, "tgt_off": tgt_off}
 
 
 def collate_rows(

@@ -23,7 +23,7 @@ import numpy as np
 from posexp import checks
 from posexp.data.registry import Corpus
 from posexp.errors import PosexpError, first_line
-from posexp.files import set_aside
+from posexp.files import cache_lock, set_aside
 from posexp.registry import Registry
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
@@ -179,6 +179,17 @@ def build_byte(corpus: Corpus, cache_dir: Path) -> Tokenizer:
     return ByteTokenizer()
 
 
+def saved_bpe(path: Path) -> Tokenizer | None:
+    """The BPE cached at ``path``; None if there is none, or it is damaged (set aside)."""
+    if not path.exists():
+        return None
+    try:
+        return BpeTokenizer(path)
+    except Exception as e:  # noqa: BLE001  damaged: trained again
+        set_aside(path, first_line(e))
+        return None
+
+
 @register_tokenizer("bpe")
 def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokenizer:
     """Byte-level BPE trained on `corpus.splits["train"]`, cached by (that text, vocab, specials)."""
@@ -189,24 +200,22 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
     key = json.dumps([corpus.train_text_fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
-    tokenizer = None
-    if path.exists():
-        try:
-            tokenizer = BpeTokenizer(path)
-        except Exception as e:  # noqa: BLE001  damaged: trained again below
-            set_aside(path, first_line(e))
+    tokenizer = saved_bpe(path)
     if tokenizer is None:
-        docs = corpus.splits["train"]
-        log.info(
-            "training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
-            vocab_size,
-            f"{len(docs):,}",
-            path.parent,
-        )
-        started = time.perf_counter()
-        train_bpe(docs, vocab_size, path)
-        log.info("BPE trained in %.1fs", time.perf_counter() - started)
-        tokenizer = BpeTokenizer(path)
+        with cache_lock(path):
+            tokenizer = saved_bpe(path)  # trained by another job while this one waited
+            if tokenizer is None:
+                docs = corpus.splits["train"]
+                log.info(
+                    "training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
+                    vocab_size,
+                    f"{len(docs):,}",
+                    path.parent,
+                )
+                started = time.perf_counter()
+                train_bpe(docs, vocab_size, path)
+                log.info("BPE trained in %.1fs", time.perf_counter() - started)
+                tokenizer = BpeTokenizer(path)
     if tokenizer.vocab_size < vocab_size:  # the training text ran out of pairs to merge
         log.info(
             "the training text gives a BPE of %d tokens, fewer than tokenizer.vocab_size=%d; "

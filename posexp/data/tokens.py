@@ -24,7 +24,7 @@ from posexp.checks import positive_int
 from posexp.data.registry import Corpus
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.errors import PosexpError, first_line
-from posexp.files import set_aside
+from posexp.files import cache_lock, set_aside
 
 CACHE_VERSION = "tokens-v1"
 
@@ -74,14 +74,18 @@ def tokenize_splits(
         path = Path(cache_dir) / f"{name}.{split}.npy"
         cached = read_cached_tokens(path, tokenizer.vocab_size) if path.exists() else None
         if cached is None:
-            log.info(
-                "tokenizing the %s split: %s documents (once; cached in %s)",
-                split,
-                f"{len(docs):,}",
-                path.parent,
-            )
-            save_npy(path, tokenizer.encode_stream(docs))
-            cached = np.load(path, mmap_mode="r")
+            with cache_lock(path):
+                if path.exists():  # made by another job while this one waited
+                    cached = read_cached_tokens(path, tokenizer.vocab_size)
+                if cached is None:
+                    log.info(
+                        "tokenizing the %s split: %s documents (once; cached in %s)",
+                        split,
+                        f"{len(docs):,}",
+                        path.parent,
+                    )
+                    save_npy(path, tokenizer.encode_stream(docs))
+                    cached = np.load(path, mmap_mode="r")
         out[split] = cached
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +150,34 @@ def test_a_damaged_pairs_cache_is_set_aside_and_made_again(tmp_path, caplog, dam
     assert all(np.array_equal(got[k], want[k]) for k in want)
     assert path.with_name(path.name + ".bak").exists()
     assert any("damaged" in r.getMessage() and str(path) in r.getMessage() for r in caplog.records)
+
+
+def test_jobs_that_miss_the_cache_together_tokenize_once(tmp_path, monkeypatch, caplog):
+    # Packed jobs on one GPU (or a sweep's processes) started together each tokenized the same
+    # pairs; now the others wait on the entry's lock, then read what the first one made.
+    import logging
+    import shutil
+
+    from posexp.data import pairs as pairs_module
+
+    caplog.set_level(logging.INFO, logger="posexp")
+    tok, real_lock, other = ByteTokenizer(), pairs_module.cache_lock, tmp_path / "other"
+    made: list[Path] = []
+
+    @contextlib.contextmanager
+    def lock_taken_by_another_job(entry):
+        if not made:  # the other job holds the lock and makes the entry meanwhile
+            made.append(entry)
+            pairs_module.tokenize_pairs(PAIRS, tok, other)
+            shutil.copy(next(other.glob("*.pairs.npz")), entry)
+        with real_lock(entry):
+            yield
+
+    monkeypatch.setattr(pairs_module, "cache_lock", lock_taken_by_another_job)
+    got = pairs_module.tokenize_pairs(PAIRS, tok, tmp_path)
+    assert made and made[0].parent == tmp_path
+    want = pairs_module.encode_pairs(PAIRS, tok)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    said = [r.getMessage() for r in caplog.records if "tokenizing" in r.getMessage()]
+    assert len(said) == 1 and str(other) in said[0]  # the other job's, not this one's
+    assert not list(tmp_path.glob("*.lock"))  # gone once the entry is made
