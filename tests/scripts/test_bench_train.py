@@ -97,6 +97,15 @@ def test_both_causal_kernels_get_rows_and_posexp_s_own_choice_is_said(capsys, mo
 
     monkeypatch.setattr(kernel_choice, "measure_speedup", lambda *shape: 1.5)
     monkeypatch.setattr(kernel_choice.onednn_linear, "measure_speedup", lambda *shape: 2.0)
+    measured = bench_train.interleaved_rates
+
+    def onednn_twice_as_fast(steps, *rest):
+        # Which fp32 kernel is faster is measured, so it differs from run to run: set here.
+        rates = measured(steps, *rest)
+        rates["matmul fp32 onednn"] = 2 * rates["matmul fp32"]
+        return rates
+
+    monkeypatch.setattr(bench_train, "interleaved_rates", onednn_twice_as_fast)
     args = ["--model=tiny", "--batch=2", "--seq-len=16", "--rounds=1", "--steps=1", "--no-loop"]
     argv = ["bench_train.py", *args, "--pe=rope", "--peers=", "--causal=both", "--linear=both"]
     monkeypatch.setattr(sys, "argv", argv)
@@ -113,4 +122,8 @@ def test_both_causal_kernels_get_rows_and_posexp_s_own_choice_is_said(capsys, mo
         "posexp rope, bf16 (matmul)",
         "posexp rope, bf16 (sdpa)",
     ]
-    assert "(torch's BLAS: " in out  # MFU's fp32 rate is the faster kernel's, the other said
+    # MFU's fp32 rate is the faster kernel's (oneDNN here), torch's BLAS rate said beside it.
+    (line,) = [line for line in out.splitlines() if line.startswith("matmul rate")]
+    fp32 = float(line.split("fp32 ")[1].split(" GFLOP/s")[0].replace(",", ""))
+    blas = float(line.split("(torch's BLAS: ")[1].split(")")[0].replace(",", ""))
+    assert fp32 == pytest.approx(2 * blas, rel=0.01, abs=0.11)
