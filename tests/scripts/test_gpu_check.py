@@ -13,10 +13,18 @@ import torch
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
 
+# The parts a CPU can check here. torchrun (a DDP run killed after its middle checkpoint and
+# resumed) and deterministic (the same in one process, with train.deterministic=true) train as
+# tests/runtime/test_distributed.py and test_deterministic.py do, which hold their resumes to
+# the same weights; the parts' own few lines run on a GPU only (45 s of CPU here, in CI).
+SMOKE_PARTS = ["train", "eval", "flex", "packing", "ablation"]
+
+
 def test_smoke_run_writes_every_part(tmp_path):
     # --deterministic: the ablation's jobs run with train.deterministic=true, and say so.
+    args = ["--smoke", "--deterministic", "--parts", ",".join(SMOKE_PARTS), "--out", str(tmp_path)]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--deterministic", "--out", str(tmp_path)],
+        [sys.executable, str(SCRIPT), *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -25,15 +33,7 @@ def test_smoke_run_writes_every_part(tmp_path):
     parts = report["parts"]
     failed = {k: v.get("error") for k, v in parts.items() if v["status"] != "ok"}
     assert proc.returncode == 0 and not failed, (failed, proc.stderr[-2000:])
-    assert list(parts) == [
-        "train",
-        "eval",
-        "flex",
-        "packing",
-        "torchrun",
-        "deterministic",
-        "ablation",
-    ]
+    assert list(parts) == SMOKE_PARTS
     # smoke: one bias PE, FoX's model, and FoX's gate kernel alone
     bias_row, fox_row, gate_row = parts["flex"]["result"]["rows"]
     assert (bias_row["pe"], fox_row["pe"], gate_row["pe"]) == ("alibi", "fox", "fox (gate kernel)")
@@ -52,12 +52,6 @@ def test_smoke_run_writes_every_part(tmp_path):
     }
     packing = parts["packing"]["result"]["rows"]
     assert [r["jobs"] for r in packing] == [1, 2] and packing[0]["vs_one_job"] == 1.0
-    ddp = parts["torchrun"]["result"]
-    assert ddp["backend"] == "gloo" and ddp["processes"] == 2
-    assert ddp["max_loss_diff"] == pytest.approx(0, abs=1e-5) and ddp["max_weight_diff"] < 1e-5
-    assert "repeat_max_loss_diff" not in ddp  # smoke: no repeat run
-    det = parts["deterministic"]["result"]
-    assert det["bitwise_equal_weights"] and det["max_loss_diff"] == 0 and det["on_vs_off"] > 0
     ablation = parts["ablation"]["result"]
     # Every row x seed x task the plan lists ran, with the steps it gave them.
     planned = {(j["task"], j["heads"], j["seed"], j["steps"]) for j in ablation["plan"]["jobs"]}
@@ -77,8 +71,8 @@ def test_smoke_run_writes_every_part(tmp_path):
     for task in ("lm", "mt"):  # posexp report's figures, next to gpu_check's report
         assert (tmp_path / "head_ablation" / task / "report_heads.png").is_file()
     md = (tmp_path / "report.md").read_text()
-    assert "SMOKE RUN" in md and md.count("## ") == 7 and "FAILED" not in md
-    assert "No repeat run" in md and "train.deterministic=true. 4 of 4 jobs" in md
+    assert "SMOKE RUN" in md and md.count("## ") == len(SMOKE_PARTS) and "FAILED" not in md
+    assert "train.deterministic=true. 4 of 4 jobs" in md
     assert "Head ablation plan: 4 jobs (heads 1, 2 x seeds 0 x lm, mt) on CPU" in md
 
 
