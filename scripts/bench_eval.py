@@ -7,7 +7,7 @@ extension methods (Self-Extend, ReRoPE, log scaling), side by side in one run.
     python scripts/bench_eval.py --pes rope,rope+self_extend,rope+rerope,rope+logn \
         --lengths 1024,4096,16384 --baseline 1024
 
-A variant is ``pe``, ``pe:backend`` (backend ``flex`` or ``sdpa``, the model's ``attention``
+A variant is ``pe``, ``pe:backend`` (backend ``cpp``, ``flex`` or ``sdpa``, the model's ``attention``
 setting) or ``pe+method`` (an extension method set up for L tokens after training at
 ``--train-length``). ``compile s``: the first pass minus a later one, i.e. FlexAttention's one-off
 compilation (dynamic shapes: later lengths in the same process reuse it).
@@ -184,7 +184,7 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument(
-        "--pes", default="rope,alibi:flex,alibi:sdpa,t5:flex,t5:sdpa,fire:flex,fire:sdpa"
+        "--pes", default="rope,alibi,alibi:flex,alibi:sdpa,t5,t5:sdpa,fire,fire:flex,fire:sdpa"
     )
     p.add_argument("--lengths", default="1024,4096")
     p.add_argument("--baseline", type=int, default=1024, help="length the ratios are against")

@@ -5,7 +5,7 @@ v and the running sum c: what must hold before FoX trains on it).
     python scripts/flex_parity.py --device cuda     # forward and backward (a GPU trains on flex)
     python scripts/flex_parity.py                   # CPU: forward only (no CPU backward for flex)
 
-Two copies of one fp32 model (attention=auto and attention=sdpa, same weights) see the same
+Two copies of one fp32 model (attention=flex and attention=sdpa, same weights) see the same
 batch; the largest absolute differences of the logits, of every parameter's gradient (GPU), and
 of a generation through the KV cache are printed, with each copy's training step time (median of
 5 after 2 to warm up) where flex trains. FoX's row is its model: on a GPU the copy on flex
@@ -52,7 +52,7 @@ def flex_parity(
     for name in pes or sorted(kinds):
         torch.manual_seed(0)
         cfg = dict(vocab_size=260, d_model=128, n_layers=2, n_heads=4, pe=name, train_length=64)
-        a = GPT(ModelConfig(**cfg)).to(device)
+        a = GPT(ModelConfig(**cfg, attention="flex")).to(device)
         b = GPT(ModelConfig(**cfg, attention="sdpa")).to(device)
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, 260, (2, length), device=device)

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 log = logging.getLogger("posexp")
 
-BACKENDS = ("auto", "flex", "sdpa")
+BACKENDS = ("auto", "cpp", "flex", "sdpa")  # cpp: posexp/kernels/cpp_bias.py
 ScoreMod = Callable[..., torch.Tensor]  # (score, batch, head, q_idx, kv_idx) -> score
 
 _NAMES = {"gate": "forget gate", "bias": "position bias"}  # the kernel kinds, for messages
@@ -105,8 +105,13 @@ def describe(backend: str, device: torch.device, kind: str | None) -> str:
         return f"flex for the {what}{checked}"
     if use_flex(backend, device, needs_grad=False, dropout=0.0, kind=kind):
         long = f" of {GATE_MIN_CPU:,}+ tokens" if kind == "gate" else ""
+        # posexp/kernels/cpp_bias.py: the position biases' evaluation kernel on the CPU.
+        cpp = kind == "bias" and backend in ("auto", "cpp")
+        evaluate = "posexp's C++ kernel (else flex)" if cpp else "flex"
         # Training takes the kernel of the run's next log line (no FlexAttention backward here).
-        return f"the {what} added by SDPA or the matmul kernel to train, flex to evaluate{long}"
+        return (
+            f"the {what} added by SDPA or the matmul kernel to train, {evaluate} to evaluate{long}"
+        )
     return f"sdpa with an explicit {what} (attention.backend={backend}, device {device.type})"
 
 

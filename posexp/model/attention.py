@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.kernels import flex, matmul_attention
+from posexp.kernels import cpp_bias, flex, matmul_attention
 from posexp.model import near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
@@ -33,6 +32,43 @@ from posexp.pe import LogitTerm, PositionalEncoding
 QUERY_CHUNK = 128
 
 
+BiasKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+
+
+def bias_kernel_for(
+    pe: PositionalEncoding, length: int, backend: str, device: torch.device, dropout: float
+) -> BiasKernel | None:
+    """Causal attention (q, k, v) -> output with ``pe``'s bias added inside the kernel, for
+    queries and keys at 0..length-1, or None (SDPA with an explicit bias): posexp's CPU kernel
+    where it runs (evaluation on the CPU, ``attention.backend`` auto or cpp), else FlexAttention
+    where it runs (``flex.use_flex``); each returns None where it cannot, and the next is tried."""
+    grad = torch.is_grad_enabled()
+    by_distance = (
+        pe.distance_bias(length, device)
+        if cpp_bias.wanted(backend, device, grad, dropout)
+        else None
+    )
+    score_mod = pe.score_mod(length) if flex.use_flex(backend, device, grad, dropout) else None
+    if device.type == "cpu" and pe.far_bias() is not None:
+        # A bias constant past some distance (T5) runs faster through near_far than through
+        # the CPU's FlexAttention: attend_all takes it when this kernel gives up.
+        score_mod = None
+    if by_distance is None and score_mod is None:
+        return None
+
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+        y = None
+        if by_distance is not None:
+            y = cpp_bias.causal_attention(
+                q, k, v, by_distance.table, by_distance.row_scale, by_distance.piecewise
+            )
+        if y is None and score_mod is not None:
+            y = flex.flex_causal_attention(q, k, v, score_mod)  # None: compiling failed
+        return y
+
+    return kernel
+
+
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -42,7 +78,7 @@ def attend(
     pe: PositionalEncoding,
     plan: AttentionPlan | None = None,
     need_weights: bool = False,
-    score_mod: Any = None,
+    bias_kernel: BiasKernel | None = None,
     dropout: float = 0.0,
     causal_kernel: str = "sdpa",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -51,7 +87,7 @@ def attend(
     if pe.attention_chunk is not None:
         return chunked_attention(q, k, v, q_pos, k_pos, pe, plan, need_weights, causal_kernel)
     return attend_all(
-        q, k, v, q_pos, k_pos, pe, plan, need_weights, score_mod, dropout, causal_kernel
+        q, k, v, q_pos, k_pos, pe, plan, need_weights, bias_kernel, dropout, causal_kernel
     )
 
 
@@ -109,16 +145,16 @@ def attend_all(
     pe: PositionalEncoding,
     plan: AttentionPlan | None = None,
     need_weights: bool = False,
-    score_mod: Any = None,
+    bias_kernel: BiasKernel | None = None,
     dropout: float = 0.0,
     causal_kernel: str = "sdpa",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention of (rotated) ``q``, ``k`` over ``v`` by the kernel that can run it: the
     one place the kernel is chosen. In order: a training-free method's plan (blockwise causal
     attention, then remapped positions), a logit term computed from the scores (CoPE), the
-    weights asked for (explicit softmax), a bias constant past some distance split into near and
-    far parts (``near_far``), a position bias inside FlexAttention (``score_mod``, when the
-    caller built one), the matmul kernel where the run chose it for training in 16-bit
+    weights asked for (explicit softmax), a position bias inside the kernel (``bias_kernel``,
+    when the caller built one), a bias constant past some distance split into near and far parts
+    (``near_far``), the matmul kernel where the run chose it for training in 16-bit
     (``causal_kernel``; ``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any,
     added chunk by chunk).
     Returns the output and the weights (None unless asked for)."""
@@ -130,16 +166,16 @@ def attend_all(
         return content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
     if need_weights:
         return explicit_attention(q, k, v, q_pos, k_pos, pe)
+    if bias_kernel is not None:
+        y = bias_kernel(q, k, v)  # None: no kernel could run it
+        if y is not None:
+            return y, None
     far = pe.far_bias() if pe.has_bias else None
     if far is not None and near_far.applies(q, k, v, q_pos, k_pos, far[1]):
         scaled = q / math.sqrt(q.shape[-1])
         return near_far.attention(
             scaled, k, scaled, k, v, far[0], lambda qp, kp: pe.bias(qp, kp, q.dtype), far[1]
         ), None
-    if score_mod is not None:
-        y = flex.flex_causal_attention(q, k, v, score_mod)  # None: compiling failed, use SDPA
-        if y is not None:
-            return y, None
     if (
         causal_kernel == "matmul"
         and q.shape[2] == k.shape[2]

@@ -20,7 +20,7 @@ from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
 from posexp.kernels import flex, onednn_linear
 from posexp.kernels.matmul_attention import KERNELS
-from posexp.model.attention import attend
+from posexp.model.attention import BiasKernel, attend, bias_kernel_for
 from posexp.model.decoding import beam_search, sample_decode
 from posexp.pe import (
     LogitTerm,
@@ -144,7 +144,7 @@ class CausalSelfAttention(nn.Module):
         pe_state: Any = None,
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
-        score_mod: flex.ScoreMod | None = None,
+        bias_kernel: BiasKernel | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
@@ -193,7 +193,7 @@ class CausalSelfAttention(nn.Module):
             pe,
             self.plan,
             need_weights,
-            score_mod,
+            bias_kernel,
             self.dropout * self.training,
             self.causal_kernel,
         )
@@ -234,10 +234,12 @@ class Block(nn.Module):
         pe_state: Any = None,
         cache: dict[str, Any] | None = None,
         need_weights: bool = False,
-        score_mod: flex.ScoreMod | None = None,
+        bias_kernel: BiasKernel | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Apply the block; returns the new residual stream and the attention weights if asked."""
-        a, weights = self.attn(self.ln1(x), pe, positions, pe_state, cache, need_weights, score_mod)
+        a, weights = self.attn(
+            self.ln1(x), pe, positions, pe_state, cache, need_weights, bias_kernel
+        )
         x = x + self.dropout(a)
         return x + self.mlp(self.ln2(x)), weights
 
@@ -303,26 +305,21 @@ class GPT(nn.Module):
             length = int(positions.max()) + 1
         if cache is not None:
             cache.length = length
-        # A bias PE over positions 0..T-1 (training, evaluation, a prompt): FlexAttention adds the
-        # bias inside the kernel where it runs (posexp/kernels/flex.py); decoding steps keep SDPA.
-        flex_ok = (
-            from_zero
-            and T > 1
-            and not need_weights
-            and flex.use_flex(
-                self.cfg.attention,
-                idx.device,
-                torch.is_grad_enabled(),
-                self.cfg.dropout if self.training else 0.0,
-            )
-        )
+        # A bias PE over positions 0..T-1 (training, evaluation, a prompt): a kernel adds the bias
+        # inside attention where one runs (bias_kernel_for); decoding steps keep SDPA.
+        inside = from_zero and T > 1 and not need_weights
+        dropout = self.cfg.dropout if self.training else 0.0
         # Computed once per forward and encoding (RoPE: cos/sin tables), handed to its layers.
-        prepared: dict[int, tuple[Any, flex.ScoreMod | None]] = {}
+        prepared: dict[int, tuple[Any, BiasKernel | None]] = {}
         layer_pes = [self.pe.layer(i) for i in range(len(self.blocks))]
         for pe in layer_pes:
             if id(pe) not in prepared:
-                score_mod = pe.score_mod(length) if pe.has_bias and flex_ok else None
-                prepared[id(pe)] = (pe.prepare(length, idx.device), score_mod)
+                kernel = (
+                    bias_kernel_for(pe, length, self.cfg.attention, idx.device, dropout)
+                    if pe.has_bias and inside
+                    else None
+                )
+                prepared[id(pe)] = (pe.prepare(length, idx.device), kernel)
         x = self.pe.embed_tokens(
             self.tok_emb(idx) * math.sqrt(self.cfg.d_model),
             idx,
@@ -332,9 +329,9 @@ class GPT(nn.Module):
         weights = []
         for i, block in enumerate(self.blocks):
             pe = layer_pes[i]
-            pe_state, score_mod = prepared[id(pe)]
+            pe_state, kernel = prepared[id(pe)]
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = block(x, pe, positions, pe_state, layer_cache, need_weights, score_mod)
+            x, w = block(x, pe, positions, pe_state, layer_cache, need_weights, kernel)
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}

@@ -31,6 +31,7 @@ class ALiBi(PositionalEncoding):
 
     kind = "bias"
     logit_term = LogitTerm.POSITION_BIAS
+    bias_by_distance = True  # evaluation on the CPU reads it by distance (distance_bias)
     label, order, family = "ALiBi", 40, "relative bias"
 
     def __init__(self, ctx: PEContext) -> None:

@@ -38,6 +38,7 @@ from torch import nn
 
 from posexp.errors import PosexpError
 from posexp.extension import EXTENSIONS, ExtensionConfig, get_extension
+from posexp.pe.distance_bias import DistanceBias, by_distance
 from posexp.registry import Registry
 
 KINDS = ("none", "embedding", "rotation", "bias", "content", "attention")
@@ -77,7 +78,7 @@ class PEContext:
     # Checked where it was built; a null original_length becomes the training length here.
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     n_layers: int = 1  # encodings with per-layer parameters or patterns (``layer``) need it
-    # The model's attention backend (auto, flex, sdpa): what an encoding with attention of its
+    # The model's attention backend (auto, cpp, flex, sdpa): what an encoding with attention of its
     # own (FoX) may run, as posexp.kernels.flex.use_flex decides for the position biases.
     attention: str = "auto"
     causal_kernel: str = "sdpa"  # the model's training kernel (sdpa, matmul), for FoX likewise
@@ -276,6 +277,17 @@ class PositionalEncoding(nn.Module):
         key positions equal their indices, for up to ``length`` of them where given (tables may
         be sized by it); None: attention takes the ``bias`` path."""
         return None
+
+    # True when ``bias`` depends on the distance i - j alone (ALiBi, T5, Kerple, Sandwich).
+    bias_by_distance: ClassVar[bool] = False
+
+    def distance_bias(self, length: int, device: torch.device) -> DistanceBias | None:
+        """The bias for positions 0..length-1 as tables by distance (posexp's CPU kernel reads
+        them); by default ``bias`` itself where it depends on the distance alone, else None."""
+        if not self.bias_by_distance:
+            return None
+        distance = torch.arange(length, device=device)
+        return by_distance(self.bias(distance, distance[:1], torch.float32))
 
 
 def append_cached(cache: dict[str, Any], key: str, t: torch.Tensor) -> torch.Tensor:

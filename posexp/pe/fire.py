@@ -18,6 +18,7 @@ from torch import nn
 
 from posexp.checks import number, positive_int
 from posexp.pe.base import LogitTerm, PEContext, PositionalEncoding, register_pe
+from posexp.pe.distance_bias import DistanceBias
 
 
 def fire_inputs(
@@ -67,6 +68,27 @@ class FIRE(PositionalEncoding):
         values = self.mlp(u[..., None])  # (..., Tq, Tk, H)
         return values.movedim(-1, -3).to(dtype)
 
+    @torch.no_grad()
+    def piecewise(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The MLP on [0, 1] as intercept (H,) + slope (H,)·u + Σ_k gain[:, k]·relu(u - kink[k])
+        over the units that bend inside (0, 1) (``score_mod`` says how the others fold)."""
+        w1, b1 = self.mlp[0].weight[:, 0], self.mlp[0].bias
+        w2, b2 = self.mlp[2].weight, self.mlp[2].bias  # (heads, hidden), (heads,)
+        kink = -b1 / w1  # inf or nan where w1 == 0: never inside
+        bends = (kink > 0) & (kink < 1)
+        linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
+        gain = w2 * w1.abs()  # (heads, hidden): each unit's slope past its kink
+        falling = bends & (w1 < 0)  # |w|·(κ - u) of these joins the affine term
+        intercept = b2 + w2[:, linear] @ b1[linear] + gain[:, falling] @ kink[falling]
+        slope = w2[:, linear] @ w1[linear] - gain[:, falling].sum(1)
+        return intercept, slope, kink[bends].contiguous(), gain[:, bends].contiguous()
+
+    def distance_bias(self, length: int, device: torch.device) -> DistanceBias:
+        """ψ(d) by distance, 1/ψ(max(L, i)) by query and the MLP in pieces (``piecewise``)."""
+        with torch.no_grad():
+            log_distance, inverse_norm = fire_tables(self.log_c.exp(), self.threshold.abs(), length)
+        return DistanceBias(log_distance, inverse_norm, self.piecewise())
+
     def score_mod(self, length: int | None = None) -> Callable[..., torch.Tensor]:
         """The same bias per score inside the attention kernel: the MLP written out unit by unit,
         so no (Tq, Tk, hidden) tensor is ever stored.
@@ -103,14 +125,8 @@ class FIRE(PositionalEncoding):
                 return out
 
         else:
-            kink = -b1 / w1  # inf or nan where w1 == 0: never inside
-            bends = (kink > 0) & (kink < 1)
-            linear = ~bends & (0.5 * w1 + b1 > 0)  # on at the middle of [0, 1], so on throughout
-            gain = w2 * w1.abs()  # (heads, hidden): each unit's slope past its kink
-            falling = bends & (w1 < 0)  # |w|·(κ - u) of these joins the affine term
-            intercept = b2 + w2[:, linear] @ b1[linear] + gain[:, falling] @ kink[falling]
-            slope = w2[:, linear] @ w1[linear] - gain[:, falling].sum(1)
-            units = [(per_head(kink[k]), gain[:, k].contiguous()) for k in bends.nonzero()[:, 0]]
+            intercept, slope, kink, gain = self.piecewise()
+            units = [(per_head(kink[k]), gain[:, k].contiguous()) for k in range(len(kink))]
 
             def mlp(u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
                 out = intercept[h] + slope[h] * u

@@ -42,6 +42,7 @@ class Kerple(PositionalEncoding):
 
     kind = "bias"
     logit_term = LogitTerm.POSITION_BIAS
+    bias_by_distance = True  # evaluation on the CPU reads it by distance (distance_bias)
     label, order, family = "Kerple", 55, "relative bias"
 
     @classmethod

@@ -40,6 +40,7 @@ class Sandwich(PositionalEncoding):
 
     kind = "bias"
     logit_term = LogitTerm.POSITION_BIAS
+    bias_by_distance = True  # evaluation on the CPU reads it by distance (distance_bias)
     label, order, family = "Sandwich", 57, "relative bias"
 
     @classmethod

@@ -36,6 +36,7 @@ class T5Bias(PositionalEncoding):
 
     kind = "bias"
     logit_term = LogitTerm.POSITION_BIAS
+    bias_by_distance = True  # evaluation on the CPU reads it by distance (distance_bias)
     label, order, family = "T5 bias", 50, "relative bias"
 
     def __init__(self, ctx: PEContext, num_buckets: int = 32, max_distance: int = 128) -> None:

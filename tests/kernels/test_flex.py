@@ -137,7 +137,8 @@ def test_the_cpu_kernel_runs_in_fp32_under_bf16_autocast():
 
 def test_small_heads_use_flex_on_the_cpu_too():
     cfg = dict(vocab_size=60, d_model=64, n_layers=1, n_heads=8, pe="alibi", train_length=64)
-    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
+    auto = GPT(ModelConfig(**cfg, attention="flex")).eval()
+    sdpa = GPT(ModelConfig(**cfg, attention="sdpa")).eval()
     sdpa.load_state_dict(auto.state_dict())
     x = torch.randint(0, 60, (2, 40))  # 8-dim heads at a length 8 mod 16
     calls = []
@@ -159,7 +160,7 @@ def test_an_unknown_backend_is_refused():
     from posexp.errors import PosexpError
 
     with pytest.raises(
-        PosexpError, match="unknown attention backend 'fast'; allowed: auto, flex, sdpa"
+        PosexpError, match="unknown attention backend 'fast'; allowed: auto, cpp, flex, sdpa"
     ):
         ModelConfig(vocab_size=10, attention="fast")
 
@@ -168,7 +169,8 @@ def test_the_run_log_says_which_attention_runs():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert flex.describe("auto", cpu, None) == "no bias"
     assert flex.describe("auto", cuda, "bias") == "flex for the position bias"
-    assert flex.describe("auto", cpu, "bias").endswith("flex to evaluate")
+    assert flex.describe("auto", cpu, "bias").endswith("C++ kernel (else flex) to evaluate")
+    assert flex.describe("flex", cpu, "bias").endswith(" flex to evaluate")
     explicit = flex.describe("sdpa", cuda, "bias")
     assert explicit.startswith("sdpa with an explicit position bias")
     assert flex.describe("auto", cuda, "gate").startswith("flex for the forget gate (its gradients")

@@ -1,0 +1,230 @@
+"""posexp's own CPU kernel for causal attention with a position bias read by distance
+(``bias_attention.cpp``): how bias PEs (ALiBi, T5, Kerple, Sandwich, FIRE) evaluate on a CPU.
+
+Why a kernel of our own: torch 2.13's compiled FlexAttention template for the CPU hands a
+``score_mod`` its query and key indices as loaded buffers, so a table read at ``q_idx - kv_idx``
+becomes a gather one lane at a time, and its tiles run well below SDPA's on 256-bit vector units
+(ALiBi at 0.34x RoPE's tokens/s at 4,096 tokens on a Zen 3 CPU). Here the bias is a table
+reversed by distance, so the keys of a tile read it as one contiguous vector; FIRE's MLP of one
+input is piecewise linear, so over a tile only the ReLU units whose kink falls inside it are
+evaluated per key. docs/performance.md has the timings.
+
+The kernel is C++ built on first use with the compiler FlexAttention's CPU path needs anyway
+(``$CXX``, else ``c++``, ``g++`` or ``clang++``), for this CPU (``-march=native``), and cached
+under ``$POSEXP_KERNEL_CACHE`` (default ``~/.cache/posexp/kernels``) by a hash of its source,
+compiler, flags and CPU, so later processes load it in milliseconds. It is loaded with ctypes (no
+Python headers, no build tools beyond the compiler) and called without the GIL. Where it cannot
+be built, one warning is logged and attention takes FlexAttention, as before.
+
+Layout the C side expects: q, v (rows, T, D) and keys transposed and padded (rows, D, T + KB),
+rows = batch x heads (head = row mod heads); tables reversed by distance (entry T - 1 - d holds
+distance d) and padded by KB, per head (H, T + KB) or shared (T + KB). Forward only, fp32.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger("posexp")
+
+SOURCE = Path(__file__).with_name("bias_attention.cpp")
+HEAD_DIMS = (8, 16, 32, 64, 128)  # the head sizes the kernel is instantiated for
+KEY_TILE = 128  # the kernel's KB: keys and tables are padded by this much
+MAX_UNITS = 256  # piecewise-linear units a bias may bend with
+# Tried in order: -march=native is GCC's and x86 Clang's; some Arm compilers take -mcpu only.
+FLAG_SETS = (["-march=native"], ["-mcpu=native"], [])
+COMMON_FLAGS = ["-O3", "-std=c++17", "-pthread", "-shared", "-fPIC"]
+
+
+def cache_root() -> Path:
+    """Where built kernels are kept: ``$POSEXP_KERNEL_CACHE``, else ``~/.cache/posexp/kernels``."""
+    if os.environ.get("POSEXP_KERNEL_CACHE"):
+        return Path(os.environ["POSEXP_KERNEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "posexp" / "kernels"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_fingerprint() -> str:
+    """What -march=native depends on: the CPU's model and feature flags (a shared cache on a
+    mixed cluster must not hand one CPU a library built for another)."""
+    parts = [platform.machine(), platform.processor()]
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part"):
+                parts.append(line)
+                if line.startswith(("flags", "Features")):
+                    break
+    except OSError:
+        pass
+    return "|".join(parts)
+
+
+def _build(compiler: str, flags: list[str], target: Path) -> str | None:
+    """Compile the source into ``target`` atomically; None, or why not in one line."""
+    tmp = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
+        os.close(fd)
+        done = subprocess.run(
+            [compiler, *COMMON_FLAGS, *flags, str(SOURCE), "-o", tmp],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0:
+            errors = [ln for ln in done.stderr.splitlines() if "error" in ln] or [done.stderr]
+            return errors[0].strip()[:200] or f"exit status {done.returncode}"
+        os.replace(tmp, target)
+        return None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    fn = lib.posexp_bias_attention
+    fn.argtypes = [p, p, p, p, i64, i64, i64, i64, ctypes.c_float, i32, p, p, p, p, p, p, i32, i32]
+    fn.restype = i32
+    return lib
+
+
+@functools.cache
+def library(vector_floats: int | None = None) -> ctypes.CDLL | None:
+    """The built kernel (vectors of ``vector_floats`` floats across keys; None: the CPU's
+    width), built now if no cached build fits this source, compiler and CPU; None (with one
+    warning) where it cannot be built or loaded."""
+    compiler = _compiler()
+    if compiler is None:
+        return _unavailable("no C++ compiler found (set CXX)")
+    width = [] if vector_floats is None else [f"-DPOSEXP_VECTOR_FLOATS={vector_floats}"]
+    errors = []
+    for flags in FLAG_SETS:
+        flags = flags + width
+        fields = [SOURCE.read_bytes(), compiler, " ".join(COMMON_FLAGS + flags), _cpu_fingerprint()]
+        key = hashlib.sha256(repr(fields).encode()).hexdigest()[:16]
+        # An unwritable cache (a read-only home): the temp dir, for this process at least.
+        for root in (cache_root(), Path(tempfile.gettempdir()) / "posexp-kernels"):
+            target = root / f"bias_attention-{key}.so"
+            error = None if target.exists() else _build(compiler, flags, target)
+            if error is None:
+                try:
+                    return _load(target)
+                except OSError as e:
+                    error = str(e)
+            errors.append(error)
+            if not error.startswith(("PermissionError", "OSError", "FileNotFoundError")):
+                break  # the compiler refused these flags: try the next set
+    return _unavailable(f"building {SOURCE.name} failed: {errors[0]}")
+
+
+def _unavailable(why: str) -> None:
+    log.warning("posexp's CPU bias-attention kernel is unavailable (%s); using FlexAttention", why)
+    return None
+
+
+def wanted(backend: str, device: torch.device, needs_grad: bool, dropout: float) -> bool:
+    """Whether attention with a bias should try this kernel: evaluation on the CPU, with
+    ``attention.backend`` auto or cpp (flex and sdpa ask for those kernels)."""
+    return backend in ("auto", "cpp") and device.type == "cpu" and not needs_grad and not dropout
+
+
+def applies(q: torch.Tensor, vector_floats: int | None = None) -> bool:
+    """True where the kernel can run attention for queries ``q`` (B, H, T, D): on the CPU, with
+    no gradient, a head size it was built for, and a library that builds here."""
+    return (
+        q.device.type == "cpu"
+        and not torch.is_grad_enabled()
+        and q.shape[-1] in HEAD_DIMS
+        and library(vector_floats) is not None
+    )
+
+
+def _reversed(table: torch.Tensor, length: int) -> torch.Tensor:
+    """A table by distance as the kernel reads it: the first ``length`` entries, reversed,
+    padded by a key tile (the keys past a query's diagonal read the padding, then are masked)."""
+    if table.shape[-1] < length:
+        raise ValueError(f"a bias table of {table.shape[-1]} distances for {length} tokens")
+    return F.pad(table[..., :length].float().flip(-1), (0, KEY_TILE)).contiguous()
+
+
+def causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    table: torch.Tensor,
+    row_scale: torch.Tensor | None = None,
+    piecewise: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    vector_floats: int | None = None,
+) -> torch.Tensor | None:
+    """softmax(QKᵀ/√d + bias) V under a causal mask, for queries and keys at 0..T-1; None where
+    the kernel does not apply (``applies``).
+
+    The bias of query i and key j is ``table[h, i - j]`` for a (H, ≥T) table, or, with
+    ``piecewise`` = (intercept (H,), slope (H,), kinks (U,), gains (H, U)), FIRE's
+    ``intercept[h] + slope[h]·u + Σ_t gains[h, t]·relu(u - kinks[t])`` at
+    ``u = table[i - j]·row_scale[i]`` for a shared (≥T,) table and (≥T,) row scale.
+    ``vector_floats``: the build's vector width (tests), by default the CPU's.
+    """
+    if not applies(q, vector_floats):
+        return None
+    batch, heads, length, dim = q.shape
+    if piecewise is not None and piecewise[2].numel() > MAX_UNITS:
+        return None
+    dtype = q.dtype
+    q, v = q.float().contiguous(), v.float().contiguous()
+    keys = F.pad(k.float().transpose(-1, -2), (0, KEY_TILE)).contiguous()
+    reversed_table = _reversed(table, length)
+    if piecewise is None:
+        kind, units, extra = 1, 0, [None] * 5
+    else:
+        kind = 2
+        intercept, slope, kinks, gains = (t.float().contiguous() for t in piecewise)
+        scale = row_scale[:length].float().contiguous()
+        units, extra = kinks.numel(), [scale, intercept, slope, kinks, gains]
+    out = torch.empty_like(q)
+
+    def pointer(t: torch.Tensor | None) -> int | None:
+        return None if t is None else t.data_ptr()
+
+    status = library(vector_floats).posexp_bias_attention(
+        q.data_ptr(),
+        keys.data_ptr(),
+        v.data_ptr(),
+        out.data_ptr(),
+        batch * heads,
+        heads,
+        length,
+        dim,
+        dim**-0.5,
+        kind,
+        *(pointer(t) for t in [reversed_table, *extra]),
+        units,
+        torch.get_num_threads(),
+    )
+    if status != 0:
+        return None
+    return out.to(dtype)
