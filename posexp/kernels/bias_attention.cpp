@@ -214,8 +214,8 @@ void attention(const float* q, const float* kt, const float* v, float* out, int6
                            out + row * T * D, T, row % heads, block * QB, scale, bias);
         }
     };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    std::vector<std::thread> pool;  // no more threads than tasks: short inputs start few
+    for (int64_t t = 1; t < std::min<int64_t>(threads, tasks); ++t) pool.emplace_back(work);
     work();
     for (auto& t : pool) t.join();
 }
