@@ -74,8 +74,10 @@ inline float hsum(vf x) {
 }
 
 struct Bias {
-    int kind;                  // 0: none; 1: a table per head; 2: piecewise linear (FIRE)
-    const float* table;        // reversed by distance: kind 1 (H, T + KB), kind 2 (T + KB)
+    int kind;                  // 0: none; 1: a table per head; 2: piecewise linear (FIRE);
+                               // 3: c_i - c_j, c a running sum per row (FoX's forget gate)
+    const float* table;        // reversed by distance: kind 1 (H, T + KB), kind 2 (T + KB);
+                               // kind 3: c in order, (rows, T + KB)
     const float* row_scale;    // kind 2: (T,), multiplies the table entry per query
     const float* intercept;    // kind 2: (H,)
     const float* slope;        // kind 2: (H,)
@@ -116,7 +118,7 @@ inline void add_piecewise(float* s, const float* tab, int nvec, const Bias& b, i
 
 template <int D>
 void query_block(const float* q, const float* kt, const float* v, float* out, int64_t T,
-                 int64_t h, int64_t i0, float scale, const Bias& bias) {
+                 int64_t h, int64_t i0, float scale, const Bias& bias, const float* gate) {
     constexpr int DV = D / 8;
     const int64_t TP = T + KB;  // a row of the transposed, padded keys
     alignas(64) float qs[QB][D];
@@ -156,6 +158,10 @@ void query_block(const float* q, const float* kt, const float* v, float* out, in
                 for (int cv = 0; cv < nvec; ++cv) store(s + cv * W, load(s + cv * W) + load(tab + cv * W));
             } else if (bias.kind == 2) {
                 add_piecewise(s, bias.table + at, nvec, bias, h, bias.row_scale[i]);
+            } else if (bias.kind == 3) {
+                const vf ci = splat(gate[i]);
+                for (int cv = 0; cv < nvec; ++cv)
+                    store(s + cv * W, load(s + cv * W) + (ci - load(gate + j0 + cv * W)));
             }
             const int visible = static_cast<int>(std::min<int64_t>(cols, i - j0 + 1));
             for (int c = visible; c < nvec * W; ++c) s[c] = -INFINITY;
@@ -211,7 +217,8 @@ void attention(const float* q, const float* kt, const float* v, float* out, int6
             // Longest blocks (last queries) first, so the short ones fill the end evenly.
             const int64_t row = task / blocks, block = blocks - 1 - task % blocks;
             query_block<D>(q + row * T * D, kt + row * (T + KB) * D, v + row * T * D,
-                           out + row * T * D, T, row % heads, block * QB, scale, bias);
+                           out + row * T * D, T, row % heads, block * QB, scale, bias,
+                           bias.kind == 3 ? bias.table + row * (T + KB) : nullptr);
         }
     };
     std::vector<std::thread> pool;  // no more threads than tasks: short inputs start few

@@ -1,5 +1,6 @@
 """posexp's own CPU kernel for causal attention with a position bias read by distance
-(``bias_attention.cpp``): how bias PEs (ALiBi, T5, Kerple, Sandwich, FIRE) evaluate on a CPU.
+(``bias_attention.cpp``): how bias PEs (ALiBi, T5, Kerple, Sandwich, FIRE), and FoX's forget
+gate, evaluate on a CPU.
 
 Why a kernel of our own: torch 2.13's compiled FlexAttention template for the CPU hands a
 ``score_mod`` its query and key indices as loaded buffers, so a table read at ``q_idx - kv_idx``
@@ -18,7 +19,8 @@ be built, one warning is logged and attention takes FlexAttention, as before.
 
 Layout the C side expects: q, v (rows, T, D) and keys transposed and padded (rows, D, T + KB),
 rows = batch x heads (head = row mod heads); tables reversed by distance (entry T - 1 - d holds
-distance d) and padded by KB, per head (H, T + KB) or shared (T + KB). Forward only, fp32.
+distance d) and padded by KB, per head (H, T + KB) or shared (T + KB); FoX's running sum c in
+order, padded, per row (rows, T + KB). Forward only, fp32.
 """
 
 from __future__ import annotations
@@ -228,3 +230,24 @@ def causal_attention(
     if status != 0:
         return None
     return out.to(dtype)
+
+
+def causal_gated_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c: torch.Tensor
+) -> torch.Tensor | None:
+    """softmax(QKᵀ/√d + c_i − c_j) V under a causal mask, ``c`` (B, H, T) a running sum per row
+    (FoX's forget gate); None where the kernel does not apply (``applies``)."""
+    if not applies(q):
+        return None
+    batch, heads, length, dim = q.shape
+    dtype = q.dtype
+    q, v = q.float().contiguous(), v.float().contiguous()
+    keys = F.pad(k.float().transpose(-1, -2), (0, KEY_TILE)).contiguous()
+    gate = F.pad(c.float(), (0, KEY_TILE)).contiguous()
+    out = torch.empty_like(q)
+    status = library().posexp_bias_attention(
+        q.data_ptr(), keys.data_ptr(), v.data_ptr(), out.data_ptr(), batch * heads, heads,
+        length, dim, dim**-0.5, 3, gate.data_ptr(), None, None, None, None, None, 0,
+        torch.get_num_threads(),
+    )  # fmt: skip
+    return None if status != 0 else out.to(dtype)

@@ -104,14 +104,11 @@ def describe(backend: str, device: torch.device, kind: str | None) -> str:
         )
         return f"flex for the {what}{checked}"
     if use_flex(backend, device, needs_grad=False, dropout=0.0, kind=kind):
-        long = f" of {GATE_MIN_CPU:,}+ tokens" if kind == "gate" else ""
-        # posexp/kernels/cpp_bias.py: the position biases' evaluation kernel on the CPU.
-        cpp = kind == "bias" and backend in ("auto", "cpp")
-        evaluate = "posexp's C++ kernel (else flex)" if cpp else "flex"
+        evaluate = f"flex of {GATE_MIN_CPU:,}+ tokens" if kind == "gate" else "flex"
+        if backend in ("auto", "cpp"):  # posexp/kernels/cpp_bias.py: the CPU's, for both kinds
+            evaluate = f"posexp's C++ kernel (else {evaluate})"
         # Training takes the kernel of the run's next log line (no FlexAttention backward here).
-        return (
-            f"the {what} added by SDPA or the matmul kernel to train, {evaluate} to evaluate{long}"
-        )
+        return f"the {what} added by SDPA or the matmul kernel to train, {evaluate} to evaluate"
     return f"sdpa with an explicit {what} (attention.backend={backend}, device {device.type})"
 
 

@@ -10,11 +10,12 @@ The bias b_h starts from a time scale T_h, log-spaced over heads between ``pe.ti
 and ``pe.time_scale_max`` (null: the training length): b_h = −log(expm1(1/T_h)), so that
 σ(b_h) = exp(−1/T_h) and a head with zero input forgets over about T_h tokens.
 
-FlexAttention adds the bias inside its kernel, by a score_mod reading c
-(``posexp.kernels.flex.use_gate_flex``; one compilation serves every length), for one sequence
-from its start: on a GPU, training included, once the first batch with gradients has matched
-SDPA's gradients (``gate_gradient_gap``; else FoX trains on SDPA, with one warning); on the CPU,
-evaluation of 1,024+ tokens (no CPU backward). Elsewhere (CPU training, short sequences, decoding
+For one sequence from its start, a kernel adds the bias inside attention: evaluating on a CPU,
+posexp's own (``posexp.kernels.cpp_bias``, reading c per key); otherwise FlexAttention, by a
+score_mod reading c (``posexp.kernels.flex.use_gate_flex``; one compilation serves every
+length): on a GPU, training included, once the first batch with gradients has matched SDPA's
+gradients (``gate_gradient_gap``; else FoX trains on SDPA, with one warning), and on the CPU
+where posexp's kernel cannot run, evaluation of 1,024+ tokens (no CPU backward). Elsewhere (CPU training, short sequences, decoding
 steps, ``attention=sdpa``), SDPA adds it one chunk of queries at a time (or, training in bf16
 where the run chose it, ``posexp.kernels.matmul_attention`` adds it whole), so memory stays
 O(chunk × L) at any length; with a KV cache the running sum c is cached with the keys. The gate's
@@ -32,7 +33,7 @@ from torch import nn
 
 from posexp import checks
 from posexp.errors import PosexpError, choose
-from posexp.kernels import flex, matmul_attention
+from posexp.kernels import cpp_bias, flex, matmul_attention
 from posexp.pe.base import (
     LogitTerm,
     PEContext,
@@ -147,6 +148,10 @@ class FoXLayer(PositionalEncoding):
             k, v = append_cached(cache, "k", k), append_cached(cache, "v", v)
         # One sequence from its start (nothing cached before): FlexAttention where it pays.
         whole = q.shape[2] == k.shape[2] > 1 and q_pos.dim() == 1 and not need_weights
+        if whole and cpp_bias.wanted(self.ctx.attention, q.device, torch.is_grad_enabled(), 0.0):
+            y = cpp_bias.causal_gated_attention(q, k, v, c_q)  # evaluating on a CPU
+            if y is not None:
+                return y, None
         if (
             whole
             and flex.use_gate_flex(self.ctx.attention, q)

@@ -186,3 +186,35 @@ def test_a_failed_build_warns_once_and_leaves_nothing(fresh_build, tmp_path, mon
     assert "unavailable (building broken.cpp failed: " in record.getMessage()
     assert "using FlexAttention" in record.getMessage()
     assert not list(fresh_build.glob("*.so")) and not list(fresh_build.glob(".build-*"))
+
+
+@torch.no_grad()
+def test_the_forget_gate_equals_sdpa_with_its_bias():
+    # FoX's c_i − c_j with c a falling running sum per (batch, head) row, as its gate makes it.
+    torch.manual_seed(2)
+    wrong = []
+    for T in (1, 2, 31, 32, 33, 127, 128, 129, 300, 700):
+        q, k, v = (torch.randn(2, 3, T, 16) for _ in range(3))
+        c = F.logsigmoid(torch.randn(2, 3, T) + 2).cumsum(-1)
+        pos = torch.arange(T)
+        bias = (c[..., :, None] - c[..., None, :]).masked_fill(pos > pos[:, None], -math.inf)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        if (cpp_bias.causal_gated_attention(q, k, v, c) - want).abs().max() > 1e-5:
+            wrong.append(T)
+    assert not wrong, f"lengths where the gate differs from SDPA: {wrong}"
+
+
+@pytest.mark.parametrize("gate", ["data", "bias"])
+def test_fox_models_agree_with_sdpa(gate):
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=100, d_model=64, n_layers=2, n_heads=4, pe="fox", train_length=64)
+    cfg["pe_params"] = {"gate": gate}
+    cpp, sdpa = GPT(ModelConfig(**cfg, attention="cpp")), GPT(ModelConfig(**cfg, attention="sdpa"))
+    sdpa.load_state_dict(cpp.state_dict())
+    x = torch.randint(0, 100, (2, 333))
+    calls = []
+    real = cpp_bias.causal_gated_attention
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cpp_bias, "causal_gated_attention", lambda *a: calls.append(1) or real(*a))
+        assert (cpp.eval()(x)["logits"] - sdpa.eval()(x)["logits"]).abs().max() < 1e-4
+    assert calls

@@ -174,7 +174,8 @@ def test_the_run_log_says_which_attention_runs():
     explicit = flex.describe("sdpa", cuda, "bias")
     assert explicit.startswith("sdpa with an explicit position bias")
     assert flex.describe("auto", cuda, "gate").startswith("flex for the forget gate (its gradients")
-    assert flex.describe("auto", cpu, "gate").endswith("flex to evaluate of 1,024+ tokens")
+    assert flex.describe("auto", cpu, "gate").endswith("(else flex of 1,024+ tokens) to evaluate")
+    assert flex.describe("flex", cpu, "gate").endswith("train, flex of 1,024+ tokens to evaluate")
 
 
 @pytest.mark.parametrize("name,kind", [("rope", None), ("alibi", "bias"), ("fox", "gate")])
