@@ -1,6 +1,7 @@
-"""Evaluation speed and memory by length: RoPE's SDPA against the bias PEs (ALiBi, T5, FIRE) through
-FlexAttention and through the chunked SDPA-with-bias path, and against the training-free
-extension methods (Self-Extend, ReRoPE, log scaling), side by side in one run.
+"""Evaluation speed and memory by length: RoPE's SDPA against the bias PEs (ALiBi, T5, FIRE, ...)
+and FoX through posexp's CPU kernel (``auto``), FlexAttention (``:flex``) and the chunked
+SDPA-with-bias path (``:sdpa``), and against the training-free extension methods (Self-Extend,
+ReRoPE, log scaling), side by side in one run.
 
     python scripts/bench_eval.py                         # small model, 1024..4096, CPU
     python scripts/bench_eval.py --device cuda --lengths 1024,4096,16384

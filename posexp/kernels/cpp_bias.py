@@ -114,6 +114,14 @@ def _load(path: Path) -> ctypes.CDLL:
     return lib
 
 
+def _try_load(path: Path) -> ctypes.CDLL | str:
+    """The library at ``path``, or why it does not load."""
+    try:
+        return _load(path)
+    except OSError as e:
+        return f"OSError: {e}"
+
+
 @functools.cache
 def library(vector_floats: int | None = None) -> ctypes.CDLL | None:
     """The built kernel (vectors of ``vector_floats`` floats across keys; None: the CPU's
@@ -131,13 +139,15 @@ def library(vector_floats: int | None = None) -> ctypes.CDLL | None:
         # An unwritable cache (a read-only home): the temp dir, for this process at least.
         for root in (cache_root(), Path(tempfile.gettempdir()) / "posexp-kernels"):
             target = root / f"bias_attention-{key}.so"
-            error = None if target.exists() else _build(compiler, flags, target)
-            if error is None:
-                try:
-                    return _load(target)
-                except OSError as e:
-                    error = str(e)
-            errors.append(error)
+            built = target.exists()
+            error = None if built else _build(compiler, flags, target)
+            loaded = _try_load(target) if error is None else error
+            if built and isinstance(loaded, str):  # damaged (ours are written whole): rebuild
+                error = _build(compiler, flags, target)
+                loaded = _try_load(target) if error is None else error
+            if not isinstance(loaded, str):
+                return loaded
+            errors.append(error := loaded)
             if not error.startswith(("PermissionError", "OSError", "FileNotFoundError")):
                 break  # the compiler refused these flags: try the next set
     return _unavailable(f"building {SOURCE.name} failed: {errors[0]}")

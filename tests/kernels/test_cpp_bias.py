@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -173,6 +175,18 @@ def test_a_build_is_cached_and_reused(fresh_build, monkeypatch):
     cpp_bias.library.cache_clear()
     monkeypatch.setattr(cpp_bias, "_build", lambda *a: pytest.fail("built again"))
     assert cpp_bias.library() is not None
+
+
+def test_a_damaged_cached_build_is_built_again(fresh_build):
+    assert cpp_bias.library() is not None
+    [built] = fresh_build.glob("bias_attention-*.so")
+    damaged = built.with_suffix(".tmp")
+    damaged.write_bytes(b"not a shared library")
+    damaged.replace(built)  # a new file: this process has the old one mapped
+    # Another process (this one's loader would hand back the library it has by that name).
+    check = "from posexp.kernels import cpp_bias; assert cpp_bias.library() is not None"
+    subprocess.run([sys.executable, "-c", check], check=True, timeout=120)
+    assert built.stat().st_size > 1000
 
 
 def test_a_failed_build_warns_once_and_leaves_nothing(fresh_build, tmp_path, monkeypatch, caplog):
