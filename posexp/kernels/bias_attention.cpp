@@ -43,8 +43,9 @@ inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 // e^x for x <= 0 (a score minus its row's maximum), within 2 ulp of expf: x = n ln2 + r with
 // |r| <= ln2/2, e^r by a degree-6 polynomial (Cephes' coefficients), 2^n from the exponent bits.
 // Below -87 (masked keys are -inf) it is 0: e^-87 is 1.6e-38 of a row whose sum is at least 1.
+// NaN stays NaN (a diverged model must not score as a finite one).
 inline vf vexp(vf x_in) {
-    const vf x = vmax(x_in, splat(-87.0f));
+    const vf x = x_in < splat(-87.0f) ? splat(-87.0f) : x_in;
     const vf round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
     vf n = (x * 1.44269504088896341f + round) - round;
     vf r = x - n * 0.693359375f;

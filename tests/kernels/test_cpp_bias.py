@@ -51,7 +51,8 @@ def test_the_kernel_equals_sdpa_at_every_length_and_head_size(width):
     # Every length from 1 to 300 crosses the kernel's 32-query blocks and 128-key tiles at
     # every offset; two batch rows of 3 heads check which head each row reads.
     wrong = []
-    for D in cpp_bias.HEAD_DIMS[:3]:  # 8, 16, 32
+    # The width changes the key loops only, which every head size shares: 16 floats at one.
+    for D in cpp_bias.HEAD_DIMS[:3] if width == 8 else (16,):  # 8, 16, 32
         torch.manual_seed(D)
         slopes = torch.rand(3)
         table = -slopes[:, None] * torch.arange(300.0)
@@ -109,6 +110,24 @@ def test_a_distance_bias_is_the_bias_at_every_pair(name):
             bias = bias + (gains[:, :, None, None] * torch.relu(u - kinks[:, None, None])).sum(1)
     lower = pos[:, None] >= pos[None, :]
     assert (bias - want)[:, lower].abs().max() < 1e-5
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("where", ["q", "k"])
+def test_a_nan_reaches_every_query_that_sees_it(where):
+    # A diverged model must not score as a finite one: a NaN in query 150's or key 150's vector
+    # makes that query's (or every later query's) output NaN, and no other.
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 200, 16) for _ in range(3))
+    table = -torch.rand(2)[:, None] * torch.arange(200.0)
+    pos = torch.arange(200)
+    want = _explicit(q, k, v, table[:, (pos[:, None] - pos[None, :]).clamp(min=0)])
+    {"q": q, "k": k}[where][0, 1, 150, 3] = float("nan")
+    got = cpp_bias.causal_attention(q, k, v, table)
+    nan_rows = (pos == 150) if where == "q" else (pos >= 150)
+    assert got[0, 1, nan_rows].isnan().all() and not got[0, 1, ~nan_rows].isnan().any()
+    assert (got[0, 0] - want[0, 0]).abs().max() < 1e-5
+    assert (got[0, 1, pos < 150] - want[0, 1, pos < 150]).abs().max() < 1e-5
 
 
 def test_bf16_inputs_run_in_fp32_and_come_back_in_bf16():
