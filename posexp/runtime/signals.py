@@ -129,8 +129,9 @@ class GracefulStop:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # The Python-level handler (main thread, between bytecodes): the watchdog counts and
         # speaks; this only makes sure the flag is up when the loop looks. Ctrl-C before the
-        # first step has nothing to wait for: it interrupts at once, as Python's own handler.
-        if signum == signal.SIGINT and not self.started:
+        # first step has nothing to wait for: it interrupts at once, as Python's own handler,
+        # unless a stop signal came first (then the watchdog ends the process: a second signal).
+        if signum == signal.SIGINT and not self.started and self.signum is None:
             raise KeyboardInterrupt
         if self.signum is None:
             self.signum = signum

@@ -112,6 +112,32 @@ def test_ctrl_c_before_the_loop_interrupts_at_once():
             pass
 
 
+def test_ctrl_c_after_a_stop_signal_before_the_loop_is_a_second_signal(stuck):
+    # SIGTERM while the run is being set up, then Ctrl-C before the first step: the second
+    # signal ends the process through the watchdog, not as a KeyboardInterrupt (the message
+    # would otherwise depend on whether the loop had begun by then).
+    wait, release = stuck
+    exits, forced = [], []
+
+    def exit_now(code):
+        exits.append(code)
+        release()
+
+    try:
+        with GracefulStop(None, lambda s, why: forced.append(why), exit_now):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10**6):  # bytecodes: the handler runs between two of them
+                pass
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**6):
+                pass
+            wait()
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C after SIGTERM interrupted as a first Ctrl-C does")
+    assert exits == [128 + signal.SIGINT]
+    assert forced == ["a second stop signal, SIGINT"]
+
+
 def test_handlers_and_the_wakeup_fd_are_given_back():
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)}
     with GracefulStop():
