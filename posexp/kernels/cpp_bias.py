@@ -183,6 +183,41 @@ def _reversed(table: torch.Tensor, length: int) -> torch.Tensor:
     return F.pad(table[..., :length].float().flip(-1), (0, KEY_TILE)).contiguous()
 
 
+def _run(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kind: int,
+    tensors: list[torch.Tensor | None],
+    units: int = 0,
+    vector_floats: int | None = None,
+) -> torch.Tensor | None:
+    """The kernel of ``kind`` over q, k, v (any dtype; run in fp32, returned in q's) reading
+    ``tensors`` (table, row scale, intercept, slope, kinks, gains; None where unused)."""
+    batch, heads, length, dim = q.shape
+    dtype = q.dtype
+    q, v = q.float().contiguous(), v.float().contiguous()
+    keys = F.pad(k.float().transpose(-1, -2), (0, KEY_TILE)).contiguous()
+    out = torch.empty_like(q)
+    pointers = [None if t is None else t.data_ptr() for t in tensors + [None] * (6 - len(tensors))]
+    status = library(vector_floats).posexp_bias_attention(
+        q.data_ptr(),
+        keys.data_ptr(),
+        v.data_ptr(),
+        out.data_ptr(),
+        batch * heads,
+        heads,
+        length,
+        dim,
+        dim**-0.5,
+        kind,
+        *pointers,
+        units,
+        torch.get_num_threads(),
+    )
+    return None if status != 0 else out.to(dtype)
+
+
 def causal_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -203,43 +238,16 @@ def causal_attention(
     """
     if not applies(q, vector_floats):
         return None
-    batch, heads, length, dim = q.shape
-    if piecewise is not None and piecewise[2].numel() > MAX_UNITS:
-        return None
-    dtype = q.dtype
-    q, v = q.float().contiguous(), v.float().contiguous()
-    keys = F.pad(k.float().transpose(-1, -2), (0, KEY_TILE)).contiguous()
+    length = q.shape[2]
     reversed_table = _reversed(table, length)
     if piecewise is None:
-        kind, units, extra = 1, 0, [None] * 5
-    else:
-        kind = 2
-        intercept, slope, kinks, gains = (t.float().contiguous() for t in piecewise)
-        scale = row_scale[:length].float().contiguous()
-        units, extra = kinks.numel(), [scale, intercept, slope, kinks, gains]
-    out = torch.empty_like(q)
-
-    def pointer(t: torch.Tensor | None) -> int | None:
-        return None if t is None else t.data_ptr()
-
-    status = library(vector_floats).posexp_bias_attention(
-        q.data_ptr(),
-        keys.data_ptr(),
-        v.data_ptr(),
-        out.data_ptr(),
-        batch * heads,
-        heads,
-        length,
-        dim,
-        dim**-0.5,
-        kind,
-        *(pointer(t) for t in [reversed_table, *extra]),
-        units,
-        torch.get_num_threads(),
-    )
-    if status != 0:
+        return _run(q, k, v, 1, [reversed_table], vector_floats=vector_floats)
+    if piecewise[2].numel() > MAX_UNITS:
         return None
-    return out.to(dtype)
+    intercept, slope, kinks, gains = (t.float().contiguous() for t in piecewise)
+    scale = row_scale[:length].float().contiguous()
+    tensors = [reversed_table, scale, intercept, slope, kinks, gains]
+    return _run(q, k, v, 2, tensors, kinks.numel(), vector_floats)
 
 
 def causal_gated_attention(
@@ -249,15 +257,4 @@ def causal_gated_attention(
     (FoX's forget gate); None where the kernel does not apply (``applies``)."""
     if not applies(q):
         return None
-    batch, heads, length, dim = q.shape
-    dtype = q.dtype
-    q, v = q.float().contiguous(), v.float().contiguous()
-    keys = F.pad(k.float().transpose(-1, -2), (0, KEY_TILE)).contiguous()
-    gate = F.pad(c.float(), (0, KEY_TILE)).contiguous()
-    out = torch.empty_like(q)
-    status = library().posexp_bias_attention(
-        q.data_ptr(), keys.data_ptr(), v.data_ptr(), out.data_ptr(), batch * heads, heads,
-        length, dim, dim**-0.5, 3, gate.data_ptr(), None, None, None, None, None, 0,
-        torch.get_num_threads(),
-    )  # fmt: skip
-    return None if status != 0 else out.to(dtype)
+    return _run(q, k, v, 3, [F.pad(c.float(), (0, KEY_TILE)).contiguous()])

@@ -70,24 +70,31 @@ def test_the_kernel_equals_sdpa_at_every_length_and_head_size(width):
     assert not wrong, f"(bias, head dim, length) that differ from SDPA: {wrong}"
 
 
-@pytest.mark.parametrize("name", BIAS_PES)
-@pytest.mark.parametrize("D", [16, 64])
-def test_models_agree_with_sdpa(name, D):
-    # FIRE is evaluated past its threshold (64), where its row scale falls with the query.
+def _cpp_model_agrees_with_sdpa(kernel: str, perturb: bool, **cfg) -> None:
+    """A model on attention=cpp gives SDPA's logits over 333 tokens, through ``kernel``."""
     torch.manual_seed(0)
-    cfg = dict(vocab_size=100, d_model=2 * D, n_layers=2, n_heads=2, pe=name, train_length=64)
+    cfg = dict(vocab_size=100, n_layers=2, train_length=64, **cfg)
     cpp, sdpa = GPT(ModelConfig(**cfg, attention="cpp")), GPT(ModelConfig(**cfg, attention="sdpa"))
-    with torch.no_grad():
-        for p in cpp.pe.parameters():  # a trained-looking encoding, not its init
-            p.add_(0.3 * torch.randn_like(p))
+    if perturb:
+        with torch.no_grad():
+            for p in cpp.pe.parameters():  # a trained-looking encoding, not its init
+                p.add_(0.3 * torch.randn_like(p))
     sdpa.load_state_dict(cpp.state_dict())
     x = torch.randint(0, 100, (2, 333))
     calls = []
-    real = cpp_bias.causal_attention
+    real = getattr(cpp_bias, kernel)
     with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cpp_bias, "causal_attention", lambda *a: calls.append(1) or real(*a))
+        mp.setattr(cpp_bias, kernel, lambda *a: calls.append(1) or real(*a))
         assert (cpp.eval()(x)["logits"] - sdpa.eval()(x)["logits"]).abs().max() < 1e-4
-    assert calls  # T5 too, though posexp/model/near_far.py could run it (the kernel is faster)
+    assert calls
+
+
+@pytest.mark.parametrize("name", BIAS_PES)
+@pytest.mark.parametrize("D", [16, 64])
+def test_models_agree_with_sdpa(name, D):
+    # FIRE is evaluated past its threshold (64), where its row scale falls with the query; T5
+    # takes the kernel though posexp/model/near_far.py could run it (the kernel is faster).
+    _cpp_model_agrees_with_sdpa("causal_attention", True, d_model=2 * D, n_heads=2, pe=name)
 
 
 @pytest.mark.parametrize("name", BIAS_PES)
@@ -239,15 +246,6 @@ def test_the_forget_gate_equals_sdpa_with_its_bias():
 
 @pytest.mark.parametrize("gate", ["data", "bias"])
 def test_fox_models_agree_with_sdpa(gate):
-    torch.manual_seed(0)
-    cfg = dict(vocab_size=100, d_model=64, n_layers=2, n_heads=4, pe="fox", train_length=64)
-    cfg["pe_params"] = {"gate": gate}
-    cpp, sdpa = GPT(ModelConfig(**cfg, attention="cpp")), GPT(ModelConfig(**cfg, attention="sdpa"))
-    sdpa.load_state_dict(cpp.state_dict())
-    x = torch.randint(0, 100, (2, 333))
-    calls = []
-    real = cpp_bias.causal_gated_attention
-    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cpp_bias, "causal_gated_attention", lambda *a: calls.append(1) or real(*a))
-        assert (cpp.eval()(x)["logits"] - sdpa.eval()(x)["logits"]).abs().max() < 1e-4
-    assert calls
+    _cpp_model_agrees_with_sdpa(
+        "causal_gated_attention", False, d_model=64, n_heads=4, pe="fox", pe_params={"gate": gate}
+    )
