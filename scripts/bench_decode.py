@@ -188,7 +188,7 @@ def main() -> int:
             flush=True,
         )
     if args.json:
-        from posexp.files import write_json_atomic
+        from posexp.store.files import write_json_atomic
 
         write_json_atomic(args.json, {"args": vars(args) | {"json": str(args.json)}, "rows": rows})
     return 0

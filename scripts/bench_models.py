@@ -210,7 +210,7 @@ def pe_setting(spec: str) -> tuple[str, dict[str, Any]]:
     from hydra import compose, initialize_config_dir
 
     from posexp.config import from_composed
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     if not (Path(config_dir()) / "pe" / f"{spec}.yaml").is_file():
         raise SystemExit(f"unknown pe {spec!r}: neither registered nor a configs/pe/ preset")

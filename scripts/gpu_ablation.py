@@ -63,7 +63,7 @@ def compose(c: Check, task: str, heads: int) -> Any:
     from hydra import initialize_config_dir
 
     from posexp.config import from_composed
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = hydra_compose("train", [*overrides(c, task, heads, 0), f"cache_dir={c.cache}"])
@@ -149,7 +149,7 @@ def run_task(run: Any) -> str:
 
 def machine_memory_gib(device: torch.device) -> float:
     """The device's whole memory (the RAM free now on the CPU)."""
-    from posexp.hardware import available_memory
+    from posexp.runtime.hardware import available_memory
 
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory / 2**30
@@ -169,8 +169,8 @@ def measured_packing(c: Check) -> dict[int, float]:
 
 def measure(c: Check) -> tuple[Measurement, dict[str, tuple[Any, int]]]:
     """Prep, then every kind's steps: the plan's measurement."""
-    from posexp.hardware import usable_cores
     from posexp.runtime.device import set_deterministic
+    from posexp.runtime.hardware import usable_cores
 
     start = time.perf_counter()
     s = c.sizes

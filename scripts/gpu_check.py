@@ -57,7 +57,7 @@ from gpu_parts import (
 )
 from gpu_plan import Measurement, PlanError, plan, render_plan, simulated_h200
 
-from posexp.files import write_json_atomic, write_text_atomic
+from posexp.store.files import write_json_atomic, write_text_atomic
 
 PARTS = {
     "train": part_train,

@@ -21,7 +21,7 @@ sys.path[:0] = [str(SCRIPTS), str(ROOT)]
 import torch  # noqa: E402
 from gpu_report import render_markdown  # noqa: E402
 
-from posexp.files import write_json_atomic, write_text_atomic  # noqa: E402
+from posexp.store.files import write_json_atomic, write_text_atomic  # noqa: E402
 
 
 @dataclass(frozen=True)

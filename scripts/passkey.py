@@ -40,7 +40,7 @@ L0 = 128  # training length of the language model and the passkey rows (configs/
 
 def finished(run: Path) -> bool:
     """True when ``run`` completed training."""
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     return RunDir(run).status() == "completed"
 
@@ -217,7 +217,7 @@ def l0_retrieval(run: Path, device: str) -> float:
 
 def train_once(run: Path, *args: str) -> None:
     """Train ``run`` with ``args``; resume it if a checkpoint is there; skip it if completed."""
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     if finished(run):
         print(f"# {run}: completed, skipped", flush=True)

@@ -55,7 +55,7 @@ def step_memory_child(run_dir: str, tokens: int, batch: int) -> None:
     import torch
     from bench_eval import _status_kib as kib  # this script's folder is on sys.path here
 
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     model = RunDir(Path(run_dir)).load_model("cpu").train()
     x = torch.randint(0, model.cfg.vocab_size, (batch, tokens))
@@ -77,7 +77,7 @@ def step_memory(run_dir: Path, tokens: int, batch: int, threads: int) -> float:
 
 def finished(run_dir: Path) -> bool:
     """True when ``run_dir`` completed training."""
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     return RunDir(run_dir).status() == "completed"
 
@@ -123,7 +123,7 @@ def main() -> None:
         p.error("--parent and --out are required")
 
     from posexp.data.synthetic import make_data
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     cfg = RunDir.open_run(a.parent, "--parent").config()
     data = make_data(**cfg.data.params)

@@ -18,8 +18,8 @@ from posexp.commands.extrapolate.tasks import task_data
 from posexp.commands.generate import run_tokenizer
 from posexp.errors import PosexpError
 from posexp.objectives.synthetic import score_examples
-from posexp.positions import scoring_positions
-from posexp.rundir import RunDir
+from posexp.positions.randomized import scoring_positions
+from posexp.store.rundir import RunDir
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from posexp.data.pairs import IGNORE, collate_rows
 from posexp.errors import PosexpError
 from posexp.objectives.synthetic import encode_examples
 from posexp.pe.t5 import relative_buckets
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 
 
 def target_distance(task: str, size: int, index: int) -> int:

@@ -146,7 +146,7 @@ def posexp_in_own_group(
 
 # A second process that holds a dir's writer lock until its stdin closes (a pipe: no sleeps).
 HOLD_LOCK = (
-    "import sys; from posexp import runlock; runlock.lock(sys.argv[1]); "
+    "import sys; from posexp.store import runlock; runlock.lock(sys.argv[1]); "
     "print('locked', flush=True); sys.stdin.read()"
 )
 
@@ -188,7 +188,7 @@ def run_config(*overrides: str):
     from hydra import compose, initialize_config_dir
 
     from posexp.config import from_composed
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         return from_composed(compose("train", list(overrides)))

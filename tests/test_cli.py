@@ -108,7 +108,7 @@ def help_panels(out: str) -> dict[str, list[str]]:
 def test_train_help_is_panels_of_its_flags_config_groups_keys_and_examples():
     from omegaconf import OmegaConf
 
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output

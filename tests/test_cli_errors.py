@@ -170,7 +170,7 @@ def test_a_new_key_in_an_existing_mapping_is_told_the_plus_it_needs():
     from hydra.errors import ConfigCompositionException
 
     from posexp.cli.errors import one_line
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     value = "data.task_options={niah_single:{haystack:noise}}"
     with initialize_config_dir(str(config_dir()), version_base="1.3", job_name="posexp"):

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from posexp.cli.overrides import expand_method_specs, open_mapping_args, quote_resume_path
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
 

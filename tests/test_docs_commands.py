@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from posexp.cli.sweep_check import NO_RUN_FLAGS, check_sweep_jobs, is_multirun
 from posexp.commands import quiet_schema_match_warning
 from posexp.commands.train import check_config
+from posexp.config.paths import config_dir
 from posexp.config.run import from_composed
 from posexp.errors import PosexpError
-from posexp.paths import config_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -103,7 +103,7 @@ LOWER_MUST_NOT_IMPORT = {
     "posexp.extension": ("posexp.pe", "posexp.model", "posexp.data", "posexp.config"),
     "posexp.pe": ("posexp.model", "posexp.data", "posexp.config"),
     "posexp.data": ("posexp.model", "posexp.pe", "posexp.extension", "posexp.objectives"),
-    "posexp.model": ("posexp.config", "posexp.data", "posexp.rundir", "hydra", "omegaconf"),
+    "posexp.model": ("posexp.config", "posexp.data", "posexp.store.rundir", "hydra", "omegaconf"),
     "posexp.objectives": ("posexp.commands", "posexp.cli"),
     "posexp.runtime": ("posexp.commands", "posexp.cli"),
 }

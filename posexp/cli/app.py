@@ -352,11 +352,11 @@ def main() -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from posexp.files import disk_full
+    from posexp.store.files import disk_full
 
     # Hydra then re-raises instead of printing its own multi-line report, so we can print one line.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-    # provenance.json records the command as typed (posexp.runtime.provenance.COMMAND_ENV).
+    # provenance.json records the command as typed (posexp.store.provenance.COMMAND_ENV).
     os.environ["POSEXP_COMMAND"] = shlex.join(["posexp", *sys.argv[1:]])
     try:
         if len(sys.argv) > 1 and sys.argv[1] in ("-sc", "--shell-completion"):
@@ -400,7 +400,7 @@ def main() -> None:
         typer.echo(f"error: {str(e.filename)!r}: {e.strerror} ({why})", err=True)
         raise SystemExit(2) from None
     except Exception as e:
-        from posexp.hardware import out_of_memory
+        from posexp.runtime.hardware import out_of_memory
 
         if disk_full(e) and not is_sweep(sys.argv):  # torch's writer hides the OS error
             typer.echo(

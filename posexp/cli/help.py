@@ -17,7 +17,7 @@ from typing import Any
 
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from posexp.paths import config_dir
+from posexp.config.paths import config_dir
 
 
 def _relabel(params: list[Any]) -> list[Any]:

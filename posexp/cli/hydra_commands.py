@@ -15,8 +15,8 @@ from typing import Any
 import typer
 
 from posexp.cli.overrides import sweep_keys
-from posexp.paths import config_dir
-from posexp.resolvers import SWEEP_ENV
+from posexp.config.paths import config_dir
+from posexp.config.resolvers import SWEEP_ENV
 
 
 def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from posexp.checks import user_path
+from posexp.config.paths import config_dir
 from posexp.errors import PosexpError
-from posexp.paths import config_dir
 
 
 def expand_method_specs(args: list[str]) -> list[str]:
@@ -101,7 +101,7 @@ def check_evaluation_not_swept(args: list[str]) -> None:
 
 def check_output_arg(args: list[str]) -> None:
     """Refuse a run or sweep dir that cannot be written (a file in the way, read-only) up front."""
-    from posexp.files import check_writable
+    from posexp.store.files import check_writable
 
     if any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info") for a in args):
         return
@@ -133,7 +133,7 @@ def check_run_dir_arg(args: list[str]) -> None:
     existing run (continue that one with ``resume=``) or of a run starting there now. Sweep jobs
     are checked one by one in their task, so a busy job fails alone.
     """
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     if any(
         a in ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-m", "--multirun")
@@ -203,7 +203,7 @@ def hydra_value(arg: str) -> Any:
 
 def check_resume_arg(args: list[str]) -> None:
     """Reject a bad ``resume=`` before Hydra creates (and so half-writes) its run dir."""
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     for arg in args:
         if arg.startswith("resume="):

@@ -23,8 +23,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from posexp.config.paths import config_dir
 from posexp.errors import PosexpError
-from posexp.paths import config_dir
 
 MAX_JOBS = 2000  # composing a job takes milliseconds; past this, the first ones stand for all
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"

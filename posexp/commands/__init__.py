@@ -2,13 +2,13 @@
 (eval-extrapolate), report, generate, runs. ``posexp/cli/app.py`` parses; these do the work.
 
 Importing this package registers the config resolvers and quiets one Hydra warning: a sweep's
-worker processes import a command function without going through ``posexp.paths.config_dir()``
+worker processes import a command function without going through ``posexp.config.paths.config_dir()``
 or the CLI, yet compose and resolve the job's config.
 """
 
 import warnings
 
-from posexp.resolvers import register_resolvers
+from posexp.config.resolvers import register_resolvers
 
 SCHEMA_MATCH_WARNING = r"(?s).*is validated against ConfigStore schema with the same name"
 

@@ -11,7 +11,7 @@ overrides; the task then builds the effective config from the PARENT's saved con
   (e.g. a preset's ``extrapolate:``) are kept;
 * train: the parent's settings, with finetune.yaml's defaults (max_steps, lr, ...) and then the
   user's ``train.*`` overrides on top; ``train.seq_len`` defaults to L0 x extension.factor;
-* PoSE (``train.pose.enabled=true``, ``posexp/pose.py``): ``train.seq_len``, the window, defaults
+* PoSE (``train.pose.enabled=true``, ``posexp/positions/pose.py``): ``train.seq_len``, the window, defaults
   to L0 and ``train.pose.target_length`` to L0 x extension.factor; a target given without
   ``extension.factor`` sets the factor to target / L0 (the method is set up for the target);
   for a synthetic-task parent L0 here is its longest training row, the window its whole rows
@@ -38,15 +38,15 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from posexp import checks
 from posexp.commands.train import run_training
 from posexp.config import NETWORK_ROOTS, from_composed
+from posexp.config.paths import config_dir
 from posexp.config.run import check_trainable
 from posexp.config.sections import named_entry
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
-from posexp.files import write_text_atomic
-from posexp.paths import config_dir
-from posexp.rundir import RunDir
-from posexp.runtime.lifecycle import discard_interrupted, fail_run, job_failed, own_run_dir
 from posexp.runtime.signals import StopRequested
+from posexp.store.files import write_text_atomic
+from posexp.store.lifecycle import discard_interrupted, fail_run, job_failed, own_run_dir
+from posexp.store.rundir import RunDir
 
 log = logging.getLogger("posexp")
 

@@ -24,7 +24,7 @@ from posexp.errors import PosexpError
 from posexp.model.generation import TokenProgress, generate_ids
 
 if TYPE_CHECKING:
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
 
 def run_tokenizer(cfg: RunConfig, kept: Path | None = None) -> tuple[Any, str]:
@@ -204,8 +204,8 @@ def generate_text(
     replaces the run's extension (none, a RoPE method, or a training-free one), set up for
     prompt + new tokens unless ``factor`` is given.
     """
-    from posexp.rundir import RunDir, latest_run
     from posexp.runtime.device import resolve_device
+    from posexp.store.rundir import RunDir, latest_run
 
     if not prompts:
         raise PosexpError('no prompt given; pass one or more texts, e.g. "And God said"')

@@ -77,7 +77,7 @@ def _ended(sweep: str, row: dict[str, Any]) -> str:
     """A job's status, with the error its results.json records when it failed."""
     from pathlib import Path
 
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     results = RunDir(Path(sweep) / row["run"]).results() if row["status"] == "failed" else None
     error = (results or {}).get("error")

@@ -14,14 +14,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from posexp import runlock
 from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
 from posexp.commands.report.views.findings import job_pe
 from posexp.errors import PosexpError, UnreadableFile
 from posexp.labels import extension_text
-from posexp.rundir import RunDir, marked_dirs
-from posexp.runtime import provenance
+from posexp.store import provenance, runlock
+from posexp.store.rundir import RunDir, marked_dirs
 
 FIELDS = (
     "run",

@@ -22,32 +22,19 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, read_write
 from torch.utils.tensorboard import SummaryWriter
 
-from posexp.checkpoint import load_state, load_weights
 from posexp.config import RunConfig, from_composed
 from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError, first_line
-from posexp.files import disk_full, keep_damaged, write_bytes_atomic, write_text_atomic
-from posexp.hardware import out_of_memory
 from posexp.kernels import flex
-from posexp.metrics import clock_text, metric_text
 from posexp.model import GPT
 from posexp.objectives import OBJECTIVES, build_objective
 from posexp.pe import get_pe
-from posexp.rundir import RunDir
-from posexp.runtime import distributed, provenance
+from posexp.runtime import distributed
 from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, set_cublas_workspace
+from posexp.runtime.hardware import out_of_memory
 from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
-from posexp.runtime.lifecycle import (
-    abandon_run,
-    discard_interrupted,
-    fail_run,
-    job_failed,
-    keep_log_name,
-    own_run_dir,
-    report_stop,
-)
 from posexp.runtime.optim import (
     Schedule,
     parameter_groups,
@@ -56,13 +43,27 @@ from posexp.runtime.optim import (
 )
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
-from posexp.runtime.resume import effective_config, finished_results
 from posexp.runtime.signals import GracefulStop, StopRequested
 from posexp.runtime.sweeps import completed_results, continue_unfinished
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.trainer import Trainer
 from posexp.runtime.weights import check_same_network, check_start_weights
+from posexp.scoring.metrics import clock_text, metric_text
 from posexp.scoring.records import checkpoint_of
+from posexp.store import provenance
+from posexp.store.checkpoint import load_state, load_weights
+from posexp.store.files import disk_full, keep_damaged, write_bytes_atomic, write_text_atomic
+from posexp.store.lifecycle import (
+    abandon_run,
+    discard_interrupted,
+    fail_run,
+    job_failed,
+    keep_log_name,
+    own_run_dir,
+    report_stop,
+)
+from posexp.store.resume import effective_config, finished_results
+from posexp.store.rundir import RunDir
 
 log = logging.getLogger("posexp")
 

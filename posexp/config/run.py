@@ -31,8 +31,8 @@ from posexp.config.sections import (
 )
 from posexp.errors import PosexpError, choose
 from posexp.extension import ExtensionConfig
-from posexp.pose import PoseConfig, check_pose_run
-from posexp.positions import PositionSampling
+from posexp.positions.pose import PoseConfig, check_pose_run
+from posexp.positions.randomized import PositionSampling
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,7 @@ def saved_defaults() -> dict[str, Any]:
     """The sections of ``train.yaml`` with fixed keys (train, translate, ...), as plain data."""
     from omegaconf import OmegaConf
 
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     yaml = OmegaConf.load(f"{config_dir()}/train.yaml")
     return {

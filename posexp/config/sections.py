@@ -14,7 +14,7 @@ from typing import Any
 from posexp import checks
 from posexp.checks import number, positive_int
 from posexp.errors import PosexpError, choose
-from posexp.pose import PoseConfig
+from posexp.positions.pose import PoseConfig
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -132,7 +132,7 @@ class TrainConfig:
     stop_grace_s: float | None
     resume_schedule: str
     deterministic: bool  # torch's deterministic kernels: a GPU run repeats bit for bit
-    pose: PoseConfig  # PoSE: positions skipped up to a target length (posexp/pose.py)
+    pose: PoseConfig  # PoSE: positions skipped up to a target length (posexp/positions/pose.py)
 
     @classmethod
     def from_dict(cls, value: Any, pairs: bool = True) -> TrainConfig:

@@ -23,7 +23,7 @@ from posexp.checks import positive_int
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.data.tokens import atomic_write, cache_name
 from posexp.errors import PosexpError, choose, first_line
-from posexp.files import cache_lock, set_aside
+from posexp.store.files import cache_lock, set_aside
 
 log = logging.getLogger("posexp")
 

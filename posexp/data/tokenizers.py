@@ -23,8 +23,8 @@ import numpy as np
 from posexp import checks
 from posexp.data.registry import Corpus
 from posexp.errors import PosexpError, first_line
-from posexp.files import cache_lock, set_aside
 from posexp.registry import Registry
+from posexp.store.files import cache_lock, set_aside
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
 # A BPE vocabulary's documented bounds: 256 bytes + the specials, up to 2**20 tokens. A byte-level

@@ -24,7 +24,7 @@ from posexp.checks import positive_int
 from posexp.data.registry import Corpus
 from posexp.data.tokenizers import Tokenizer, token_dtype
 from posexp.errors import PosexpError, first_line
-from posexp.files import cache_lock, set_aside
+from posexp.store.files import cache_lock, set_aside
 
 CACHE_VERSION = "tokens-v1"
 

@@ -10,7 +10,7 @@ import torch
 from posexp.config import RunConfig
 from posexp.data import LMBatches, eval_windows
 from posexp.objectives.base import Autocast, mean_loss, register_objective
-from posexp.pose import PoseBatches
+from posexp.positions.pose import PoseBatches
 
 
 @register_objective("lm")
@@ -21,7 +21,7 @@ class LanguageModeling:
     def __init__(self, cfg: RunConfig, data: Any, device: torch.device, autocast: Autocast) -> None:
         t = cfg.train
         tokens = data.tokens["train"]
-        # PoSE: rows read at skipped positions up to the target length (posexp/pose.py).
+        # PoSE: rows read at skipped positions up to the target length (posexp/positions/pose.py).
         self.batches = (
             PoseBatches(tokens, t.batch_size, t.seq_len, t.pose, cfg.seed)
             if t.pose.enabled

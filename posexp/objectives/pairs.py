@@ -44,10 +44,10 @@ import torch
 from posexp.config import RunConfig
 from posexp.data import PairBatches
 from posexp.errors import PosexpError
-from posexp.metrics import copy_baseline, translation_scores
 from posexp.model.attention_maps import attention_figure, figure_to_array
 from posexp.model.generation import TokenProgress, generate_ids
 from posexp.objectives.base import Autocast, register_objective
+from posexp.scoring.metrics import copy_baseline, translation_scores
 
 log = logging.getLogger("posexp")
 
@@ -311,7 +311,7 @@ class Translation:
 
     def save_attention_pngs(self, model: torch.nn.Module, folder: Path) -> list[Path]:
         """``folder/layer<i>.png`` (160 dpi) and ``.svg`` for every layer; returns the PNG paths."""
-        from posexp.files import save_figure_atomic
+        from posexp.store.files import save_figure_atomic
 
         labels = self.token_labels(self.attention_ids)
         folder.mkdir(parents=True, exist_ok=True)
@@ -338,7 +338,7 @@ def samples_markdown(sources: list[str], refs: list[str], hyps: list[str]) -> st
 
 def write_translations(path: Path, sources: list[str], refs: list[str], hyps: list[str]) -> None:
     """source / reference / hypothesis as a TSV with a header."""
-    from posexp.files import write_text_atomic
+    from posexp.store.files import write_text_atomic
 
     buf = io.StringIO()
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")

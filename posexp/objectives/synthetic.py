@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from posexp.config import RunConfig
 from posexp.data.pairs import IGNORE, collate_rows
 from posexp.objectives.base import Autocast, register_objective
-from posexp.positions import PositionDraw, scoring_positions
+from posexp.positions.randomized import PositionDraw, scoring_positions
 
 Example = tuple[str, str]
 
@@ -121,7 +121,7 @@ class SyntheticTask:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows for ``step``, a pure function of (seed, step), padded to the longest training row
-        (PoSE keeps them whole; the trainer skips their positions, ``posexp.pose``)."""
+        (PoSE keeps them whole; the trainer skips their positions, ``posexp.positions.pose``)."""
         examples = self.data.train_batch(self.seed, step, self.batch_size)
         loss_on = "all" if self.data.loss_on == "all" else "target"
         return collate_rows(

@@ -1,3 +1,3 @@
-"""Run infrastructure the commands share: device and placement of a job, building a run's data
-and network config, its lifecycle (claim, fail, clean up), resume, sweeps, distributed training,
-TensorBoard and provenance."""
+"""Run infrastructure the commands share: the machine (hardware, device and placement of a job),
+building a run's data and network config, precision and kernels, sweeps, distributed training,
+stop signals and TensorBoard."""

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from posexp.errors import PosexpError
-from posexp.hardware import available_memory
 from posexp.kernels import onednn_linear
 from posexp.pe.base import LogitTerm
 from posexp.runtime import distributed
+from posexp.runtime.hardware import available_memory
 from posexp.runtime.precision import cached_measurement, cpu_name
 
 log = logging.getLogger("posexp")

@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from posexp.config import RunConfig
-from posexp.hardware import gpu_count, usable_cores
+from posexp.runtime.hardware import gpu_count, usable_cores
 
 log = logging.getLogger("posexp")
 

@@ -30,7 +30,7 @@ import torch
 
 from posexp.config import PRECISIONS
 from posexp.errors import PosexpError, UnreadableFile, choose
-from posexp.files import exclusive_lock, keep_damaged, read_json, write_json_atomic
+from posexp.store.files import exclusive_lock, keep_damaged, read_json, write_json_atomic
 
 log = logging.getLogger("posexp")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from posexp.config import RESUME_ROOTS, RunConfig
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 
 log = logging.getLogger("posexp")
 

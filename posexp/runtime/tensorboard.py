@@ -50,7 +50,7 @@ def swept_keys(hydra_cfg: Any) -> set[str] | None:
     then every override names the job)."""
     from omegaconf import OmegaConf
 
-    from posexp.resolvers import sweep_given, swept_override_keys
+    from posexp.config.resolvers import sweep_given, swept_override_keys
 
     given = sweep_given()
     if given is None:

@@ -23,19 +23,19 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from posexp.checkpoint import rng_state, save_checkpoint, set_rng_state
 from posexp.config import RunConfig
-from posexp.metrics import clock_text, metric_text
 from posexp.model import GPT, ModelConfig
 from posexp.objectives import Objective
-from posexp.pose import filled_lengths, pose_positions
-from posexp.positions import random_positions
-from posexp.rundir import RunDir
+from posexp.positions.pose import filled_lengths, pose_positions
+from posexp.positions.randomized import random_positions
 from posexp.runtime import distributed
 from posexp.runtime.device import to_device
-from posexp.runtime.lifecycle import Diverged
 from posexp.runtime.optim import Schedule, build_optimizer
 from posexp.runtime.signals import GracefulStop
+from posexp.scoring.metrics import clock_text, metric_text
+from posexp.store.checkpoint import rng_state, save_checkpoint, set_rng_state
+from posexp.store.lifecycle import Diverged
+from posexp.store.rundir import RunDir
 
 log = logging.getLogger("posexp")
 

@@ -15,8 +15,8 @@ from posexp.data.tokenizers import LEARNED_VOCABULARY
 from posexp.errors import PosexpError
 from posexp.model import ModelConfig
 from posexp.pe import get_pe
-from posexp.rundir import RunDir
 from posexp.runtime.build import model_config
+from posexp.store.rundir import RunDir
 
 # ModelConfig fields that change how a network runs, not its weights: a run started from
 # another's weights may change them. Every other field (a new one too) must match the parent's.

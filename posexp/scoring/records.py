@@ -28,8 +28,8 @@ from typing import Any
 
 from posexp import checks
 from posexp.errors import PosexpError, UnreadableFile
-from posexp.files import exclusive_lock
-from posexp.rundir import EVAL, RunDir
+from posexp.store.files import exclusive_lock
+from posexp.store.rundir import EVAL, RunDir
 
 log = logging.getLogger("posexp")
 
@@ -67,7 +67,7 @@ class Checkpoint:
 
 def checkpoint_of(run: RunDir) -> Checkpoint:
     """The run's current checkpoint: its step and the sha256 of its weights (first 16 digits)."""
-    from posexp.checkpoint import checkpoint_dir
+    from posexp.store.checkpoint import checkpoint_dir
 
     digest = hashlib.sha256()
     path = checkpoint_dir(run.path) / "model.safetensors"
@@ -198,7 +198,7 @@ def read_file(run: RunDir, name: str, skip_damaged: bool = False) -> tuple[list[
     """The records of ``eval/<name>`` ([] when there is none) and how many were left out:
     none, since a damaged file or record is one line naming the file, unless ``skip_damaged``
     (--force), which leaves out only the records that cannot be read, with a warning."""
-    from posexp.files import read_json, staged_current
+    from posexp.store.files import read_json, staged_current
 
     path = staged_current(run.path / EVAL) / name
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from posexp.paths import config_dir
+from posexp.config.paths import config_dir
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
 CASES = {

@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
-from posexp.checkpoint import read_meta
-from posexp.rundir import RunDir
 from posexp.scoring.records import checkpoint_of
+from posexp.store.checkpoint import read_meta
+from posexp.store.rundir import RunDir
 from tests.helpers import TINY, lock_held_elsewhere, posexp, run_dirs
 
 FT = [
@@ -192,7 +192,7 @@ def test_finetune_help_says_how_to_call_it_and_what_it_keeps(tmp_path, cache, mo
     from pathlib import Path
 
     from posexp.config import NETWORK_ROOTS
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     methods = sorted(p.stem for p in (Path(config_dir()) / "extension").glob("*.yaml"))
     rows = [line.strip("│ ") for line in out.splitlines() if line.startswith("│")]

@@ -11,9 +11,9 @@ from unittest import mock
 import pytest
 import torch
 
-from posexp.checkpoint import read_meta
 from posexp.commands.train import run_training
 from posexp.config import RunConfig
+from posexp.store.checkpoint import read_meta
 from tests.helpers import TINY, posexp, run_dirs, train_killed_halfway, weights_sha256
 
 FT = [
@@ -43,7 +43,7 @@ def effective(run, *overrides: str, data: str = "kjv"):
     from hydra import compose, initialize_config_dir
 
     from posexp.commands.finetune import finetune_config
-    from posexp.paths import config_dir
+    from posexp.config.paths import config_dir
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose("finetune", [f"parent={run}", f"data={data}", *overrides])
@@ -233,7 +233,7 @@ def test_a_pose_finetune_of_a_task_parent_trains_resumes_exactly_and_says_so(
     # on the task rows at PoSE positions (each row's chunks inside its own tokens, skips up to
     # 84 - 21) and validated them at 0..T-1.
     from posexp.model import GPT
-    from posexp.pose import filled_lengths, pose_positions
+    from posexp.positions.pose import filled_lengths, pose_positions
 
     cfg = RunConfig.from_saved(saved)
     calls = []

@@ -6,11 +6,11 @@ import platform
 
 import pytest
 
-from posexp.checkpoint import save_checkpoint
 from posexp.commands.generate import generate_text
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
-from posexp.rundir import RunDir
+from posexp.store.checkpoint import save_checkpoint
+from posexp.store.rundir import RunDir
 from tests.helpers import lock_held_elsewhere, posexp, run_config
 
 # `posexp train data=wyc2kjv pe=... heads=...` with the byte tokenizer, shrunk to seconds.
@@ -154,7 +154,7 @@ def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, 
 def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
     tmp_path, cache, monkeypatch
 ):
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     mcfg = ModelConfig(
         vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=16
@@ -193,7 +193,7 @@ def test_a_task_runs_method_counts_from_its_longest_training_row(tmp_path, cache
     # As eval-extrapolate does: the positions trained, not train.seq_len (which bounds the rows).
     from posexp.commands.extrapolate.tasks import task_data
     from posexp.commands.generate import method_for
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     cfg = run_config("data=copy", "data.train_lengths=[1,10]", f"cache_dir={cache}")
     mcfg = ModelConfig(vocab_size=40, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64)

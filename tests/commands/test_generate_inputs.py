@@ -7,11 +7,11 @@ import json
 import pytest
 import yaml
 
-from posexp.checkpoint import save_checkpoint
 from posexp.commands.generate import generate_text
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.model.generation import TokenProgress
+from posexp.store.checkpoint import save_checkpoint
 from tests.helpers import run_config
 
 

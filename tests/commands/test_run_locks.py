@@ -9,7 +9,7 @@ import pytest
 from posexp.commands.report.write import write_report
 from posexp.errors import PosexpError
 from tests.helpers import lock_held_elsewhere, posexp, snapshot
-from tests.test_rundir import make_run
+from tests.store.test_rundir import make_run
 
 FAST = ["--lengths", "32", "--method", "none", "--tokens", "64", "--device", "cpu"]
 
@@ -61,7 +61,7 @@ def test_evaluations_of_one_run_run_side_by_side_and_keep_a_trainer_out(tmp_path
     import subprocess
     import sys
 
-    from posexp import runlock
+    from posexp.store import runlock
 
     run = tmp_path / "run"
     make_run(run, results={"status": "completed", "step": 3})
@@ -69,7 +69,7 @@ def test_evaluations_of_one_run_run_side_by_side_and_keep_a_trainer_out(tmp_path
         [
             sys.executable,
             "-c",
-            "import sys; from posexp import runlock; runlock.share(sys.argv[1]); "
+            "import sys; from posexp.store import runlock; runlock.share(sys.argv[1]); "
             "print('shared', flush=True); sys.stdin.read()",
             str(run),
         ],

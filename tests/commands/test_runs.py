@@ -8,10 +8,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from posexp.checkpoint import save_checkpoint
 from posexp.cli import app
 from posexp.extension import ExtensionConfig
 from posexp.model import GPT, ModelConfig
+from posexp.store.checkpoint import save_checkpoint
 from tests.helpers import run_config
 
 
@@ -211,8 +211,8 @@ def test_a_table_with_every_column_still_fits_100_columns():
 def write_records(run_path, methods, lengths):
     """eval/extrapolate.json as eval-extrapolate writes it: a cell per method and length, of
     the run's current weights."""
-    from posexp.rundir import RunDir
     from posexp.scoring.records import Record, checkpoint_of
+    from posexp.store.rundir import RunDir
 
     now = checkpoint_of(RunDir(run_path))
     records = [
@@ -408,9 +408,9 @@ def test_run_names_with_brackets_print_as_they_are(tmp_path):
 def test_an_unfinished_run_is_running_stopped_or_unknown_by_its_lock(tmp_path):
     import platform
 
-    from posexp import runlock
     from posexp.commands.report.jobs import find_jobs
     from posexp.commands.runs import live_status
+    from posexp.store import runlock
 
     torch.manual_seed(0)
     for name in ("live", "killed", "elsewhere", "old"):

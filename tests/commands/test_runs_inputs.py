@@ -10,7 +10,7 @@ import yaml
 from posexp.commands.report.jobs import find_jobs
 from posexp.commands.runs import list_runs
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 
 
 def failed_job(path):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 from tests.helpers import TINY, posexp, posexp_env
 
 NOT_UTF8 = os.fsdecode(b"run-\xff")  # a name the shell passes as bytes, not UTF-8

@@ -18,7 +18,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 from tests.helpers import TINY, lock_held_elsewhere, posexp, posexp_env, run_dirs, snapshot
 
 TAGS = {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss", "val/ppl"}

@@ -11,7 +11,7 @@ import pytest
 from posexp.commands.generate import run_tokenizer
 from posexp.commands.train import kept_tokenizer, run_training
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 from tests.helpers import TINY, run_config
 
 WORDS = "and the lord said unto moses in the beginning god created heaven and earth".split()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import posexp
+from posexp.config.paths import config_dir
 from posexp.extension import EXTENSIONS
-from posexp.paths import config_dir
 from posexp.pe import PE_REGISTRY
 from posexp.pe.base import UNKNOWN_ORDER, describe_pe
 

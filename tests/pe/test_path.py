@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from posexp.config.paths import config_dir
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.model.decoding import reorder_cache
-from posexp.paths import config_dir
 from posexp.pe import PEContext, build_pe
 from posexp.pe.path import PaTH, householder, path_attention, path_decode, path_logits
 

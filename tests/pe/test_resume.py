@@ -42,7 +42,7 @@ def test_a_resume_ends_bit_identical(tmp_path, cache, monkeypatch, overrides):
 def test_a_run_records_the_attention_it_trained_on(tmp_path, cache, monkeypatch, pe, kernel_shown):
     # attention.causal=matmul in bf16: FoX adds its gate on that kernel; the encodings that
     # compute attention themselves do not take it, and their run says so.
-    from posexp.runtime import provenance
+    from posexp.store import provenance
 
     cfg = run_config(
         *TINY,

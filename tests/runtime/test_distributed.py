@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import posexp
 from posexp.commands.train import run_training
 from posexp.config import from_composed
-from posexp.paths import config_dir
+from posexp.config.paths import config_dir
 from posexp.runtime import distributed
 from tests.helpers import TINY, posexp_env, run_dirs
 

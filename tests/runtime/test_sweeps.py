@@ -13,12 +13,11 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from posexp import hardware
 from posexp.config import from_composed
+from posexp.config.paths import config_dir
+from posexp.config.resolvers import register_resolvers
 from posexp.errors import PosexpError
-from posexp.paths import config_dir
-from posexp.resolvers import register_resolvers
-from posexp.runtime import placement
+from posexp.runtime import hardware, placement
 from posexp.runtime.device import resolve_device
 from posexp.runtime.sweeps import check_same_job
 from tests.helpers import TINY, lock_held_elsewhere, posexp, snapshot

@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import api_pb2, backend_context, metadata
 from torch.utils.tensorboard import SummaryWriter
 
-from posexp.resolvers import SWEEP_ENV
+from posexp.config.resolvers import SWEEP_ENV
 from posexp.runtime.tensorboard import hparam_dict, label_keys, trial_name, write_hparams
 from tests.helpers import run_config
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import posexp.commands.train as train_module
-from posexp.checkpoint import load_state, load_weights, save_checkpoint
 from posexp.commands.train import run_training
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
 from posexp.runtime.weights import check_start_weights
+from posexp.store.checkpoint import load_state, load_weights, save_checkpoint
 from tests.helpers import run_config
 
 TINY = ("model=tiny", "train.seq_len=32", "train.eval_tokens=64", "device=cpu")

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
 from posexp.scoring.records import (
     EVAL_LOCK,
     Checkpoint,
@@ -21,7 +20,8 @@ from posexp.scoring.records import (
     merged,
     merging,
 )
-from tests.test_rundir import make_run
+from posexp.store.rundir import RunDir
+from tests.store.test_rundir import make_run
 
 NOW = Checkpoint(400, "ab12cd34ef567890")
 

@@ -3,8 +3,8 @@ process, needs more memory on longer rows (what PoSE's short windows save)."""
 
 from __future__ import annotations
 
-from posexp.checkpoint import save_checkpoint
 from posexp.model import GPT, ModelConfig
+from posexp.store.checkpoint import save_checkpoint
 from tests.helpers import load_script, run_config
 
 

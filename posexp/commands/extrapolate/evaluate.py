@@ -39,9 +39,9 @@ from posexp.commands.extrapolate.plan import (
 from posexp.commands.extrapolate.score_run import load_test_tokens, write_merged
 from posexp.commands.extrapolate.tables import print_table
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
 from posexp.runtime.build import Data
 from posexp.runtime.device import resolve_device
+from posexp.store.rundir import RunDir
 
 # ---- running -------------------------------------------------------------------------------
 

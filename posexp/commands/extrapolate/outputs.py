@@ -25,7 +25,10 @@ from posexp.commands.extrapolate.tables import (
     sorted_rows,
 )
 from posexp.extension.spec import format_value
-from posexp.files import (
+from posexp.scoring import metric_of
+from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record
+from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
+from posexp.store.files import (
     keep_damaged,
     save_figure_atomic,
     staged_current,
@@ -33,9 +36,6 @@ from posexp.files import (
     write_csv_atomic,
     write_json_atomic,
 )
-from posexp.scoring import metric_of
-from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record
-from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
 
 # ---- outputs -------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from posexp.commands.extrapolate.score_run import (
     write_merged,
 )
 from posexp.errors import PosexpError
-from posexp.hardware import usable_cores
+from posexp.runtime.hardware import usable_cores
 from posexp.scoring.records import Record
 from posexp.stops import STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
 
@@ -318,8 +318,8 @@ def score_task(
     """Plan one run again (this process holds nothing of the main one), cut and score the cells
     of one method still to score; their records, as plain data."""
     from posexp.commands.extrapolate.plan import attach_work, plan_run
-    from posexp.rundir import RunDir
     from posexp.runtime.device import resolve_device
+    from posexp.store.rundir import RunDir
 
     run = RunDir(Path(run_dir)).share("--run")
     try:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from posexp import checks
-from posexp.checkpoint import checkpoint_problem
 from posexp.commands.extrapolate.cells import (
     cell_extension,
     cell_of,
@@ -34,17 +33,18 @@ from posexp.config import ExtrapolateConfig, RunConfig
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.extension.spec import BAKED
-from posexp.files import check_writable
-from posexp.hardware import available_memory
 from posexp.model.attention import QUERY_CHUNK
 from posexp.pe import accepted_extensions, check_extension
-from posexp.rundir import RunDir, latest_run
-from posexp.rundir import find_runs as find_run_dirs
 from posexp.runtime.device import resolve_device
+from posexp.runtime.hardware import available_memory
 from posexp.runtime.precision import recorded_precision
 from posexp.scoring import TEXT, Scorer, Work, get_scorer
 from posexp.scoring.records import Checkpoint, Record, Stored, checkpoint_of, load
 from posexp.scoring.text import DEFAULT_BATCH_TOKENS, TextSource, check_windows_fit
+from posexp.store.checkpoint import checkpoint_problem
+from posexp.store.files import check_writable
+from posexp.store.rundir import RunDir, latest_run
+from posexp.store.rundir import find_runs as find_run_dirs
 
 log = logging.getLogger("posexp")
 

@@ -26,7 +26,7 @@ from posexp.extension import ExtensionConfig
 from posexp.kernels import flex
 from posexp.model import GPT
 from posexp.pe import PositionOutOfRange
-from posexp.positions import scoring_positions
+from posexp.positions.randomized import scoring_positions
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.scoring import Scoring

@@ -9,8 +9,8 @@ from typing import Any
 from posexp.commands.extrapolate.plan import RunResult
 from posexp.commands.extrapolate.plots import panel
 from posexp.extension.spec import method_order
-from posexp.rundir import RunDir
 from posexp.scoring import metric_of
+from posexp.store.rundir import RunDir
 
 # Key fields that split a method's records into separate series when they vary between them.
 SERIES_FIELDS = (("sample_size", "tokens {:,}"), ("stride", "stride {}"), ("precision", "{}"))

@@ -11,7 +11,7 @@ from typing import Any
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.labels import is_plumbing, run_settings, setting_key, value_text, varying
-from posexp.rundir import RunDir, find_runs
+from posexp.store.rundir import RunDir, find_runs
 
 
 @dataclass
@@ -124,7 +124,7 @@ class Job:
     @cached_property
     def checkpoint_problem(self) -> str | None:
         """Why the job's checkpoint could not be loaded (a file cut short or missing), or None."""
-        from posexp.checkpoint import checkpoint_problem
+        from posexp.store.checkpoint import checkpoint_problem
 
         return checkpoint_problem(self.path)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from posexp.commands.report.jobs import Job
-from posexp.files import save_figure_atomic, write_csv_atomic
 from posexp.labels import distinguishing, run_label, run_labels, setting_key
 from posexp.registry import Registry
+from posexp.store.files import save_figure_atomic, write_csv_atomic
 
 
 @dataclass

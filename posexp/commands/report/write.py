@@ -19,8 +19,8 @@ from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views import load_views
 from posexp.config import DEVICES
 from posexp.errors import PosexpError, choose
-from posexp.files import check_writable, write_csv_atomic, write_text_atomic
-from posexp.rundir import RunDir
+from posexp.store.files import check_writable, write_csv_atomic, write_text_atomic
+from posexp.store.rundir import RunDir
 
 log = logging.getLogger("posexp")
 

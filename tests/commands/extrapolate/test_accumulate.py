@@ -208,7 +208,7 @@ def test_two_evaluations_planned_together_keep_each_others_cells(study):
     from posexp.commands.extrapolate.plan import Settings, attach_work, plan_run
     from posexp.commands.extrapolate.score_run import evaluate_plan, load_test_tokens
     from posexp.config import ExtrapolateConfig
-    from posexp.rundir import RunDir
+    from posexp.store.rundir import RunDir
 
     run = RunDir(study / "fp32")
     plans = []
@@ -232,8 +232,8 @@ def test_a_stop_part_way_keeps_the_cells_already_scored(
     import shutil
 
     from posexp.cli import main
-    from posexp.rundir import RunDir
     from posexp.stops import Terminated
+    from posexp.store.rundir import RunDir
 
     run = tmp_path / "run"
     shutil.copytree(study / "fp32", run, ignore=shutil.ignore_patterns("eval"))

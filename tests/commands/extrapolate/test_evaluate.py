@@ -15,9 +15,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from posexp.extension import EXTENSIONS
 from posexp.model import GPT, ModelConfig
 from posexp.pe import accepted_extensions
-from posexp.rundir import RunDir
 from posexp.scoring.text import score_windows
 from posexp.scoring.windows import nonoverlap_windows, sliding_windows
+from posexp.store.rundir import RunDir
 from tests.helpers import TINY, posexp, run_config, run_dirs
 
 # Every method RoPE takes, as the registry lists them: a new method is evaluated here too.
@@ -345,9 +345,9 @@ def test_sliding_with_stride_equal_to_length_is_nonoverlap():
 
 
 def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
-    from posexp.checkpoint import save_checkpoint
     from posexp.commands.extrapolate.plan import Settings, plan_run
     from posexp.config import ExtrapolateConfig
+    from posexp.store.checkpoint import save_checkpoint
 
     mcfg = ModelConfig(
         vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=32

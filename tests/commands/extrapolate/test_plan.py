@@ -9,8 +9,8 @@ from posexp.commands.extrapolate.plan import Settings, forward_bytes, plan_run
 from posexp.config import ExtrapolateConfig
 from posexp.errors import PosexpError
 from posexp.model import ModelConfig
-from posexp.rundir import RunDir
-from tests.test_rundir import make_run
+from posexp.store.rundir import RunDir
+from tests.store.test_rundir import make_run
 
 
 def settings(lengths: str) -> Settings:
@@ -90,8 +90,8 @@ def test_a_test_split_smaller_than_the_tokens_asked_for_is_said(caplog, tmp_path
 
 def ruler_run(path, *overrides):
     """A ruler-mixture run dir with a real checkpoint of a tiny model (untrained)."""
-    from posexp.checkpoint import save_checkpoint
     from posexp.model import GPT
+    from posexp.store.checkpoint import save_checkpoint
     from tests.helpers import run_config
 
     cfg = run_config("model=tiny", "data=ruler", *overrides)

@@ -178,8 +178,8 @@ def test_a_pe_at_the_unigram_level_is_not_set_beside_the_paper(cache, tmp_path):
 
     from posexp.commands.report.views.extrapolation_paper import shape_sentences
     from posexp.commands.report.views.unigram import unigram_ppl
+    from posexp.config.paths import config_dir
     from posexp.config.run import from_composed
-    from posexp.paths import config_dir
     from posexp.pe.base import describe_pe
 
     with initialize_config_dir(str(config_dir()), version_base="1.3"):

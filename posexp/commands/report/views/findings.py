@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from posexp.commands.report.jobs import Job
+from posexp.config.paths import config_dir
 from posexp.errors import PosexpError
-from posexp.paths import config_dir
 from posexp.pe.base import PEDisplay, describe_pe
 
 FINDINGS_FILE = "findings.yaml"

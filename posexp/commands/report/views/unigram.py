@@ -19,8 +19,8 @@ def unigram_ppl(job: Any) -> float | None:
 
     from posexp.commands.extrapolate.score_run import load_test_tokens
     from posexp.errors import PosexpError
-    from posexp.rundir import RunDir
     from posexp.runtime.build import data_key
+    from posexp.store.rundir import RunDir
 
     if job.config is None:
         return None

@@ -45,7 +45,7 @@ from posexp.commands.report.views.heads.rows import (
 )
 from posexp.commands.report.views.unigram import near_unigram
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 
 __all__ = ["BPB", "PPL", "HeadJob", "summarize", "verdict"]
 

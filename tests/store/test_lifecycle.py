@@ -6,9 +6,9 @@ import logging
 import os
 import time
 
-from posexp.rundir import RunDir
-from posexp.runtime.lifecycle import claim_run_dir, discard_interrupted
-from tests.test_rundir import make_run
+from posexp.store.lifecycle import claim_run_dir, discard_interrupted
+from posexp.store.rundir import RunDir
+from tests.store.test_rundir import make_run
 
 
 def test_a_run_dir_taken_in_the_same_second_moves_the_run_and_its_log(tmp_path):
@@ -64,7 +64,7 @@ def test_a_run_dir_is_removed_even_when_a_writer_thread_puts_a_file_back(tmp_pat
     # file comes back, rmdir fails, and ignore_errors used to leave the dir silently.
     import shutil
 
-    from posexp.runtime import lifecycle
+    from posexp.store import lifecycle
 
     run = tmp_path / "run"
     run.mkdir()

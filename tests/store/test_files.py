@@ -7,7 +7,7 @@ import os
 import pytest
 
 from posexp.errors import PosexpError
-from posexp.files import check_writable, recover_staged, staged_dir, write_bytes_atomic
+from posexp.store.files import check_writable, recover_staged, staged_dir, write_bytes_atomic
 
 
 def test_atomic_write_leaves_no_temp_file_even_when_it_fails(tmp_path, monkeypatch):

@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 
-from posexp.checkpoint import save_checkpoint
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
-from posexp.rundir import RunDir, find_runs, latest_run
+from posexp.store.checkpoint import save_checkpoint
+from posexp.store.rundir import RunDir, find_runs, latest_run
 from tests.helpers import run_config
 
 
@@ -140,7 +140,7 @@ def test_concurrent_claims_of_one_dir_never_share_it(tmp_path):
 
 
 def test_a_reader_finds_a_staged_folder_cut_between_its_renames(tmp_path):
-    from posexp.files import read_json, staged_current, staged_dir
+    from posexp.store.files import read_json, staged_current, staged_dir
 
     class run:  # what the records' reader does: the staged folder's current copy
         @staticmethod

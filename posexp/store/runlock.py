@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from posexp.errors import PosexpError
-from posexp.files import check_writable
+from posexp.store.files import check_writable
 
 try:
     import fcntl

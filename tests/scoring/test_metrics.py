@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sacrebleu
 
-from posexp.metrics import (
+from posexp.scoring.metrics import (
     copy_baseline,
     corpus_bleu,
     corpus_chrf,

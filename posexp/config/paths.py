@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from posexp.config.resolvers import register_resolvers
 from posexp.errors import PosexpError
-from posexp.resolvers import register_resolvers
 
 
 def config_dir() -> str:
@@ -14,7 +14,7 @@ def config_dir() -> str:
     Also registers the resolvers the YAML files use: whoever composes posexp's configs asks here.
     """
     register_resolvers()
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the posexp package
     for candidate in (here / "configs", here.parent / "configs"):
         if (candidate / "train.yaml").is_file():
             return str(candidate)

@@ -23,7 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from posexp.errors import PosexpError, UnreadableFile, first_line
-from posexp.files import disk_full, read_json, staged_dir
+from posexp.store.files import disk_full, read_json, staged_dir
 
 CHECKPOINT = "checkpoint"
 

@@ -16,11 +16,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from posexp.errors import Abort, JobFailed, PosexpError
-from posexp.files import disk_full, write_text_atomic
-from posexp.rundir import HYDRA, OWNER, RunDir
-from posexp.runtime import distributed, provenance
+from posexp.runtime import distributed
 from posexp.runtime.signals import StopRequested
 from posexp.runtime.sweeps import failure_text, record_failure
+from posexp.store import provenance
+from posexp.store.files import disk_full, write_text_atomic
+from posexp.store.rundir import HYDRA, OWNER, RunDir
 
 log = logging.getLogger("posexp")
 

@@ -1,6 +1,6 @@
 """The OmegaConf resolvers posexp's YAML files use, registered in one place.
 
-``posexp.paths.config_dir()`` registers them, so every way of composing posexp's configs (the
+``posexp.config.paths.config_dir()`` registers them, so every way of composing posexp's configs (the
 CLI, a test, a notebook with ``hydra.compose``) has them, whatever was imported before.
 """
 
@@ -88,22 +88,22 @@ def sweeps(key: str, value: str) -> bool:
 
 def n_jobs(*, _root_: Any) -> int:
     """``${posexp_n_jobs:}``: joblib's default n_jobs for the config's placement.jobs_per_gpu."""
-    from posexp.hardware import default_n_jobs
+    from posexp.runtime.hardware import default_n_jobs
 
     return default_n_jobs(int(OmegaConf.select(_root_, "placement.jobs_per_gpu", default=1) or 1))
 
 
 def gpu_count() -> int:
     """``${posexp_gpu_count:}``: visible CUDA devices (0 without CUDA)."""
-    from posexp.hardware import gpu_count as count
+    from posexp.runtime.hardware import gpu_count as count
 
     return count()
 
 
 def parent_tag(parent: Any) -> str:
     """``<data>_<pe>_h<heads>`` of a fine-tune's parent run, for the new run dir's name."""
-    from posexp.checkpoint import read_meta
     from posexp.errors import PosexpError
+    from posexp.store.checkpoint import read_meta
 
     try:
         meta = read_meta(parent)

@@ -8,7 +8,7 @@ import platform
 import pytest
 
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 from tests.helpers import lock_held_elsewhere
 
 

@@ -12,7 +12,13 @@ import torch
 
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.pose import PoseBatches, PoseConfig, filled_lengths, pose_layout, pose_positions
+from posexp.positions.pose import (
+    PoseBatches,
+    PoseConfig,
+    filled_lengths,
+    pose_layout,
+    pose_positions,
+)
 from posexp.runtime.trainer import Trainer
 from tests.helpers import TINY, posexp, run_config, run_dirs
 

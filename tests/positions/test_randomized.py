@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posexp.errors import PosexpError
-from posexp.positions import random_positions
+from posexp.positions.randomized import random_positions
 from tests.helpers import run_config
 
 
@@ -58,7 +58,7 @@ def test_the_setting_reaches_the_run_config_and_back():
 
 
 def test_scored_rows_of_a_randomized_run_get_positions_drawn_as_in_training():
-    from posexp.positions import PositionSampling, scoring_positions
+    from posexp.positions.randomized import PositionSampling, scoring_positions
 
     assert scoring_positions(PositionSampling()) is None  # any other run: 0..T-1
     draw = scoring_positions(PositionSampling(True, 64))
@@ -74,7 +74,7 @@ def test_scored_rows_of_a_randomized_run_get_positions_drawn_as_in_training():
 
 def test_task_scoring_passes_the_drawn_positions_to_the_model():
     from posexp.objectives.synthetic import score_examples
-    from posexp.positions import PositionSampling, scoring_positions
+    from posexp.positions.randomized import PositionSampling, scoring_positions
 
     class Spy(torch.nn.Module):
         def __init__(self):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from posexp.runtime import provenance
+from posexp.store import provenance
 
 
 def test_a_session_outside_a_scheduler_names_none(monkeypatch):

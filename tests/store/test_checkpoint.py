@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from posexp import checkpoint, files
-from posexp.checkpoint import (
+from posexp.errors import PosexpError
+from posexp.store import checkpoint, files
+from posexp.store.checkpoint import (
     load_state,
     load_weights,
     read_meta,
@@ -19,7 +20,6 @@ from posexp.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from posexp.errors import PosexpError
 
 
 def draws() -> tuple:
@@ -259,7 +259,7 @@ def test_a_damaged_meta_is_refused_naming_the_file(tmp_path, meta, message):
     ],
 )
 def test_a_damaged_checkpoint_is_found_without_loading_it(tmp_path, damage, message):
-    from posexp.checkpoint import checkpoint_problem
+    from posexp.store.checkpoint import checkpoint_problem
 
     model = torch.nn.Linear(2, 1)
     save_checkpoint(tmp_path, model, {"step": 3}, trained_state(model, 3))

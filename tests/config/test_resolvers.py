@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from posexp.cli.overrides import sweep_keys
-from posexp.resolvers import SWEEP_ENV, job_dir
+from posexp.config.resolvers import SWEEP_ENV, job_dir
 
 
 def root(task: list[str], preset: dict | None = None, exclude: list[str] | None = None):

@@ -1,8 +1,8 @@
 """A run dir's layout, in one type: what it holds, whether it is a run, and its trained model.
 
-``<run>/`` holds ``.owner`` (the lock of the one process writing it, ``posexp.runlock``),
+``<run>/`` holds ``.owner`` (the lock of the one process writing it, ``posexp.store.runlock``),
 ``.hydra/`` (the composed config and the command-line overrides), ``train.log``,
-TensorBoard event files, ``checkpoint/`` (see ``posexp.checkpoint``), ``results.json`` (status
+TensorBoard event files, ``checkpoint/`` (see ``posexp.store.checkpoint``), ``results.json`` (status
 completed or failed, final metrics), ``provenance.json`` and ``eval/`` (eval-extrapolate's
 outputs). A sweep dir holds job dirs of that layout below it, plus Hydra's ``multirun.yaml``.
 """
@@ -18,12 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from posexp import runlock
-from posexp.checkpoint import CHECKPOINT, checkpoint_dir, has_checkpoint, load_weights, read_meta
 from posexp.checks import user_path
 from posexp.config import RunConfig
 from posexp.errors import PosexpError, UnreadableFile
-from posexp.files import keep_damaged, read_json, write_json_atomic
+from posexp.store import runlock
+from posexp.store.checkpoint import (
+    CHECKPOINT,
+    checkpoint_dir,
+    has_checkpoint,
+    load_weights,
+    read_meta,
+)
+from posexp.store.files import keep_damaged, read_json, write_json_atomic
 
 log = logging.getLogger("posexp")
 
@@ -107,7 +113,7 @@ class RunDir:
 
     @property
     def provenance_file(self) -> Path:
-        """Versions, machine and session times (``posexp.runtime.provenance``)."""
+        """Versions, machine and session times (``posexp.store.provenance``)."""
         return self.path / PROVENANCE
 
     def is_run(self) -> bool:
@@ -203,7 +209,7 @@ class RunDir:
         Two runs started in the same second with the same overrides get the same timestamped dir
         from Hydra. Creating ``.owner`` exclusively decides which one keeps it (atomic on every
         file system); the other moves to the first free sibling, created just as exclusively.
-        The claimant holds the dir's lock (``posexp.runlock``) until ``unlock``.
+        The claimant holds the dir's lock (``posexp.store.runlock``) until ``unlock``.
         """
         for n in range(1, 1000):
             candidate = self.path if n == 1 else self.path.with_name(f"{self.path.name}-{n}")

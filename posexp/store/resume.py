@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from posexp.config import RESUME_ROOTS, RunConfig
 from posexp.errors import PosexpError
-from posexp.rundir import RunDir
+from posexp.store.rundir import RunDir
 
 
 def effective_config(cfg: DictConfig) -> DictConfig:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from posexp.errors import UnreadableFile
-from posexp.files import keep_damaged, read_json, write_json_atomic
+from posexp.store.files import keep_damaged, read_json, write_json_atomic
 
 log = logging.getLogger("posexp")
 
