@@ -12,11 +12,17 @@ the hooks it needs (all default to "do nothing"):
   ``attention``: FoX's forget gate, stick-breaking, PaTH's Householder transitions).
 
 An encoding may act differently in each layer (``layer(i)``: per-layer parameters, or a
-composition such as iRoPE). Each declares its own constraints as class attributes, so no other
-module names it: ``kind``, the extension methods it takes (``accepts``; by default from its
-kind), an even head dim, a config check (``check_params``), how reports show it (``label``,
-``order``, ``family``). Positions are integer tensors (T,) shared by the batch, or (B, T) per
-row. A new encoding is one module in this package plus ``configs/pe/<name>.yaml``.
+composition of encodings such as iRoPE); by default every layer gets the encoding itself.
+
+Each encoding declares its own constraints as class attributes, so no other module names it:
+``kind`` (none, embedding, rotation or bias), the kinds of extension method it takes
+(``accepts``; by default derived from its kind), and whether it needs an even head dim. A
+config-level check (e.g. a maximum length) goes in ``check_params``. How reports show it is
+declared too (``label``, ``order``, ``family``; read through ``describe_pe``). Positions are
+integer tensors of shape ``(T,)`` shared by the batch, or ``(B, T)`` per row.
+
+A new encoding is one module in this package, found by name when the package is imported,
+plus ``configs/pe/<name>.yaml``.
 """
 
 from __future__ import annotations
@@ -104,11 +110,15 @@ class PositionalEncoding(nn.Module):
     # What extension methods may change for this encoding (None: what its kind allows).
     accepts: ClassVar[frozenset[str] | None] = None
     needs_even_head_dim: ClassVar[bool] = False
-    reads_digits: ClassVar[bool] = False  # Abacus: needs a numeric task, the byte tokenizer
+    # True when the encoding reads digit tokens (Abacus): the run config then requires a task
+    # with numbers (``Task.numeric``) and the byte tokenizer.
+    reads_digits: ClassVar[bool] = False
     # Local attention (iRoPE's RoPE layers): a query at p sees only the keys of chunk
     # ⌊p/attention_chunk⌋; None: every earlier key. The model's attention applies it.
     attention_chunk: int | None = None
-    rotates_cached_keys: bool = False  # cache raw keys, rotate each step (dynamic NTK)
+    # True when cached keys must be stored before rotation and re-rotated each step, because
+    # the rotation depends on the current length (dynamic NTK).
+    rotates_cached_keys: bool = False
     # How reports show it (posexp/commands/report), so no report names an encoding: its label
     # in tables and legends, its place in their order (lower first; undeclared ones go after
     # the declared), and the family that papers' findings name (configs/findings.yaml).
@@ -267,7 +277,8 @@ class PositionalEncoding(nn.Module):
         be sized by it); None: attention takes the ``bias`` path."""
         return None
 
-    bias_by_distance: ClassVar[bool] = False  # ``bias`` depends on i - j alone (ALiBi, T5, ...)
+    # True when ``bias`` depends on the distance i - j alone (ALiBi, T5, Kerple, Sandwich).
+    bias_by_distance: ClassVar[bool] = False
 
     def distance_bias(self, length: int, device: torch.device) -> DistanceBias | None:
         """The bias for positions 0..length-1 as tables by distance (posexp's CPU kernel reads
