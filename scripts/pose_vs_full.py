@@ -55,9 +55,10 @@ def step_memory_child(run_dir: str, tokens: int, batch: int) -> None:
     import torch
     from bench_eval import _status_kib as kib  # this script's folder is on sys.path here
 
+    from posexp.runtime.weights import load_model
     from posexp.store.rundir import RunDir
 
-    model = RunDir(Path(run_dir)).load_model("cpu").train()
+    model = load_model(RunDir(Path(run_dir)), "cpu").train()
     x = torch.randint(0, model.cfg.vocab_size, (batch, tokens))
     Path("/proc/self/clear_refs").write_text("5")  # the high-water mark starts again here
     base = kib("VmRSS")

@@ -19,6 +19,7 @@ from posexp.commands.generate import run_tokenizer
 from posexp.errors import PosexpError
 from posexp.objectives.synthetic import score_examples
 from posexp.positions.randomized import scoring_positions
+from posexp.runtime.weights import load_model
 from posexp.store.rundir import RunDir
 
 
@@ -33,7 +34,7 @@ def main() -> None:
     if draw is None:
         raise SystemExit(f"error: {a.run!r} was not trained with pe.randomized=true")
     data, (tokenizer, _) = task_data(cfg), run_tokenizer(cfg)
-    model, cpu = run.load_model("cpu"), torch.device("cpu")
+    model, cpu = load_model(run, "cpu"), torch.device("cpu")
     print(
         f"{'size':>5} {'consecutive':>12} {'as trained':>11}   (M = {cfg.positions.max_position})"
     )

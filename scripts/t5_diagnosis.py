@@ -24,6 +24,7 @@ from posexp.data.pairs import IGNORE, collate_rows
 from posexp.errors import PosexpError
 from posexp.objectives.synthetic import encode_examples
 from posexp.pe.t5 import relative_buckets
+from posexp.runtime.weights import load_model
 from posexp.store.rundir import RunDir
 
 
@@ -116,7 +117,7 @@ def main() -> None:
         if task not in ("copy", "reverse"):
             raise PosexpError(f"{path!r} is a {task!r} run; this reads copy or reverse runs")
         (tokenizer, _), top = run_tokenizer(cfg), max(data.train_lengths)
-        model = run.load_model("cpu")
+        model = load_model(run, "cpu")
         name = Path(path).name
         longest = max(target_distance(task, n, n - 1) for n in data.test_lengths)
         if cfg.pe.name == "t5":

@@ -110,6 +110,7 @@ def method_for(run_dir: Any, method: str | None, factor: float | None, length: i
     from posexp.extension import ExtensionConfig
     from posexp.extension.spec import parse_spec
     from posexp.pe import check_extension
+    from posexp.runtime.weights import saved_model_config
 
     if method is None:
         if factor is not None:
@@ -118,7 +119,7 @@ def method_for(run_dir: Any, method: str | None, factor: float | None, length: i
     from posexp.commands.extrapolate.tasks import task_data
 
     spec = parse_spec(method, "--method", baked=False)
-    mcfg = run_dir.model_config()
+    mcfg = saved_model_config(run_dir)
     check_extension(mcfg.pe, spec.name)
     # The positions trained, as eval-extrapolate counts them: a task run's longest training row
     # (its train.seq_len only bounds the rows), else the training length.
@@ -204,6 +205,7 @@ def generate_text(
     replaces the run's extension (none, a RoPE method, or a training-free one), set up for
     prompt + new tokens unless ``factor`` is given.
     """
+    from posexp.runtime import weights
     from posexp.runtime.device import resolve_device
     from posexp.store.rundir import RunDir, latest_run
 
@@ -233,8 +235,8 @@ def generate_text(
     if kind == "synthetic":
         check_task_prompts(cfg, prompts)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
-    model = run_dir.load_model(
-        dev, method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens)
+    model = weights.load_model(
+        run_dir, dev, method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens)
     )
     reach, longest = model.pe.max_positions, max(len(i) for i in ids)
     if reach is not None and longest >= reach:

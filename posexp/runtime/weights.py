@@ -1,6 +1,7 @@
-"""Starting from saved weights (``resume=``, ``parent=``): does the saved network fit this run's?
+"""A run's saved weights: its trained network, loaded from the run dir, and, when a run starts
+from them (``resume=``, ``parent=``), whether the saved network fits the new run's.
 
-Checked from the saved run's ``meta.json`` before the data is built (a BPE trained, three splits
+The fit is checked from the saved run's ``meta.json`` before the data is built (a BPE trained, three splits
 tokenized), so a mismatch is one line naming the first difference, not a late load error.
 """
 
@@ -13,9 +14,11 @@ from posexp.config import RunConfig
 from posexp.data.registry import load_corpus
 from posexp.data.tokenizers import LEARNED_VOCABULARY
 from posexp.errors import PosexpError
-from posexp.model import ModelConfig
+from posexp.extension import ExtensionConfig
+from posexp.model import GPT, ModelConfig
 from posexp.pe import get_pe
 from posexp.runtime.build import model_config
+from posexp.store.checkpoint import load_weights
 from posexp.store.rundir import RunDir
 
 # ModelConfig fields that change how a network runs, not its weights: a run started from
@@ -26,6 +29,21 @@ RUNTIME_FIELDS = frozenset(
 NETWORK_FIELDS = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.name not in RUNTIME_FIELDS
 )
+
+
+def saved_model_config(run: RunDir) -> ModelConfig:
+    """The network ``run``'s checkpoint was saved from, its extension typed."""
+    return ModelConfig.from_dict(run.meta()["model"])
+
+
+def load_model(run: RunDir, device: Any, extension: ExtensionConfig | None = None) -> GPT:
+    """``run``'s trained model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
+    cfg = saved_model_config(run)
+    if extension is not None:
+        cfg = dataclasses.replace(cfg, extension=extension)
+    model = GPT(cfg)
+    load_weights(run.path, model)
+    return model.to(device).eval()
 
 
 def check_same_network(parent: dict[str, Any], mcfg: ModelConfig) -> None:

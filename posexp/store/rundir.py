@@ -1,4 +1,5 @@
-"""A run dir's layout, in one type: what it holds, whether it is a run, and its trained model.
+"""A run dir's layout, in one type: what it holds and whether it is a run (its trained model is
+loaded by ``posexp.runtime.weights``, above the storage).
 
 ``<run>/`` holds ``.owner`` (the lock of the one process writing it, ``posexp.store.runlock``),
 ``.hydra/`` (the composed config and the command-line overrides), ``train.log``,
@@ -10,13 +11,12 @@ outputs). A sweep dir holds job dirs of that layout below it, plus Hydra's ``mul
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from posexp.checks import user_path
 from posexp.config import RunConfig
@@ -26,16 +26,11 @@ from posexp.store.checkpoint import (
     CHECKPOINT,
     checkpoint_dir,
     has_checkpoint,
-    load_weights,
     read_meta,
 )
 from posexp.store.files import keep_damaged, read_json, write_json_atomic
 
 log = logging.getLogger("posexp")
-
-if TYPE_CHECKING:  # annotations only: the model is imported where it is loaded
-    from posexp.extension import ExtensionConfig
-    from posexp.model import GPT, ModelConfig
 
 RESULTS = "results.json"
 EVAL = "eval"
@@ -270,25 +265,6 @@ class RunDir:
         if problem:
             backup = keep_damaged(self.results_file)
             log.warning("%s; replaced, the old bytes kept in %s", problem, backup)
-
-    # ---- the trained model --------------------------------------------------------------------
-
-    def model_config(self) -> ModelConfig:
-        """The network the checkpoint was saved from, its extension typed."""
-        from posexp.model import ModelConfig
-
-        return ModelConfig.from_dict(self.meta()["model"])
-
-    def load_model(self, device: Any, extension: ExtensionConfig | None = None) -> GPT:
-        """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
-        from posexp.model import GPT
-
-        cfg = self.model_config()
-        if extension is not None:
-            cfg = dataclasses.replace(cfg, extension=extension)
-        model = GPT(cfg)
-        load_weights(self.path, model)
-        return model.to(device).eval()
 
 
 RESULT_STATUSES = ("completed", "failed")

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from posexp.runtime.weights import load_model
 from posexp.scoring.records import checkpoint_of
 from posexp.store.checkpoint import read_meta
 from posexp.store.rundir import RunDir
@@ -69,7 +70,7 @@ def test_finetune_makes_a_new_run_from_the_parent(parent, cache):
     taken = checkpoint_of(RunDir(run))
     assert session["parent"] == {"dir": rel, "step": taken.step, "sha256": taken.sha256}
     assert json.loads((ft / "results.json").read_text())["status"] == "completed"
-    a, b = RunDir(run).load_model(torch.device("cpu")), RunDir(ft).load_model(torch.device("cpu"))
+    a, b = load_model(RunDir(run), torch.device("cpu")), load_model(RunDir(ft), torch.device("cpu"))
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert torch.allclose(p, q, atol=1e-6), name
 
@@ -236,7 +237,7 @@ def test_finetuned_model_rotates_q_and_k_as_written_in_the_paper(parent, cache, 
         *FT,
         f"hydra.run.dir={out}",
     )
-    model = RunDir(out).load_model(torch.device("cpu")).eval()
+    model = load_model(RunDir(out), torch.device("cpu")).eval()
     pe = model.pe
     seen = []
 

@@ -9,6 +9,7 @@ import pytest
 from posexp.commands.generate import generate_text
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.runtime import weights
 from posexp.store.checkpoint import save_checkpoint
 from posexp.store.rundir import RunDir
 from tests.helpers import lock_held_elsewhere, posexp, run_config
@@ -154,7 +155,6 @@ def test_a_long_generation_without_a_terminal_reports_progress(tmp_path, cache, 
 def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
     tmp_path, cache, monkeypatch
 ):
-    from posexp.store.rundir import RunDir
 
     mcfg = ModelConfig(
         vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=16
@@ -164,13 +164,13 @@ def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
         tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config}
     )
     seen = []
-    load = RunDir.load_model
+    load = weights.load_model
 
-    def spy(self, device, extension=None):
+    def spy(run, device, extension=None):
         seen.append(extension)
-        return load(self, device, extension)
+        return load(run, device, extension)
 
-    monkeypatch.setattr(RunDir, "load_model", spy)
+    monkeypatch.setattr(weights, "load_model", spy)
     out = generate_text(tmp_path / "lm", ["And God"], 40, device="cpu", method="self_extend")
     assert out[0].startswith("And God") and len(out[0]) > len("And God")
     # 7 prompt bytes + 40 new = 47 positions after training at 16: s = 47/16.

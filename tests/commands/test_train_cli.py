@@ -18,6 +18,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from posexp.runtime.weights import load_model
 from posexp.store.rundir import RunDir
 from tests.helpers import TINY, lock_held_elsewhere, posexp, posexp_env, run_dirs, snapshot
 
@@ -74,7 +75,7 @@ def test_train_every_pe_end_to_end(tmp_path, cache, pe):
         "_hparams_/session_end_info",
     }
     assert RunDir(run).meta()["step"] == 6
-    model = RunDir(run).load_model(torch.device("cpu"))
+    model = load_model(RunDir(run), torch.device("cpu"))
     assert model.cfg.pe == pe and not model.training
     x = torch.randint(0, model.cfg.vocab_size, (1, 16))
     assert torch.isfinite(model(x)["logits"]).all()

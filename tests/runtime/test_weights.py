@@ -9,9 +9,11 @@ import posexp.commands.train as train_module
 from posexp.commands.train import run_training
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
-from posexp.runtime.weights import check_start_weights
+from posexp.runtime.weights import check_start_weights, load_model, saved_model_config
 from posexp.store.checkpoint import load_state, load_weights, save_checkpoint
+from posexp.store.rundir import RunDir
 from tests.helpers import run_config
+from tests.store.test_rundir import make_run
 
 TINY = ("model=tiny", "train.seq_len=32", "train.eval_tokens=64", "device=cpu")
 
@@ -176,3 +178,12 @@ def test_resuming_a_sweep_dir_names_its_runs(tmp_path):
     cfg = run_config(*TINY, f"resume={tmp_path / 'sweep'}")
     with pytest.raises(PosexpError, match=r"is a folder of 2 runs \(seed=0, seed=1\); pass one"):
         check_start_weights(cfg)
+
+
+def test_the_trained_model_comes_back(tmp_path):
+    model = make_run(tmp_path, pe="alibi")
+    loaded = load_model(RunDir(tmp_path), torch.device("cpu"))
+    assert not loaded.training and loaded.cfg == model.cfg
+    assert saved_model_config(RunDir(tmp_path)) == model.cfg
+    for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(a, b)

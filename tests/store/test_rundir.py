@@ -1,4 +1,4 @@
-"""RunDir: one type owns a run dir's layout, its status and its trained model."""
+"""RunDir: one type owns a run dir's layout, its status and its saved config."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import json
 import os
 
 import pytest
-import torch
 import yaml
 
 from posexp.errors import PosexpError
@@ -62,16 +61,12 @@ def test_a_meta_json_without_its_keys_is_one_line(tmp_path):
         RunDir(tmp_path).meta()
 
 
-def test_config_and_model_come_back(tmp_path):
-    model = make_run(tmp_path, pe="alibi")
+def test_the_config_comes_back(tmp_path):
+    make_run(tmp_path, pe="alibi")
     run = RunDir(tmp_path)
     assert run.config() == run_config(
         "model=tiny", "pe=alibi", "train.seq_len=32", "train.eval_tokens=64"
     )
-    loaded = run.load_model(torch.device("cpu"))
-    assert not loaded.training and loaded.cfg == model.cfg
-    for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
-        assert torch.equal(a, b)
 
 
 def test_config_falls_back_to_hydras_record_and_the_cache_to_this_shell(tmp_path, monkeypatch):

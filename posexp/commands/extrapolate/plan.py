@@ -38,6 +38,7 @@ from posexp.pe import accepted_extensions, check_extension
 from posexp.runtime.device import resolve_device
 from posexp.runtime.hardware import available_memory
 from posexp.runtime.precision import recorded_precision
+from posexp.runtime.weights import saved_model_config
 from posexp.scoring import TEXT, Scorer, Work, get_scorer
 from posexp.scoring.records import Checkpoint, Record, Stored, checkpoint_of, load
 from posexp.scoring.text import DEFAULT_BATCH_TOKENS, TextSource, check_windows_fit
@@ -279,7 +280,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
         raise PosexpError(f"corrupt checkpoint in {str(run_dir)!r}: {problem}")
     cfg = run.config()
     given, s = settings.extrapolate, settings.for_run(cfg)
-    mcfg = run.model_config()
+    mcfg = saved_model_config(run)
     pe, train_length, baked = mcfg.pe, mcfg.train_length, mcfg.extension
     pe_params = dict(mcfg.pe_params)
     task = task_data(cfg)

@@ -27,6 +27,7 @@ from posexp.kernels import flex
 from posexp.model import GPT
 from posexp.pe import PositionOutOfRange
 from posexp.positions.randomized import scoring_positions
+from posexp.runtime import weights
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.scoring import Scoring
@@ -138,7 +139,7 @@ def score_cells(
         try:
             if loaded is None or loaded[0] != item.extension:
                 loaded = None  # free the previous model first: they differ only in frequencies
-                loaded = item.extension, plan.run.load_model(device, item.extension)
+                loaded = item.extension, weights.load_model(plan.run, device, item.extension)
             record.values = item.scorer.score(loaded[1], work, scoring)
         except PositionOutOfRange as e:
             advance(work.size - (scored[0] - done))

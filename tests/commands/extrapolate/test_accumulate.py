@@ -232,20 +232,20 @@ def test_a_stop_part_way_keeps_the_cells_already_scored(
     import shutil
 
     from posexp.cli import main
+    from posexp.runtime import weights
     from posexp.stops import Terminated
-    from posexp.store.rundir import RunDir
 
     run = tmp_path / "run"
     shutil.copytree(study / "fp32", run, ignore=shutil.ignore_patterns("eval"))
-    real, loads = RunDir.load_model, []
+    real, loads = weights.load_model, []
 
-    def load_then_stop(self, *args, **kwargs):
+    def load_then_stop(run, *args, **kwargs):
         loads.append(args)
         if len(loads) == 2:
             raise Terminated
-        return real(self, *args, **kwargs)
+        return real(run, *args, **kwargs)
 
-    monkeypatch.setattr(RunDir, "load_model", load_then_stop)
+    monkeypatch.setattr(weights, "load_model", load_then_stop)
     monkeypatch.chdir(study)
     argv = ["posexp", "eval-extrapolate", "--run", str(run), "--method", "none,pi"]
     monkeypatch.setattr(sys, "argv", [*argv, "--lengths", "32,64", "--workers", "1"])
