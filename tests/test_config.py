@@ -11,6 +11,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from omegaconf import OmegaConf
 
 from posexp.config import (
     AttentionConfig,
@@ -18,18 +19,24 @@ from posexp.config import (
     RunConfig,
     TrainConfig,
     TranslateConfig,
-    saved_defaults,
 )
+from posexp.config.paths import config_dir
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from tests.helpers import run_config
 
 
+@functools.cache
+def yaml_sections() -> dict:
+    """train.yaml as plain data (unresolved): the one home of every default."""
+    return OmegaConf.to_container(OmegaConf.load(f"{config_dir()}/train.yaml"), resolve=False)
+
+
 def test_defaults_come_from_the_yaml_and_round_trip():
     cfg = run_config()
-    yaml_train = saved_defaults()["train"]
+    yaml_train = yaml_sections()["train"]
     assert cfg.train.lr == yaml_train["lr"] and cfg.train.betas == tuple(yaml_train["betas"])
-    assert cfg.translate.beam_size == saved_defaults()["translate"]["beam_size"]
+    assert cfg.translate.beam_size == yaml_sections()["translate"]["beam_size"]
     assert cfg.pe.name == "rope" and cfg.heads == cfg.model.n_heads == 4
     # The extension's original length is the training length unless set.
     assert cfg.extension == ExtensionConfig("none", 1.0, cfg.train.seq_len)
@@ -69,12 +76,16 @@ def test_a_saved_configs_data_files_need_not_exist_any_more(tmp_path, monkeypatc
         run_config("data=text", "data.files=[a.txt]")
 
 
-def test_an_old_saved_config_gets_the_newer_sections_from_the_yaml():
+def test_a_saved_config_missing_a_setting_is_refused_naming_it():
+    # No setting is filled in: a run dir from before posexp 0.1.0 is evaluated again.
     saved = run_config().to_dict()
-    del saved["translate"]["beam_size"], saved["placement"]
-    cfg = RunConfig.from_saved(saved)
-    assert cfg.translate.beam_size == saved_defaults()["translate"]["beam_size"]
-    assert cfg.placement.jobs_per_gpu == saved_defaults()["placement"]["jobs_per_gpu"]
+    del saved["translate"]["beam_size"]
+    with pytest.raises(PosexpError, match=r"^missing setting translate.beam_size$"):
+        RunConfig.from_saved(saved)
+    saved = run_config().to_dict()
+    del saved["train"]["precision"]
+    with pytest.raises(PosexpError, match=r"^missing setting train.precision$"):
+        RunConfig.from_saved(saved)
 
 
 BAD = {
@@ -172,7 +183,7 @@ def test_attention_dropout_where_sdpa_does_not_attend_is_refused(pe, name, what)
 )
 def test_train_yaml_lists_every_field_of_its_sections(key, cls):
     # One home for each default: the YAML, which names exactly the dataclass's fields.
-    assert list(saved_defaults()[key]) == [f.name for f in dataclasses.fields(cls)]
+    assert list(yaml_sections()[key]) == [f.name for f in dataclasses.fields(cls)]
 
 
 # ---- properties over numeric overrides ------------------------------------------------------------

@@ -2,7 +2,7 @@
 ``sections`` (model, train, translate, attention, placement) and ``extrapolate``."""
 
 from posexp.config.extrapolate import ExtrapolateConfig
-from posexp.config.run import RunConfig, from_composed, saved_defaults
+from posexp.config.run import RunConfig, from_composed
 from posexp.config.sections import (
     DEVICES,
     MISSING,
@@ -36,5 +36,4 @@ __all__ = [
     "TrainConfig",
     "TranslateConfig",
     "from_composed",
-    "saved_defaults",
 ]

@@ -3,8 +3,7 @@
 The YAML files under ``configs/`` stay the user's interface and the one home of every default;
 Hydra composes them, and ``RunConfig.from_dict`` turns the composed (plain) mapping into these
 objects, refusing any bad value with a one-line error that names it. Every task receives a
-``RunConfig``; a run dir saves ``RunConfig.to_dict()`` and reads it back with ``from_saved``,
-which fills sections added to ``train.yaml`` since the run was made from ``train.yaml`` itself.
+``RunConfig``; a run dir saves ``RunConfig.to_dict()`` and reads it back with ``from_saved``.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from posexp import checks
@@ -67,8 +65,8 @@ class RunConfig:
     def from_dict(cls, value: Mapping[str, Any], saved: bool = False) -> RunConfig:
         """Validate a composed, resolved config mapping; the one place a run config is built.
 
-        ``saved``: a run dir's config, read back: pairs a newer posexp refuses (a warmup as long
-        as the run, once only a warning) stay readable, as the run was trained."""
+        ``saved``: a run dir's config, read back: its data files need not exist any more, and its
+        kernels need not run on this machine."""
         from posexp.data import check_dataset, check_tokenizer
         from posexp.pe import PEContext, build_pe, get_pe
 
@@ -86,7 +84,7 @@ class RunConfig:
             )
         choose("device", d.get("device"), DEVICES)
         model = ModelSpec.from_dict(d.get("model"))
-        train = TrainConfig.from_dict(d.get("train"), pairs=not saved)
+        train = TrainConfig.from_dict(d.get("train"))
         train_length = positive_int("train_length", d.get("train_length"), allow_none=True)
         pe_name, pe_params = named_entry("pe", d.get("pe"), "name")
         pe_cls = get_pe(pe_name)  # unknown pe: one-line error naming the registered ones
@@ -169,14 +167,8 @@ class RunConfig:
 
     @classmethod
     def from_saved(cls, value: Mapping[str, Any]) -> RunConfig:
-        """A run dir's saved config, with sections newer than the run filled from ``train.yaml``."""
-        merged = dict(value)
-        for key, default in saved_defaults().items():
-            if isinstance(default, dict):
-                merged[key] = {**default, **(merged.get(key) or {})}
-            else:
-                merged.setdefault(key, default)
-        return cls.from_dict(merged, saved=True)
+        """A run dir's saved config (``from_dict`` with ``saved``)."""
+        return cls.from_dict(value, saved=True)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data in the YAML layout (what a checkpoint's ``meta.json`` stores)."""
@@ -304,20 +296,6 @@ def from_composed(cfg: Any) -> RunConfig:
     except OmegaConfBaseException as e:
         raise PosexpError(f"config: {str(e).splitlines()[0]}") from None
     return RunConfig.from_dict(plain)
-
-
-@cache
-def saved_defaults() -> dict[str, Any]:
-    """The sections of ``train.yaml`` with fixed keys (train, translate, ...), as plain data."""
-    from omegaconf import OmegaConf
-
-    from posexp.config.paths import config_dir
-
-    yaml = OmegaConf.load(f"{config_dir()}/train.yaml")
-    return {
-        key: OmegaConf.to_container(yaml[key], resolve=False)
-        for key in ("train", "translate", "attention", "placement")
-    } | {"device": "auto", "resume": None, "parent": None}
 
 
 def known_keys() -> list[str]:

@@ -37,14 +37,9 @@ EVAL_POINTS = 20
 THREADS_MAX = 1024  # more CPU threads than any machine has: torch spawns them and the OS refuses
 
 
-def _section(
-    name: str, value: Any, cls: type, added: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """A section's mapping, refusing keys the dataclass ``cls`` does not have or lacks.
-
-    ``added``: settings newer than some saved run configs, with the value they mean when absent.
-    """
-    d = {**(added or {}), **checks.mapping(name, value)}
+def _section(name: str, value: Any, cls: type) -> dict[str, Any]:
+    """A section's mapping, refusing keys the dataclass ``cls`` does not have or lacks."""
+    d = dict(checks.mapping(name, value))
     allowed = [f.name for f in dataclasses.fields(cls)]
     checks.known_keys(name, d, allowed)
     for key in allowed:
@@ -135,23 +130,10 @@ class TrainConfig:
     pose: PoseConfig  # PoSE: positions skipped up to a target length (posexp/positions/pose.py)
 
     @classmethod
-    def from_dict(cls, value: Any, pairs: bool = True) -> TrainConfig:
-        """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1);
-        ``pairs``: also min_lr <= lr and warmup < max_steps (not for a saved run's config)."""
-        # Runs saved before train.precision existed mean auto (see runtime/precision.py).
-        d = _section(
-            "train",
-            value,
-            cls,
-            added={
-                "precision": "auto",
-                "linear": "auto",
-                "stop_grace_s": 20.0,
-                "resume_schedule": "keep",
-                "deterministic": False,
-                "pose": {"enabled": False, "target_length": None, "chunks": 2},
-            },
-        )
+    def from_dict(cls, value: Any) -> TrainConfig:
+        """Validate ``train.*``: positive sizes, finite rates in range, two betas in [0, 1),
+        min_lr <= lr and warmup < max_steps."""
+        d = _section("train", value, cls)
         for key in (
             "max_steps",
             "batch_size",
@@ -166,7 +148,7 @@ class TrainConfig:
         warmup = checks.integer("train.warmup_steps", d["warmup_steps"], low=0, allow_none=True)
         if warmup is None:  # follows the run's length: a 50-step smoke run still decays
             d["warmup_steps"] = d["max_steps"] // WARMUP_SHARE
-        elif pairs and warmup >= d["max_steps"]:
+        elif warmup >= d["max_steps"]:
             raise PosexpError(
                 f"train.warmup_steps={warmup} must be below train.max_steps={d['max_steps']} "
                 f"(the learning rate would only rise, never decay); lower it, or "
@@ -204,9 +186,7 @@ class TrainConfig:
                 )
             },
             lr=number("train.lr", d["lr"], "> 0"),
-            min_lr=_min_lr(d["min_lr"], d["lr"])
-            if pairs
-            else number("train.min_lr", d["min_lr"], ">= 0"),
+            min_lr=_min_lr(d["min_lr"], d["lr"]),
             weight_decay=number("train.weight_decay", d["weight_decay"], ">= 0"),
             grad_clip=number("train.grad_clip", d["grad_clip"], "> 0"),
             betas=(
@@ -287,7 +267,7 @@ class AttentionConfig:
         from posexp.kernels.flex import BACKENDS
         from posexp.kernels.matmul_attention import CHOICES
 
-        d = _section("attention", value, cls, added={"causal": "auto"})
+        d = _section("attention", value, cls)
         choose("attention.backend", d["backend"], BACKENDS)
         choose("attention.causal", d["causal"], CHOICES)
         return cls(backend=d["backend"], causal=d["causal"])
@@ -303,7 +283,7 @@ class PlacementConfig:
     @classmethod
     def from_dict(cls, value: Any) -> PlacementConfig:
         """Validate ``placement.*``."""
-        d = _section("placement", value, cls, added={"pending_patience_min": 10.0})
+        d = _section("placement", value, cls)
         return cls(
             jobs_per_gpu=positive_int("placement.jobs_per_gpu", d["jobs_per_gpu"]),
             pending_patience_min=number(

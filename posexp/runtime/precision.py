@@ -281,20 +281,14 @@ def run_precision(
 ) -> tuple[str, str]:
     """A run's precision and why: a resume keeps the one its checkpoint recorded (an exact
     resume needs the same arithmetic), unless ``train.precision`` names another on purpose."""
-    if resuming and choice == "auto":
-        if recorded in ("fp32", "bf16"):
-            return recorded, "the precision this run was trained in (resume)"
-        # Runs from before train.precision: bf16 autocast on CUDA, fp32 everywhere else.
-        legacy = "bf16" if device.type == "cuda" else "fp32"
-        return legacy, "this run predates train.precision; as it was trained (resume)"
+    if resuming and choice == "auto" and recorded in ("fp32", "bf16"):
+        return recorded, "the precision this run was trained in (resume)"
     return resolve_precision(choice, device, width, cache_dir)
 
 
 def recorded_precision(meta: dict[str, Any], device: torch.device) -> str:
     """The precision a saved run trained in (its checkpoint's meta.json): evaluations measure the
-    model in the arithmetic it was trained with. Runs from before ``train.precision`` trained in
-    bf16 on CUDA and fp32 elsewhere."""
+    model in the arithmetic it was trained with; fp32, its parameters' own, where none is recorded
+    (a checkpoint made by hand)."""
     recorded = meta.get("precision")
-    if recorded in ("fp32", "bf16"):
-        return recorded
-    return "bf16" if device.type == "cuda" else "fp32"
+    return recorded if recorded in ("fp32", "bf16") else "fp32"

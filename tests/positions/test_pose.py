@@ -259,11 +259,6 @@ def test_the_setting_reaches_the_run_config_and_back():
     assert cfg.to_dict()["train"]["pose"] == {"enabled": True, "target_length": 1024, "chunks": 2}
     assert RunConfig.from_dict(cfg.to_dict()) == cfg
     assert run_config().train.pose == PoseConfig()  # off by default
-    # A run saved before the setting existed trained without it.
-    saved = run_config().to_dict()
-    del saved["train"]["pose"]
-    assert RunConfig.from_saved(saved).train.pose == PoseConfig()
-    assert RunConfig.from_dict(saved).train.pose == PoseConfig()
 
 
 ON = ["train.pose.enabled=true", "train.pose.target_length=1024"]

@@ -38,9 +38,6 @@ def test_off_by_default_and_a_non_bool_is_one_line():
     with pytest.raises(PosexpError) as e:
         RunConfig.from_dict(d)
     assert str(e.value) == "train.deterministic must be true or false, got 'yes'"
-    # A run saved before the setting existed trained without it.
-    del d["train"]["deterministic"]
-    assert RunConfig.from_dict(d).train.deterministic is False
 
 
 def test_on_sets_every_switch_and_off_sets_them_back(monkeypatch):

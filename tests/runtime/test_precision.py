@@ -111,12 +111,12 @@ def test_a_bad_precision_is_refused_where_the_config_is_built():
 def test_a_resume_keeps_the_precision_its_checkpoint_recorded(monkeypatch):
     monkeypatch.setattr(precision, "cpu_bf16_feature", lambda: None)
     assert precision.run_precision("auto", CPU, 64, None, "bf16", resuming=True)[0] == "bf16"
-    # Runs saved before train.precision: bf16 on CUDA, fp32 elsewhere, as they were trained.
+    # Nothing recorded: chosen as for a new run (fp32 on a CPU without bf16 support).
     assert precision.run_precision("auto", CPU, 64, None, None, resuming=True)[0] == "fp32"
     # Named on purpose, another precision wins (the log says why).
     assert precision.run_precision("fp32", CPU, 64, None, "bf16", resuming=True)[0] == "fp32"
     assert precision.recorded_precision({"precision": "bf16"}, CPU) == "bf16"
-    assert precision.recorded_precision({}, torch.device("cuda")) == "bf16"
+    assert precision.recorded_precision({}, torch.device("cuda")) == "fp32"
 
 
 def test_the_cpu_feature_is_read_from_the_cpu(monkeypatch):

@@ -97,7 +97,6 @@ def write_outputs(
             names += ["per_position.json", "per_position.png"]
     # After the records are in place: the run's curves then never show cells it does not hold.
     write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length)
-    remove_legacy_tensorboard(plan.run_dir)
     return [plan.run.eval_dir / name for name in names]
 
 
@@ -248,16 +247,6 @@ def baseline_metrics(
                 (float(headline(r)), int((r.get("checkpoint") or {}).get("step", 0))),
             )
     return scalars
-
-
-def remove_legacy_tensorboard(run_dir: Path) -> None:
-    """Drop the TensorBoard files earlier versions wrote (their curves would stand beside the
-    new ones): ``*.extrapolate`` event files and ``extrapolate/`` in the run dir; per-method
-    runs inside ``eval/`` go with the eval folder each evaluation swaps in anew."""
-    for old in run_dir.glob("events.out.tfevents.*.extrapolate"):
-        old.unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "extrapolate", ignore_errors=True)
-    (run_dir / f"{EVAL_EVENTS}.tmp").unlink(missing_ok=True)  # a copy a kill left behind
 
 
 # Columns only some evaluations fill (task runs, passkey depths, sliding windows): left out of a

@@ -9,11 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from torch.utils.tensorboard import SummaryWriter
 
-from posexp.commands.extrapolate.outputs import (
-    EVAL_EVENTS,
-    remove_legacy_tensorboard,
-    write_tensorboard,
-)
+from posexp.commands.extrapolate.outputs import EVAL_EVENTS, write_tensorboard
 from posexp.commands.extrapolate.tables import display_rows
 
 
@@ -112,13 +108,9 @@ def test_evaluating_again_rewrites_the_curves_without_duplicates(run_dir):
     assert len(events.Scalars("eval/ppl_x2")) == 1
 
 
-def test_cells_without_a_number_have_no_point_and_legacy_runs_are_removed(run_dir):
-    (run_dir / "extrapolate").mkdir()
-    (run_dir / "extrapolate" / "events.out.tfevents.1.h.1.0").write_bytes(b"")
-    (run_dir / "events.out.tfevents.1.h.1.0.extrapolate").write_bytes(b"")
+def test_cells_without_a_number_have_no_point(run_dir):
     rows = [record("none", 32, 12.0), record("none", 64, None), record("pi", 64, float("nan"))]
     write_tensorboard(run_dir, display_rows(rows), {}, train_length=32)
-    remove_legacy_tensorboard(run_dir)
     assert event_runs(run_dir) == [run_dir]
     events = EventAccumulator(str(run_dir)).Reload()
     assert [e.step for e in events.Scalars("extrapolate/nonoverlap/ppl/none")] == [32]
