@@ -28,22 +28,6 @@ RUNTIME_TRAIN_KEYS = (
 )
 
 
-def failure_text(e: BaseException) -> str:
-    """The one line a failed job records: a user error's message, else the exception's type and
-    first line."""
-    if isinstance(e, PosexpError):
-        return str(e)
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
-def record_failure(run_dir: Path, e: BaseException) -> None:
-    """``results.json`` = {status: failed, error}; an unexpected error's traceback goes to the log."""
-    if not isinstance(e, PosexpError):
-        log.error("job failed", exc_info=e)
-    RunDir(run_dir).write_results({"status": "failed", "error": failure_text(e)})
-
-
 def completed_results(run: RunConfig, run_dir: Path) -> dict[str, Any] | None:
     """A rerun sweep job whose dir has ``results.json`` with status completed: its saved results."""
     saved = RunDir(run_dir).results()

@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from posexp.errors import Abort, JobFailed, PosexpError
 from posexp.runtime import distributed
 from posexp.runtime.signals import StopRequested
-from posexp.runtime.sweeps import failure_text, record_failure
 from posexp.store import provenance
 from posexp.store.files import disk_full, write_text_atomic
 from posexp.store.rundir import HYDRA, OWNER, RunDir
@@ -32,6 +31,22 @@ SAME_TIME_S = 60.0
 
 class Diverged(PosexpError):
     """Training produced a non-finite loss: the run stops as failed, its dir kept to inspect."""
+
+
+def failure_text(e: BaseException) -> str:
+    """The one line a failed job records: a user error's message, else the exception's type and
+    first line."""
+    if isinstance(e, PosexpError):
+        return str(e)
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def record_failure(run_dir: Path, e: BaseException) -> None:
+    """``results.json`` = {status: failed, error}; an unexpected error's traceback goes to the log."""
+    if not isinstance(e, PosexpError):
+        log.error("job failed", exc_info=e)
+    RunDir(run_dir).write_results({"status": "failed", "error": failure_text(e)})
 
 
 def resume_command(run_dir: Path) -> str:

@@ -147,17 +147,6 @@ def test_joblib_runs_jobs_in_parallel_and_isolates_a_failure(tmp_path, cache, ca
     }
 
 
-def test_an_unexpected_error_is_recorded_with_its_type_and_logged(tmp_path, caplog):
-    from posexp.runtime.sweeps import record_failure
-
-    record_failure(tmp_path, ValueError("dropout probability has to be between 0 and 1\nmore"))
-    assert results(tmp_path) == {
-        "status": "failed",
-        "error": "ValueError: dropout probability has to be between 0 and 1",
-    }
-    assert "job failed" in caplog.text
-
-
 def test_submitit_local_sweep_end_to_end(tmp_path, cache):
     sweep = tmp_path / "sweep"
     posexp(

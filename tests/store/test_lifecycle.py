@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 
-from posexp.store.lifecycle import claim_run_dir, discard_interrupted
+from posexp.store.lifecycle import claim_run_dir, discard_interrupted, record_failure
 from posexp.store.rundir import RunDir
 from tests.store.test_rundir import make_run
 
@@ -81,3 +82,12 @@ def test_a_run_dir_is_removed_even_when_a_writer_thread_puts_a_file_back(tmp_pat
     monkeypatch.setattr(lifecycle.shutil, "rmtree", rmtree_with_a_flush_in_between)
     lifecycle.remove_run_dir(run)
     assert not run.exists() and len(calls) == 2
+
+
+def test_an_unexpected_error_is_recorded_with_its_type_and_logged(tmp_path, caplog):
+    record_failure(tmp_path, ValueError("dropout probability has to be between 0 and 1\nmore"))
+    assert json.loads((tmp_path / "results.json").read_text()) == {
+        "status": "failed",
+        "error": "ValueError: dropout probability has to be between 0 and 1",
+    }
+    assert "job failed" in caplog.text
