@@ -1,12 +1,17 @@
 """Slurm sweeps that never wait on a request no node can satisfy.
 
-Slurm accepts a job asking more CPUs per node than any node of its partition has, then keeps
-it pending forever (reason ``PartitionConfig``). So the request is first compared with what
-``sinfo`` says the partition offers (``check_request``) and refused in one line naming both;
-then ``PendingWatch`` reads the jobs' pending reasons from ``squeue``: one that never clears
-ends the sweep in one line (its jobs cancelled), a wait past ``placement.pending_patience_min``
-is said once. Without ``sinfo``/``squeue`` nothing is checked. A Hydra callback beside the
-plugin's launcher, not a subclass: Hydra loads launchers only from ``hydra_plugins``.
+Slurm accepts a job asking for more CPUs per node than any node of the partition has, then
+keeps it pending forever (reason ``PartitionConfig``), and a sweep waiting on it waits forever
+too. Before anything is submitted, the request (CPUs, memory, GPUs per node, time limit, nodes)
+is compared with what ``sinfo`` says the partition offers and refused in one line naming both
+(``check_request``: the CLI for ``hydra/launcher=`` on the command line, ``SlurmChecks`` for a
+launcher chosen in a config). While the jobs wait, ``PendingWatch`` reads their pending reasons
+from ``squeue``: a reason that cannot clear without an administrator changing the cluster's
+configuration (``never_clears``) is said in one line, the sweep's jobs are cancelled and the
+sweep ends; a job pending longer than ``placement.pending_patience_min`` says why, once.
+Without ``sinfo``/``squeue`` (off-cluster) nothing is checked: submission fails or works as
+it did. A launcher subclass would be the natural home, but Hydra instantiates launchers only
+from the ``hydra_plugins`` package, so this is a Hydra callback beside the plugin's launcher.
 """
 
 from __future__ import annotations
