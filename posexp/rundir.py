@@ -29,6 +29,7 @@ log = logging.getLogger("posexp")
 
 if TYPE_CHECKING:  # annotations only: the model is imported where it is loaded
     from posexp.extension import ExtensionConfig
+    from posexp.kernels.choice import KernelChoice
     from posexp.model import GPT, ModelConfig
 
 RESULTS = "results.json"
@@ -273,14 +274,20 @@ class RunDir:
 
         return ModelConfig.from_dict(self.meta()["model"])
 
-    def load_model(self, device: Any, extension: ExtensionConfig | None = None) -> GPT:
-        """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
+    def load_model(
+        self,
+        device: Any,
+        extension: ExtensionConfig | None = None,
+        kernels: KernelChoice | None = None,
+    ) -> GPT:
+        """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in
+        one; ``kernels``: the ``KernelChoice`` it runs on (None: the defaults)."""
         from posexp.model import GPT
 
         cfg = self.model_config()
         if extension is not None:
             cfg = dataclasses.replace(cfg, extension=extension)
-        model = GPT(cfg)
+        model = GPT(cfg, kernels)
         load_weights(self.path, model)
         return model.to(device).eval()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "posexp"
-MAX_LINES = 420  # "about 400": a module past this is doing two jobs
+MAX_LINES = 800  # a smell, not a rule: each module has one job, which its docstring states
 
 
 def module_name(path: Path) -> str:
@@ -103,7 +103,16 @@ LOWER_MUST_NOT_IMPORT = {
     "posexp.extension": ("posexp.pe", "posexp.model", "posexp.data", "posexp.config"),
     "posexp.pe": ("posexp.model", "posexp.data", "posexp.config"),
     "posexp.data": ("posexp.model", "posexp.pe", "posexp.extension", "posexp.objectives"),
-    "posexp.model": ("posexp.config", "posexp.data", "posexp.rundir", "hydra", "omegaconf"),
+    # The model runs on the kernels it is handed; the run chooses them (posexp.runtime).
+    "posexp.model": (
+        "posexp.config",
+        "posexp.data",
+        "posexp.rundir",
+        "posexp.runtime",
+        "hydra",
+        "omegaconf",
+    ),
+    "posexp.kernels": ("posexp.model", "posexp.pe", "posexp.runtime", "posexp.config"),
     "posexp.objectives": ("posexp.commands", "posexp.cli"),
     "posexp.runtime": ("posexp.commands", "posexp.cli"),
 }

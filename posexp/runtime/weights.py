@@ -20,9 +20,7 @@ from posexp.runtime.build import model_config
 
 # ModelConfig fields that change how a network runs, not its weights: a run started from
 # another's weights may change them. Every other field (a new one too) must match the parent's.
-RUNTIME_FIELDS = frozenset(
-    {"dropout", "extension", "train_length", "attention", "causal_kernel", "linear_kernel"}
-)
+RUNTIME_FIELDS = frozenset({"dropout", "extension", "train_length"})
 NETWORK_FIELDS = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.name not in RUNTIME_FIELDS
 )

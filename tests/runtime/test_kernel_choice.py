@@ -160,7 +160,8 @@ def test_a_bf16_run_on_the_matmul_kernel_records_it_and_resumes_bitwise(
     run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
     assert weights_sha256(tmp_path / "full") == weights_sha256(tmp_path / "cut")
     meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())
-    assert meta["model"]["causal_kernel"] == "matmul"
+    assert meta["kernels"]["causal"] == "matmul"
+    assert not {"attention", "causal_kernel", "linear_kernel"} & set(meta["model"])
     sessions = json.loads((tmp_path / "cut" / "provenance.json").read_text())["sessions"]
     assert [s["causal_kernel"] for s in sessions] == ["matmul", "matmul"]
     assert sessions[-1]["causal_kernel_reason"] == "the kernel this run trained with (resume)"

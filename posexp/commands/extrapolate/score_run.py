@@ -28,6 +28,7 @@ from posexp.model import GPT
 from posexp.pe import PositionOutOfRange
 from posexp.positions import scoring_positions
 from posexp.runtime.build import Data, build_data, data_key
+from posexp.runtime.kernel_choice import evaluation_kernels
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
@@ -138,7 +139,8 @@ def score_cells(
         try:
             if loaded is None or loaded[0] != item.extension:
                 loaded = None  # free the previous model first: they differ only in frequencies
-                loaded = item.extension, plan.run.load_model(device, item.extension)
+                kernels = evaluation_kernels(plan.run.meta())
+                loaded = item.extension, plan.run.load_model(device, item.extension, kernels)
             record.values = item.scorer.score(loaded[1], work, scoring)
         except PositionOutOfRange as e:
             advance(work.size - (scored[0] - done))
