@@ -37,11 +37,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    """``scripts/<name>.py`` imported as a module (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module ``scripts.<name>`` (scripts/ is a package: the root is on pytest's path)."""
+    return importlib.import_module(f"scripts.{name}")
 
 
 def posexp_env(cache: Path) -> dict[str, str]:

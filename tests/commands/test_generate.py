@@ -166,9 +166,9 @@ def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
     seen = []
     load = RunDir.load_model
 
-    def spy(self, device, extension=None):
+    def spy(self, device, extension=None, kernels=None):
         seen.append(extension)
-        return load(self, device, extension)
+        return load(self, device, extension, kernels)
 
     monkeypatch.setattr(RunDir, "load_model", spy)
     out = generate_text(tmp_path / "lm", ["And God"], 40, device="cpu", method="self_extend")
