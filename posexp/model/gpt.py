@@ -6,6 +6,7 @@ Reads top to bottom: config, attention, MLP, block, model, generation. The model
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -88,6 +89,14 @@ class ModelConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         """The config ``to_dict`` wrote (a checkpoint's ``meta.json``), the extension typed again."""
         fields = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(fields) - known):
+            # Kernels are no part of the network (KernelChoice): a checkpoint naming them was
+            # written before posexp 0.1.0, and such run dirs are trained again.
+            raise PosexpError(
+                f"checkpoint model config has unknown fields {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(known))} (a run from before posexp 0.1.0?)"
+            )
         fields["extension"] = ExtensionConfig.from_dict(
             fields.get("extension") or {"method": "none"}
         )

@@ -238,3 +238,30 @@ def test_the_saved_config_names_no_kernel_and_another_kernel_choice_gives_the_sa
         again = loaded.use_kernels(KernelChoice(bias="sdpa"))
         assert all(m.kernel == "torch" for m in again.modules() if hasattr(m, "kernel"))
         torch.testing.assert_close(again(tokens)["logits"], want)
+
+
+def test_a_saved_config_naming_a_kernel_is_a_one_line_error():
+    saved = {**ModelConfig(vocab_size=10).to_dict(), "causal_kernel": "matmul"}
+    with pytest.raises(PosexpError, match="unknown fields causal_kernel; allowed: d_ff, "):
+        ModelConfig.from_dict(saved)
+
+
+def test_a_backend_that_gives_up_hands_the_call_to_the_next():
+    from posexp.model.attention import BACKENDS, AttentionCall, attend
+
+    torch.manual_seed(0)
+    pe = build_pe("alibi", PEContext(16, 2, 8, 32))
+    q, k, v = torch.randn(3, 1, 2, 20, 8).unbind(0)
+    pos = torch.arange(20)
+    tried = []
+
+    def gives_up(q, k, v):
+        tried.append(1)
+        return None
+
+    with torch.no_grad():
+        got, weights = attend(AttentionCall(q, k, v, pos, pos, pe, bias_kernel=gives_up))
+        want = sdpa_attention(q, k, v, pos, pos, pe)
+    assert tried == [1] and weights is None
+    torch.testing.assert_close(got, want)
+    assert BACKENDS[-1].name == "sdpa" and BACKENDS[-1].runs(None)  # takes every call
