@@ -144,3 +144,15 @@ def test_the_model_knows_nothing_of_hydra_the_cli_or_tensorboard():
 def test_no_module_is_too_long_to_read():
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_scripts_and_tests_import_normally_without_editing_the_import_path():
+    root = PACKAGE.parent
+    edit = "sys." + "path"  # spelt apart so this file does not match itself
+    found = sorted(
+        str(p.relative_to(root))
+        for folder in ("scripts", "tests")
+        for p in (root / folder).rglob("*.py")
+        if edit in p.read_text()
+    )
+    assert found == []
