@@ -381,6 +381,7 @@ def main() -> None:
     args = p.parse_args()
 
     device = resolve_device(args.device)
+    print(machine_header(str(device)), flush=True)  # first: every figure below is this machine's
     d_model, n_layers = SIZES[args.model]
     pes = sorted(PE_REGISTRY.names()) if args.pe == "all" else [x for x in args.pe.split(",") if x]
     args.precision = [x for x in args.precision.split(",") if x]
@@ -423,7 +424,6 @@ def main() -> None:
     first = next(iter(cfgs.values()))
     fpt = flops_per_token(GPT(first), first, args.seq_len)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(machine_header(str(device)))
     print(f"device {device} ({name}), threads {torch.get_num_threads()}, torch {torch.__version__}")
     print(
         f"shape: d_model {d_model}, {n_layers} layers, {args.heads} heads, seq_len {args.seq_len}, "
