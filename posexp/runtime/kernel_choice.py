@@ -1,8 +1,10 @@
-"""A run's kernels, resolved once where it starts (``resolve_run_kernels``): its precision,
-the bias backend, and which kernel trains causal attention in 16-bit (every encoding that leaves attention to the
-model, position biases included): torch's SDPA, or two batched matmuls and a softmax
-(``posexp.kernels.matmul_attention``), ``attention.causal``; and which runs the linear layers in
-fp32 on a CPU: torch's BLAS or oneDNN (``posexp.kernels.onednn_linear``), ``train.linear``.
+"""A run's kernels, resolved once where it starts (``resolve_run_kernels``) into the
+``KernelChoice`` the model is handed (``evaluation_kernels`` for an evaluation): its precision,
+the bias backend (``attention.backend``), which kernel trains causal attention in 16-bit (every
+encoding that leaves attention to the model, position biases included: torch's SDPA, or two
+batched matmuls and a softmax, ``posexp.kernels.matmul_attention``; ``attention.causal``), and
+which runs the linear layers in fp32 on a CPU (torch's BLAS or oneDNN,
+``posexp.kernels.onednn_linear``; ``train.linear``).
 
 ``auto`` takes the matmul kernel only where it can win: bf16 training on a CPU, at most
 ``MAX_WEIGHTS`` attention weights per layer, and only if, timed at the run's own shape on this
