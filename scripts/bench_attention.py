@@ -2,10 +2,10 @@
 posexp's matmul kernel (``posexp/kernels/matmul_attention.py``), over the whole batch in one
 call as it runs and in ``--chunks`` equal chunks, in fp32 and bf16, interleaved in one process.
 
-    python scripts/bench_attention.py                      # batch 32, 4 heads, 256 tokens, 32-dim
-    python scripts/bench_attention.py --chunks 2,4,16 --precision fp32
+    python -m scripts.bench_attention                      # batch 32, 4 heads, 256 tokens, 32-dim
+    python -m scripts.bench_attention --chunks 2,4,16 --precision fp32
     MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184 \\
-        python scripts/bench_attention.py --precision fp32   # glibc's allocator told to keep memory
+        python -m scripts.bench_attention --precision fp32   # glibc's allocator told to keep memory
 
 Why it exists: ``attention.causal=auto`` takes the matmul kernel only in bf16. This shows the
 per-layer times behind that rule on your CPU, and what the fp32 kernel loses to the allocator:
@@ -23,21 +23,17 @@ itself uses); the ratio is SDPA's time over the row's.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from posexp.kernels.matmul_attention import (  # noqa: E402
+from posexp.kernels.matmul_attention import (
     _mask,
     causal_attention,
     sdpa_causal,
     time_kernels,
 )
+from scripts.bench_common import machine_header
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -145,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     if args.threads:
         torch.set_num_threads(args.threads)
     shape = f"batch {args.batch}, {args.heads} heads, {args.seq_len} tokens, {args.head_dim}-dim"
+    print(machine_header())
     print(f"causal attention, forward + backward, {shape}, {torch.get_num_threads()} threads")
     results = {}
     for precision in args.precision.split(","):

@@ -1,9 +1,9 @@
 """Translation decoding speed: prompts batched across lengths (what `posexp` does) against
 batches that hold one prompt length each, alone and with several processes sharing the device.
 
-    python scripts/bench_decode.py                                   # CPU, a small model
-    python scripts/bench_decode.py --device cuda --procs 1,12        # the head ablation's model
-    python scripts/bench_decode.py --smoke                           # toy size (the tests)
+    python -m scripts.bench_decode                                   # CPU, a small model
+    python -m scripts.bench_decode --device cuda --procs 1,12        # the head ablation's model
+    python -m scripts.bench_decode --smoke                           # toy size (the tests)
 
 What is measured: `generate_ids` (the code behind `val/bleu` and the test BLEU) on an untrained
 model of the head ablation's shape (d_model 512, 6 layers, BPE 4096 by default), beam 4, batch
@@ -31,8 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from scripts.bench_common import ROOT, machine_header, module_command
 
 
 def prompt_lengths(n: int, seed: int, cap: int) -> list[int]:
@@ -122,7 +121,7 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
 
 def point(args: argparse.Namespace, procs: int) -> dict[str, float]:
     """Both modes in ``procs`` processes started together; each measure's mean over them."""
-    cmd = [sys.executable, __file__, "--worker", *sys.argv[1:]]
+    cmd = module_command("bench_decode", "--worker", *sys.argv[1:])
     started = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(procs)
     ]
@@ -170,6 +169,7 @@ def main() -> int:
     if args.worker:
         print(json.dumps(worker(args)))
         return 0
+    print(machine_header(args.device))
     print(
         f"decode: {args.prompts} prompts, {args.new} new tokens each, beam {args.beam}, "
         f"batch {args.batch}, d_model {args.d_model}, {args.layers} layers, {args.heads} heads, "

@@ -3,9 +3,9 @@ and FoX through posexp's CPU kernel (``auto``), FlexAttention (``:flex``) and th
 SDPA-with-bias path (``:sdpa``), and against the training-free extension methods (Self-Extend,
 ReRoPE, log scaling), side by side in one run.
 
-    python scripts/bench_eval.py                         # small model, 1024..4096, CPU
-    python scripts/bench_eval.py --device cuda --lengths 1024,4096,16384
-    python scripts/bench_eval.py --pes rope,rope+self_extend,rope+rerope,rope+logn \
+    python -m scripts.bench_eval                         # small model, 1024..4096, CPU
+    python -m scripts.bench_eval --device cuda --lengths 1024,4096,16384
+    python -m scripts.bench_eval --pes rope,rope+self_extend,rope+rerope,rope+logn \
         --lengths 1024,4096,16384 --baseline 1024
 
 A variant is ``pe``, ``pe:backend`` (backend ``cpp``, ``flex`` or ``sdpa``, the model's ``attention``
@@ -41,20 +41,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from scripts.bench_common import ROOT, child_env, machine_header, module_command, status_kib
+
 SIZES = {"tiny": (64, 2), "small": (128, 4), "base": (768, 12)}
 MiB = 2**20
-
-
-def _status_kib(field: str) -> int:
-    text = Path("/proc/self/status").read_text()
-    return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M).group(1))
 
 
 def child(
@@ -69,14 +65,15 @@ def child(
 ) -> dict:
     """One measurement point (runs in its own process)."""
     import torch
-    from bench_models import pe_setting
 
     from posexp.extension import ExtensionConfig
+    from posexp.kernels.choice import KernelChoice
     from posexp.model import GPT, ModelConfig
     from posexp.runtime.device import resolve_device
     from posexp.runtime.precision import autocast
     from posexp.scoring.text import score_windows
     from posexp.scoring.windows import nonoverlap_windows
+    from scripts.bench_models import pe_setting
 
     device = resolve_device(device_name)
     d_model, n_layers = SIZES[model_size]
@@ -97,8 +94,8 @@ def child(
                 pe_params=params,
                 train_length=l0,
                 extension=extension,
-                attention=backend or "auto",
-            )
+            ),
+            KernelChoice(bias=backend or "auto"),
         )
         .to(device)
         .eval()
@@ -132,9 +129,9 @@ def child(
         pass_bytes, peak_bytes = peak - before, peak
     else:
         Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
-        before = _status_kib("VmRSS")
+        before = status_kib("VmRSS")
         one_pass()
-        peak = _status_kib("VmHWM")
+        peak = status_kib("VmHWM")
         pass_bytes, peak_bytes = (peak - before) * 1024, peak * 1024
     seconds = statistics.median(one_pass() for _ in range(reps))
     return {
@@ -154,9 +151,8 @@ def ratio(value: float, base: float) -> str:
 
 def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
     """Run ``child`` in a fresh interpreter and read its JSON line."""
-    cmd = [
-        sys.executable,
-        __file__,
+    cmd = module_command(
+        "bench_eval",
         "--child",
         pe,
         str(length),
@@ -172,11 +168,10 @@ def measure(args: argparse.Namespace, pe: str, length: int) -> dict:
         str(args.train_length),
         "--precision",
         args.precision,
-    ]
-    # The repo first, then whatever PYTHONPATH already holds (packages carried beside it).
-    paths = (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", ""))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in paths if x)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    )
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=child_env(), cwd=ROOT, check=False
+    )
     if proc.returncode != 0:
         raise SystemExit(f"measurement {pe} L={length} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -224,6 +219,7 @@ def main() -> None:
         )
         return
 
+    print(machine_header(args.device))
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.baseline not in lengths:
         lengths = sorted({*lengths, args.baseline})

@@ -1,8 +1,8 @@
 """How long `posexp report` takes on a sweep, against the sweep's own training time.
 
-    python scripts/bench_report.py                      # experiment=extrapolation, seeds 0,1,2
-    python scripts/bench_report.py --seeds 0 --pes rope,alibi
-    python scripts/bench_report.py --sweep outputs/sweeps/<time> --training-seconds 1560
+    python -m scripts.bench_report                      # experiment=extrapolation, seeds 0,1,2
+    python -m scripts.bench_report --seeds 0 --pes rope,alibi
+    python -m scripts.bench_report --sweep outputs/sweeps/<time> --training-seconds 1560
 
 Three timed commands, each a fresh process, run one after another on an otherwise idle machine:
 
@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from scripts.bench_common import machine_header
 
 PRESET_PES = "sinusoidal,learned,none,rope,alibi,t5,kerple,p_rope,xpos,sandwich,cope"
 
@@ -78,6 +80,7 @@ def main() -> None:
     a = p.parse_args()
     out = a.out or Path("outputs/bench_report") / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
+    print(machine_header(), flush=True)
     if a.sweep is None:
         sweep = out / "sweep"
         train = timed(

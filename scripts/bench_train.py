@@ -1,11 +1,11 @@
 """Training throughput of posexp against the peers a user would pick instead, at the same shape,
 precision and step, in one process; every PE against posexp's learned PE; MFU; a profile.
 
-    python scripts/bench_train.py --no-loop               # d128, 4 layers, 4 heads, 256 x 32, byte
-    python scripts/bench_train.py --pe all --peers plain --no-loop   # every PE, both precisions
-    python scripts/bench_train.py --profile --no-loop     # where posexp's RoPE step spends its time
-    python scripts/bench_train.py --model medium --batch 8  # d512, 4 layers
-    python scripts/bench_train.py --model base --heads 12 --seq-len 1024 --batch 32 --device cuda
+    python -m scripts.bench_train --no-loop               # d128, 4 layers, 4 heads, 256 x 32, byte
+    python -m scripts.bench_train --pe all --peers plain --no-loop   # every PE, both precisions
+    python -m scripts.bench_train --profile --no-loop     # where posexp's RoPE step spends its time
+    python -m scripts.bench_train --model medium --batch 8  # d512, 4 layers
+    python -m scripts.bench_train --model base --heads 12 --seq-len 1024 --batch 32 --device cuda
 
 What is timed (scripts/bench_models.py): one training step (forward, mean cross-entropy from fp32
 logits, backward, clip 1.0, AdamW) of each model in each precision of --precision (fp32, bf16
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import os
 import statistics
@@ -40,7 +39,15 @@ import time
 from pathlib import Path
 
 import torch
-from bench_models import (
+
+from posexp.kernels import onednn_linear
+from posexp.kernels.choice import KernelChoice
+from posexp.kernels.matmul_attention import KERNELS
+from posexp.model import GPT, ModelConfig
+from posexp.runtime.device import resolve_device
+from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
+from scripts.bench_common import machine_header
+from scripts.bench_models import (
     PEERS,
     Step,
     missing_package,
@@ -49,12 +56,6 @@ from bench_models import (
     profile_step,
     training_step,
 )
-
-from posexp.kernels import onednn_linear
-from posexp.kernels.matmul_attention import KERNELS
-from posexp.model import GPT, ModelConfig
-from posexp.runtime.device import resolve_device
-from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
 
 SIZES = {"tiny": (64, 2), "small": (128, 4), "medium": (512, 4), "base": (768, 12)}
 
@@ -259,7 +260,7 @@ def build_variants(
                     if ((k != first) if i else (k not in ("sdpa", "torch")))
                 )
                 name = f"posexp {pe}, {precision}" + (f" ({tag})" if tag else "")
-                model = GPT(dataclasses.replace(cfg, causal_kernel=causal, linear_kernel=linear))
+                model = GPT(cfg, KernelChoice(causal=causal, linear=linear))
                 steps[name] = training_step(model, *shape, precision, args.compile, kernel)
                 rows[name] = (pe if i == 0 else f"{pe} {causal} {linear}", precision)
     return steps, rows, skipped
@@ -380,6 +381,7 @@ def main() -> None:
     args = p.parse_args()
 
     device = resolve_device(args.device)
+    print(machine_header(str(device)), flush=True)  # first: every figure below is this machine's
     d_model, n_layers = SIZES[args.model]
     pes = sorted(PE_REGISTRY.names()) if args.pe == "all" else [x for x in args.pe.split(",") if x]
     args.precision = [x for x in args.precision.split(",") if x]

@@ -2,15 +2,15 @@
 and FoX's forget-gate kernel against its SDPA path (outputs, and on a GPU the gradients of q, k,
 v and the running sum c: what must hold before FoX trains on it).
 
-    python scripts/flex_parity.py --device cuda     # forward and backward (a GPU trains on flex)
-    python scripts/flex_parity.py                   # CPU: forward only (no CPU backward for flex)
+    python -m scripts.flex_parity --device cuda     # forward and backward (a GPU trains on flex)
+    python -m scripts.flex_parity                   # CPU: forward only (no CPU backward for flex)
 
 Two copies of one fp32 model (attention=flex and attention=sdpa, same weights) see the same
 batch; the largest absolute differences of the logits, of every parameter's gradient (GPU), and
 of a generation through the KV cache are printed, with each copy's training step time (median of
 5 after 2 to warm up) where flex trains. FoX's row is its model: on a GPU the copy on flex
 passes posexp's own gradient check on its first batch first (``gate_checked``), or falls back
-(``flex_off`` says why). ``scripts/gpu_check.py`` runs this as a part.
+(``flex_off`` says why). ``scripts/gpu/check.py`` runs this as a part.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def flex_parity(
     import torch
 
     from posexp.kernels import flex
+    from posexp.kernels.choice import KernelChoice
     from posexp.model import GPT, ModelConfig
     from posexp.pe import PE_REGISTRY
 
@@ -52,8 +53,8 @@ def flex_parity(
     for name in pes or sorted(kinds):
         torch.manual_seed(0)
         cfg = dict(vocab_size=260, d_model=128, n_layers=2, n_heads=4, pe=name, train_length=64)
-        a = GPT(ModelConfig(**cfg, attention="flex")).to(device)
-        b = GPT(ModelConfig(**cfg, attention="sdpa")).to(device)
+        a = GPT(ModelConfig(**cfg), KernelChoice(bias="flex")).to(device)
+        b = GPT(ModelConfig(**cfg), KernelChoice(bias="sdpa")).to(device)
         b.load_state_dict(a.state_dict())
         x = torch.randint(0, 260, (2, length), device=device)
         kind = kinds[name]

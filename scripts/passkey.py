@@ -1,7 +1,7 @@
 """Passkey retrieval end to end (experiment=passkey), through the real `posexp` commands.
 
-    python scripts/passkey.py                      # seeds 0, 1, 2 in outputs/passkey/<time>/seed<N>
-    python scripts/passkey.py --seeds 0 --methods pi,yarn --factor 4 --finetune-steps 300
+    python -m scripts.passkey                      # seeds 0, 1, 2 in outputs/passkey/<time>/seed<N>
+    python -m scripts.passkey --seeds 0 --methods pi,yarn --factor 4 --finetune-steps 300
 
 1. ``lm``: a RoPE language model on the KJV Bible at L0 = 128 tokens;
 2. ``passkey``: that model trained further on passkey rows of at most L0 tokens

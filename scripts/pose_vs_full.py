@@ -1,7 +1,7 @@
 """PoSE against full-length fine-tuning on one step budget, through the real `posexp` commands.
 
-    python scripts/pose_vs_full.py --parent outputs/runs/<task run> --out outputs/pose/<name>
-    python scripts/pose_vs_full.py --parent <run> --method pi --factor 4 --steps 300 --seeds 0
+    python -m scripts.pose_vs_full --parent outputs/runs/<task run> --out outputs/pose/<name>
+    python -m scripts.pose_vs_full --parent <run> --method pi --factor 4 --steps 300 --seeds 0
 
 For each seed, two fine-tunes of ``--parent`` (a synthetic-task run: data=niah_single,
 data=ruler, data=passkey, ...) with the same extension method, factor and number of steps:
@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from subprocess import Popen
 
+from scripts.bench_common import ROOT, child_env, module_command
+
 
 def run(args: list[str], threads: int) -> tuple[float, float]:
     """`posexp ARGS` as its own process: (seconds, peak resident MiB); stops on failure."""
@@ -53,10 +55,10 @@ def step_memory_child(run_dir: str, tokens: int, batch: int) -> None:
     """In a fresh process: print the MiB one training step on (batch, tokens) rows adds to the
     resident-set high-water mark of a process holding the run's model."""
     import torch
-    from bench_eval import _status_kib as kib  # this script's folder is on sys.path here
 
     from posexp.runtime.weights import load_model
     from posexp.store.rundir import RunDir
+    from scripts.bench_common import status_kib as kib
 
     model = load_model(RunDir(Path(run_dir)), "cpu").train()
     x = torch.randint(0, model.cfg.vocab_size, (batch, tokens))
@@ -71,8 +73,10 @@ def step_memory(run_dir: Path, tokens: int, batch: int, threads: int) -> float:
     import subprocess
 
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    cmd = [sys.executable, __file__, "--step-memory", str(run_dir), str(tokens), str(batch)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    cmd = module_command("pose_vs_full", "--step-memory", str(run_dir), str(tokens), str(batch))
+    out = subprocess.run(
+        cmd, env=child_env(**env), cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     return float(json.loads(out.strip().splitlines()[-1])["step_mib"])
 
 

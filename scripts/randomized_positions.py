@@ -1,6 +1,6 @@
 """Diagnosis: a run trained on randomized positions, scored two ways on its test instances.
 
-    python scripts/randomized_positions.py outputs/diag/randomized_m64_12000
+    python -m scripts.randomized_positions outputs/diag/randomized_m64_12000
 
 `posexp eval-extrapolate` scores such a run with positions drawn as in training (sorted random
 subsets of [0, pe.max_position), as Ruoss et al.'s reference code does at test time); this prints

@@ -1,6 +1,6 @@
 """Diagnosis: why T5's bias stops one symbol past the trained sizes on copy and reverse.
 
-    python scripts/t5_diagnosis.py outputs/sweeps/<sweep>/pe=t5,seed=0 [more runs] [--plot out.png]
+    python -m scripts.t5_diagnosis outputs/sweeps/<sweep>/pe=t5,seed=0 [more runs] [--plot out.png]
 
 For each run it prints (1) the learned bias of a T5 run against the query-key distance, next to
 the bucket each distance falls in, and (2) for any PE, the teacher-forced accuracy of each answer

@@ -37,11 +37,8 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
 def load_script(name: str) -> ModuleType:
-    """``scripts/<name>.py`` imported as a module (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The module ``scripts.<name>`` (scripts/ is a package: the root is on pytest's path)."""
+    return importlib.import_module(f"scripts.{name}")
 
 
 def posexp_env(cache: Path) -> dict[str, str]:
@@ -236,13 +233,14 @@ def train_killed_halfway(cfg, run_dir: Path, monkeypatch) -> None:
 
 
 def bf16_step_matches_sdpa(monkeypatch, cfg: dict, x, kernel: str = "matmul") -> int:
-    """One bf16 training step of ``GPT(ModelConfig(**cfg))`` with ``causal_kernel=kernel`` and of
+    """One bf16 training step of ``GPT(ModelConfig(**cfg))`` on the causal kernel ``kernel`` and of
     the same weights on SDPA: the losses agree within 1% and every gradient within 5% of its
     largest (bf16 rounding). Returns how many times the matmul kernel ran."""
     import pytest
     import torch
 
     from posexp.kernels import matmul_attention
+    from posexp.kernels.choice import KernelChoice
     from posexp.model import GPT, ModelConfig
 
     calls = []
@@ -250,7 +248,8 @@ def bf16_step_matches_sdpa(monkeypatch, cfg: dict, x, kernel: str = "matmul") ->
     monkeypatch.setattr(
         matmul_attention, "causal_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
-    chosen, reference = GPT(ModelConfig(**cfg, causal_kernel=kernel)), GPT(ModelConfig(**cfg))
+    chosen = GPT(ModelConfig(**cfg), KernelChoice(causal=kernel))
+    reference = GPT(ModelConfig(**cfg))
     reference.load_state_dict(chosen.state_dict())
     losses = []
     for model in (chosen, reference):

@@ -22,6 +22,7 @@ from posexp import checks
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.model.generation import TokenProgress, generate_ids
+from posexp.runtime.kernel_choice import evaluation_kernels
 
 if TYPE_CHECKING:
     from posexp.store.rundir import RunDir
@@ -236,7 +237,10 @@ def generate_text(
         check_task_prompts(cfg, prompts)
     ids = [prompt_ids(tokenizer, p, kind) for p in prompts]
     model = weights.load_model(
-        run_dir, dev, method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens)
+        run_dir,
+        dev,
+        method_for(run_dir, method, factor, max(len(i) for i in ids) + max_new_tokens),
+        evaluation_kernels(run_dir.meta()),
     )
     reach, longest = model.pe.max_positions, max(len(i) for i in ids)
     if reach is not None and longest >= reach:

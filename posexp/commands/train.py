@@ -25,16 +25,15 @@ from torch.utils.tensorboard import SummaryWriter
 from posexp.config import RunConfig, from_composed
 from posexp.data import dataset_kind
 from posexp.errors import Abort, PosexpError, first_line
-from posexp.kernels import flex
+from posexp.kernels.choice import KernelChoice
 from posexp.model import GPT
 from posexp.objectives import OBJECTIVES, build_objective
-from posexp.pe import get_pe
 from posexp.runtime import distributed
 from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
 from posexp.runtime.device import place, set_cublas_workspace
 from posexp.runtime.hardware import out_of_memory
-from posexp.runtime.kernel_choice import resolve_causal_kernel, resolve_linear_kernel
+from posexp.runtime.kernel_choice import resolve_run_kernels
 from posexp.runtime.optim import (
     Schedule,
     parameter_groups,
@@ -42,7 +41,6 @@ from posexp.runtime.optim import (
     saved_schedule,
 )
 from posexp.runtime.precision import autocast as precision_autocast
-from posexp.runtime.precision import run_precision
 from posexp.runtime.signals import GracefulStop, StopRequested
 from posexp.runtime.sweeps import completed_results, continue_unfinished
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
@@ -108,9 +106,11 @@ def run_training(cfg: RunConfig, run_dir: Path, discard: bool = False) -> dict[s
 
 def check_config(cfg: RunConfig) -> None:
     """The checks a run makes before it loads any data (each job of a sweep, too, before the
-    sweep starts): ModelConfig checks the network's shape (heads divide d_model, ...), the
-    objective registry that some objective trains the dataset's kind, and the start weights."""
+    sweep starts): ModelConfig checks the network's shape (heads divide d_model, ...),
+    KernelChoice that the bias backend runs here, the objective registry that some objective
+    trains the dataset's kind, and the start weights."""
     model_config(cfg, vocab_size=1)
+    KernelChoice(bias=cfg.attention.backend)
     OBJECTIVES.get(dataset_kind(cfg.data.name))
     check_start_weights(cfg)
 
@@ -146,50 +146,9 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     saved_meta = RunDir(run_dir).meta() if cfg.resume else {}
     # Measurements draw from generators of their own: the model's init below is the seed's.
     with distributed.rank_zero_first():  # rank 0 measures (CPU auto), the others read its cache
-        precision, why = run_precision(
-            cfg.train.precision,
-            device,
-            mcfg.d_model,
-            Path(cfg.cache_dir),
-            recorded=saved_meta.get("precision"),
-            resuming=bool(cfg.resume),
-        )
-        # What attention trains on: the kernel attention.causal chose, or the encoding's own.
-        uses_kernel = get_pe(mcfg.pe).uses_causal_kernel(dict(mcfg.pe_params))
-        kernel = "sdpa"
-        kernel_why = f"pe={mcfg.pe} computes its attention itself; attention.causal is unused"
-        if uses_kernel:
-            kernel, kernel_why = resolve_causal_kernel(
-                cfg.attention.causal,
-                precision,
-                device,
-                (
-                    cfg.train.batch_size // distributed.world_size(),
-                    mcfg.n_heads,
-                    cfg.train.seq_len,
-                    mcfg.head_dim,
-                ),
-                Path(cfg.cache_dir),
-                recorded=(saved_meta.get("model") or {}).get("causal_kernel"),
-                resuming=bool(cfg.resume),
-            )
-        linear, linear_why = resolve_linear_kernel(
-            cfg.train.linear,
-            precision,
-            device,
-            cfg.train.compile,
-            (
-                cfg.train.batch_size // distributed.world_size() * cfg.train.seq_len,
-                mcfg.d_model,
-                mcfg.d_ff or 4 * mcfg.d_model,
-            ),
-            Path(cfg.cache_dir),
-            recorded=(saved_meta.get("model") or {}).get("linear_kernel"),
-            resuming=bool(cfg.resume),
-        )
-    trained_on = kernel if uses_kernel else "own"
-    mcfg = dataclasses.replace(mcfg, causal_kernel=kernel, linear_kernel=linear)
-    model = GPT(mcfg)
+        chosen = resolve_run_kernels(cfg, mcfg, device, saved_meta)
+    precision = chosen.precision
+    model = GPT(mcfg, chosen.kernels)
     autocast = precision_autocast(precision, device)
     objective = build_objective(cfg, data, device, autocast)
     check_budget(cfg, mcfg, model, device, precision, getattr(objective, "row_tokens", None))
@@ -221,12 +180,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         record = {**dataclasses.asdict(schedule), "on_resume": cfg.train.resume_schedule}
         provenance.start(
             run_dir,
-            precision=precision,
-            precision_reason=why,
-            causal_kernel=trained_on,
-            causal_kernel_reason=kernel_why,
-            linear_kernel=linear,
-            linear_kernel_reason=linear_why,
+            **chosen.facts(),
             schedule=record,
             deterministic=cfg.train.deterministic,
             **parent,
@@ -249,11 +203,9 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         mcfg.n_layers,
         f"{n_params:,}",
         device,
-        flex.describe(mcfg.attention, device, model.pe.flex_kind),
+        chosen.describe_bias(device, model.pe.flex_kind),
     )
-    log.info("precision: %s (%s)", precision, why)
-    log.info("attention while training: %s (%s)", trained_on, kernel_why)
-    log.info("linear layers: %s (%s)", linear, linear_why)
+    chosen.log(log)
     if cfg.train.pose.enabled:  # task rows: the window is the longest training row
         window = getattr(objective, "row_tokens", cfg.train.seq_len)
         log.info("%s", cfg.train.pose.describe(window))
@@ -270,8 +222,8 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         **hparam_dict(cfg),
         "params": n_params,
         "precision": precision,
-        "training_attention": trained_on,  # the kernel attention.causal chose, or "own"
-        "training_linear": linear,  # the kernel train.linear chose
+        "training_attention": chosen.attention,  # the kernel attention.causal chose, or "own"
+        "training_linear": chosen.kernels.linear,  # the kernel train.linear chose
     }
     write_hparams(writer, params, trial=trial_name(params, run_dir))
     writer.close()

@@ -1,4 +1,4 @@
-"""Attention, and the one place that picks its kernel (``attend``).
+"""Attention, and the one place that picks its kernel (``attend``, over ``BACKENDS``).
 
 The kernels: torch's SDPA (with an encoding's position bias added one chunk of queries at a
 time), FlexAttention (``posexp/kernels/flex.py``: the bias inside the kernel), the explicit softmax
@@ -7,13 +7,15 @@ against), the softmax over scores with a term computed from them (CoPE), the two
 attention of the training-free methods that remap relative positions, and blockwise causal
 attention (its blocks are the method's; query chunks are this module's unit of work, and
 FlexAttention's tiles are its own). Which one runs follows from what the encoding adds to the
-logits (``PositionalEncoding.logit_term``), the training-free method's plan, and whether the
-caller wants the weights."""
+logits (``PositionalEncoding.logit_term``), the training-free method's plan, whether the
+caller wants the weights, and the kernels the run chose (``KernelChoice``, made at the edge)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
 from posexp.kernels import cpp_bias, flex, matmul_attention
+from posexp.kernels.choice import KernelChoice
 from posexp.model import near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
@@ -33,6 +36,7 @@ QUERY_CHUNK = 128
 
 
 BiasKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+Attended = tuple[torch.Tensor, "torch.Tensor | None"]
 
 
 def bias_kernel_for(
@@ -69,42 +73,69 @@ def bias_kernel_for(
     return kernel
 
 
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_pos: torch.Tensor,
-    k_pos: torch.Tensor,
-    pe: PositionalEncoding,
-    plan: AttentionPlan | None = None,
-    need_weights: bool = False,
-    bias_kernel: BiasKernel | None = None,
-    dropout: float = 0.0,
-    causal_kernel: str = "sdpa",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Causal attention of (rotated) ``q``, ``k`` over ``v``: within chunks when the encoding
-    attends locally (``attention_chunk``), else by ``attend_all``."""
-    if pe.attention_chunk is not None:
-        return chunked_attention(q, k, v, q_pos, k_pos, pe, plan, need_weights, causal_kernel)
-    return attend_all(
-        q, k, v, q_pos, k_pos, pe, plan, need_weights, bias_kernel, dropout, causal_kernel
-    )
+@dataclass(frozen=True)
+class AttentionCall:
+    """One causal attention: (rotated) ``q``, ``k`` (B, H, T, d) over ``v`` at their positions,
+    under ``pe``; ``plan``: a training-free method's change to attention; ``bias_kernel``: the
+    bias inside a kernel, where the model built one for this forward; ``kernels``: the run's."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_pos: torch.Tensor
+    k_pos: torch.Tensor
+    pe: PositionalEncoding
+    plan: AttentionPlan | None = None
+    need_weights: bool = False
+    bias_kernel: BiasKernel | None = None
+    dropout: float = 0.0
+    kernels: KernelChoice = KernelChoice()
+
+    def part(self, queries: slice, keys: slice) -> AttentionCall:
+        """The same call over a slice of the queries and one of the keys (a chunk, a block)."""
+        return dataclasses.replace(
+            self,
+            q=self.q[:, :, queries],
+            k=self.k[:, :, keys],
+            v=self.v[:, :, keys],
+            q_pos=self.q_pos[queries],
+            k_pos=self.k_pos[keys],
+        )
 
 
-def chunked_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_pos: torch.Tensor,
-    k_pos: torch.Tensor,
-    pe: PositionalEncoding,
-    plan: AttentionPlan | None = None,
-    need_weights: bool = False,
-    causal_kernel: str = "sdpa",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+@dataclass(frozen=True)
+class Backend:
+    """One way to run attention: ``runs(call)`` says whether it takes the call, ``run(call)``
+    gives the output and weights, or None where it gave up (the next backend is tried)."""
+
+    name: str
+    runs: Callable[[AttentionCall], bool]
+    run: Callable[[AttentionCall], Attended | None]
+
+
+def attend(call: AttentionCall) -> Attended:
+    """The model's one attention entry point: within chunks when the encoding attends locally
+    (``attention_chunk``), else the first of ``BACKENDS`` that takes the call and runs it.
+    Returns the output and the weights (None unless asked for)."""
+    if call.pe.attention_chunk is not None:
+        return chunked_attention(call)
+    return attend_all(call)
+
+
+def attend_all(call: AttentionCall) -> Attended:
+    """``call`` by the first of ``BACKENDS`` that takes it and runs it."""
+    for backend in BACKENDS:
+        if backend.runs(call):
+            out = backend.run(call)
+            if out is not None:
+                return out
+    raise AssertionError("sdpa takes every call")  # pragma: no cover
+
+
+def chunked_attention(call: AttentionCall) -> Attended:
     """Causal attention in which a query at p sees only the keys of chunk ⌊p/chunk⌋ (iRoPE):
     one ``attend_all`` call per chunk over at most ``chunk`` keys, so no score outlives it."""
-    chunk = pe.attention_chunk
+    chunk, q_pos, k_pos = call.pe.attention_chunk, call.q_pos, call.k_pos
     if q_pos.dim() != 1 or k_pos.dim() != 1:
         raise PosexpError("pe.chunk needs positions shared by the batch (1-D)")
 
@@ -115,76 +146,96 @@ def chunked_attention(
         return {n: (e - c, e) for n, c, e in zip(ids.tolist(), counts.tolist(), ends, strict=True)}
 
     keys = spans(k_pos)
-    outputs, weights = [], q.new_zeros(*q.shape[:3], k.shape[2]) if need_weights else None
+    q, k = call.q, call.k
+    outputs, weights = [], q.new_zeros(*q.shape[:3], k.shape[2]) if call.need_weights else None
+    # Chunks of the encoding's, not of the run's: no bias kernel and no dropout inside them.
+    local = dataclasses.replace(call, bias_kernel=None, dropout=0.0)
     for n, (qa, qz) in spans(q_pos).items():
         ka, kz = keys[n]  # the cache holds every position up to the last query
-        qs, ks = slice(qa, qz), slice(ka, kz)
-        y, w = attend_all(
-            q[:, :, qs],
-            k[:, :, ks],
-            v[:, :, ks],
-            q_pos[qs],
-            k_pos[ks],
-            pe,
-            plan,
-            need_weights,
-            causal_kernel=causal_kernel,
-        )
+        y, w = attend_all(local.part(slice(qa, qz), slice(ka, kz)))
         outputs.append(y)
         if weights is not None:
             weights[:, :, qa:qz, ka:kz] = w
     return torch.cat(outputs, dim=2), weights
 
 
-def attend_all(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    q_pos: torch.Tensor,
-    k_pos: torch.Tensor,
-    pe: PositionalEncoding,
-    plan: AttentionPlan | None = None,
-    need_weights: bool = False,
-    bias_kernel: BiasKernel | None = None,
-    dropout: float = 0.0,
-    causal_kernel: str = "sdpa",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Causal attention of (rotated) ``q``, ``k`` over ``v`` by the kernel that can run it: the
-    one place the kernel is chosen. In order: a training-free method's plan (blockwise causal
-    attention, then remapped positions), a logit term computed from the scores (CoPE), the
-    weights asked for (explicit softmax), a position bias inside the kernel (``bias_kernel``,
-    when the caller built one), a bias constant past some distance split into near and far parts
-    (``near_far``), the matmul kernel where the run chose it for training in 16-bit
-    (``causal_kernel``; ``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any,
-    added chunk by chunk).
-    Returns the output and the weights (None unless asked for)."""
-    if plan is not None and plan.block is not None:
-        return block_local_attention(q, k, v, q_pos, k_pos, pe, plan.block, need_weights)
-    if plan is not None and plan.remaps_positions:
-        return remapped_attention(q, k, v, q_pos, k_pos, plan, pe.rotate_at, need_weights)
-    if pe.logit_term is LogitTerm.FROM_SCORES:
-        return content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
-    if need_weights:
-        return explicit_attention(q, k, v, q_pos, k_pos, pe)
-    if bias_kernel is not None:
-        y = bias_kernel(q, k, v)  # None: no kernel could run it
-        if y is not None:
-            return y, None
-    far = pe.far_bias() if pe.has_bias else None
-    if far is not None and near_far.applies(q, k, v, q_pos, k_pos, far[1]):
-        scaled = q / math.sqrt(q.shape[-1])
-        return near_far.attention(
-            scaled, k, scaled, k, v, far[0], lambda qp, kp: pe.bias(qp, kp, q.dtype), far[1]
-        ), None
-    if (
-        causal_kernel == "matmul"
-        and q.shape[2] == k.shape[2]
-        and q_pos.dim() == 1
-        and matmul_attention.applies(q)
-    ):
-        bias = pe.bias(q_pos, k_pos, q.dtype) if pe.has_bias else None
-        return matmul_attention.causal_attention(q, k, v, dropout, bias), None
-    return sdpa_attention(q, k, v, q_pos, k_pos, pe, dropout), None
+def _blockwise(c: AttentionCall) -> Attended:
+    assert c.plan is not None and c.plan.block is not None
+    return block_local_attention(
+        c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.plan.block, c.need_weights
+    )
+
+
+def _remapped(c: AttentionCall) -> Attended:
+    assert c.plan is not None
+    return remapped_attention(
+        c.q, c.k, c.v, c.q_pos, c.k_pos, c.plan, c.pe.rotate_at, c.need_weights
+    )
+
+
+def _near_far_runs(c: AttentionCall) -> bool:
+    far = c.pe.far_bias() if c.pe.has_bias else None
+    return far is not None and near_far.applies(c.q, c.k, c.v, c.q_pos, c.k_pos, far[1])
+
+
+def _near_far(c: AttentionCall) -> Attended:
+    far, pe, q = c.pe.far_bias(), c.pe, c.q
+    assert far is not None
+    scaled = q / math.sqrt(q.shape[-1])
+    y = near_far.attention(
+        scaled, c.k, scaled, c.k, c.v, far[0], lambda qp, kp: pe.bias(qp, kp, q.dtype), far[1]
+    )
+    return y, None
+
+
+def _matmul_runs(c: AttentionCall) -> bool:
+    return (
+        c.kernels.causal == "matmul"
+        and c.q.shape[2] == c.k.shape[2]
+        and c.q_pos.dim() == 1
+        and matmul_attention.applies(c.q)
+    )
+
+
+def _matmul(c: AttentionCall) -> Attended:
+    bias = c.pe.bias(c.q_pos, c.k_pos, c.q.dtype) if c.pe.has_bias else None
+    return matmul_attention.causal_attention(c.q, c.k, c.v, c.dropout, bias), None
+
+
+def _bias_kernel(c: AttentionCall) -> Attended | None:
+    assert c.bias_kernel is not None
+    y = c.bias_kernel(c.q, c.k, c.v)  # None: no kernel could run it
+    return None if y is None else (y, None)
+
+
+# In order, the first that takes a call and runs it: a training-free method's plan (blockwise
+# causal attention, then remapped positions), a logit term computed from the scores (CoPE), the
+# weights asked for (explicit softmax), a position bias inside a kernel (when the model built
+# one), a bias constant past some distance split into near and far parts (``near_far``), the
+# matmul kernel where the run chose it for training in 16-bit
+# (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
+BACKENDS: tuple[Backend, ...] = (
+    Backend("blockwise", lambda c: c.plan is not None and c.plan.block is not None, _blockwise),
+    Backend("remapped", lambda c: c.plan is not None and c.plan.remaps_positions, _remapped),
+    Backend(
+        "content",
+        lambda c: c.pe.logit_term is LogitTerm.FROM_SCORES,
+        lambda c: content_attention(c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.need_weights),
+    ),
+    Backend(
+        "explicit",
+        lambda c: c.need_weights,
+        lambda c: explicit_attention(c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe),
+    ),
+    Backend("bias kernel", lambda c: c.bias_kernel is not None, _bias_kernel),
+    Backend("near_far", _near_far_runs, _near_far),
+    Backend("matmul", _matmul_runs, _matmul),
+    Backend(
+        "sdpa",
+        lambda c: True,
+        lambda c: (sdpa_attention(c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.dropout), None),
+    ),
+)
 
 
 def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -323,13 +374,15 @@ def block_local_attention(
         keys = ((k_block >= n - 1) & (k_block <= n)).nonzero().flatten()
         qa, qz, ka, kz = int(rows[0]), int(rows[-1]) + 1, int(keys[0]), int(keys[-1]) + 1
         y, w = attend(
-            q[:, :, qa:qz],
-            k[:, :, ka:kz],
-            v[:, :, ka:kz],
-            q_pos[qa:qz],
-            k_pos[ka:kz],
-            pe,
-            need_weights=need_weights,
+            AttentionCall(
+                q[:, :, qa:qz],
+                k[:, :, ka:kz],
+                v[:, :, ka:kz],
+                q_pos[qa:qz],
+                k_pos[ka:kz],
+                pe,
+                need_weights=need_weights,
+            )
         )  # the kernel the encoding needs, within the block
         outputs.append(y)
         if weights is not None:

@@ -6,6 +6,7 @@ Reads top to bottom: config, attention, MLP, block, model, generation. The model
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -15,12 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posexp.errors import PosexpError, choose
+from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
 from posexp.extension.attention import AttentionPlan
-from posexp.kernels import flex, onednn_linear
-from posexp.kernels.matmul_attention import KERNELS
-from posexp.model.attention import BiasKernel, attend, bias_kernel_for
+from posexp.kernels import onednn_linear
+from posexp.kernels.choice import DEFAULT as DEFAULT_KERNELS
+from posexp.kernels.choice import KernelChoice
+from posexp.model.attention import AttentionCall, BiasKernel, attend, bias_kernel_for
 from posexp.model.decoding import beam_search, sample_decode
 from posexp.pe import (
     LogitTerm,
@@ -35,7 +37,8 @@ from posexp.pe import (
 
 @dataclass
 class ModelConfig:
-    """Everything that defines the network's shape; stored with every checkpoint."""
+    """Everything that defines the network (shape, encoding, extension); stored with every
+    checkpoint. The kernels it runs on are not part of it (``KernelChoice``, given to ``GPT``)."""
 
     vocab_size: int
     d_model: int = 128
@@ -47,10 +50,6 @@ class ModelConfig:
     pe_params: dict[str, Any] = field(default_factory=dict)
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
-    attention: str = "auto"  # bias PEs: auto | flex | sdpa (posexp/kernels/flex.py decides)
-    # Training in 16-bit: sdpa | matmul (posexp/kernels/matmul_attention.py; the run chooses).
-    causal_kernel: str = "sdpa"
-    linear_kernel: str = "torch"  # fp32 on a CPU: torch | onednn (posexp/kernels/onednn_linear.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -71,17 +70,6 @@ class ModelConfig:
                 f"heads={self.n_heads} does not divide d_model={self.d_model}; "
                 f"allowed: {', '.join(map(str, divisors))}"
             )
-        if self.attention not in flex.BACKENDS:
-            raise PosexpError(
-                f"unknown attention backend {self.attention!r}; allowed: {', '.join(flex.BACKENDS)}"
-            )
-        choose("causal kernel", self.causal_kernel, KERNELS)
-        choose("linear kernel", self.linear_kernel, onednn_linear.KERNELS)
-        if self.attention == "flex" and not flex.available():
-            raise PosexpError(
-                "attention=flex needs torch.nn.attention.flex_attention (torch >= 2.5); "
-                "allowed here: auto, sdpa"
-            )
         if get_pe(self.pe).needs_even_head_dim and (self.d_model // self.n_heads) % 2:
             raise PosexpError(
                 f"pe={self.pe} needs an even head dim, got d_model/heads = "
@@ -101,6 +89,14 @@ class ModelConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> ModelConfig:
         """The config ``to_dict`` wrote (a checkpoint's ``meta.json``), the extension typed again."""
         fields = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(fields) - known):
+            # Kernels are no part of the network (KernelChoice): a checkpoint naming them was
+            # written before posexp 0.1.0, and such run dirs are trained again.
+            raise PosexpError(
+                f"checkpoint model config has unknown fields {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(known))} (a run from before posexp 0.1.0?)"
+            )
         fields["extension"] = ExtensionConfig.from_dict(
             fields.get("extension") or {"method": "none"}
         )
@@ -131,10 +127,9 @@ class CausalSelfAttention(nn.Module):
         self.plan = plan
         self.query_scale = plan.query_scale if plan is not None else None
         self.remaps_positions = plan is not None and plan.remaps_positions
-        self.qkv = onednn_linear.Linear(cfg.d_model, 3 * cfg.d_model, cfg.linear_kernel)
-        self.out = onednn_linear.Linear(cfg.d_model, cfg.d_model, cfg.linear_kernel)
+        self.qkv = onednn_linear.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = onednn_linear.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
-        self.causal_kernel = cfg.causal_kernel
 
     def forward(
         self,
@@ -145,59 +140,69 @@ class CausalSelfAttention(nn.Module):
         cache: dict[str, torch.Tensor] | None = None,
         need_weights: bool = False,
         bias_kernel: BiasKernel | None = None,
+        kernels: KernelChoice = DEFAULT_KERNELS,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend over the cached and current tokens; ``pe_state`` is what ``pe.prepare`` returned."""
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
         k_pos = q_pos if cache is None else append_cached(cache, "pos", q_pos)
-        own = pe.logit_term is LogitTerm.OWN
-        if not own and cache is None and q_pos.dim() == 1 and not self.remaps_positions:
+        if pe.logit_term is LogitTerm.OWN:
+            # FoX, stick-breaking, PaTH: the encoding attends (and keeps its cache) itself.
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, H, T, d) views
+            y, weights = pe.own_attention(q, k, v, x, q_pos, k_pos, pe_state, cache, need_weights)
+        else:
+            q, k, v = self._rotated(qkv, pe, q_pos, k_pos, pe_state, cache)
+            if self.query_scale is not None:
+                # A factor per query position: it commutes with the rotation.
+                scale = self.query_scale(q_pos).to(q.dtype)
+                q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
+            dropout = self.dropout * self.training
+            y, weights = attend(
+                AttentionCall(
+                    q,
+                    k,
+                    v,
+                    q_pos,
+                    k_pos,
+                    pe,
+                    self.plan,
+                    need_weights,
+                    bias_kernel,
+                    dropout,
+                    kernels,
+                )
+            )
+        return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
+
+    def _rotated(
+        self,
+        qkv: torch.Tensor,
+        pe: PositionalEncoding,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        pe_state: Any,
+        cache: dict[str, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, H, T, d) as attention takes them, keys and values added to ``cache``."""
+        if cache is None and q_pos.dim() == 1 and not self.remaps_positions:
             # Training and evaluation: q and k share their positions, rotated in one pass. split
             # and unbind (not indexing) keep the backward to one concatenation: indexing would
             # give each slice's gradient a zero-filled copy of qkv and add them.
             qk, v = qkv.split((2, 1), dim=2)
             q, k = pe.rotate_qk(qk, q_pos, pe_state)
-            v = v.squeeze(2).transpose(1, 2)
-        else:
-            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, H, T, d) views
-            if own:
-                # FoX, stick-breaking, PaTH: the encoding attends (and keeps its cache) itself.
-                y, weights = pe.own_attention(
-                    q, k, v, x, q_pos, k_pos, pe_state, cache, need_weights
-                )
-                return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
-            if self.remaps_positions:
-                # Each pair is rotated at positions that depend on both sides: keys stay raw.
-                if cache is not None:
-                    k = append_cached(cache, "k", k)
-            elif pe.rotates_cached_keys and cache is not None:
-                # The rotation depends on the current length: cache raw keys, rotate them all.
-                k = append_cached(cache, "k", k)
-                q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
-            else:
-                q, k = pe.rotate(q, k, q_pos, q_pos, pe_state)
-                if cache is not None:
-                    k = append_cached(cache, "k", k)
+            return q, k, v.squeeze(2).transpose(1, 2)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        # The keys are rotated before they are cached (at their own positions), after (every
+        # cached key at the current length: dynamic NTK), or never (a method that remaps
+        # positions rotates each pair at positions that depend on both sides).
+        after = pe.rotates_cached_keys and cache is not None
+        if not self.remaps_positions and not after:
+            q, k = pe.rotate(q, k, q_pos, q_pos, pe_state)
         if cache is not None:
-            v = append_cached(cache, "v", v)
-        if self.query_scale is not None:
-            # A factor per query position: it commutes with the rotation.
-            scale = self.query_scale(q_pos).to(q.dtype)
-            q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
-        y, weights = attend(
-            q,
-            k,
-            v,
-            q_pos,
-            k_pos,
-            pe,
-            self.plan,
-            need_weights,
-            bias_kernel,
-            self.dropout * self.training,
-            self.causal_kernel,
-        )
-        return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
+            k, v = append_cached(cache, "k", k), append_cached(cache, "v", v)
+        if after and not self.remaps_positions:
+            q, k = pe.rotate(q, k, q_pos, k_pos, pe_state)
+        return q, k, v
 
 
 class MLP(nn.Module):
@@ -206,8 +211,8 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         hidden = cfg.d_ff or 4 * cfg.d_model
-        self.up = onednn_linear.Linear(cfg.d_model, hidden, cfg.linear_kernel)
-        self.down = onednn_linear.Linear(hidden, cfg.d_model, cfg.linear_kernel)
+        self.up = onednn_linear.Linear(cfg.d_model, hidden)
+        self.down = onednn_linear.Linear(hidden, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -235,28 +240,26 @@ class Block(nn.Module):
         cache: dict[str, Any] | None = None,
         need_weights: bool = False,
         bias_kernel: BiasKernel | None = None,
+        kernels: KernelChoice = DEFAULT_KERNELS,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Apply the block; returns the new residual stream and the attention weights if asked."""
         a, weights = self.attn(
-            self.ln1(x), pe, positions, pe_state, cache, need_weights, bias_kernel
+            self.ln1(x), pe, positions, pe_state, cache, need_weights, bias_kernel, kernels
         )
         x = x + self.dropout(a)
         return x + self.mlp(self.ln2(x)), weights
 
 
 class GPT(nn.Module):
-    """Token embedding, positional encoding, N blocks, final norm, tied LM head."""
+    """Token embedding, positional encoding, N blocks, final norm, tied LM head; it runs on the
+    kernels it is given (``kernels``, or ``use_kernels`` later), which change no weight."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: KernelChoice | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         shape = (cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.train_length)
-        self.pe = build_pe(
-            cfg.pe,
-            PEContext(*shape, cfg.extension, cfg.n_layers, cfg.attention, cfg.causal_kernel),
-            **cfg.pe_params,
-        )
+        self.pe = build_pe(cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers), **cfg.pe_params)
         plan = cfg.extension.attention_plan()  # training-free methods only, else None
         # A composition (iRoPE) applies the method in the layers whose encoding takes it.
         self.blocks = nn.ModuleList(
@@ -264,13 +267,25 @@ class GPT(nn.Module):
             for i in range(cfg.n_layers)
         )
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
-        self.lm_head = onednn_linear.Linear(cfg.d_model, cfg.vocab_size, cfg.linear_kernel)
+        self.lm_head = onednn_linear.Linear(cfg.d_model, cfg.vocab_size)
         self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init)
         for name, p in self.named_parameters():
             # GPT-2: residual projections scaled down so the stream's variance stays flat.
             if name.endswith(("attn.out.weight", "mlp.down.weight")):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layers))
+        self.use_kernels(kernels or KernelChoice())
+
+    def use_kernels(self, kernels: KernelChoice) -> GPT:
+        """Run on ``kernels`` from now on (the linear layers, attention, an encoding's own
+        attention); the weights stay as they are. Returns the model."""
+        self.kernels = kernels
+        for module in self.modules():
+            if isinstance(module, onednn_linear.Linear):
+                module.kernel = kernels.linear
+            elif isinstance(module, PositionalEncoding):
+                module.kernels = kernels
+        return self
 
     @staticmethod
     def _init(module: nn.Module) -> None:
@@ -315,7 +330,7 @@ class GPT(nn.Module):
         for pe in layer_pes:
             if id(pe) not in prepared:
                 kernel = (
-                    bias_kernel_for(pe, length, self.cfg.attention, idx.device, dropout)
+                    bias_kernel_for(pe, length, self.kernels.bias, idx.device, dropout)
                     if pe.has_bias and inside
                     else None
                 )
@@ -331,7 +346,9 @@ class GPT(nn.Module):
             pe = layer_pes[i]
             pe_state, kernel = prepared[id(pe)]
             layer_cache = None if cache is None else cache.layers[i]
-            x, w = block(x, pe, positions, pe_state, layer_cache, need_weights, kernel)
+            x, w = block(
+                x, pe, positions, pe_state, layer_cache, need_weights, kernel, self.kernels
+            )
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}

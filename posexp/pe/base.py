@@ -38,6 +38,7 @@ from torch import nn
 
 from posexp.errors import PosexpError
 from posexp.extension import EXTENSIONS, ExtensionConfig, get_extension
+from posexp.kernels.choice import KernelChoice
 from posexp.pe.distance_bias import DistanceBias, by_distance
 from posexp.registry import Registry
 
@@ -77,10 +78,6 @@ class PEContext:
     # Checked where it was built; a null original_length becomes the training length here.
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     n_layers: int = 1  # encodings with per-layer parameters or patterns (``layer``) need it
-    # The model's attention backend (auto, cpp, flex, sdpa): what an encoding with attention of its
-    # own (FoX) may run, as posexp.kernels.flex.use_flex decides for the position biases.
-    attention: str = "auto"
-    causal_kernel: str = "sdpa"  # the model's training kernel (sdpa, matmul), for FoX likewise
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -119,6 +116,9 @@ class PositionalEncoding(nn.Module):
     # True when cached keys must be stored before rotation and re-rotated each step, because
     # the rotation depends on the current length (dynamic NTK).
     rotates_cached_keys: bool = False
+    # The kernels the model runs on (set by ``GPT.use_kernels``): what an encoding with attention
+    # of its own (FoX) may run, as the model's attention decides for the position biases.
+    kernels: KernelChoice = KernelChoice()
     # How reports show it (posexp/commands/report), so no report names an encoding: its label
     # in tables and legends, its place in their order (lower first; undeclared ones go after
     # the declared), and the family that papers' findings name (configs/findings.yaml).

@@ -148,19 +148,15 @@ class FoXLayer(PositionalEncoding):
             k, v = append_cached(cache, "k", k), append_cached(cache, "v", v)
         # One sequence from its start (nothing cached before): FlexAttention where it pays.
         whole = q.shape[2] == k.shape[2] > 1 and q_pos.dim() == 1 and not need_weights
-        if whole and cpp_bias.wanted(self.ctx.attention, q.device, torch.is_grad_enabled(), 0.0):
+        if whole and cpp_bias.wanted(self.kernels.bias, q.device, torch.is_grad_enabled(), 0.0):
             y = cpp_bias.causal_gated_attention(q, k, v, c_q)  # evaluating on a CPU
             if y is not None:
                 return y, None
-        if (
-            whole
-            and flex.use_gate_flex(self.ctx.attention, q)
-            and self._gate_verified(q, k, v, c_q)
-        ):
+        if whole and flex.use_gate_flex(self.kernels.bias, q) and self._gate_verified(q, k, v, c_q):
             y = flex.flex_gated_attention(q, k, v, c_q)
             if y is not None:  # None: compiling failed, SDPA below
                 return y, None
-        if whole and self.ctx.causal_kernel == "matmul" and matmul_attention.applies(q):
+        if whole and self.kernels.causal == "matmul" and matmul_attention.applies(q):
             bias = c_q[..., :, None] - c_k[..., None, :]  # (B, H, L, L): within its bound
             return matmul_attention.causal_attention(q, k, v, bias=bias), None
         return gated_attention(q, k, v, c_q, c_k, q_pos, k_pos, need_weights)

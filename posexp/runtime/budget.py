@@ -201,8 +201,9 @@ def check_budget(
 ) -> None:
     """Before the first step: refuse one that cannot fit in memory, name one that nearly does
     or that takes long. ``cfg``: the run's ``RunConfig``; ``model``: its ``GPT``."""
-    rate = matmul_rate(device, precision, mcfg.d_model, Path(cfg.cache_dir), mcfg.linear_kernel)
-    matmul_kernel = mcfg.causal_kernel == "matmul" and precision == "bf16"
+    kernels = model.kernels  # the KernelChoice the run resolved
+    rate = matmul_rate(device, precision, mcfg.d_model, Path(cfg.cache_dir), kernels.linear)
+    matmul_kernel = kernels.causal == "matmul" and precision == "bf16"
     est = estimate_step(
         mcfg,
         model.num_params(),

@@ -32,7 +32,6 @@ def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
         pe_params=dict(run.pe.params),
         extension=run.extension,
         train_length=run.length0,
-        attention=run.attention.backend,
     )
 
 

@@ -107,6 +107,7 @@ class Trainer:
             "val_loss": self.last_val,
             "params": self.raw_model.num_params(),
             "precision": self.precision,
+            "kernels": self.raw_model.kernels.to_dict(),  # what an exact resume runs on
             "schedule": dataclasses.asdict(self.schedule),  # what a resume keeps
         }
         with self.stop.checkpointing() if self.stop else contextlib.nullcontext():

@@ -15,6 +15,7 @@ from posexp.data.registry import load_corpus
 from posexp.data.tokenizers import LEARNED_VOCABULARY
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
+from posexp.kernels.choice import KernelChoice
 from posexp.model import GPT, ModelConfig
 from posexp.pe import get_pe
 from posexp.runtime.build import model_config
@@ -23,9 +24,7 @@ from posexp.store.rundir import RunDir
 
 # ModelConfig fields that change how a network runs, not its weights: a run started from
 # another's weights may change them. Every other field (a new one too) must match the parent's.
-RUNTIME_FIELDS = frozenset(
-    {"dropout", "extension", "train_length", "attention", "causal_kernel", "linear_kernel"}
-)
+RUNTIME_FIELDS = frozenset({"dropout", "extension", "train_length"})
 NETWORK_FIELDS = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.name not in RUNTIME_FIELDS
 )
@@ -36,12 +35,18 @@ def saved_model_config(run: RunDir) -> ModelConfig:
     return ModelConfig.from_dict(run.meta()["model"])
 
 
-def load_model(run: RunDir, device: Any, extension: ExtensionConfig | None = None) -> GPT:
-    """``run``'s trained model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
+def load_model(
+    run: RunDir,
+    device: Any,
+    extension: ExtensionConfig | None = None,
+    kernels: KernelChoice | None = None,
+) -> GPT:
+    """``run``'s trained model in eval mode on ``device``; ``extension`` replaces the baked-in
+    one; ``kernels``: the ``KernelChoice`` it runs on (None: the defaults)."""
     cfg = saved_model_config(run)
     if extension is not None:
         cfg = dataclasses.replace(cfg, extension=extension)
-    model = GPT(cfg)
+    model = GPT(cfg, kernels)
     load_weights(run.path, model)
     return model.to(device).eval()
 

@@ -166,9 +166,9 @@ def test_method_replaces_the_runs_extension_for_prompt_plus_new_tokens(
     seen = []
     load = weights.load_model
 
-    def spy(run, device, extension=None):
+    def spy(run, device, extension=None, kernels=None):
         seen.append(extension)
-        return load(run, device, extension)
+        return load(run, device, extension, kernels)
 
     monkeypatch.setattr(weights, "load_model", spy)
     out = generate_text(tmp_path / "lm", ["And God"], 40, device="cpu", method="self_extend")

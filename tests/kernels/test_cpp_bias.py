@@ -13,8 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from posexp.kernels import cpp_bias, flex
+from posexp.kernels.choice import KernelChoice
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PE_REGISTRY, PEContext, build_pe
+
+SDPA = KernelChoice(bias="sdpa")  # the reference the kernels are compared against
 
 BIAS_PES = sorted(name for name, cls in PE_REGISTRY.items() if cls.kind == "bias")
 
@@ -74,7 +77,8 @@ def _cpp_model_agrees_with_sdpa(kernel: str, perturb: bool, **cfg) -> None:
     """A model on attention=cpp gives SDPA's logits over 333 tokens, through ``kernel``."""
     torch.manual_seed(0)
     cfg = dict(vocab_size=100, n_layers=2, train_length=64, **cfg)
-    cpp, sdpa = GPT(ModelConfig(**cfg, attention="cpp")), GPT(ModelConfig(**cfg, attention="sdpa"))
+    cpp = GPT(ModelConfig(**cfg), KernelChoice(bias="cpp"))
+    sdpa = GPT(ModelConfig(**cfg), KernelChoice(bias="sdpa"))
     if perturb:
         with torch.no_grad():
             for p in cpp.pe.parameters():  # a trained-looking encoding, not its init
@@ -157,7 +161,7 @@ def test_it_does_not_run_with_gradients_or_an_unbuilt_head_size():
 
 def test_models_take_flex_where_the_kernel_cannot_be_built(monkeypatch):
     cfg = dict(vocab_size=60, d_model=64, n_layers=1, n_heads=4, pe="alibi", train_length=64)
-    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
+    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg), SDPA).eval()
     sdpa.load_state_dict(auto.state_dict())
     monkeypatch.setattr(cpp_bias, "library", lambda vector_floats=None: None)
     calls = []

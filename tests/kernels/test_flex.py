@@ -10,8 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from posexp.kernels import flex
+from posexp.kernels.choice import KernelChoice
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PE_REGISTRY, PEContext, build_pe
+
+SDPA = KernelChoice(bias="sdpa")  # the reference the kernels are compared against
 
 BIAS_PES = sorted(name for name, cls in PE_REGISTRY.items() if cls.kind == "bias")
 
@@ -60,7 +63,7 @@ def test_models_agree_across_backends_with_and_without_the_kv_cache(name):
     torch.manual_seed(0)
     cfg = dict(vocab_size=260, d_model=64, n_layers=2, n_heads=2, pe=name, train_length=64)
     assert flex.use_flex("auto", torch.device("cpu"), False, 0.0)
-    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg, attention="sdpa")).eval()
+    auto, sdpa = GPT(ModelConfig(**cfg)).eval(), GPT(ModelConfig(**cfg), SDPA).eval()
     sdpa.load_state_dict(auto.state_dict())
     x = torch.randint(0, 260, (2, 150))
     with torch.no_grad():
@@ -137,8 +140,8 @@ def test_the_cpu_kernel_runs_in_fp32_under_bf16_autocast():
 
 def test_small_heads_use_flex_on_the_cpu_too():
     cfg = dict(vocab_size=60, d_model=64, n_layers=1, n_heads=8, pe="alibi", train_length=64)
-    auto = GPT(ModelConfig(**cfg, attention="flex")).eval()
-    sdpa = GPT(ModelConfig(**cfg, attention="sdpa")).eval()
+    auto = GPT(ModelConfig(**cfg), KernelChoice(bias="flex")).eval()
+    sdpa = GPT(ModelConfig(**cfg), SDPA).eval()
     sdpa.load_state_dict(auto.state_dict())
     x = torch.randint(0, 60, (2, 40))  # 8-dim heads at a length 8 mod 16
     calls = []
@@ -162,7 +165,7 @@ def test_an_unknown_backend_is_refused():
     with pytest.raises(
         PosexpError, match="unknown attention backend 'fast'; allowed: auto, cpp, flex, sdpa"
     ):
-        ModelConfig(vocab_size=10, attention="fast")
+        KernelChoice(bias="fast")
 
 
 def test_the_run_log_says_which_attention_runs():

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from posexp.kernels import matmul_attention
+from posexp.kernels.choice import KernelChoice
 from posexp.kernels.matmul_attention import MAX_WEIGHTS, applies, causal_attention
 
 
@@ -104,7 +105,7 @@ def test_a_bf16_training_step_takes_the_chosen_kernel_and_agrees_with_sdpa(monke
     monkeypatch.setattr(
         matmul_attention, "causal_attention", lambda *a: calls.append(1) or real(*a)
     )
-    chosen = GPT(ModelConfig(**cfg, causal_kernel=kernel))
+    chosen = GPT(ModelConfig(**cfg), KernelChoice(causal=kernel))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         chosen(x)  # evaluation: SDPA
     chosen(x)  # fp32: SDPA
@@ -123,7 +124,6 @@ def test_irope_s_chunked_layers_take_the_matmul_kernel_chunk_by_chunk(monkeypatc
 
 def test_an_unknown_kernel_is_a_one_line_error():
     from posexp.errors import PosexpError
-    from posexp.model import ModelConfig
 
     with pytest.raises(PosexpError, match="unknown causal kernel 'fast'; allowed: matmul, sdpa"):
-        ModelConfig(vocab_size=50, causal_kernel="fast")
+        KernelChoice(causal="fast")

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from posexp.commands.train import run_training
 from posexp.kernels import onednn_linear
+from posexp.kernels.choice import KernelChoice
 from posexp.kernels.onednn_linear import Linear, OneDNNLinear, linear
 from posexp.model import GPT, ModelConfig
 from tests.helpers import TINY, run_config, train_killed_halfway, weights_sha256
@@ -108,7 +109,7 @@ def test_a_model_with_tied_embeddings_gives_torchs_loss_and_gradients(every_prod
     cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=2, pe="rope")
     torch.manual_seed(0)
     ref = GPT(cfg)
-    mine = GPT(ModelConfig(**{**cfg.__dict__, "linear_kernel": "onednn"}))
+    mine = GPT(cfg, KernelChoice(linear="onednn"))
     mine.load_state_dict(ref.state_dict())
     tokens = torch.randint(0, 40, (3, 17))
     losses = []
@@ -138,7 +139,7 @@ def test_a_run_trains_on_onednn_records_it_and_resumes_bitwise(
     run_training(resumed, tmp_path / "cut")
     assert weights_sha256(tmp_path / "full") == weights_sha256(tmp_path / "cut")
     meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())
-    assert meta["model"]["linear_kernel"] == "onednn"
+    assert meta["kernels"]["linear"] == "onednn"
     sessions = json.loads((tmp_path / "cut" / "provenance.json").read_text())["sessions"]
     assert [s["linear_kernel"] for s in sessions] == ["onednn", "onednn"]
     # The same run on torch's kernel ends at the same loss, to fp32 rounding.

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from posexp.errors import PosexpError
+from posexp.kernels.choice import KernelChoice
 from posexp.model import GPT, KVCache, ModelConfig
 from posexp.model.decoding import beam_search, length_penalty
 
@@ -30,8 +31,8 @@ def tiny(pe: str = "rope", seed: int = 0) -> GPT:
             n_heads=4,
             pe=pe,
             train_length=64,
-            attention="sdpa",
-        )
+        ),
+        KernelChoice(bias="sdpa"),
     ).eval()
     with torch.no_grad():
         model.tok_emb.weight.mul_(5.0)

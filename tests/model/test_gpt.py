@@ -216,3 +216,52 @@ def test_model_config_takes_only_a_typed_extension():
         ModelConfig(vocab_size=10, extension={"method": "pi", "factor": 2})
     with pytest.raises(PosexpError, match="^unknown param 'beta_fast' for extension 'pi'"):
         ModelConfig.from_dict({"vocab_size": 10, "extension": {"method": "pi", "beta_fast": 2}})
+
+
+def test_the_saved_config_names_no_kernel_and_another_kernel_choice_gives_the_same_logits():
+    from posexp.kernels import onednn_linear
+    from posexp.kernels.choice import KernelChoice
+
+    cfg = ModelConfig(vocab_size=60, d_model=32, n_layers=2, n_heads=2, pe="alibi")
+    saved = cfg.to_dict()
+    assert not {"attention", "causal_kernel", "linear_kernel", "kernels"} & set(saved)
+    torch.manual_seed(0)
+    trained = GPT(ModelConfig.from_dict(saved), KernelChoice(bias="sdpa")).eval()
+    tokens = torch.randint(0, 60, (2, 150))
+    linear = "onednn" if onednn_linear.available() else "torch"
+    loaded = GPT(ModelConfig.from_dict(saved), KernelChoice(bias="cpp", linear=linear)).eval()
+    loaded.load_state_dict(trained.state_dict())  # the same weights, whatever the kernels
+    with torch.no_grad():
+        want = trained(tokens)["logits"]
+        torch.testing.assert_close(loaded(tokens)["logits"], want, rtol=1e-4, atol=1e-4)
+        # Switched back on a loaded model: the layers and the encoding follow.
+        again = loaded.use_kernels(KernelChoice(bias="sdpa"))
+        assert all(m.kernel == "torch" for m in again.modules() if hasattr(m, "kernel"))
+        torch.testing.assert_close(again(tokens)["logits"], want)
+
+
+def test_a_saved_config_naming_a_kernel_is_a_one_line_error():
+    saved = {**ModelConfig(vocab_size=10).to_dict(), "causal_kernel": "matmul"}
+    with pytest.raises(PosexpError, match="unknown fields causal_kernel; allowed: d_ff, "):
+        ModelConfig.from_dict(saved)
+
+
+def test_a_backend_that_gives_up_hands_the_call_to_the_next():
+    from posexp.model.attention import BACKENDS, AttentionCall, attend
+
+    torch.manual_seed(0)
+    pe = build_pe("alibi", PEContext(16, 2, 8, 32))
+    q, k, v = torch.randn(3, 1, 2, 20, 8).unbind(0)
+    pos = torch.arange(20)
+    tried = []
+
+    def gives_up(q, k, v):
+        tried.append(1)
+        return None
+
+    with torch.no_grad():
+        got, weights = attend(AttentionCall(q, k, v, pos, pos, pe, bias_kernel=gives_up))
+        want = sdpa_attention(q, k, v, pos, pos, pe)
+    assert tried == [1] and weights is None
+    torch.testing.assert_close(got, want)
+    assert BACKENDS[-1].name == "sdpa" and BACKENDS[-1].runs(None)  # takes every call

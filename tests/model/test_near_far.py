@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posexp.model import attention, near_far
-from posexp.model.attention import attend, explicit_attention
+from posexp.model.attention import AttentionCall, attend, explicit_attention
 from posexp.pe import PEContext, build_pe
 from posexp.pe.t5 import relative_buckets
 
@@ -44,7 +44,7 @@ def test_t5_split_equals_the_explicit_softmax(max_distance, T):
     pos = torch.arange(T)
     with torch.no_grad():
         assert near_far.applies(q, k, v, pos, pos)
-        got, _ = attend(q, k, v, pos, pos, pe)
+        got, _ = attend(AttentionCall(q, k, v, pos, pos, pe))
         expected, _ = explicit_attention(q, k, v, pos, pos, pe)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -56,7 +56,7 @@ def test_t5_split_in_bf16_is_as_close_as_bf16_sdpa():
     pos = torch.arange(400)
     with torch.no_grad():
         exact, _ = explicit_attention(q, k, v, pos, pos, pe)
-        got, _ = attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), pos, pos, pe)
+        got, _ = attend(AttentionCall(q.bfloat16(), k.bfloat16(), v.bfloat16(), pos, pos, pe))
         bias = pe.bias(pos, pos, torch.bfloat16).masked_fill(pos > pos[:, None], -math.inf)
         sdpa = torch.nn.functional.scaled_dot_product_attention(
             q.bfloat16(), k.bfloat16(), v.bfloat16(), attn_mask=bias
@@ -134,6 +134,6 @@ def test_a_t5_table_that_needs_its_gradient_keeps_the_chunked_path():
     pe = t5(20)
     q, k, v = (torch.randn(1, 4, 60, 16) for _ in range(3))
     pos = torch.arange(60)
-    y, _ = attend(q, k, v, pos, pos, pe)
+    y, _ = attend(AttentionCall(q, k, v, pos, pos, pe))
     y.sum().backward()  # the table is trained: its gradient flows through the explicit bias
     assert pe.table.grad is not None and pe.table.grad.abs().sum() > 0

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from posexp.errors import PosexpError
+from posexp.kernels.choice import KernelChoice
 from posexp.model import GPT, ModelConfig
 from posexp.pe import PEContext, build_pe
 from posexp.pe.fox import QUERY_CHUNK, gated_attention, running_log_forget, time_scale_bias
@@ -118,10 +119,8 @@ def test_flexattention_forget_gate_equals_the_written_out_softmax(length, d):
 
 def fox_model(attention: str) -> GPT:
     torch.manual_seed(3)
-    cfg = ModelConfig(
-        vocab_size=40, d_model=32, n_layers=2, n_heads=2, pe="fox", attention=attention
-    )
-    return GPT(cfg).eval()
+    cfg = ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=2, pe="fox")
+    return GPT(cfg, KernelChoice(bias=attention)).eval()
 
 
 def test_the_model_takes_flexattention_for_long_sequences_and_agrees_with_sdpa(monkeypatch):

@@ -13,7 +13,7 @@ import torch
 from posexp.errors import PosexpError
 from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.model import GPT, ModelConfig
-from posexp.model.attention import attend
+from posexp.model.attention import AttentionCall, attend
 from posexp.pe import PEContext, accepted_extensions, build_pe, get_pe
 from posexp.pe.layered import parse_layers, pattern_text, query_temperature
 
@@ -82,9 +82,9 @@ def test_chunked_attention_equals_explicit_masked_attention(chunk):
     none = build_pe("none", PEContext(24, 3, 8, 16))
     none.attention_chunk = chunk  # what a chunked layer of a pattern declares
     want, weights = masked_reference(q, k, v, chunk)
-    got, none_w = attend(q, k, v, pos, pos, none)
+    got, none_w = attend(AttentionCall(q, k, v, pos, pos, none))
     assert none_w is None and torch.allclose(got, want, atol=1e-5)
-    got, got_w = attend(q, k, v, pos, pos, none, need_weights=True)
+    got, got_w = attend(AttentionCall(q, k, v, pos, pos, none, need_weights=True))
     assert torch.allclose(got, want, atol=1e-5) and torch.allclose(got_w, weights, atol=1e-6)
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from posexp.errors import PosexpError
+from posexp.kernels.choice import KernelChoice
 from posexp.runtime.budget import (
     StepEstimate,
     check_step,
@@ -204,6 +205,8 @@ def test_a_run_s_estimate_counts_the_attention_weights_its_kernel_keeps(
     monkeypatch.setattr(budget, "estimate_step", estimate)
     monkeypatch.setattr(budget, "matmul_rate", lambda *a: 1e12)
     cfg = run_config(*TINY, f"pe={pe}", f"cache_dir={tmp_path}")
-    model = GPT(ModelConfig(vocab_size=50, n_heads=2, d_model=64, pe=pe, causal_kernel=kernel))
+    model = GPT(
+        ModelConfig(vocab_size=50, n_heads=2, d_model=64, pe=pe), KernelChoice(causal=kernel)
+    )
     budget.check_budget(cfg, model.cfg, model, torch.device("cpu"), precision, None)
     assert seen["scores"] == expected

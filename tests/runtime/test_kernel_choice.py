@@ -154,7 +154,8 @@ def test_a_bf16_run_on_the_matmul_kernel_records_it_and_resumes_bitwise(
     run_training(cfg.replace(resume=str(tmp_path / "cut")), tmp_path / "cut")
     assert weights_sha256(tmp_path / "full") == weights_sha256(tmp_path / "cut")
     meta = json.loads((tmp_path / "cut" / "checkpoint" / "meta.json").read_text())
-    assert meta["model"]["causal_kernel"] == "matmul"
+    assert meta["kernels"]["causal"] == "matmul"
+    assert not {"attention", "causal_kernel", "linear_kernel"} & set(meta["model"])
     sessions = json.loads((tmp_path / "cut" / "provenance.json").read_text())["sessions"]
     assert [s["causal_kernel"] for s in sessions] == ["matmul", "matmul"]
     assert sessions[-1]["causal_kernel_reason"] == "the kernel this run trained with (resume)"
@@ -253,3 +254,34 @@ def test_a_saved_config_of_a_kernel_that_cannot_run_here_loads_anywhere():
     config = run_config("train.linear=onednn", "train.precision=fp32").to_dict()
     config["device"] = "cuda"
     assert RunConfig.from_saved(config).train.linear == "onednn"
+
+
+def test_one_resolver_call_gives_the_model_its_kernels_and_a_resume_keeps_them(measured, tmp_path):
+    from posexp.kernels.choice import KernelChoice
+    from posexp.runtime.build import model_config
+
+    measured(2.0)  # auto would take the matmul kernel in bf16
+    cfg = run_config(
+        *TINY,
+        "train.precision=bf16",
+        "attention.causal=auto",
+        "train.linear=auto",
+        f"cache_dir={tmp_path}",
+    )
+    mcfg = model_config(cfg, vocab_size=50)
+    chosen = kernel_choice.resolve_run_kernels(cfg, mcfg, CPU, {})
+    assert chosen.precision == "bf16"
+    assert chosen.kernels == KernelChoice(cfg.attention.backend, "matmul", "torch")
+    assert chosen.facts()["causal_kernel"] == "matmul" == chosen.attention
+    # A resume reads what the checkpoint recorded beside the model, whatever auto says now.
+    measured(0.5)
+    saved = {
+        "precision": "bf16",
+        "kernels": {"bias": "auto", "causal": "matmul", "linear": "torch"},
+    }
+    resumed = kernel_choice.resolve_run_kernels(cfg.replace(resume="somewhere"), mcfg, CPU, saved)
+    assert resumed.kernels.causal == "matmul"
+    assert resumed.attention_reason == "the kernel this run trained with (resume)"
+    # Evaluation runs on the recorded kernels; a meta without them, on the defaults.
+    assert kernel_choice.evaluation_kernels(saved) == KernelChoice("auto", "matmul", "torch")
+    assert kernel_choice.evaluation_kernels({}) == KernelChoice()

@@ -163,11 +163,11 @@ def test_other_runtime_errors_stay_bugs(tmp_path, monkeypatch):
         run_training(run_config(*TINY), tmp_path / "run")
 
 
-def test_a_parent_trained_on_another_attention_kernel_is_the_same_network():
+def test_a_parent_with_another_dropout_is_the_same_network():
     from posexp.runtime.weights import check_same_network
 
-    parent = ModelConfig(vocab_size=50, causal_kernel="matmul").to_dict()
-    check_same_network(parent, ModelConfig(vocab_size=50, causal_kernel="sdpa"))  # no error
+    parent = ModelConfig(vocab_size=50, dropout=0.1).to_dict()
+    check_same_network(parent, ModelConfig(vocab_size=50))  # no error
     with pytest.raises(PosexpError, match="parent run has n_heads=4, this run n_heads=2"):
         check_same_network(parent, ModelConfig(vocab_size=50, n_heads=2))
 

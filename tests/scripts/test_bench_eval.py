@@ -6,14 +6,13 @@ from __future__ import annotations
 import pytest
 
 from posexp.kernels import cpp_bias
-from tests.helpers import SCRIPTS, load_script
+from scripts import bench_eval
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    """scripts/bench_eval.py, with scripts/ importable as its children have it."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    return load_script("bench_eval")
+def bench():
+    """scripts/bench_eval.py."""
+    return bench_eval
 
 
 def test_a_cpp_variant_runs_on_posexps_kernel_and_an_sdpa_one_does_not(bench, monkeypatch):

@@ -4,17 +4,12 @@ interleaved rounds, a profile sorted by kind of work."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import bench_models  # noqa: E402
-import bench_train  # noqa: E402
-
-from posexp.model import ModelConfig  # noqa: E402
+from posexp.model import ModelConfig
+from scripts import bench_models, bench_train
 
 TINY = ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=16)
 

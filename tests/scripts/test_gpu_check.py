@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py --smoke: every part runs end to end at toy size on the CPU."""
+"""scripts/gpu/check.py --smoke: every part runs end to end at toy size on the CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = [sys.executable, "-m", "scripts.gpu.check"]
 
 
 # The parts a CPU can check here. torchrun (a DDP run killed after its middle checkpoint and
@@ -24,7 +25,8 @@ def test_smoke_run_writes_every_part(tmp_path):
     # --deterministic: the ablation's jobs run with train.deterministic=true, and say so.
     args = ["--smoke", "--deterministic", "--parts", ",".join(SMOKE_PARTS), "--out", str(tmp_path)]
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [*CHECK, *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
@@ -78,8 +80,6 @@ def test_smoke_run_writes_every_part(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_without_a_gpu_the_full_check_refuses_with_one_line():
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run(CHECK, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: no CUDA GPU here; run with --smoke for the CPU check"

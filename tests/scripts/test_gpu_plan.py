@@ -1,11 +1,10 @@
-"""scripts/gpu_plan.py: the head ablation's plan keeps to its budget, lists every row x seed x
+"""scripts/gpu/plan.py: the head ablation's plan keeps to its budget, lists every row x seed x
 task once with the same steps across a task, packs only what fits in memory; and
-`scripts/gpu_check.py --dry-run` prints it without training."""
+`scripts/gpu/check.py --dry-run` prints it without training."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import subprocess
@@ -17,12 +16,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-SCRIPT = SCRIPTS / "gpu_check.py"
-spec = importlib.util.spec_from_file_location("gpu_plan", SCRIPTS / "gpu_plan.py")
-gp = importlib.util.module_from_spec(spec)
-sys.modules["gpu_plan"] = gp  # dataclasses look their module up by name
-spec.loader.exec_module(gp)
+from scripts.gpu import plan as gp
+
+ROOT = Path(__file__).resolve().parents[2]
+CHECK = [sys.executable, "-m", "scripts.gpu.check"]
 
 HEADS, SEEDS = [1, 4, 16, 32], [0, 1, 2]
 ALL_JOBS = {(t, h, s) for t in gp.TASKS for h in HEADS for s in SEEDS}
@@ -177,7 +174,8 @@ def test_assumptions_change_by_key_and_a_bad_key_is_one_line():
 
 def dry_run(tmp_path, *args):
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(tmp_path), *args],
+        [*CHECK, "--dry-run", "--out", str(tmp_path), *args],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
@@ -223,7 +221,7 @@ def test_dry_run_from_a_given_measurement_and_its_errors(tmp_path):
     assert "nope.json': no such file; or --measured simulated" in missing.stderr
     assert not (tmp_path / "x").exists()
     alone = subprocess.run(
-        [sys.executable, str(SCRIPT), "--measured", "simulated"], capture_output=True, text=True
+        [*CHECK, "--measured", "simulated"], cwd=ROOT, capture_output=True, text=True
     )
     assert alone.returncode == 2 and alone.stderr == "error: --measured is for --dry-run only\n"
 

@@ -29,6 +29,7 @@ from posexp.pe import PositionOutOfRange
 from posexp.positions.randomized import scoring_positions
 from posexp.runtime import weights
 from posexp.runtime.build import Data, build_data, data_key
+from posexp.runtime.kernel_choice import evaluation_kernels
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
@@ -139,7 +140,11 @@ def score_cells(
         try:
             if loaded is None or loaded[0] != item.extension:
                 loaded = None  # free the previous model first: they differ only in frequencies
-                loaded = item.extension, weights.load_model(plan.run, device, item.extension)
+                kernels = evaluation_kernels(plan.run.meta())
+                loaded = (
+                    item.extension,
+                    weights.load_model(plan.run, device, item.extension, kernels),
+                )
             record.values = item.scorer.score(loaded[1], work, scoring)
         except PositionOutOfRange as e:
             advance(work.size - (scored[0] - done))

@@ -1,5 +1,5 @@
-"""The parts of scripts/gpu_check.py that measure the training and evaluation claims: train,
-eval, flex, packing, torchrun, deterministic (the head ablation is scripts/gpu_ablation.py)."""
+"""The parts of scripts/gpu/check.py that measure the training and evaluation claims: train,
+eval, flex, packing, torchrun, deterministic (the head ablation is scripts/gpu/ablation.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ import time
 from typing import Any
 
 import torch
-from gpu_common import ROOT, Check, kill_after_checkpoint, scalars, steady_rate, weights_diff
+
+from scripts.gpu.common import (
+    ROOT,
+    Check,
+    kill_after_checkpoint,
+    scalars,
+    steady_rate,
+    weights_diff,
+)
 
 
 def sdpa_kernel_used(model: torch.nn.Module, x: torch.Tensor, autocast: Any) -> str:
@@ -36,9 +44,8 @@ def part_train(c: Check) -> dict[str, Any]:
     """Training throughput and MFU of model=base (bench_train's bare step, compiled)."""
     import contextlib
 
-    from bench_train import bare_step_rate, flops_per_token, matmul_rate
-
     from posexp.model import GPT, ModelConfig
+    from scripts.bench_train import bare_step_rate, flops_per_token, matmul_rate
 
     s = c.sizes
     device = torch.device(s.device)
@@ -88,7 +95,7 @@ def part_eval(c: Check) -> dict[str, Any]:
     """Forward-pass tokens/s and memory at long lengths: rope, the bias PEs through
     FlexAttention and through the chunked SDPA path, and the training-free methods that remap
     positions (bench_eval's points)."""
-    from bench_eval import measure
+    from scripts.bench_eval import measure
 
     s = c.sizes
     args = argparse.Namespace(
@@ -227,7 +234,7 @@ def part_torchrun(c: Check) -> dict[str, Any]:
 def part_flex(c: Check) -> dict[str, Any]:
     """FlexAttention against SDPA with an explicit bias, per bias PE and for FoX (gradients and
     step times where flex trains), and FoX's forget-gate kernel alone (scripts/flex_parity.py)."""
-    from flex_parity import flex_parity, gate_parity
+    from scripts.flex_parity import flex_parity, gate_parity
 
     if c.smoke:  # one PE per kernel kind shows the part works; tests hold every PE to SDPA
         rows = flex_parity(c.sizes.device, length=150, pes=c.flex_pes or ("alibi", "fox"))

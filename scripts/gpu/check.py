@@ -1,11 +1,11 @@
 """Every GPU claim of the docs (docs/performance.md), measured in one command; writes outputs/gpu_check/report.{md,json}.
 
-    python scripts/gpu_check.py --parts train,eval,flex,packing,torchrun,deterministic  # ~5 min
-    python scripts/gpu_check.py --parts ablation   # the head ablation: one 9-minute call, H200
-    python scripts/gpu_check.py --parts flex,ablation --flex-pes fox --budget 540  # FoX, then it
-    python scripts/gpu_check.py                    # all of it: about 16 minutes
-    python scripts/gpu_check.py --smoke            # every part at toy size on the CPU (CI)
-    python scripts/gpu_check.py --dry-run          # the ablation's plan only, nothing trained
+    python -m scripts.gpu.check --parts train,eval,flex,packing,torchrun,deterministic  # ~5 min
+    python -m scripts.gpu.check --parts ablation   # the head ablation: one 9-minute call, H200
+    python -m scripts.gpu.check --parts flex,ablation --flex-pes fox --budget 540  # FoX, then it
+    python -m scripts.gpu.check                    # all of it: about 16 minutes
+    python -m scripts.gpu.check --smoke            # every part at toy size on the CPU (CI)
+    python -m scripts.gpu.check --dry-run          # the ablation's plan only, nothing trained
 
 Parts, in order (each one's failure is recorded and the others still run; exit 1 if any failed):
 
@@ -26,9 +26,9 @@ Parts, in order (each one's failure is recorded and the others still run; exit 1
    tokens/s against train.deterministic=false: what bit-for-bit reproducibility costs.
 7. ablation: Vaswani et al.'s Table 3 rows (A), heads 1, 4, 16, 32 at d_model 512 x seeds 0, 1,
    2 x two tasks (a language model, PPL; translation, BLEU and PPL): every job kind's first
-   steps measured, a plan (scripts/gpu_plan.py) of how many jobs share the GPU and how many
+   steps measured, a plan (scripts/gpu/plan.py) of how many jobs share the GPU and how many
    steps each gets in the time left, the jobs run packed, `posexp report` per task with its
-   figures, and the realized times beside the plan's (scripts/gpu_ablation.py).
+   figures, and the realized times beside the plan's (scripts/gpu/ablation.py).
 
 --dry-run prints the ablation's plan and writes OUT/plan.json without training: from a GPU's
 own measurement where there is one, from a simulated H200 where not (or --measured FILE);
@@ -45,9 +45,10 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_ablation import REPORT_RESERVE_S, assumptions, measure, part_ablation
-from gpu_common import FULL, ROOT, SMOKE, Check
-from gpu_parts import (
+from posexp.store.files import write_json_atomic, write_text_atomic
+from scripts.gpu.ablation import REPORT_RESERVE_S, assumptions, measure, part_ablation
+from scripts.gpu.common import FULL, ROOT, SMOKE, Check
+from scripts.gpu.parts import (
     part_deterministic,
     part_eval,
     part_flex,
@@ -55,9 +56,7 @@ from gpu_parts import (
     part_torchrun,
     part_train,
 )
-from gpu_plan import Measurement, PlanError, plan, render_plan, simulated_h200
-
-from posexp.store.files import write_json_atomic, write_text_atomic
+from scripts.gpu.plan import Measurement, PlanError, plan, render_plan, simulated_h200
 
 PARTS = {
     "train": part_train,
@@ -159,7 +158,7 @@ def parse_args() -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="change one of the ablation plan's assumptions (scripts/gpu_plan.py Assumptions)",
+        help="change one of the ablation plan's assumptions (scripts/gpu/plan.py Assumptions)",
     )
     return p.parse_args()
 

@@ -1,4 +1,4 @@
-"""What every part of scripts/gpu_check.py shares: the sizes it runs at, the run's state, and
+"""What every part of scripts/gpu/check.py shares: the sizes it runs at, the run's state, and
 reading a run's TensorBoard log."""
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = Path(__file__).resolve().parent
-ROOT = SCRIPTS.parent
-sys.path[:0] = [str(SCRIPTS), str(ROOT)]
+import torch
 
-import torch  # noqa: E402
-from gpu_report import render_markdown  # noqa: E402
-
-from posexp.store.files import write_json_atomic, write_text_atomic  # noqa: E402
+from posexp.store.files import write_json_atomic, write_text_atomic
+from scripts.bench_common import ROOT
+from scripts.gpu.report import render_markdown
 
 
 @dataclass(frozen=True)

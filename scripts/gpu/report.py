@@ -1,4 +1,4 @@
-"""scripts/gpu_check.py's report.md: one section per part, numbers straight from report.json."""
+"""scripts/gpu/check.py's report.md: one section per part, numbers straight from report.json."""
 
 from __future__ import annotations
 

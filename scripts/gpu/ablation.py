@@ -1,11 +1,11 @@
-"""The head ablation part of scripts/gpu_check.py: Vaswani et al.'s Table 3 rows (A), every row x
+"""The head ablation part of scripts/gpu/check.py: Vaswani et al.'s Table 3 rows (A), every row x
 seed x task, planned from its own first steps and run packed on one device.
 
 1. prep: each task's config is composed and its tokenizer and token arrays built once, here,
    so the packed jobs find them cached instead of all building the same BPE at once;
 2. measure: a few training steps of every job kind (head count x task) alone: wall time, the
    device's busy time (profiler) and peak memory;
-3. plan (scripts/gpu_plan.py): jobs at once and steps per job that fit the time left;
+3. plan (scripts/gpu/plan.py): jobs at once and steps per job that fit the time left;
 4. run: one joblib sweep per task, all at once, cut at the deadline; then `posexp report` per
    task (its figures are copied next to report.md) and the realized figures beside the plan's.
 """
@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpu_common import ROOT, Check, steady_rate
-from gpu_plan import TASKS, Assumptions, Kind, Measurement, Plan, plan, render_plan
+
+from scripts.gpu.common import ROOT, Check, steady_rate
+from scripts.gpu.plan import TASKS, Assumptions, Kind, Measurement, Plan, plan, render_plan
 
 # Each task's preset: the same network (d_model 512, 6 layers, BPE 4096, sinusoidal) as a
 # language model on both editions' text (PPL), and on the verse pairs (BLEU, target PPL).
@@ -159,7 +160,7 @@ def machine_memory_gib(device: torch.device) -> float:
 def measured_packing(c: Check) -> dict[int, float]:
     """The packing part's speed-ups if it ran in this call, else the H200's recorded ones
     (on the CPU: none, the cores bound it)."""
-    from gpu_plan import H200_PACKING
+    from scripts.gpu.plan import H200_PACKING
 
     part = c.report["parts"].get("packing", {})
     if part.get("status") == "ok":
