@@ -227,7 +227,8 @@ class Record:
                 f"{where}.settings.",
             )
         except PosexpError as e:
-            raise PosexpError(f"{where}: {e}") from None
+            text = str(e)
+            raise PosexpError(text if text.startswith(where) else f"{where}: {text}") from None
         return cls(
             spec=spec,
             length=checks.integer(f"{where}.length", d.get("length"), low=1, high=MAX_LENGTH),

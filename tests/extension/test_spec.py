@@ -12,7 +12,6 @@ from posexp.extension import ExtensionConfig, rope_frequencies
 from posexp.extension.attention import AttentionSpec
 from posexp.extension.spec import (
     MethodSpec,
-    method_order,
     parse_spec,
     parse_specs,
     spec_of,
@@ -139,15 +138,21 @@ def test_a_configured_extension_has_the_spec_of_its_changed_settings():
     assert spec_of("yarn", {"beta_fast": 32}).label == "yarn"
 
 
-def test_methods_sort_in_registry_order_then_by_settings():
-    shown = ["yarn", "self_extend(group=4)", "none", "baked:yarn", "self_extend", "none [x]"]
-    assert sorted(shown, key=method_order) == [
+def test_methods_sort_in_registry_order_then_by_settings_numerically():
+    specs = parse_specs("yarn(factor=16),self_extend(group=4),none,yarn,self_extend,yarn(factor=4)")
+    specs.append(spec_of("yarn", {}, baked=True))
+    assert [s.label for s in sorted(specs, key=lambda s: s.sort_key)] == [
         "baked:yarn",
         "none",
-        "none [x]",
         "yarn",
+        "yarn(factor=4)",
+        "yarn(factor=16)",
         "self_extend",
         "self_extend(group=4)",
+    ]
+    grid = parse_specs("self_extend(group=16|2|8,window=32|4)")
+    assert [s.label for s in sorted(grid, key=lambda s: s.sort_key)] == [
+        f"self_extend(group={g},window={w})" for g in (2, 8, 16) for w in (4, 32)
     ]
 
 

@@ -149,7 +149,7 @@ def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(r: dict[str, Any]) -> tuple:
         p = r["protocol"]
         return (
-            r["order"],
+            r.get("order") or (),
             protocols.index(p) if p in protocols else len(protocols),
             r.get("task") or "",
             -1.0 if r.get("depth") is None else r["depth"],

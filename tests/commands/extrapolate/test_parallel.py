@@ -13,6 +13,7 @@ from posexp.commands.extrapolate import parallel
 from posexp.commands.extrapolate.evaluate import evaluate_runs
 from posexp.commands.extrapolate.plan import Settings
 from posexp.config import ExtrapolateConfig
+from posexp.extension.spec import parse_specs
 from tests.helpers import TINY, posexp, posexp_in_own_group
 
 
@@ -40,19 +41,19 @@ def two_runs(tmp_path_factory, cache):
 def test_workers_give_the_records_one_process_gives(two_runs, tmp_path):
     apart = tmp_path / "apart"
     shutil.copytree(two_runs, apart)
-    knobs = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
+    knobs = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=parse_specs("none,pi,logn"))
     evaluate_runs(two_runs, Settings(knobs, device="cpu", workers=1, threads=1), progress=False)
     evaluate_runs(apart, Settings(knobs, device="cpu", workers=2, threads=1), progress=False)
     for job in ("pe=rope", "pe=alibi"):
         here = json.loads((two_runs / job / "eval" / "extrapolate.json").read_text())
         there = json.loads((apart / job / "eval" / "extrapolate.json").read_text())
-        assert [(r["method"], r["length"]) for r in there] == [
-            (r["method"], r["length"]) for r in here
+        assert [(r["label"], r["length"]) for r in there] == [
+            (r["label"], r["length"]) for r in here
         ]
         for a, b in zip(here, there, strict=True):
             assert b["ppl"] == pytest.approx(a["ppl"], rel=1e-6)
     methods = {
-        r["method"] for r in json.loads((apart / "pe=alibi/eval/extrapolate.json").read_text())
+        r["label"] for r in json.loads((apart / "pe=alibi/eval/extrapolate.json").read_text())
     }
     assert methods == {"none", "logn"}  # pi does not apply to ALiBi
 
@@ -61,7 +62,7 @@ def kept_cells(run) -> set[tuple[str, int]]:
     """(method, length) of every record kept in ``run``'s eval dir (none without one)."""
     path = run / "eval" / "extrapolate.json"
     records = json.loads(path.read_text()) if path.exists() else []
-    return {(r["method"], r["length"]) for r in records}
+    return {(r["label"], r["length"]) for r in records}
 
 
 def said_kept(run, kept: int, todo: int) -> str:
@@ -75,7 +76,7 @@ def said_kept(run, kept: int, todo: int) -> str:
 
 
 TODO = {"pe=rope": 6, "pe=alibi": 4}  # 2 lengths x 3 methods; pi does not apply to ALiBi
-KNOBS = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
+KNOBS = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=parse_specs("none,pi,logn"))
 
 
 def test_a_stop_keeps_the_methods_workers_finished(two_runs, tmp_path, monkeypatch, capsys):

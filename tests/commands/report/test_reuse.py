@@ -28,7 +28,7 @@ def sweep(tmp_path_factory, cache):
 
 def cells(job):
     return {
-        (r["method"], r["length"]) for r in json.loads((job / "eval/extrapolate.json").read_text())
+        (r["label"], r["length"]) for r in json.loads((job / "eval/extrapolate.json").read_text())
     }
 
 
