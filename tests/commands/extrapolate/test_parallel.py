@@ -94,7 +94,7 @@ def test_a_stop_keeps_the_methods_workers_finished(two_runs, tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         evaluate_runs(apart, Settings(KNOBS, device="cpu", workers=2, threads=1), progress=False)
     ((stopped, label),) = finished
-    assert {(label, 32), (label, 64)} <= kept_cells(stopped)  # the whole method
+    assert {(label.label, 32), (label.label, 64)} <= kept_cells(stopped)  # the whole method
     err = capsys.readouterr().err
     for run in (apart / "pe=rope", apart / "pe=alibi"):
         kept = len(kept_cells(run))  # with the cells other workers had sent
@@ -319,7 +319,7 @@ def test_a_pool_broken_by_a_stop_is_that_stop():
 def test_largest_tasks_go_first():
     class Item:
         def __init__(self, method, size):
-            self.record, self.size = type("R", (), {"method": method})(), size
+            self.record, self.size = type("R", (), {"spec": method})(), size
 
     plan = type("P", (), {"todo": [Item("a", 1), Item("b", 5), Item("a", 2)]})()
     assert [(label, size) for _, label, size in parallel.method_tasks([plan])] == [
@@ -332,12 +332,13 @@ def fake_plans(runs: int, methods: list[str], lengths: list[int]) -> list:
     """Plans with only what the bar reads: each run's cells still to score."""
     from types import SimpleNamespace
 
+    from posexp.extension.spec import MethodSpec
     from posexp.scoring.records import Record
 
     return [
         SimpleNamespace(
             todo=[
-                SimpleNamespace(record=Record(m, n, "nonoverlap", 1.0), size=n * 100)
+                SimpleNamespace(record=Record(MethodSpec(m), n, "nonoverlap", 1.0), size=n * 100)
                 for m in methods
                 for n in lengths
             ]

@@ -175,7 +175,7 @@ def test_a_mixtures_figure_averages_the_depths_every_method_and_length_has():
     cells = {(m, d, n): d for m in ("none", "pi") for d in (0.0, 1.0) for n in (226, 482)}
     cells |= {("pi", 0.25, 226): 0.0, ("pi", 0.25, 482): 0.0}
     out = over_depths(mixture(cells), "score")
-    assert {(r["label"], r["length"]): r["score"] for r in out} == {
+    assert {(r["method"], r["length"]): r["score"] for r in out} == {
         ("none", 226): 0.5,
         ("none", 482): 0.5,
         ("pi", 226): 0.5,
