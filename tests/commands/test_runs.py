@@ -212,11 +212,12 @@ def write_records(run_path, methods, lengths):
     """eval/extrapolate.json as eval-extrapolate writes it: a cell per method and length, of
     the run's current weights."""
     from posexp.rundir import RunDir
+    from posexp.extension.spec import parse_spec
     from posexp.scoring.records import Record, checkpoint_of
 
     now = checkpoint_of(RunDir(run_path))
     records = [
-        Record(m, n, "nonoverlap", 1.0, checkpoint=now, values={"ppl": 9.0}).to_dict()
+        Record(parse_spec(m), n, "nonoverlap", 1.0, checkpoint=now, values={"ppl": 9.0}).to_dict()
         for m in methods
         for n in lengths
     ]
