@@ -211,8 +211,8 @@ def test_a_table_with_every_column_still_fits_100_columns():
 def write_records(run_path, methods, lengths):
     """eval/extrapolate.json as eval-extrapolate writes it: a cell per method and length, of
     the run's current weights."""
-    from posexp.rundir import RunDir
     from posexp.extension.spec import parse_spec
+    from posexp.rundir import RunDir
     from posexp.scoring.records import Record, checkpoint_of
 
     now = checkpoint_of(RunDir(run_path))
