@@ -52,7 +52,8 @@ from typing import Any
 import pandas as pd
 
 from posexp.rundir import RunDir
-from posexp.scoring.records import MEASURES, Record, load
+from posexp.scoring.record_fields import MEASURES
+from posexp.scoring.records import Record, load
 
 COLUMNS = (
     "run",
