@@ -79,3 +79,15 @@ def test_options_given_replace_the_preset_and_len_goes_with_lengths():
 def test_options_that_would_silently_mean_something_else_are_refused(options, message):
     with pytest.raises(PosexpError, match=message):
         ExtrapolateConfig.from_dict(options, prefix="--")
+
+
+def test_a_presets_method_takes_a_grid_and_keeps_each_spec():
+    cfg = run_config(
+        "experiment=extrapolation", "extrapolate.method='none,self_extend(group=2|4,window=8|16)'"
+    )
+    assert labels(cfg.extrapolate.method) == [
+        "none",
+        *(f"self_extend(group={g},window={w})" for g in (2, 4) for w in (8, 16)),
+    ]
+    # the config's plain form writes each spec as the grid's member it is
+    assert cfg.to_dict()["extrapolate"]["method"] == labels(cfg.extrapolate.method)
