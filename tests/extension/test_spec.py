@@ -272,3 +272,9 @@ def test_labels_are_exact_and_whole_numbers_plain():
     # a label is a valid spec of the same object (what passkey.py hands to extension=)
     for spec in (a, b, parse_spec("yarn(beta_slow=0.00001)")):
         assert parse_spec(spec.label) == spec
+
+
+def test_a_default_spelled_out_is_the_same_spec():
+    assert parse_spec("yarn(beta_fast=32)") == parse_spec("yarn") == MethodSpec("yarn")
+    assert parse_spec("yarn(beta_fast=32.0)").key == MethodSpec("yarn").key
+    assert parse_specs("yarn,yarn(beta_fast=32)") == [MethodSpec("yarn")]
