@@ -7,7 +7,12 @@ import re
 import pytest
 import yaml
 
-from posexp.cli.overrides import expand_method_specs, open_mapping_args, quote_resume_path
+from posexp.cli.overrides import (
+    expand_method_specs,
+    open_mapping_args,
+    quote_method_lists,
+    quote_resume_path,
+)
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
@@ -67,6 +72,21 @@ def test_a_key_given_in_a_spec_and_again_is_refused(args, message):
         "extension=yarn",
         "extension.factor=4",
     ]
+
+
+def test_an_unquoted_method_list_is_quoted_for_hydra_once_it_checks():
+    from posexp.errors import PosexpError
+
+    assert quote_method_lists(["extrapolate.method=none,yarn(factor=2|4)", "pe=rope"]) == [
+        "extrapolate.method='none,yarn(factor=2|4)'",
+        "pe=rope",
+    ]
+    kept = ["extrapolate.method='yarn(factor=2)'", "extrapolate.method=none,pi"]
+    assert quote_method_lists(kept) == kept  # quoted already, or nothing Hydra misreads
+    swept = ["-m", "extrapolate.method=none,yarn(factor=2)"]
+    assert quote_method_lists(swept) == swept  # the sweep check refuses it
+    with pytest.raises(PosexpError, match=r"^extrapolate.method= 'yarn\(factor=0\)': factor"):
+        quote_method_lists(["extrapolate.method=yarn(factor=0)"])
 
 
 def test_a_tasks_options_are_set_without_a_plus():
