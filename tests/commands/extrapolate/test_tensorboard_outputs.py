@@ -133,7 +133,14 @@ def test_each_length_takes_the_first_unextended_row_that_has_it():
     from posexp.commands.extrapolate.outputs import baseline_metrics
 
     def rec(method, length, ppl):
-        return {"method": method, "protocol": "nonoverlap", "length": length, "ppl": ppl}
+        name = method.split(" [")[0]  # the method's name, as a record's view carries it
+        return {
+            "method": method,
+            "name": name,
+            "protocol": "nonoverlap",
+            "length": length,
+            "ppl": ppl,
+        }
 
     rows = [rec("none [tokens 16,384]", 64, 3.0), rec("none [tokens 32,768]", 64, 3.1)]
     rows += [rec("none [tokens 32,768]", 128, 4.0), rec("pi", 128, 3.5)]

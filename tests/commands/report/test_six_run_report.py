@@ -14,6 +14,7 @@ from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views import curves, extrapolation
 from posexp.figures import text_overlaps
 from posexp.labels import run_settings
+from tests.helpers import record_view
 
 METHODS = ("none", "pi", "ntk", "yarn", "dynamic_ntk", "llama3", "self_extend", "blockwise")
 L0 = 64
@@ -46,13 +47,7 @@ def six_jobs(tmp_path):
         writer.close()
         methods = ("none",) if pe == "learned" else METHODS
         records = [
-            {
-                "protocol": "nonoverlap",
-                "length": n,
-                "method": m,
-                "ppl": 20.0 + i + k + n / 64,
-                "tokens": 4096,
-            }
+            record_view(m, protocol="nonoverlap", length=n, ppl=20.0 + i + k + n / 64, tokens=4096)
             for k, m in enumerate(methods)
             for n in (L0, 2 * L0, 4 * L0, 8 * L0)
         ]

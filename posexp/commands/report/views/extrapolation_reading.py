@@ -16,7 +16,7 @@ from posexp.commands.report.stats import (
 from posexp.commands.report.views.extrapolation_data import Column, same_sample, sample_key
 from posexp.commands.report.views.extrapolation_paper import shape_sentences
 from posexp.extension import EXTENSIONS, baseline_method
-from posexp.extension.spec import BAKED, base_method
+from posexp.extension.spec import BAKED
 
 
 def _pairs(
@@ -92,10 +92,11 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"{median:.2f}): {why}."
             )
     baseline = baseline_method()
+    names = {c.method: next(iter(c.records.values()))["name"] for c in columns if c.records}
     judged = [
         label
         for label in dict.fromkeys(c.method for c in columns)
-        if base_method(label) in EXTENSIONS and EXTENSIONS[base_method(label)].zero_shot_verdict
+        if label in names and EXTENSIONS[names[label]].zero_shot_verdict
     ]
     for method in judged:
         for base in (c for c in columns if c.method == baseline):  # one sentence per PE
@@ -107,7 +108,9 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
             pairs = _pairs(same_pe, method, baseline, first, base.trained_length or l0)
             if not pairs:
                 continue
-            out.append(verdict_sentence(method, base.label, pairs, first, base.tuned_at))
+            out.append(
+                verdict_sentence(method, base.label, pairs, first, base.tuned_at, names[method])
+            )
     if l0:
         out += shape_sentences(columns, first, l0)
     out += ranking_sentence(columns, first)
@@ -139,6 +142,7 @@ def verdict_sentence(
     pairs: list[tuple[dict[str, Any], dict[str, Any]]],
     protocol: str,
     tuned_at: int | None = None,
+    name: str = "",
 ) -> str:
     """A method against no extension over the cells past the training length (a fine-tune's:
     ``tuned_at``): better, worse or level (cells within LEVEL), with the median change and the
@@ -158,11 +162,11 @@ def verdict_sentence(
             f"level with {versus} for {label} ({n - better - worse} of {n} cells within "
             f"{LEVEL:.0%}, {better} better, {worse} worse)"
         )
-    caveat = EXTENSIONS[base_method(method)].caveat
+    caveat = EXTENSIONS[name].caveat
     change = f"{median:+.1%}".replace("-0.0%", "0.0%")
     if tuned_at is not None:
         after = ""  # the run is fine-tuned already
-    elif EXTENSIONS[base_method(method)].training_free:
+    elif EXTENSIONS[name].training_free:
         after = "; it needs no fine-tuning (it changes attention, not the weights)"
     else:
         after = "; `posexp finetune` trains at the longer length first"
