@@ -17,7 +17,7 @@ from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
 from posexp.cli.sweep_check import check_jobs
 from posexp.errors import Abort, PosexpError
-from posexp.stops import stops_as_interrupt
+from posexp.runtime.stops import stops_as_interrupt
 
 app = typer.Typer(
     name="posexp",

@@ -46,7 +46,7 @@ from posexp.files import write_text_atomic
 from posexp.paths import config_dir
 from posexp.rundir import RunDir
 from posexp.runtime.lifecycle import discard_interrupted, fail_run, job_failed, own_run_dir
-from posexp.runtime.signals import StopRequested
+from posexp.runtime.stops import StopRequested
 
 log = logging.getLogger("posexp")
 

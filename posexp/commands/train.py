@@ -5,7 +5,7 @@ A run dir holds ``.hydra/`` (the composed config), ``train.log``, TensorBoard ev
 then cosine decay, gradient clipping, periodic evaluation on a fixed validation slice, bf16
 autocast where it is faster (``train.precision``; evaluation during training runs in the same
 precision). Before the first step the run's memory and time are estimated
-(``posexp.runtime.budget``); stop signals are handled by ``posexp.runtime.signals``.
+(``posexp.runtime.budget``); stop signals are handled by ``posexp.runtime.stops``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from posexp.runtime.optim import (
 from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.precision import run_precision
 from posexp.runtime.resume import effective_config, finished_results
-from posexp.runtime.signals import GracefulStop, StopRequested
+from posexp.runtime.stops import GracefulStop, StopRequested
 from posexp.runtime.sweeps import completed_results, continue_unfinished
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.trainer import Trainer

@@ -19,7 +19,7 @@ from posexp.errors import Abort, JobFailed, PosexpError
 from posexp.files import disk_full, write_text_atomic
 from posexp.rundir import HYDRA, OWNER, RunDir
 from posexp.runtime import distributed, provenance
-from posexp.runtime.signals import StopRequested
+from posexp.runtime.stops import StopRequested
 from posexp.runtime.sweeps import failure_text, record_failure
 
 log = logging.getLogger("posexp")

@@ -35,7 +35,7 @@ from posexp.runtime import distributed
 from posexp.runtime.device import to_device
 from posexp.runtime.lifecycle import Diverged
 from posexp.runtime.optim import Schedule, build_optimizer
-from posexp.runtime.signals import GracefulStop
+from posexp.runtime.stops import GracefulStop
 
 log = logging.getLogger("posexp")
 

@@ -29,9 +29,9 @@ from posexp.pe import PositionOutOfRange
 from posexp.positions import scoring_positions
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.precision import autocast as precision_autocast
+from posexp.runtime.stops import held
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
-from posexp.stops import held
 
 
 def load_test_tokens(

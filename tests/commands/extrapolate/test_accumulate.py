@@ -233,7 +233,7 @@ def test_a_stop_part_way_keeps_the_cells_already_scored(
 
     from posexp.cli import main
     from posexp.rundir import RunDir
-    from posexp.stops import Terminated
+    from posexp.runtime.stops import Terminated
 
     run = tmp_path / "run"
     shutil.copytree(study / "fp32", run, ignore=shutil.ignore_patterns("eval"))
