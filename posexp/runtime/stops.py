@@ -59,14 +59,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the CLI imports this module: torch only where training needs it
     import torch
 
-COMMAND_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The signals that ask any posexp command to stop: SIGTERM (Slurm at a time limit, ``kill``),
+# SIGUSR2 (submitit's warning before the limit) and SIGINT (Ctrl-C).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGUSR2", "SIGINT") if hasattr(signal, name)
+)
 ECHO_S = 0.5  # the same signal again this soon after the first is one sender's echo
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (a Slurm time limit, ``kill``) in a command that keeps what it finished, as Ctrl-C."""
+    """SIGTERM or SIGUSR2 (a Slurm time limit, ``kill``) in a command that keeps what it
+    finished, as Ctrl-C."""
 
-    signum = signal.SIGTERM
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__()
+        self.signum = signum
 
 
 _received: list[int] = []  # each stop of the command running
@@ -74,8 +81,8 @@ _first: list[tuple[int, float]] = [(0, -ECHO_S)]  # the last command's first sto
 
 
 def as_stop(signum: int) -> KeyboardInterrupt:
-    """The exception a stop signal unwinds with: ``Terminated`` for SIGTERM, else Ctrl-C's."""
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    """The exception a stop signal unwinds with: Ctrl-C's for SIGINT, else ``Terminated``."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 def echo(signum: int) -> bool:
@@ -116,12 +123,47 @@ def _quiet_stops(hook: Any) -> Any:
     return unraisable
 
 
+def interruptible(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, where a stop can interrupt it: in a thread of its own, the main thread
+    waiting in short waits between which Python runs the stop's handler.
+
+    A handler runs only between two bytecodes of the main thread, so one long torch call (a
+    forward over a million tokens takes minutes) would keep the command deaf to stops until it
+    returns. The thread is left to finish on its own (a daemon: it does not hold the process
+    back) while the command keeps what it finished. Outside ``stops_as_interrupt``, or off the
+    main thread, ``fn`` simply runs here."""
+    if threading.current_thread() is not threading.main_thread() or not any(
+        signal.getsignal(sig) is stop_on_signal for sig in STOP_SIGNALS
+    ):
+        return fn(*args)
+    torch_module = sys.modules.get("torch")  # grad mode is per thread: carried into the worker
+    grad = torch_module.is_grad_enabled() if torch_module is not None else None
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            if grad is not None:
+                torch_module.set_grad_enabled(grad)
+            outcome.append((True, fn(*args)))
+        except BaseException as e:  # handed to the main thread, which raises it
+            outcome.append((False, e))
+
+    worker = threading.Thread(target=run, name="posexp-interruptible", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)  # the stop's handler raises here
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 @contextlib.contextmanager
 def stops_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` and SIGINT KeyboardInterrupt inside the block, each stop
-    remembered (also usable as a decorator); then as before."""
+    """SIGTERM and SIGUSR2 raise ``Terminated`` and SIGINT KeyboardInterrupt inside the block,
+    each stop remembered (also usable as a decorator); then as before."""
     _received.clear()
-    previous = {sig: signal.signal(sig, stop_on_signal) for sig in COMMAND_STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, stop_on_signal) for sig in STOP_SIGNALS}
     hook = sys.unraisablehook
     sys.unraisablehook = _quiet_stops(hook)
     try:
@@ -157,7 +199,7 @@ def held() -> Iterator[None]:
             came.append(signum)
 
     if threading.current_thread() is threading.main_thread():
-        for sig in COMMAND_STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             handler = signal.getsignal(sig)
             if handler is not None and handler != signal.SIG_IGN:  # None: set outside Python
                 previous[sig] = signal.signal(sig, lambda signum, frame: hold(signum))
@@ -174,9 +216,6 @@ def held() -> Iterator[None]:
 
 log = logging.getLogger("posexp")
 
-STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGUSR2", "SIGINT") if hasattr(signal, name)
-)
 # Slurm's KillWait (SIGTERM to SIGKILL) is 30 s by default: a stop that waits longer is killed
 # anyway, without a word.
 DEFAULT_GRACE_S = 20.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -184,3 +185,42 @@ def test_handlers_and_the_wakeup_fd_are_given_back():
         assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]
     assert {s: signal.getsignal(s) for s in before} == before
     assert signal.set_wakeup_fd(-1) == -1  # none left set
+
+
+# Commands: a long call the stop can interrupt.
+
+
+def test_a_stop_interrupts_a_call_that_never_returns_by_itself(stuck):
+    # One long torch call (a forward over a million tokens) kept eval-extrapolate deaf to
+    # SIGTERM for minutes: the call runs off the main thread, which takes the stop at once.
+    wait, release = stuck
+    where = []
+
+    def long_call():
+        where.append(threading.current_thread() is threading.main_thread())
+        os.kill(os.getpid(), signal.SIGTERM)
+        return wait()
+
+    with stops.stops_as_interrupt():
+        with pytest.raises(stops.Terminated):
+            stops.interruptible(long_call)
+    release()
+    assert where == [False]
+
+
+def test_an_interruptible_call_returns_its_value_and_raises_its_error():
+    with stops.stops_as_interrupt():
+        assert stops.interruptible(lambda a, b: a + b, 2, 3) == 5
+        with pytest.raises(ZeroDivisionError):
+            stops.interruptible(lambda: 1 / 0)
+    assert stops.interruptible(lambda: threading.current_thread().name) == "MainThread"
+
+
+def test_sigusr2_stops_a_command_as_sigterm_does():
+    # One set of stop signals for training and the commands: submitit's warning before a time
+    # limit keeps the cells scored, as it keeps a training's step.
+    assert signal.SIGUSR2 in stops.STOP_SIGNALS
+    with stops.stops_as_interrupt():
+        with pytest.raises(stops.Terminated) as caught:
+            signal.raise_signal(signal.SIGUSR2)
+    assert caught.value.signum == signal.SIGUSR2

@@ -38,7 +38,7 @@ from posexp.commands.extrapolate.score_run import (
 )
 from posexp.errors import PosexpError
 from posexp.hardware import usable_cores
-from posexp.runtime.stops import COMMAND_STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
+from posexp.runtime.stops import STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
 from posexp.scoring.records import Record
 
 
@@ -248,7 +248,7 @@ def stop_of(error: BaseException, workers: list[Any]) -> KeyboardInterrupt | Non
     if not isinstance(error, BrokenProcessPool):
         return None
     ended = [-p.exitcode for p in workers if p.exitcode is not None and p.exitcode < 0]
-    return stopped() or next((as_stop(s) for s in ended if s in COMMAND_STOP_SIGNALS), None)
+    return stopped() or next((as_stop(s) for s in ended if s in STOP_SIGNALS), None)
 
 
 def collect(
@@ -290,7 +290,7 @@ def start_worker(threads: int, events: Any) -> None:
     # cells the workers sent, then ends them and keeps those cells: a worker that ended at the
     # signal could take cells it had not sent yet with it, and end before the main process saw
     # the signal (it then found a broken pool and kept nothing).
-    for sig in COMMAND_STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     # Nor does a worker outlive the main process: killed (SIGKILL, out of memory), that cannot
     # end its workers, which would finish their task, then wait for the next one for ever.

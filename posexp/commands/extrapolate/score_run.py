@@ -29,7 +29,7 @@ from posexp.pe import PositionOutOfRange
 from posexp.positions import scoring_positions
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.precision import autocast as precision_autocast
-from posexp.runtime.stops import held
+from posexp.runtime.stops import held, interruptible
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
 
@@ -139,7 +139,7 @@ def score_cells(
             if loaded is None or loaded[0] != item.extension:
                 loaded = None  # free the previous model first: they differ only in frequencies
                 loaded = item.extension, plan.run.load_model(device, item.extension)
-            record.values = item.scorer.score(loaded[1], work, scoring)
+            record.values = interruptible(item.scorer.score, loaded[1], work, scoring)
         except PositionOutOfRange as e:
             advance(work.size - (scored[0] - done))
             record.values = dict.fromkeys(item.scorer.fields)
