@@ -180,3 +180,26 @@ def test_a_new_key_in_an_existing_mapping_is_told_the_plus_it_needs():
         "data.task_options has no key 'niah_single' yet; a mapping takes new keys only with a "
         f"leading +: +{value}"
     )
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        # Trained ALiBi without a word: the last of the two values won.
+        (["train", "pe=rope", "pe=alibi"], ["pe is given twice", "pe=rope, then pe=alibi"]),
+        (["train", "+train.lr=1", "train.lr=2"], ["train.lr is given twice"]),
+        # Hydra's "Unknown function 'yarn'": a method spec its grammar reads as a call.
+        (
+            ["train", "extrapolate.method=yarn(factor=2)"],
+            ["Hydra reads yarn(...) as a function", """'extrapolate.method="yarn(factor=2)"'"""],
+        ),
+        # Was "unknown setting extrapolate.method; did you mean extrapolate.method?".
+        (["train", "extrapolate.method=none"], ["optional", "+extrapolate.method="]),
+    ],
+)
+def test_overrides_hydra_would_misread_are_one_line(monkeypatch, capsys, tmp_path, args, words):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(monkeypatch, capsys, *args, "model=tiny")
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert all(w in err for w in words), err
+    assert list(tmp_path.iterdir()) == []  # no run dir

@@ -65,6 +65,7 @@ def hydra_args(args: list[str]) -> list[str]:
 
 def check_overrides(args: list[str]) -> None:
     """Every check below, in the order a user would want to hear of them."""
+    check_keys_given_once(args)
     check_evaluation_not_swept(args)
     check_slurm_request(args)
     check_resume_arg(args)
@@ -230,3 +231,20 @@ def sweep_keys(args: list[str]) -> dict[str, list[str]]:
             continue
         out["swept" if override.is_sweep_override() else "fixed"].append(override.key_or_group)
     return out
+
+
+def check_keys_given_once(args: list[str]) -> None:
+    """Refuse a setting given twice (``pe=rope pe=alibi``): Hydra would take the last one
+    without a word, and the run would not be the one the first value asked for."""
+    seen: dict[str, str] = {}
+    for arg in args:
+        key, eq, _ = arg.partition("=")
+        if not eq or arg.startswith(("-", "~")):
+            continue
+        key = key.lstrip("+")
+        if key in seen:
+            raise PosexpError(
+                f"{key} is given twice ({seen[key]}, then {arg}); give each setting once "
+                f"(to run both, sweep them: -m {key}=<a>,<b>)"
+            )
+        seen[key] = arg
