@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import logging
 import re
 from collections import Counter
-from functools import cache
 from typing import Any
 
 import torch
@@ -42,10 +40,12 @@ from posexp.pe.base import (
     takes_extension,
 )
 
-log = logging.getLogger("posexp")
 
 DEFAULT_LAYERS = ("rope", "none")
 QK = tuple[Tensor, Tensor]
+
+
+MAX_LAYERS = 4096  # deeper than any model posexp trains by far
 
 
 def parse_layers(value: Any) -> tuple[str, ...]:
@@ -59,7 +59,7 @@ def parse_layers(value: Any) -> tuple[str, ...]:
         raise PosexpError(
             f"pe.layers must be a list of PE names or text like rope*3+none, got {value!r}"
         )
-    names: list[str] = []
+    runs: list[tuple[str, int]] = []
     for item in items:
         name, star, count = str(item).partition("*")
         count = count.strip() if star else "1"
@@ -67,7 +67,14 @@ def parse_layers(value: Any) -> tuple[str, ...]:
             raise PosexpError(
                 f"pe.layers: {item!r} is not a PE name; allowed: name or name*n (n >= 1)"
             )
-        names += [name.strip()] * int(count)
+        runs.append((name.strip(), int(count)))
+    # Counted before the names are spelt out: rope*100000000 would take gigabytes to list.
+    if (total := sum(n for _, n in runs)) > MAX_LAYERS:
+        raise PosexpError(
+            f"pe.layers={value!r} names {total:,} layers; a pattern is at most one entry per "
+            f"layer of the model (model.n_layers), and at most {MAX_LAYERS:,}"
+        )
+    names = [name for name, n in runs for _ in range(n)]
     if not names:
         raise PosexpError(f"pe.layers must name at least one PE, got {value!r}")
     return tuple(names)
@@ -179,15 +186,6 @@ class _Chunked(_Wrapped):
         return self.inner.rotate_at(x, positions)
 
 
-@cache
-def _warn_unused(text: str, n_layers: int, unused: tuple[str, ...]) -> None:
-    """Say once per process that part of a pattern acts nowhere (a model shallower than it)."""
-    names = ", ".join(unused)
-    log.warning(
-        f"pe.layers={text} is longer than the model's {n_layers} layers: {names} acts in no layer"
-    )
-
-
 @register_pe("layered")
 class Layered(PositionalEncoding):
     """Layer i's encoding is ``layers[i mod len(layers)]`` (``layer``), with iRoPE's extras."""
@@ -275,10 +273,17 @@ class Layered(PositionalEncoding):
                 f"d_model/heads = {ctx.d_model}/{ctx.n_heads} = {ctx.head_dim}; allowed "
                 f"with it: {', '.join(others)}"
             )
+        if len(self.pattern) > ctx.n_layers:  # part of it would act in no layer (iRoPE's NoPE)
+            unused = [n for n in dict.fromkeys(self.pattern[ctx.n_layers :])]
+            raise PosexpError(
+                f"pe.layers={self.text} has {len(self.pattern)} entries and the model "
+                f"{ctx.n_layers} layer{'s' * (ctx.n_layers != 1)}: entries "
+                f"{ctx.n_layers + 1}-{len(self.pattern)} ({', '.join(unused)}) would act in no "
+                f"layer; allowed: a pattern of at most {ctx.n_layers} entries, or "
+                f"model.n_layers >= {len(self.pattern)}"
+            )
         acting = [self.pattern[i % len(self.pattern)] for i in range(ctx.n_layers)]
         self.names = list(dict.fromkeys(acting))
-        if unused := tuple(n for n in dict.fromkeys(self.pattern) if n not in self.names):
-            _warn_unused(self.text, ctx.n_layers, unused)
         method, params = ctx.extension.method, layer_params or {}
         children = []
         for name in self.names:
