@@ -40,7 +40,6 @@ from posexp.pe.base import (
     takes_extension,
 )
 
-
 DEFAULT_LAYERS = ("rope", "none")
 QK = tuple[Tensor, Tensor]
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from posexp.commands.extrapolate.crashes import after_a_crash, how_it_ended
 from posexp.commands.extrapolate.plan import RunPlan, RunResult, Settings, needs_test_split
 from posexp.commands.extrapolate.progress import Progress, QueueProgress, scoring_text
 from posexp.commands.extrapolate.score_run import (
@@ -164,9 +165,11 @@ def score_in_workers(
     several: bool,
     workers: int,
     threads: int,
+    solo: bool = False,
 ) -> dict[Path, RunResult]:
     """Each method of each run scored by one of ``workers`` processes of ``threads`` torch
-    threads; a run's records are merged and its files written here once all its methods are in."""
+    threads; a run's records are merged and its files written here once all its methods are in.
+    A worker that dies loses only its method's cells (``crashes``; ``solo``: a method alone)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
     # A SimpleQueue's put is in the pipe when it returns (a Queue's is sent a moment later, by
     # a thread): a cell a worker counted done is there to read and keep at a stop.
@@ -206,6 +209,27 @@ def score_in_workers(
             running = list((getattr(pool, "_processes", None) or {}).values())  # shutdown drops it
             pool.shutdown(wait=False, cancel_futures=True)
             stop = stop_of(e, running)
+            if stop is None and isinstance(e, BrokenProcessPool):
+                drain(events, bar, scored)  # the cells the workers sent before one died
+                for process in running:
+                    process.kill()
+                results.update(
+                    after_a_crash(
+                        tasks,
+                        futures,
+                        results,
+                        scored.of,
+                        failed,
+                        how_it_ended(running),
+                        solo,
+                        skipped,
+                        several,
+                        lambda task: score_in_workers(
+                            [task], settings, bar, skipped, several, 1, threads, solo=True
+                        ),
+                    )
+                )
+                return {run: result for run, result in results.items() if result is not None}
             if stop is None:
                 raise
             try:  # Ctrl-C, SIGTERM: keep every cell finished
