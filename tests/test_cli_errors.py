@@ -203,3 +203,22 @@ def test_overrides_hydra_would_misread_are_one_line(monkeypatch, capsys, tmp_pat
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert all(w in err for w in words), err
     assert list(tmp_path.iterdir()) == []  # no run dir
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_a_run_dir_inside_another_run_is_refused_before_anything_is_written(
+    monkeypatch, capsys, tmp_path, key
+):
+    # Was accepted: the next evaluation of the outer run replaced its eval/, and the nested
+    # run, checkpoint included, went with it.
+    outer = tmp_path / "run"
+    outer.mkdir()
+    (outer / "results.json").write_text("{}")
+    before = sorted(tmp_path.rglob("*"))
+    multirun = ["-m"] if key == "hydra.sweep.dir" else []
+    code, _, err = run_main(
+        monkeypatch, capsys, "train", *multirun, "model=tiny", f"{key}={outer}/eval/nested"
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"is inside the run '{outer}'" in err
+    assert sorted(tmp_path.rglob("*")) == before

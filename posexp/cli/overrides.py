@@ -72,6 +72,7 @@ def check_overrides(args: list[str]) -> None:
     check_experiment_arg(args)
     check_output_arg(args)
     check_run_dir_arg(args)
+    check_not_inside_a_run(args)
 
 
 def check_slurm_request(args: list[str]) -> None:
@@ -248,3 +249,24 @@ def check_keys_given_once(args: list[str]) -> None:
                 f"(to run both, sweep them: -m {key}=<a>,<b>)"
             )
         seen[key] = arg
+
+
+def check_not_inside_a_run(args: list[str]) -> None:
+    """Refuse a run or sweep dir inside another run's dir: that run's evaluations replace its
+    ``eval/`` whole, and a run kept there (checkpoint and all) would go with it."""
+    from posexp.rundir import RunDir
+
+    for arg in args:
+        key, eq, _ = arg.lstrip("+").partition("=")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or not eq:
+            continue
+        value = hydra_value(arg.lstrip("+"))
+        if value in (None, ""):
+            continue
+        path = Path(str(value)).absolute()
+        for parent in path.parents:
+            if RunDir(parent).is_run():
+                raise PosexpError(
+                    f"{key}={str(value)!r} is inside the run {str(parent)!r}, whose files its "
+                    f"evaluations replace; choose a dir outside any run"
+                )
