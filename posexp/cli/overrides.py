@@ -73,6 +73,7 @@ def check_overrides(args: list[str]) -> None:
     check_output_arg(args)
     check_run_dir_arg(args)
     check_not_inside_a_run(args)
+    keep_previous_sweep_record(args)
 
 
 def check_slurm_request(args: list[str]) -> None:
@@ -270,3 +271,38 @@ def check_not_inside_a_run(args: list[str]) -> None:
                     f"{key}={str(value)!r} is inside the run {str(parent)!r}, whose files its "
                     f"evaluations replace; choose a dir outside any run"
                 )
+
+
+def keep_previous_sweep_record(args: list[str]) -> None:
+    """A sweep into an existing sweep dir with other overrides: Hydra replaces its
+    ``multirun.yaml`` (what the jobs there were launched with), so a copy is kept first,
+    as ``multirun.yaml.bak`` (``.bak.2``, ...), and said. The same overrides (a sweep
+    finished by rerunning it) keep the file as it is."""
+    import sys
+
+    import yaml
+
+    from posexp.files import keep_damaged
+
+    if not any(a in ("-m", "--multirun") for a in args):
+        return
+    given = [a for a in args if a.lstrip("+").startswith("hydra.sweep.dir=")]
+    value = hydra_value(given[-1].lstrip("+")) if given else None
+    if value in (None, ""):
+        return
+    record = Path(str(value)) / "multirun.yaml"
+    if not record.is_file():
+        return
+    try:
+        old = yaml.safe_load(record.read_text())["hydra"]["overrides"]["task"]
+    except Exception:  # noqa: BLE001  unreadable: kept all the same
+        old = None
+    new = [a for a in args if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
+    if isinstance(old, list) and sorted(map(str, old)) == sorted(new):
+        return
+    backup = keep_damaged(record)
+    print(
+        f"{record} was launched with other overrides; kept as {backup}",
+        file=sys.stderr,
+        flush=True,
+    )
