@@ -236,6 +236,10 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     )
     if state:
         trainer.restore(state)
+        if distributed.is_main():
+            # The results of the session before (a sweep job completed at fewer steps) are no
+            # longer this run's: while it trains, and if it is stopped or killed, it is unfinished.
+            RunDir(run_dir).clear_results()
         log.info("resumed %s at step %d", run_dir, trainer.step)
     distributed.reseed(cfg.seed, trainer.step)
     n_params = model.num_params()
