@@ -312,12 +312,14 @@ def runs(
     every run are named once, under the table.
     """
     from posexp.commands.runs import list_runs, print_runs
+    from posexp.sweep_gaps import gaps, said
 
     rows = list_runs(root)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
     else:
         print_runs(rows, wide=wide)
+    said(gaps(root))  # what the rows cannot show: runs that are not there
 
 
 def complete_command_line(args: list[str]) -> None:
