@@ -273,11 +273,28 @@ class RunDir:
 
         return ModelConfig.from_dict(self.meta()["model"])
 
+    def check_tokenizer(self, vocab_size: int) -> None:
+        """Refuse a kept ``tokenizer.json`` that is not the one the model trained with (copied
+        from another run): its vocabulary differs from the model's. A larger one gave ids past
+        the embedding (IndexError); a smaller one scored other text, silently."""
+        from posexp.data.tokenizers import saved_tokenizer
+
+        if not self.tokenizer_file.is_file():
+            return
+        kept = saved_tokenizer(self.tokenizer_file).vocab_size
+        if kept != vocab_size:
+            raise PosexpError(
+                f"{str(self.tokenizer_file)!r} has a vocabulary of {kept:,} tokens and the "
+                f"run's model {vocab_size:,}: it is not the tokenizer this run trained with "
+                f"(copied from another run?); put the run's own back"
+            )
+
     def load_model(self, device: Any, extension: ExtensionConfig | None = None) -> GPT:
         """The checkpoint's model in eval mode on ``device``; ``extension`` replaces the baked-in one."""
         from posexp.model import GPT
 
         cfg = self.model_config()
+        self.check_tokenizer(cfg.vocab_size)
         if extension is not None:
             cfg = dataclasses.replace(cfg, extension=extension)
         model = GPT(cfg)
