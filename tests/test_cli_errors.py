@@ -187,7 +187,7 @@ def test_a_new_key_in_an_existing_mapping_is_told_the_plus_it_needs():
     [
         # Trained ALiBi without a word: the last of the two values won.
         (["train", "pe=rope", "pe=alibi"], ["pe is given twice", "pe=rope, then pe=alibi"]),
-        (["train", "+train.lr=1", "train.lr=2"], ["train.lr is given twice"]),
+        (["train", "data=kjv", "data=copy"], ["data is given twice"]),
         # Hydra's "Unknown function 'yarn'": a method spec its grammar reads as a call.
         (
             ["train", "extrapolate.method=yarn(factor=2)"],

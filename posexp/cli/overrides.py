@@ -236,19 +236,26 @@ def sweep_keys(args: list[str]) -> dict[str, list[str]]:
 
 
 def check_keys_given_once(args: list[str]) -> None:
-    """Refuse a setting given twice (``pe=rope pe=alibi``): Hydra would take the last one
-    without a word, and the run would not be the one the first value asked for."""
+    """A setting given twice with two values: Hydra takes the last one without a word. A
+    choice of a config group (``pe=rope pe=alibi``: the run would not be the one the first
+    asked for) is refused; a plain key (``train.max_steps=6 train.max_steps=60``, a script's
+    defaults then the user's) is said, in one line."""
+    import sys
+
+    groups = {p.name for p in Path(config_dir()).iterdir() if p.is_dir()}
     seen: dict[str, str] = {}
     for arg in args:
-        key, eq, _ = arg.partition("=")
+        key, eq, value = arg.partition("=")
         if not eq or arg.startswith(("-", "~")):
             continue
         key = key.lstrip("+")
-        if key in seen:
-            raise PosexpError(
-                f"{key} is given twice ({seen[key]}, then {arg}); give each setting once "
-                f"(to run both, sweep them: -m {key}=<a>,<b>)"
-            )
+        if key in seen and seen[key].partition("=")[2] != value:
+            if key in groups:
+                raise PosexpError(
+                    f"{key} is given twice ({seen[key]}, then {arg}); give it once (to run "
+                    f"both, sweep them: -m {key}=<a>,<b>)"
+                )
+            print(f"note: {key} is given twice; the last, {arg}, is used", file=sys.stderr)
         seen[key] = arg
 
 
