@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from posexp.commands.extrapolate.outputs import tensorboard_stale
 from posexp.commands.extrapolate.parallel import score_plans
 from posexp.commands.extrapolate.plan import (
     RunPlan,
@@ -217,7 +218,8 @@ def stored_result(plan: RunPlan) -> RunResult | None:
     """The result of a run with nothing to score: its records as they are kept."""
     if plan.todo:
         return None  # its scoring failed (named by JobFailures)
-    if plan.copies:  # cells measured under another label: kept under this one too
+    # Cells measured under another label (kept under this one too), or outputs cut short.
+    if plan.copies or tensorboard_stale(plan.run_dir):
         return write_merged(plan, [])
     records = [r.to_dict() for r in plan.stored.current]
     return RunResult(
