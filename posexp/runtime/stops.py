@@ -123,6 +123,17 @@ def _quiet_stops(hook: Any) -> Any:
     return unraisable
 
 
+_abandoned: list[
+    threading.Event
+] = []  # calls a stop left running (``interruptible``): set when done
+
+
+def still_running() -> bool:
+    """True when a call a stop interrupted still runs in its thread: the process must then end
+    with ``os._exit`` (a normal exit would tear down torch's threads under it and abort)."""
+    return not all(done.is_set() for done in _abandoned)
+
+
 def interruptible(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)``, where a stop can interrupt it: in a thread of its own, the main thread
     waiting in short waits between which Python runs the stop's handler.
@@ -139,6 +150,8 @@ def interruptible(fn: Callable[..., Any], *args: Any) -> Any:
     torch_module = sys.modules.get("torch")  # grad mode is per thread: carried into the worker
     grad = torch_module.is_grad_enabled() if torch_module is not None else None
     outcome: list[Any] = []
+    finished = threading.Event()  # not Thread.is_alive: a join cut by a signal can mark the
+    # thread stopped while it still runs
 
     def run() -> None:
         try:
@@ -147,11 +160,16 @@ def interruptible(fn: Callable[..., Any], *args: Any) -> Any:
             outcome.append((True, fn(*args)))
         except BaseException as e:  # handed to the main thread, which raises it
             outcome.append((False, e))
+        finally:
+            finished.set()
 
-    worker = threading.Thread(target=run, name="posexp-interruptible", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.1)  # the stop's handler raises here
+    try:  # from the start: a stop may come while the thread starts
+        threading.Thread(target=run, name="posexp-interruptible", daemon=True).start()
+        while not finished.wait(0.1):  # the stop's handler raises here
+            pass
+    except BaseException:
+        _abandoned.append(finished)
+        raise
     ok, value = outcome[0]
     if not ok:
         raise value

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -204,8 +205,15 @@ def test_a_stop_interrupts_a_call_that_never_returns_by_itself(stuck):
     with stops.stops_as_interrupt():
         with pytest.raises(stops.Terminated):
             stops.interruptible(long_call)
+    # Still running: the command must end with os._exit (an exit tearing down torch's threads
+    # under the call aborted with "terminate called without an active exception").
+    assert stops.still_running()
     release()
     assert where == [False]
+    deadline = time.monotonic() + 30
+    while stops.still_running() and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling for the thread's end, not an assertion
+    assert not stops.still_running()
 
 
 def test_an_interruptible_call_returns_its_value_and_raises_its_error():
