@@ -315,10 +315,7 @@ def runs(
     from posexp.sweep_gaps import gaps, said
 
     rows = list_runs(root)
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-    else:
-        print_runs(rows, wide=wide)
+    typer.echo(json.dumps(rows, indent=2)) if as_json else print_runs(rows, wide=wide)
     said(gaps(root))  # what the rows cannot show: runs that are not there
 
 
