@@ -11,6 +11,7 @@ unscored.
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -79,6 +80,12 @@ def after_a_crash(
         failed.add(plan.run_dir)
         skipped.skip(plan.run_dir, message)
         return out
+    print(
+        f"a worker process ended ({ended}); the cells finished are kept, and the "
+        f"{len(left)} method(s) left are scored again one at a time",
+        file=sys.stderr,
+        flush=True,
+    )
     for task in left:
         if task[0].run_dir not in failed:
             out.update(score_alone(task))

@@ -166,6 +166,7 @@ def score_in_workers(
     workers: int,
     threads: int,
     solo: bool = False,
+    runs: int = 0,
 ) -> dict[Path, RunResult]:
     """Each method of each run scored by one of ``workers`` processes of ``threads`` torch
     threads; a run's records are merged and its files written here once all its methods are in.
@@ -178,7 +179,7 @@ def score_in_workers(
     scored = Scored(list(waiting))
     failed: set[Path] = set()
     results: dict[Path, RunResult] = {}
-    n_runs = len(waiting)
+    n_runs = runs or len(waiting)  # a method scored again alone plans as one of them all
     with ProcessPoolExecutor(
         workers, mp_context=context, initializer=start_worker, initargs=(threads, events)
     ) as pool:
@@ -225,7 +226,7 @@ def score_in_workers(
                         skipped,
                         several,
                         lambda task: score_in_workers(
-                            [task], settings, bar, skipped, several, 1, threads, solo=True
+                            [task], settings, bar, skipped, several, 1, threads, True, n_runs
                         ),
                     )
                 )

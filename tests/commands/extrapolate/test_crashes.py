@@ -47,7 +47,7 @@ def two_runs(monkeypatch):
     return tasks, futures, written
 
 
-def test_the_methods_left_are_scored_again_alone_and_the_cells_finished_kept(two_runs):
+def test_the_methods_left_are_scored_again_alone_and_the_cells_finished_kept(two_runs, capsys):
     tasks, futures, written = two_runs
     alone = []
     out = crashes.after_a_crash(
@@ -65,6 +65,11 @@ def test_the_methods_left_are_scored_again_alone_and_the_cells_finished_kept(two
     assert alone == ["pi", "yarn"]  # not the finished method
     assert written == {Path("a"): ["a cell"], Path("b"): ["b cell"]}
     assert out == {Path("a"): "pi", Path("b"): "yarn"}
+    err = capsys.readouterr().err  # the crash is said, though nothing was lost
+    assert err == (
+        "a worker process ended (killed by SIGBUS); the cells finished are kept, and the 2 "
+        "method(s) left are scored again one at a time\n"
+    )
 
 
 def test_a_method_that_kills_its_worker_alone_is_named_in_one_line(two_runs):
