@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import re
 from collections import Counter
+from functools import cache
 from typing import Any
 
 import torch
@@ -39,6 +41,8 @@ from posexp.pe.base import (
     register_pe,
     takes_extension,
 )
+
+log = logging.getLogger("posexp")
 
 DEFAULT_LAYERS = ("rope", "none")
 QK = tuple[Tensor, Tensor]
@@ -185,6 +189,15 @@ class _Chunked(_Wrapped):
         return self.inner.rotate_at(x, positions)
 
 
+@cache
+def _warn_unused(text: str, n_layers: int, unused: tuple[str, ...]) -> None:
+    """Say once per process that part of a pattern acts nowhere (a model built directly)."""
+    log.warning(
+        f"pe.layers={text} is longer than the model's {n_layers} layers: "
+        f"{', '.join(unused)} acts in no layer"
+    )
+
+
 @register_pe("layered")
 class Layered(PositionalEncoding):
     """Layer i's encoding is ``layers[i mod len(layers)]`` (``layer``), with iRoPE's extras."""
@@ -223,6 +236,20 @@ class Layered(PositionalEncoding):
         """Whether any layer's encoding leaves its attention to the model."""
         pattern = parse_layers(params.get("layers", DEFAULT_LAYERS))
         return any(get_pe(n).uses_causal_kernel({}) for n in set(pattern))
+
+    @classmethod
+    def check_depth(cls, params: dict[str, Any], n_layers: int) -> None:
+        """Refuse a pattern longer than the model: its last entries would act in no layer
+        (``pe=irope`` on a 2-layer model never reaches its NoPE layer)."""
+        pattern = parse_layers(params.get("layers", DEFAULT_LAYERS))
+        if len(pattern) > n_layers:
+            unused = list(dict.fromkeys(pattern[n_layers:]))
+            raise PosexpError(
+                f"pe.layers={pattern_text(pattern)} has {len(pattern)} entries and the model "
+                f"{n_layers} layer{'s' * (n_layers != 1)}: entries {n_layers + 1}-{len(pattern)} "
+                f"({', '.join(unused)}) would act in no layer; allowed: a pattern of at most "
+                f"{n_layers} entries, or model.n_layers >= {len(pattern)}"
+            )
 
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
@@ -272,17 +299,10 @@ class Layered(PositionalEncoding):
                 f"d_model/heads = {ctx.d_model}/{ctx.n_heads} = {ctx.head_dim}; allowed "
                 f"with it: {', '.join(others)}"
             )
-        if len(self.pattern) > ctx.n_layers:  # part of it would act in no layer (iRoPE's NoPE)
-            unused = [n for n in dict.fromkeys(self.pattern[ctx.n_layers :])]
-            raise PosexpError(
-                f"pe.layers={self.text} has {len(self.pattern)} entries and the model "
-                f"{ctx.n_layers} layer{'s' * (ctx.n_layers != 1)}: entries "
-                f"{ctx.n_layers + 1}-{len(self.pattern)} ({', '.join(unused)}) would act in no "
-                f"layer; allowed: a pattern of at most {ctx.n_layers} entries, or "
-                f"model.n_layers >= {len(self.pattern)}"
-            )
         acting = [self.pattern[i % len(self.pattern)] for i in range(ctx.n_layers)]
         self.names = list(dict.fromkeys(acting))
+        if unused := tuple(n for n in dict.fromkeys(self.pattern) if n not in self.names):
+            _warn_unused(self.text, ctx.n_layers, unused)  # a run's config refuses it first
         method, params = ctx.extension.method, layer_params or {}
         children = []
         for name in self.names:
