@@ -236,26 +236,22 @@ def sweep_keys(args: list[str]) -> dict[str, list[str]]:
 
 
 def check_keys_given_once(args: list[str]) -> None:
-    """A setting given twice with two values: Hydra takes the last one without a word. A
-    choice of a config group (``pe=rope pe=alibi``: the run would not be the one the first
-    asked for) is refused; a plain key (``train.max_steps=6 train.max_steps=60``, a script's
-    defaults then the user's) is said, in one line."""
-    import sys
-
+    """Refuse a config group's choice given twice with two values (``pe=rope pe=alibi``):
+    Hydra takes the last one without a word, and the run would not be the one the first asked
+    for. A plain key given twice (a script's default, then the user's) stays Hydra's: the last
+    one is used."""
     groups = {p.name for p in Path(config_dir()).iterdir() if p.is_dir()}
     seen: dict[str, str] = {}
     for arg in args:
         key, eq, value = arg.partition("=")
-        if not eq or arg.startswith(("-", "~")):
-            continue
         key = key.lstrip("+")
+        if not eq or arg.startswith(("-", "~")) or key not in groups:
+            continue
         if key in seen and seen[key].partition("=")[2] != value:
-            if key in groups:
-                raise PosexpError(
-                    f"{key} is given twice ({seen[key]}, then {arg}); give it once (to run "
-                    f"both, sweep them: -m {key}=<a>,<b>)"
-                )
-            print(f"note: {key} is given twice; the last, {arg}, is used", file=sys.stderr)
+            raise PosexpError(
+                f"{key} is given twice ({seen[key]}, then {arg}); give it once (to run "
+                f"both, sweep them: -m {key}=<a>,<b>)"
+            )
         seen[key] = arg
 
 
