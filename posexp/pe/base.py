@@ -167,10 +167,6 @@ class PositionalEncoding(nn.Module):
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
         """Refuse settings that cannot work at training length ``seq_len`` (one-line errors)."""
 
-    @classmethod
-    def check_depth(cls, params: dict[str, Any], n_layers: int) -> None:
-        """Refuse settings a model of ``n_layers`` layers cannot honour (a run's config)."""
-
     def check_built(self) -> None:
         """Refuse, at model build, settings only the built encoding can judge (one-line errors;
         e.g. per-pair lists against the rotated dims)."""
