@@ -180,3 +180,43 @@ def test_a_new_key_in_an_existing_mapping_is_told_the_plus_it_needs():
         "data.task_options has no key 'niah_single' yet; a mapping takes new keys only with a "
         f"leading +: +{value}"
     )
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        # Trained ALiBi without a word: the last of the two values won.
+        (["train", "pe=rope", "pe=alibi"], ["pe is given twice", "pe=rope, then pe=alibi"]),
+        (["train", "data=kjv", "data=copy"], ["data is given twice"]),
+        # Was Hydra's "Unknown function 'yarn'": an unquoted spec is now quoted for Hydra, so
+        # what is left to say is the section's own rule.
+        (["train", "extrapolate.method=yarn(factor=2)"], ["optional", "+extrapolate.method="]),
+        # Was "unknown setting extrapolate.method; did you mean extrapolate.method?".
+        (["train", "extrapolate.method=none"], ["optional", "+extrapolate.method="]),
+    ],
+)
+def test_overrides_hydra_would_misread_are_one_line(monkeypatch, capsys, tmp_path, args, words):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(monkeypatch, capsys, *args, "model=tiny")
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert all(w in err for w in words), err
+    assert list(tmp_path.iterdir()) == []  # no run dir
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_a_run_dir_inside_another_run_is_refused_before_anything_is_written(
+    monkeypatch, capsys, tmp_path, key
+):
+    # Was accepted: the next evaluation of the outer run replaced its eval/, and the nested
+    # run, checkpoint included, went with it.
+    outer = tmp_path / "run"
+    outer.mkdir()
+    (outer / "results.json").write_text("{}")
+    before = sorted(tmp_path.rglob("*"))
+    multirun = ["-m"] if key == "hydra.sweep.dir" else []
+    code, _, err = run_main(
+        monkeypatch, capsys, "train", *multirun, "model=tiny", f"{key}={outer}/eval/nested"
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"is inside the run '{outer}'" in err
+    assert sorted(tmp_path.rglob("*")) == before

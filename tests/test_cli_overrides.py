@@ -204,3 +204,26 @@ def test_a_run_dir_of_other_files_is_refused_an_empty_one_taken(tmp_path):
     ):
         check_run_dir_arg([f"hydra.run.dir={tmp_path / 'notes'}"])
     check_run_dir_arg([f"hydra.run.dir={tmp_path / 'empty'}", f"hydra.run.dir={tmp_path / 'new'}"])
+
+
+def test_a_sweep_into_a_sweep_dir_with_other_overrides_keeps_its_record(tmp_path, capsys):
+    # Hydra replaced multirun.yaml (what the jobs there were launched with) without a copy.
+    from posexp.cli.overrides import keep_previous_sweep_record
+
+    record = tmp_path / "multirun.yaml"
+    old = "hydra:\n  overrides:\n    task:\n    - pe=rope,alibi\n    - model=tiny\n"
+    record.write_text(old)
+    same = ["-m", "model=tiny", "pe=rope,alibi", f"hydra.sweep.dir={tmp_path}"]
+    keep_previous_sweep_record(same)  # the same sweep, rerun to finish it: nothing to keep
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["multirun.yaml"]
+    keep_previous_sweep_record(["-m", "pe=t5", f"hydra.sweep.dir={tmp_path}"])
+    assert (tmp_path / "multirun.yaml.bak").read_text() == old
+    assert "launched with other overrides; kept as" in capsys.readouterr().err
+
+
+def test_a_plain_key_given_twice_is_hydras_last_one_wins():
+    from posexp.cli.overrides import check_keys_given_once
+
+    # A script's defaults, then the user's: the last value is used, as Hydra does.
+    check_keys_given_once(["train.max_steps=6", "model=tiny", "train.max_steps=60"])
+    check_keys_given_once(["pe=rope", "+pe=rope"])  # a group's same choice twice: one choice

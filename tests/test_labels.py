@@ -140,5 +140,5 @@ def test_pe_irope_is_named_by_its_pattern_in_tensorboard():
     from posexp.runtime.tensorboard import hparam_dict
     from tests.helpers import run_config
 
-    settings = hparam_dict(run_config("pe=irope", "model=tiny"))
+    settings = hparam_dict(run_config("pe=irope", "model=small"))
     assert settings["pe"] == "rope*3+none" and settings["pe.chunk"] == 64

@@ -17,7 +17,7 @@ from posexp.cli.hydra_commands import HYDRA_COMMAND, run_hydra, says_interrupted
 from posexp.cli.overrides import check_output_arg, check_overrides
 from posexp.cli.sweep_check import check_jobs
 from posexp.errors import Abort, PosexpError
-from posexp.stops import stops_as_interrupt
+from posexp.runtime.stops import stops_as_interrupt
 
 app = typer.Typer(
     name="posexp",
@@ -312,12 +312,11 @@ def runs(
     every run are named once, under the table.
     """
     from posexp.commands.runs import list_runs, print_runs
+    from posexp.store.sweep_gaps import gaps, said
 
     rows = list_runs(root)
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-    else:
-        print_runs(rows, wide=wide)
+    typer.echo(json.dumps(rows, indent=2)) if as_json else print_runs(rows, wide=wide)
+    said(gaps(root))  # what the rows cannot show: runs that are not there
 
 
 def complete_command_line(args: list[str]) -> None:

@@ -16,6 +16,15 @@ def one_line(e: BaseException) -> str:
     unknown = re.match(r"Could not override '([\w.]+)'", str(e))
     if unknown:
         return closed_mapping_line(e, unknown[1]) or unknown_key_line(unknown[1])
+    function = re.search(
+        r"Error parsing override '([^=']+)=([^']*)'.*Unknown function '(\w+)'", str(e), re.DOTALL
+    )
+    if function:  # a method spec, which Hydra's grammar reads as a call of its own functions
+        key, value, name = function.groups()
+        return (
+            f"{key}={value}: Hydra reads {name}(...) as a function of its own; quote the spec "
+            f"inside the override: '{key}=\"{value}\"'"
+        )
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return " ".join(lines[:3]) or type(e).__name__
 
@@ -43,6 +52,13 @@ def unknown_key_line(key: str) -> str:
 
     keys = known_keys()
     section, _, leaf = key.rpartition(".")
+    if key in keys and section and not choices_with(section, leaf):
+        # An optional section, absent from this config (extrapolate: an experiment's): the
+        # closest key would be the key itself.
+        return (
+            f"{key} is not in this config (its section {section} is optional, e.g. from an "
+            f"experiment preset); add it with a leading +: +{key}=..."
+        )
     owners = choices_with(section, leaf)
     if key in keys and owners:  # a setting of another choice of the group (num_buckets: t5)
         return (

@@ -35,6 +35,12 @@ def says_interrupted(command: Callable[..., Any]) -> Callable[..., Any]:
                 else f"stopped ({signal.Signals(signum).name})",
                 err=True,
             )
+            from posexp.runtime.stops import still_running
+
+            if still_running():  # a forward the stop interrupted goes on in its thread
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(128 + signum)
             raise typer.Exit(128 + signum) from None
 
     return run

@@ -94,12 +94,15 @@ def hydra_args(args: list[str]) -> list[str]:
 
 def check_overrides(args: list[str]) -> None:
     """Every check below, in the order a user would want to hear of them."""
+    check_keys_given_once(args)
     check_evaluation_not_swept(args)
     check_slurm_request(args)
     check_resume_arg(args)
     check_experiment_arg(args)
     check_output_arg(args)
     check_run_dir_arg(args)
+    check_not_inside_a_run(args)
+    keep_previous_sweep_record(args)
 
 
 def check_slurm_request(args: list[str]) -> None:
@@ -259,3 +262,79 @@ def sweep_keys(args: list[str]) -> dict[str, list[str]]:
             continue
         out["swept" if override.is_sweep_override() else "fixed"].append(override.key_or_group)
     return out
+
+
+def check_keys_given_once(args: list[str]) -> None:
+    """Refuse a config group's choice given twice with two values (``pe=rope pe=alibi``):
+    Hydra takes the last one without a word, and the run would not be the one the first asked
+    for. A plain key given twice (a script's default, then the user's) stays Hydra's: the last
+    one is used."""
+    groups = {p.name for p in Path(config_dir()).iterdir() if p.is_dir()}
+    seen: dict[str, str] = {}
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        key = key.lstrip("+")
+        if not eq or arg.startswith(("-", "~")) or key not in groups:
+            continue
+        if key in seen and seen[key].partition("=")[2] != value:
+            raise PosexpError(
+                f"{key} is given twice ({seen[key]}, then {arg}); give it once (to run "
+                f"both, sweep them: -m {key}=<a>,<b>)"
+            )
+        seen[key] = arg
+
+
+def check_not_inside_a_run(args: list[str]) -> None:
+    """Refuse a run or sweep dir inside another run's dir: that run's evaluations replace its
+    ``eval/`` whole, and a run kept there (checkpoint and all) would go with it."""
+    from posexp.store.rundir import RunDir
+
+    for arg in args:
+        key, eq, _ = arg.lstrip("+").partition("=")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or not eq:
+            continue
+        value = hydra_value(arg.lstrip("+"))
+        if value in (None, ""):
+            continue
+        path = Path(str(value)).absolute()
+        for parent in path.parents:
+            if RunDir(parent).is_run():
+                raise PosexpError(
+                    f"{key}={str(value)!r} is inside the run {str(parent)!r}, whose files its "
+                    f"evaluations replace; choose a dir outside any run"
+                )
+
+
+def keep_previous_sweep_record(args: list[str]) -> None:
+    """A sweep into an existing sweep dir with other overrides: Hydra replaces its
+    ``multirun.yaml`` (what the jobs there were launched with), so a copy is kept first,
+    as ``multirun.yaml.bak`` (``.bak.2``, ...), and said. The same overrides (a sweep
+    finished by rerunning it) keep the file as it is."""
+    import sys
+
+    import yaml
+
+    from posexp.store.files import keep_damaged
+
+    if not any(a in ("-m", "--multirun") for a in args):
+        return
+    given = [a for a in args if a.lstrip("+").startswith("hydra.sweep.dir=")]
+    value = hydra_value(given[-1].lstrip("+")) if given else None
+    if value in (None, ""):
+        return
+    record = Path(str(value)) / "multirun.yaml"
+    if not record.is_file():
+        return
+    try:
+        old = yaml.safe_load(record.read_text())["hydra"]["overrides"]["task"]
+    except Exception:  # noqa: BLE001  unreadable: kept all the same
+        old = None
+    new = [a for a in args if not a.startswith("-") and not a.lstrip("+~").startswith("hydra.")]
+    if isinstance(old, list) and sorted(map(str, old)) == sorted(new):
+        return
+    backup = keep_damaged(record)
+    print(
+        f"{record} was launched with other overrides; kept as {backup}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -43,7 +43,7 @@ from posexp.config.run import check_trainable
 from posexp.config.sections import named_entry
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig
-from posexp.runtime.signals import StopRequested
+from posexp.runtime.stops import StopRequested
 from posexp.store.files import write_text_atomic
 from posexp.store.lifecycle import discard_interrupted, fail_run, job_failed, own_run_dir
 from posexp.store.rundir import RunDir

@@ -5,7 +5,7 @@ A run dir holds ``.hydra/`` (the composed config), ``train.log``, TensorBoard ev
 then cosine decay, gradient clipping, periodic evaluation on a fixed validation slice, bf16
 autocast where it is faster (``train.precision``; evaluation during training runs in the same
 precision). Before the first step the run's memory and time are estimated
-(``posexp.runtime.budget``); stop signals are handled by ``posexp.runtime.signals``.
+(``posexp.runtime.budget``); stop signals are handled by ``posexp.runtime.stops``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from posexp.runtime.optim import (
     saved_schedule,
 )
 from posexp.runtime.precision import autocast as precision_autocast
-from posexp.runtime.signals import GracefulStop, StopRequested
+from posexp.runtime.stops import GracefulStop, StopRequested
 from posexp.runtime.sweeps import completed_results, continue_unfinished
 from posexp.runtime.tensorboard import hparam_dict, trial_name, write_config_text, write_hparams
 from posexp.runtime.trainer import Trainer
@@ -191,6 +191,10 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
     )
     if state:
         trainer.restore(state)
+        if distributed.is_main():
+            # The results of the session before (a sweep job completed at fewer steps) are no
+            # longer this run's: while it trains, and if it is stopped or killed, it is unfinished.
+            RunDir(run_dir).clear_results()
         log.info("resumed %s at step %d", run_dir, trainer.step)
     distributed.reseed(cfg.seed, trainer.step)
     n_params = model.num_params()

@@ -90,6 +90,8 @@ class RunConfig:
         pe_cls = get_pe(pe_name)  # unknown pe: one-line error naming the registered ones
         check_pe_keys(pe_name, pe_cls.settings(), pe_params)
         pe_cls.check_params(pe_params, train.seq_len)
+        if hasattr(pe_cls, "check_depth"):  # a per-layer pattern: no longer than the model
+            pe_cls.check_depth(pe_params, model.n_layers)
         ext = ExtensionConfig.from_dict(d.get("extension") or {"method": "none"})
         check_trainable(pe_name, ext.method)
         tok_name, tok_params = named_entry("tokenizer", d.get("tokenizer"), "name")

@@ -13,7 +13,8 @@ evaluated per key. docs/performance.md has the timings.
 The kernel is C++ built on first use with the compiler FlexAttention's CPU path needs anyway
 (``$CXX``, else ``c++``, ``g++`` or ``clang++``), for this CPU (``-march=native``), and cached
 under ``$POSEXP_KERNEL_CACHE`` (default ``~/.cache/posexp/kernels``) by a hash of its source,
-compiler, flags and CPU, so later processes load it in milliseconds. It is loaded with ctypes (no
+compiler, flags and CPU, so later processes load it in milliseconds, once its size and SHA-256
+match those recorded at its build. It is loaded with ctypes (no
 Python headers, no build tools beyond the compiler) and called without the GIL. Where it cannot
 be built, one warning is logged and attention takes FlexAttention, as before.
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import logging
 import os
 import platform
@@ -80,12 +82,32 @@ def _cpu_fingerprint() -> str:
     return "|".join(parts)
 
 
-def _build(compiler: str, flags: list[str], target: Path) -> str | None:
-    """Compile the source into ``target`` atomically; None, or why not in one line."""
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verified(root: Path, key: str) -> Path | None:
+    """The cached build of ``key`` under ``root`` if it is whole: its size and SHA-256 as
+    recorded when it was built (a truncated library would crash the process that maps it, with
+    a bus error, before any check of ours could run); None for none, or one that differs."""
+    try:
+        record = json.loads((root / f"bias_attention-{key}.json").read_text())
+        path = root / str(record["file"])
+        if path.name != record["file"] or path.stat().st_size != record["size"]:
+            return None
+        return path if _digest(path) == record["sha256"] else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _build(compiler: str, flags: list[str], root: Path, key: str) -> Path | str:
+    """Compile the source under ``root``, named by its content, and record its size and hash
+    (``_verified``), each file written whole; the built library's path, or why not in one line
+    (``compiler: ...`` when the compiler refused the flags)."""
     tmp = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
+        root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".build-", suffix=".so")
         os.close(fd)
         done = subprocess.run(
             [compiler, *COMMON_FLAGS, *flags, str(SOURCE), "-o", tmp],
@@ -95,9 +117,18 @@ def _build(compiler: str, flags: list[str], target: Path) -> str | None:
         )
         if done.returncode != 0:
             errors = [ln for ln in done.stderr.splitlines() if "error" in ln] or [done.stderr]
-            return errors[0].strip()[:200] or f"exit status {done.returncode}"
+            return "compiler: " + (errors[0].strip()[:200] or f"exit status {done.returncode}")
+        digest, size = _digest(Path(tmp)), Path(tmp).stat().st_size
+        # Named by its content: a process that reads the record then finds the library it names,
+        # whatever another process builds meanwhile.
+        target = root / f"bias_attention-{key}-{digest[:12]}.so"
         os.replace(tmp, target)
-        return None
+        record = json.dumps({"file": target.name, "size": size, "sha256": digest})
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".build-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(record)
+        os.replace(tmp, root / f"bias_attention-{key}.json")
+        return target
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{type(e).__name__}: {e}"
     finally:
@@ -115,18 +146,18 @@ def _load(path: Path) -> ctypes.CDLL:
 
 
 def _try_load(path: Path) -> ctypes.CDLL | str:
-    """The library at ``path``, or why it does not load."""
+    """The library at ``path``, or why it does not load (not a library; no kernel in it)."""
     try:
         return _load(path)
-    except OSError as e:
-        return f"OSError: {e}"
+    except (OSError, AttributeError) as e:
+        return f"{type(e).__name__}: {e}"
 
 
 @functools.cache
 def library(vector_floats: int | None = None) -> ctypes.CDLL | None:
     """The built kernel (vectors of ``vector_floats`` floats across keys; None: the CPU's
-    width), built now if no cached build fits this source, compiler and CPU; None (with one
-    warning) where it cannot be built or loaded."""
+    width), built now if no whole cached build fits this source, compiler and CPU; None (with
+    one warning) where it cannot be built or loaded."""
     compiler = _compiler()
     if compiler is None:
         return _unavailable("no C++ compiler found (set CXX)")
@@ -136,21 +167,20 @@ def library(vector_floats: int | None = None) -> ctypes.CDLL | None:
         flags = flags + width
         fields = [SOURCE.read_bytes(), compiler, " ".join(COMMON_FLAGS + flags), _cpu_fingerprint()]
         key = hashlib.sha256(repr(fields).encode()).hexdigest()[:16]
-        # An unwritable cache (a read-only home): the temp dir, for this process at least.
+        # A cache that cannot be written (a read-only home, a file in its place): the temp dir.
         for root in (cache_root(), Path(tempfile.gettempdir()) / "posexp-kernels"):
-            target = root / f"bias_attention-{key}.so"
-            built = target.exists()
-            error = None if built else _build(compiler, flags, target)
-            loaded = _try_load(target) if error is None else error
-            if built and isinstance(loaded, str):  # damaged (ours are written whole): rebuild
-                error = _build(compiler, flags, target)
-                loaded = _try_load(target) if error is None else error
+            cached = _verified(root, key)
+            target = cached if cached is not None else _build(compiler, flags, root, key)
+            loaded = _try_load(target) if isinstance(target, Path) else target
+            if cached is not None and isinstance(loaded, str):  # whole, yet not ours: rebuild
+                target = _build(compiler, flags, root, key)
+                loaded = _try_load(target) if isinstance(target, Path) else target
             if not isinstance(loaded, str):
                 return loaded
-            errors.append(error := loaded)
-            if not error.startswith(("PermissionError", "OSError", "FileNotFoundError")):
+            errors.append(loaded)
+            if loaded.startswith("compiler: "):
                 break  # the compiler refused these flags: try the next set
-    return _unavailable(f"building {SOURCE.name} failed: {errors[0]}")
+    return _unavailable(f"building {SOURCE.name} failed: {errors[0].removeprefix('compiler: ')}")
 
 
 def _unavailable(why: str) -> None:

@@ -48,6 +48,9 @@ DEFAULT_LAYERS = ("rope", "none")
 QK = tuple[Tensor, Tensor]
 
 
+MAX_LAYERS = 4096  # deeper than any model posexp trains by far
+
+
 def parse_layers(value: Any) -> tuple[str, ...]:
     """The pattern as names: a list, or text such as ``rope*3,none`` (``,`` or ``+`` between
     entries, ``name*n`` for n repeats); a one-line error for anything else."""
@@ -59,7 +62,7 @@ def parse_layers(value: Any) -> tuple[str, ...]:
         raise PosexpError(
             f"pe.layers must be a list of PE names or text like rope*3+none, got {value!r}"
         )
-    names: list[str] = []
+    runs: list[tuple[str, int]] = []
     for item in items:
         name, star, count = str(item).partition("*")
         count = count.strip() if star else "1"
@@ -67,7 +70,14 @@ def parse_layers(value: Any) -> tuple[str, ...]:
             raise PosexpError(
                 f"pe.layers: {item!r} is not a PE name; allowed: name or name*n (n >= 1)"
             )
-        names += [name.strip()] * int(count)
+        runs.append((name.strip(), int(count)))
+    # Counted before the names are spelt out: rope*100000000 would take gigabytes to list.
+    if (total := sum(n for _, n in runs)) > MAX_LAYERS:
+        raise PosexpError(
+            f"pe.layers={value!r} names {total:,} layers; a pattern is at most one entry per "
+            f"layer of the model (model.n_layers), and at most {MAX_LAYERS:,}"
+        )
+    names = [name for name, n in runs for _ in range(n)]
     if not names:
         raise PosexpError(f"pe.layers must name at least one PE, got {value!r}")
     return tuple(names)
@@ -181,10 +191,10 @@ class _Chunked(_Wrapped):
 
 @cache
 def _warn_unused(text: str, n_layers: int, unused: tuple[str, ...]) -> None:
-    """Say once per process that part of a pattern acts nowhere (a model shallower than it)."""
-    names = ", ".join(unused)
+    """Say once per process that part of a pattern acts nowhere (a model built directly)."""
     log.warning(
-        f"pe.layers={text} is longer than the model's {n_layers} layers: {names} acts in no layer"
+        f"pe.layers={text} is longer than the model's {n_layers} layers: "
+        f"{', '.join(unused)} acts in no layer"
     )
 
 
@@ -226,6 +236,20 @@ class Layered(PositionalEncoding):
         """Whether any layer's encoding leaves its attention to the model."""
         pattern = parse_layers(params.get("layers", DEFAULT_LAYERS))
         return any(get_pe(n).uses_causal_kernel({}) for n in set(pattern))
+
+    @classmethod
+    def check_depth(cls, params: dict[str, Any], n_layers: int) -> None:
+        """Refuse a pattern longer than the model: its last entries would act in no layer
+        (``pe=irope`` on a 2-layer model never reaches its NoPE layer)."""
+        pattern = parse_layers(params.get("layers", DEFAULT_LAYERS))
+        if len(pattern) > n_layers:
+            unused = list(dict.fromkeys(pattern[n_layers:]))
+            raise PosexpError(
+                f"pe.layers={pattern_text(pattern)} has {len(pattern)} entries and the model "
+                f"{n_layers} layer{'s' * (n_layers != 1)}: entries {n_layers + 1}-{len(pattern)} "
+                f"({', '.join(unused)}) would act in no layer; allowed: a pattern of at most "
+                f"{n_layers} entries, or model.n_layers >= {len(pattern)}"
+            )
 
     @classmethod
     def check_params(cls, params: dict[str, Any], seq_len: int) -> None:
@@ -278,7 +302,7 @@ class Layered(PositionalEncoding):
         acting = [self.pattern[i % len(self.pattern)] for i in range(ctx.n_layers)]
         self.names = list(dict.fromkeys(acting))
         if unused := tuple(n for n in dict.fromkeys(self.pattern) if n not in self.names):
-            _warn_unused(self.text, ctx.n_layers, unused)
+            _warn_unused(self.text, ctx.n_layers, unused)  # a run's config refuses it first
         method, params = ctx.extension.method, layer_params or {}
         children = []
         for name in self.names:

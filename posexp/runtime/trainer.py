@@ -31,7 +31,7 @@ from posexp.positions.randomized import random_positions
 from posexp.runtime import distributed
 from posexp.runtime.device import to_device
 from posexp.runtime.optim import Schedule, build_optimizer
-from posexp.runtime.signals import GracefulStop
+from posexp.runtime.stops import GracefulStop
 from posexp.scoring.metrics import clock_text, metric_text
 from posexp.store.checkpoint import rng_state, save_checkpoint, set_rng_state
 from posexp.store.lifecycle import Diverged

@@ -35,6 +35,23 @@ def saved_model_config(run: RunDir) -> ModelConfig:
     return ModelConfig.from_dict(run.meta()["model"])
 
 
+def check_tokenizer(run: RunDir, vocab_size: int) -> None:
+    """Refuse a kept ``tokenizer.json`` that is not the one ``run``'s model trained with (copied
+    from another run): its vocabulary differs from the model's. A larger one gave ids past the
+    embedding (IndexError); a smaller one scored other text, silently."""
+    from posexp.data.tokenizers import saved_tokenizer
+
+    if not run.tokenizer_file.is_file():
+        return
+    kept = saved_tokenizer(run.tokenizer_file).vocab_size
+    if kept != vocab_size:
+        raise PosexpError(
+            f"{str(run.tokenizer_file)!r} has a vocabulary of {kept:,} tokens and the run's "
+            f"model {vocab_size:,}: it is not the tokenizer this run trained with (copied from "
+            f"another run?); put the run's own back"
+        )
+
+
 def load_model(
     run: RunDir,
     device: Any,
@@ -44,6 +61,7 @@ def load_model(
     """``run``'s trained model in eval mode on ``device``; ``extension`` replaces the baked-in
     one; ``kernels``: the ``KernelChoice`` it runs on (None: the defaults)."""
     cfg = saved_model_config(run)
+    check_tokenizer(run, cfg.vocab_size)
     if extension is not None:
         cfg = dataclasses.replace(cfg, extension=extension)
     model = GPT(cfg, kernels)

@@ -22,18 +22,53 @@ from typing import Any
 log = logging.getLogger("posexp")
 
 
+# The renames ``staged_files`` holds back, by the folder it stages: (temporary file, final path).
+_staged: dict[Path, list[tuple[str, Path]]] = {}
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write a file through a temporary file and a rename, so readers never see half of it."""
+    """Write a file through a temporary file and a rename, so readers never see half of it
+    (inside ``staged_files`` of its folder, the rename waits for the block's end). A write the
+    device refuses (no space) names the file it was for."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            if e.filename is None:  # a short write knows no path: say where space ran out
+                raise OSError(e.errno, e.strerror, str(path)) from e
+            raise
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual mode
-        os.replace(tmp, path)
+        pending = _staged.get(path.parent.absolute())
+        if pending is not None:
+            pending.append((tmp, path))
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def staged_files(folder: Path) -> Iterator[None]:
+    """The files written atomically into ``folder`` inside the block appear together at its
+    end (renames need no space); a block that fails (a full disk) leaves the old files, none of
+    the new, and no temporary file."""
+    key = Path(folder).absolute()
+    pending: list[tuple[str, Path]] = []
+    _staged[key] = pending
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        del _staged[key]
+    for tmp, path in pending:
+        os.replace(tmp, path)
 
 
 def _umask() -> int:

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 
 from posexp.errors import Abort, JobFailed, PosexpError
 from posexp.runtime import distributed
-from posexp.runtime.signals import StopRequested
+from posexp.runtime.stops import StopRequested
 from posexp.store import provenance
 from posexp.store.files import disk_full, write_text_atomic
 from posexp.store.rundir import HYDRA, OWNER, RunDir

@@ -53,6 +53,26 @@ def test_max_new_tokens_has_a_documented_cap(tmp_path, cache):
         generate_text(tmp_path / "lm", ["x"], 1_000_000_000, device="cpu")
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        # Accepted, and 2.6 GB and 15 s spent keeping beams of tokens that do not exist.
+        ({"beam_size": 100_000}, r"^--beam 100000 is wider than the run's vocabulary of 260 "),
+        ({"top_k": 261, "temperature": 1.0}, r"^--top-k 261 .* allowed: --top-k <= 260$"),
+    ],
+)
+def test_a_beam_or_top_k_is_bounded_by_the_vocabulary(tmp_path, cache, options, message):
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64
+    )
+    config = run_config(f"cache_dir={cache}").to_dict()
+    save_checkpoint(
+        tmp_path / "lm", GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config}
+    )
+    with pytest.raises(PosexpError, match=message):
+        generate_text(tmp_path / "lm", ["x"], 5, device="cpu", **options)
+
+
 def test_a_run_that_failed_before_training_says_so(tmp_path):
     # A sweep job that failed on its config: Hydra's record (interpolations unresolved), no checkpoint.
     run = tmp_path / "job"

@@ -339,6 +339,18 @@ def test_ctrl_c_before_the_first_step_removes_the_new_run_dir(tmp_path, cache):
     assert not run.exists()  # nothing to resume: removed, as after an error
 
 
+def test_a_resumed_run_is_unfinished_until_it_completes_again(tmp_path, cache):
+    # Its results.json of the session before stayed: `runs` and `report` called it completed,
+    # with those metrics, while the resume trained, and after a SIGKILL or SIGTERM.
+    run = tmp_path / "run"
+    posexp(tmp_path, cache, "train", "pe=rope", *TINY, f"hydra.run.dir={run}")
+    assert RunDir(run).status() == "completed"
+    args = ["train", f"resume={run}", "train.max_steps=400"]
+    proc, rest = signal_after(tmp_path, cache, args, "resumed", signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+    assert RunDir(run).status() == "unfinished" and not (run / "results.json").exists()
+
+
 def test_resuming_longer_never_raises_the_lr_and_records_the_choice(tmp_path, cache):
     run = tmp_path / "run"
     posexp(

@@ -7,6 +7,8 @@ import logging
 import math
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -207,16 +209,47 @@ def test_a_build_is_cached_and_reused(fresh_build, monkeypatch):
     assert cpp_bias.library() is not None
 
 
-def test_a_damaged_cached_build_is_built_again(fresh_build):
+def test_a_cached_build_is_loaded_only_as_it_was_built(fresh_build):
+    # A build cut to 20,000 bytes crashed every bias-PE evaluation with a bus error, and a
+    # library without the kernel's symbol raised AttributeError: a cached build is loaded only
+    # if its size and hash are those recorded at its build, and otherwise built again.
+    compiler, flags = cpp_bias._compiler(), cpp_bias.FLAG_SETS[0]
+    built = cpp_bias._build(compiler, flags, fresh_build, "k")
+    assert isinstance(built, Path) and cpp_bias._verified(fresh_build, "k") == built
+    whole = built.read_bytes()
+    for damaged in (whole[:20_000], whole[:-1] + b"x", b"not a shared library"):
+        built.write_bytes(damaged)
+        assert cpp_bias._verified(fresh_build, "k") is None
+    built.write_bytes(whole)
+    (fresh_build / "bias_attention-k.json").write_text('{"file": "../elsewhere.so"}')
+    assert cpp_bias._verified(fresh_build, "k") is None  # a record naming another file
+    assert cpp_bias._try_load(fresh_build / "bias_attention-k.json").startswith("OSError")
+
+
+def test_a_truncated_cached_build_is_built_again_not_mapped(fresh_build):
+    # Another process (this one's loader would hand back the library it has by that name).
     assert cpp_bias.library() is not None
     [built] = fresh_build.glob("bias_attention-*.so")
-    damaged = built.with_suffix(".tmp")
-    damaged.write_bytes(b"not a shared library")
-    damaged.replace(built)  # a new file: this process has the old one mapped
-    # Another process (this one's loader would hand back the library it has by that name).
+    cut = built.with_suffix(".tmp")
+    cut.write_bytes(built.read_bytes()[:20_000])
+    cut.replace(built)  # a new file: this process has the old one mapped
     check = "from posexp.kernels import cpp_bias; assert cpp_bias.library() is not None"
-    subprocess.run([sys.executable, "-c", check], check=True, timeout=120)
-    assert built.stat().st_size > 1000
+    subprocess.run([sys.executable, "-c", check], check=True, timeout=300)  # was rc 135
+    assert cpp_bias._verified(fresh_build, built.name.split("-")[1]) == built
+
+
+def test_a_kernel_cache_that_is_a_file_falls_back_to_the_temp_dir(tmp_path, monkeypatch):
+    # Was "FileExistsError" and FlexAttention, where an unwritable dir took the temp dir.
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("POSEXP_KERNEL_CACHE", str(tmp_path / "a_file"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    cpp_bias.library.cache_clear()
+    try:
+        assert cpp_bias.library() is not None
+    finally:
+        cpp_bias.library.cache_clear()
+    assert list((tmp_path / "tmp" / "posexp-kernels").glob("bias_attention-*.so"))
 
 
 def test_a_failed_build_warns_once_and_leaves_nothing(fresh_build, tmp_path, monkeypatch, caplog):

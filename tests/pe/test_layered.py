@@ -367,3 +367,21 @@ def test_a_pattern_takes_the_causal_kernel_where_a_layer_leaves_attention_to_the
     assert layered.uses_causal_kernel({"layers": ["rope", "rope", "rope", "none"]})
     assert not layered.uses_causal_kernel({"layers": ["stick_breaking", "path"]})
     assert layered.uses_causal_kernel({"layers": ["stick_breaking", "alibi"]})
+
+
+def test_a_pattern_longer_than_the_model_is_refused_before_it_is_spelt_out():
+    # pe=irope on a 2-layer model never reached its NoPE layer, and trained without a word.
+    from tests.helpers import run_config
+
+    with pytest.raises(
+        PosexpError, match=r"^pe.layers=rope\*3\+none has 4 entries and the model 2"
+    ):
+        run_config("pe=irope", "model=tiny")
+    layered = get_pe("layered")
+    layered.check_depth({"layers": "rope*3+none"}, 4)  # every entry acts: fine
+    layered.check_depth({"layers": "rope+none"}, 3)  # repeated over the layers: fine
+    with pytest.raises(PosexpError, match=r"entries 2-2 \(none\) would act in no layer"):
+        layered.check_depth({}, 1)  # the default pattern, rope+none
+    # Counted, not listed: spelt out, this pattern took a minute and gigabytes.
+    with pytest.raises(PosexpError, match=r"names 100,000,000 layers"):
+        parse_layers("rope*100000000")

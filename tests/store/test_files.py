@@ -70,3 +70,46 @@ def test_unwritable_destinations_are_named(tmp_path, monkeypatch):
     with pytest.raises(PosexpError, match=r"^run dir '/proc/x' is not writable: '/proc' refuses"):
         check_writable("/proc/x", "run dir")  # the OS refuses new files there, even to root
     assert not list(tmp_path.glob(".posexp-write-check*"))  # the probe leaves nothing behind
+
+
+def test_staged_files_appear_together_or_not_at_all_and_a_full_disk_names_its_file(
+    tmp_path, monkeypatch
+):
+    # report --no-eval on a nearly full disk left report.csv without report.md, and the
+    # message named no path.
+    import errno
+
+    from posexp.store import files
+
+    (tmp_path / "report.csv").write_text("old")
+    with files.staged_files(tmp_path):
+        files.write_text_atomic(tmp_path / "report.csv", "new")
+        files.write_text_atomic(tmp_path / "report.md", "new")
+        assert (tmp_path / "report.csv").read_text() == "old"  # not before the block's end
+        assert not (tmp_path / "report.md").exists()
+    assert (tmp_path / "report.csv").read_text() == (tmp_path / "report.md").read_text() == "new"
+
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, fd, mode):
+            self.f = real(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as full:
+        with files.staged_files(tmp_path):
+            files.write_text_atomic(tmp_path / "report.csv", "newer")
+            monkeypatch.setattr(files.os, "fdopen", Full)
+            files.write_text_atomic(tmp_path / "report.md", "newer")
+    assert full.value.errno == errno.ENOSPC and full.value.filename == str(tmp_path / "report.md")
+    assert files.disk_full(full.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.csv", "report.md"]
+    assert (tmp_path / "report.csv").read_text() == "new"  # the old set, whole

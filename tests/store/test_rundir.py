@@ -150,3 +150,21 @@ def test_a_reader_finds_a_staged_folder_cut_between_its_renames(tmp_path):
         assert (tmp_path / "eval" / "extrapolate.json").exists()
         (out / "extrapolate.json").write_text("[]")
     assert run.read_json("eval/extrapolate.json") == [] and not (tmp_path / "eval.old").exists()
+
+
+@pytest.mark.parametrize("words", [300, 40])
+def test_a_tokenizer_from_another_run_is_refused_by_its_vocabulary(tmp_path, words):
+    # A larger one gave IndexError; a smaller one was scored silently (ppl 158 for 208).
+    from tokenizers import Tokenizer, models
+
+    from posexp.runtime.weights import load_model
+
+    make_run(tmp_path / "run")  # its model: 260 tokens
+    run = RunDir(tmp_path / "run")
+    vocab = {f"w{i}": i for i in range(words)}
+    Tokenizer(models.BPE(vocab=vocab, merges=[])).save(str(run.tokenizer_file))
+    with pytest.raises(PosexpError, match=rf"has a vocabulary of {words} tokens and the run's"):
+        load_model(run, "cpu")
+    vocab = {f"w{i}": i for i in range(260)}
+    Tokenizer(models.BPE(vocab=vocab, merges=[])).save(str(run.tokenizer_file))
+    assert load_model(run, "cpu") is not None  # its own size: loaded

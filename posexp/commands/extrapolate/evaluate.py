@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from posexp.commands.extrapolate.cost import say_cost
+from posexp.commands.extrapolate.outputs import tensorboard_stale
 from posexp.commands.extrapolate.parallel import score_plans
 from posexp.commands.extrapolate.plan import (
     RunPlan,
@@ -208,6 +210,7 @@ def evaluate_shared(
 
     todo = [plan for plan in plans if plan.todo]
     todo = [p for p in (skipped.guard(p.run_dir, lambda p=p: cut(p), several) for p in todo) if p]
+    say_cost(todo, settings.batch_tokens, device, console)  # a long one is never silent
     scored = score_plans(todo, settings, device, progress, data_cache, skipped, several)
     results = [scored.get(plan.run_dir) or stored_result(plan) for plan in plans]
     return [r for r in results if r is not None]
@@ -217,7 +220,8 @@ def stored_result(plan: RunPlan) -> RunResult | None:
     """The result of a run with nothing to score: its records as they are kept."""
     if plan.todo:
         return None  # its scoring failed (named by JobFailures)
-    if plan.copies:  # cells measured under another label: kept under this one too
+    # Cells measured under another label (kept under this one too), or outputs cut short.
+    if plan.copies or tensorboard_stale(plan.run_dir):
         return write_merged(plan, [])
     records = [r.view() for r in plan.stored.current]
     return RunResult(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -35,6 +36,7 @@ from posexp.store.files import (
     staged_dir,
     write_csv_atomic,
     write_json_atomic,
+    write_text_atomic,
 )
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -98,7 +100,36 @@ def write_outputs(
             names += ["per_position.json", "per_position.png"]
     # After the records are in place: the run's curves then never show cells it does not hold.
     write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length)
+    digest = records_digest(plan.run_dir)
+    if digest is not None:  # the event file now holds these records (``tensorboard_stale``)
+        write_text_atomic(plan.run_dir / EVENTS_OF, digest)
     return [plan.run.eval_dir / name for name in names]
+
+
+# The hash of the records file the evaluation's event file was last written from: a process
+# killed between the swap of eval/ and that write left new records with old events, and the
+# next evaluation, finding nothing to score, said "unchanged" for ever.
+EVENTS_OF = ".eval_events_of"
+
+
+def records_digest(run_dir: Path) -> str | None:
+    """SHA-256 of the run's kept records file; None when it has none."""
+    try:
+        return hashlib.sha256((staged_current(run_dir / "eval") / RECORDS).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def tensorboard_stale(run_dir: Path) -> bool:
+    """True when the run's evaluation event file was not written from its records as they are
+    (a kill between the two writes): the next evaluation writes its outputs again."""
+    digest = records_digest(run_dir)
+    if digest is None:
+        return False
+    try:
+        return (run_dir / EVENTS_OF).read_text().strip() != digest
+    except OSError:  # no mark: stale unless an event file of an earlier posexp is there
+        return not any(run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"))
 
 
 def by_metric(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from posexp.commands.extrapolate.crashes import after_a_crash, how_it_ended
 from posexp.commands.extrapolate.plan import RunPlan, RunResult, Settings, needs_test_split
 from posexp.commands.extrapolate.progress import Progress, QueueProgress, scoring_text
 from posexp.commands.extrapolate.score_run import (
@@ -39,8 +40,8 @@ from posexp.commands.extrapolate.score_run import (
 from posexp.errors import PosexpError
 from posexp.extension.spec import MethodSpec
 from posexp.runtime.hardware import usable_cores
+from posexp.runtime.stops import STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
 from posexp.scoring.records import Record
-from posexp.stops import STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
 
 
 class Scored:
@@ -165,9 +166,12 @@ def score_in_workers(
     several: bool,
     workers: int,
     threads: int,
+    solo: bool = False,
+    runs: int = 0,
 ) -> dict[Path, RunResult]:
     """Each method of each run scored by one of ``workers`` processes of ``threads`` torch
-    threads; a run's records are merged and its files written here once all its methods are in."""
+    threads; a run's records are merged and its files written here once all its methods are in.
+    A worker that dies loses only its method's cells (``crashes``; ``solo``: a method alone)."""
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
     # A SimpleQueue's put is in the pipe when it returns (a Queue's is sent a moment later, by
     # a thread): a cell a worker counted done is there to read and keep at a stop.
@@ -176,7 +180,7 @@ def score_in_workers(
     scored = Scored(list(waiting))
     failed: set[Path] = set()
     results: dict[Path, RunResult] = {}
-    n_runs = len(waiting)
+    n_runs = runs or len(waiting)  # a method scored again alone plans as one of them all
     with ProcessPoolExecutor(
         workers, mp_context=context, initializer=start_worker, initargs=(threads, events)
     ) as pool:
@@ -207,6 +211,27 @@ def score_in_workers(
             running = list((getattr(pool, "_processes", None) or {}).values())  # shutdown drops it
             pool.shutdown(wait=False, cancel_futures=True)
             stop = stop_of(e, running)
+            if stop is None and isinstance(e, BrokenProcessPool):
+                drain(events, bar, scored)  # the cells the workers sent before one died
+                for process in running:
+                    process.kill()
+                results.update(
+                    after_a_crash(
+                        tasks,
+                        futures,
+                        results,
+                        scored.of,
+                        failed,
+                        how_it_ended(running),
+                        solo,
+                        skipped,
+                        several,
+                        lambda task: score_in_workers(
+                            [task], settings, bar, skipped, several, 1, threads, True, n_runs
+                        ),
+                    )
+                )
+                return {run: result for run, result in results.items() if result is not None}
             if stop is None:
                 raise
             try:  # Ctrl-C, SIGTERM: keep every cell finished

@@ -31,9 +31,9 @@ from posexp.runtime import weights
 from posexp.runtime.build import Data, build_data, data_key
 from posexp.runtime.kernel_choice import evaluation_kernels
 from posexp.runtime.precision import autocast as precision_autocast
+from posexp.runtime.stops import held, interruptible
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
-from posexp.stops import held
 
 
 def load_test_tokens(
@@ -145,7 +145,7 @@ def score_cells(
                     item.extension,
                     weights.load_model(plan.run, device, item.extension, kernels),
                 )
-            record.values = item.scorer.score(loaded[1], work, scoring)
+            record.values = interruptible(item.scorer.score, loaded[1], work, scoring)
         except PositionOutOfRange as e:
             advance(work.size - (scored[0] - done))
             record.values = dict.fromkeys(item.scorer.fields)

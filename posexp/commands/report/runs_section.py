@@ -18,6 +18,7 @@ from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, 
 from posexp.commands.report.view import ReportContext, fmt, md_table
 from posexp.commands.report.views.findings import job_pe, pe_colors
 from posexp.labels import is_plumbing, setting_key, short_names
+from posexp.store.sweep_gaps import gaps
 
 # What a reader needs to know of every run, in this order (flattened config keys).
 SETTINGS = (
@@ -129,8 +130,10 @@ def runs_section(ctx: ReportContext) -> tuple[str, list[dict[str, Any]]]:
         del constant["step"]  # every run trained to its max_steps: "steps" already says it
     extra = [f"{metric_name(k)} {fmt(v)}" for k, v in constant.items()]
     settings = settings_line(jobs, ctx.swept, extra)
+    missing = gaps(ctx.target)  # runs the listing cannot show: deleted jobs, dangling links
     md = [
         f"{len(jobs)} run{'s' if len(jobs) != 1 else ''}: {summary}.",
+        *(f"- {line}" for line in missing),
         "",
         *([settings, ""] if settings else []),
         md_table(header, rows, align),

@@ -19,7 +19,7 @@ from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views import load_views
 from posexp.config import DEVICES
 from posexp.errors import PosexpError, choose
-from posexp.store.files import check_writable, write_csv_atomic, write_text_atomic
+from posexp.store.files import check_writable, staged_files, write_csv_atomic, write_text_atomic
 from posexp.store.rundir import RunDir
 
 log = logging.getLogger("posexp")
@@ -117,6 +117,12 @@ def _write_report(
                 markup=False,
             )
         jobs = find_jobs(target)
+    with staged_files(target):  # report.md, report.csv and the views' files appear together
+        return _write_files(target, jobs, console)
+
+
+def _write_files(target: Path, jobs: list[Job], console: Any) -> list[Path]:
+    """The report's files, from ``jobs`` as they are now."""
     ctx = ReportContext(target, jobs, swept_keys(jobs))
     runs_md, csv_rows = runs_section(ctx)
     csv_path = target / "report.csv"

@@ -78,6 +78,15 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
     again = evaluate(study, cache, run, "--method", f"none,{GRID[0]}")
     assert "all 6 cells already measured on these weights, scoring none" in again.stdout
     assert snapshot(run / "eval") == before
+    # Killed between the swap of eval/ and the TensorBoard write: new records, old events. The
+    # next evaluation, with nothing to score, writes the events again (it said "unchanged").
+    (run / ".eval_events_of").write_text("the records before")
+    for events in run.glob("events.out.tfevents.*.eval-extrapolate"):
+        events.unlink()
+    evaluate(study, cache, run, "--method", "none")
+    events = EventAccumulator(str(run)).Reload()
+    assert [e.step for e in events.Scalars("extrapolate/nonoverlap/ppl/none")] == [32, 64, 128]
+    assert sorted(r["method"] for r in records(run)) == sorted(r["method"] for r in recs)
 
 
 def test_two_specs_of_one_cell_score_it_once_and_keep_it_under_both(study, cache):
@@ -234,7 +243,7 @@ def test_a_stop_part_way_keeps_the_cells_already_scored(
 
     from posexp.cli import main
     from posexp.runtime import weights
-    from posexp.stops import Terminated
+    from posexp.runtime.stops import Terminated
 
     run = tmp_path / "run"
     shutil.copytree(study / "fp32", run, ignore=shutil.ignore_patterns("eval"))

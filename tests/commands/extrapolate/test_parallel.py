@@ -297,7 +297,7 @@ def test_a_pool_broken_by_a_stop_is_that_stop():
     from concurrent.futures.process import BrokenProcessPool
     from types import SimpleNamespace
 
-    from posexp import stops
+    from posexp.runtime import stops
 
     def ended(code):
         return SimpleNamespace(exitcode=code)

@@ -1,14 +1,56 @@
-"""The stop watchdog: a second signal, or a step outlasting the grace period, ends the process
+"""Stops of eval-extrapolate and report: SIGTERM as Ctrl-C, held back, echoed; and training's
+stop watchdog: a second signal, or a step outlasting the grace period, ends the process
 even while the main thread is stuck in one call (here a read nobody answers until then)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 
-from posexp.runtime.signals import GracefulStop
+from posexp.runtime import stops
+from posexp.runtime.stops import GracefulStop
+
+
+@pytest.fixture
+def sigint_seen(monkeypatch):
+    """The signals this process's own SIGINT handler (the one before a command's) receives."""
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    yield seen
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_stop_inside_held_comes_at_its_end():
+    # Cut short, an import or a file write is left half done (a run's cells then lost).
+    done = []
+    with stops.stops_as_interrupt():
+        with pytest.raises(stops.Terminated):
+            with stops.held():
+                signal.raise_signal(signal.SIGTERM)
+                done.append("the rest of the block")
+        assert done == ["the rest of the block"]
+        assert isinstance(stops.stopped(), stops.Terminated)
+    assert stops.stopped() is None
+
+
+def test_the_first_stops_echo_is_dropped_even_once_the_command_is_over(sigint_seen, monkeypatch):
+    # `timeout -s INT` signals the process, then its group: the echo, late, was a second stop
+    # (or a KeyboardInterrupt traceback as the interpreter exited).
+    with pytest.raises(KeyboardInterrupt):
+        with stops.stops_as_interrupt():
+            signal.raise_signal(signal.SIGINT)
+    signal.raise_signal(signal.SIGINT)  # the echo, within ECHO_S of the stop
+    assert sigint_seen == []
+    monkeypatch.setattr(stops, "ECHO_S", 0)  # a later Ctrl-C: handed on as before
+    signal.raise_signal(signal.SIGINT)
+    assert sigint_seen == [signal.SIGINT]
+
+
+# Training: the stop watchdog.
 
 
 @pytest.fixture
@@ -144,3 +186,49 @@ def test_handlers_and_the_wakeup_fd_are_given_back():
         assert signal.getsignal(signal.SIGTERM) != before[signal.SIGTERM]
     assert {s: signal.getsignal(s) for s in before} == before
     assert signal.set_wakeup_fd(-1) == -1  # none left set
+
+
+# Commands: a long call the stop can interrupt.
+
+
+def test_a_stop_interrupts_a_call_that_never_returns_by_itself(stuck):
+    # One long torch call (a forward over a million tokens) kept eval-extrapolate deaf to
+    # SIGTERM for minutes: the call runs off the main thread, which takes the stop at once.
+    wait, release = stuck
+    where = []
+
+    def long_call():
+        where.append(threading.current_thread() is threading.main_thread())
+        os.kill(os.getpid(), signal.SIGTERM)
+        return wait()
+
+    with stops.stops_as_interrupt():
+        with pytest.raises(stops.Terminated):
+            stops.interruptible(long_call)
+    # Still running: the command must end with os._exit (an exit tearing down torch's threads
+    # under the call aborted with "terminate called without an active exception").
+    assert stops.still_running()
+    release()
+    assert where == [False]
+    deadline = time.monotonic() + 30
+    while stops.still_running() and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling for the thread's end, not an assertion
+    assert not stops.still_running()
+
+
+def test_an_interruptible_call_returns_its_value_and_raises_its_error():
+    with stops.stops_as_interrupt():
+        assert stops.interruptible(lambda a, b: a + b, 2, 3) == 5
+        with pytest.raises(ZeroDivisionError):
+            stops.interruptible(lambda: 1 / 0)
+    assert stops.interruptible(lambda: threading.current_thread().name) == "MainThread"
+
+
+def test_sigusr2_stops_a_command_as_sigterm_does():
+    # One set of stop signals for training and the commands: submitit's warning before a time
+    # limit keeps the cells scored, as it keeps a training's step.
+    assert signal.SIGUSR2 in stops.STOP_SIGNALS
+    with stops.stops_as_interrupt():
+        with pytest.raises(stops.Terminated) as caught:
+            signal.raise_signal(signal.SIGUSR2)
+    assert caught.value.signum == signal.SIGUSR2
