@@ -1,0 +1,2 @@
+"""The evaluation-results library: every table, figure, TensorBoard view, verdict sentence and
+export of `posexp eval-extrapolate` and `posexp report` is a function of the results table."""
