@@ -19,7 +19,7 @@ from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
 from posexp.commands.report.views.findings import job_pe
 from posexp.errors import PosexpError, UnreadableFile
-from posexp.labels import extension_text
+from posexp.results.labels import extension_text
 from posexp.rundir import RunDir, marked_dirs
 from posexp.runtime import provenance
 

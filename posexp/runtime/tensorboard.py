@@ -18,7 +18,14 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from posexp.config import RunConfig
-from posexp.labels import is_plumbing, order_key, run_label, run_settings, setting_key, value_text
+from posexp.results.labels import (
+    is_plumbing,
+    order_key,
+    run_label,
+    run_settings,
+    setting_key,
+    value_text,
+)
 
 
 def hparam_dict(cfg: RunConfig) -> dict[str, Any]:

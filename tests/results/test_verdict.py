@@ -35,8 +35,9 @@ def test_a_difference_within_the_seed_spread_gets_no_verdict():
 
 
 def test_higher_is_better_metrics_name_the_winner_the_other_way():
-    sentence = compare("a", [0.9, 0.91, 0.89], "b", [0.5, 0.52, 0.48], what="accuracy",
-                       lower_is_better=False)
+    sentence = compare(
+        "a", [0.9, 0.91, 0.89], "b", [0.5, 0.52, 0.48], what="accuracy", lower_is_better=False
+    )
     assert sentence.startswith("a is better than b on accuracy")
 
 

@@ -12,12 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunPlan
-from posexp.commands.extrapolate.plots import (
-    over_depths,
-    plot_accuracy,
-    plot_per_position,
-    plot_ppl,
-)
 from posexp.commands.extrapolate.tables import (
     display_rows,
     headline,
@@ -32,6 +26,12 @@ from posexp.files import (
     staged_dir,
     write_csv_atomic,
     write_json_atomic,
+)
+from posexp.results.curves import (
+    over_depths,
+    plot_accuracy,
+    plot_per_position,
+    plot_ppl,
 )
 from posexp.scoring import metric_of
 from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record

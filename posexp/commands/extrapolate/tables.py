@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunResult
-from posexp.commands.extrapolate.plots import panel
 from posexp.extension.spec import method_order
+from posexp.results.curves import panel
 from posexp.rundir import RunDir
 from posexp.scoring import metric_of
 

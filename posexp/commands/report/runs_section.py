@@ -17,7 +17,7 @@ from posexp.commands.report.jobs import Job, natural_order, swept_value
 from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table
 from posexp.commands.report.views.findings import job_pe, pe_colors
-from posexp.labels import is_plumbing, setting_key, short_names
+from posexp.results.labels import is_plumbing, setting_key, short_names
 
 # What a reader needs to know of every run, in this order (flattened config keys).
 SETTINGS = (

@@ -16,8 +16,8 @@ from typing import Any
 
 from posexp.commands.report.jobs import Job
 from posexp.files import save_figure_atomic, write_csv_atomic
-from posexp.labels import distinguishing, run_label, run_labels, setting_key
 from posexp.registry import Registry
+from posexp.results.labels import distinguishing, run_label, run_labels, setting_key
 
 
 @dataclass
@@ -33,7 +33,7 @@ class ReportContext:
 
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
         """The job's name in tables and plots: the settings that vary across the report's jobs,
-        less ``exclude`` (``posexp.labels``); jobs alike but for ``exclude`` share it."""
+        less ``exclude`` (``posexp.results.labels``); jobs alike but for ``exclude`` share it."""
         if exclude not in self._labels:
             names = run_labels([j.settings for j in self.jobs], exclude)
             self._labels[exclude] = {id(j): n for j, n in zip(self.jobs, names, strict=True)}

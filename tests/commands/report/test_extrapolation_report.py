@@ -11,7 +11,7 @@ from posexp.commands.report.views.extrapolation import (
     extrapolation_columns,
     render_extrapolation,
 )
-from posexp.labels import run_settings
+from posexp.results.labels import run_settings
 
 
 def text_record(method: str, length: int, ppl: float | None, tokens: int = 16384, **extra):

@@ -12,7 +12,7 @@ from posexp.commands.report.runs_section import (
     runs_section,
 )
 from posexp.commands.report.view import ReportContext
-from posexp.labels import run_settings, setting_key
+from posexp.results.labels import run_settings, setting_key
 
 
 def job(name, params, metrics, status="completed", error="", config=None):

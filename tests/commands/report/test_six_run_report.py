@@ -12,8 +12,8 @@ from posexp.commands.report import view as view_mod
 from posexp.commands.report.runs_section import runs_section
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views import curves, extrapolation
-from posexp.figures import text_overlaps
-from posexp.labels import run_settings
+from posexp.results.figures import text_overlaps
+from posexp.results.labels import run_settings
 
 METHODS = ("none", "pi", "ntk", "yarn", "dynamic_ntk", "llama3", "self_extend", "blockwise")
 L0 = 64

@@ -12,11 +12,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.extrapolate.plots import gapped, not_scored
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
-from posexp.figures import figure_title, legend_below, panel_title
+from posexp.results.curves import gapped, not_scored
+from posexp.results.figures import figure_title, legend_below, panel_title
 
 
 def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
@@ -106,8 +106,8 @@ def extrapolation_plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
     from posexp.commands.report.views.findings import pe_colors as pe_color_map
+    from posexp.results.curves import MARKERS, plain_log_axes
 
     columns = [c for c in columns if _points(c, protocol)]  # the rest: unplotted(), in words
     plain = [c for c in columns if c.method == baseline_method()]

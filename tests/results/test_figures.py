@@ -1,8 +1,8 @@
-"""posexp/figures.py: titles break between phrases, not inside them."""
+"""posexp/results/figures.py: titles break between phrases, not inside them."""
 
 from __future__ import annotations
 
-from posexp.figures import wrap_phrases, wrapped
+from posexp.results.figures import wrap_phrases, wrapped
 
 
 def test_titles_break_between_phrases():

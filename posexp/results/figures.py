@@ -1,6 +1,6 @@
 """Figure layout shared by every plot: wrapped titles, legends outside the data, no overlaps.
 
-Labels come from ``posexp.labels`` and can be long (``RoPE [yarn x4 fine-tuned 60 steps]``);
+Labels come from ``posexp.results.labels`` and can be long (``RoPE [yarn x4 fine-tuned 60 steps]``);
 a title wider than its panel runs into the next one and a legend inside a small panel covers
 it, so titles are wrapped to the panel's width and legends sit below their panel, where
 constrained layout makes room. ``text_overlaps`` finds the text boxes that still collide (a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from posexp.figures import panel_title
+from posexp.results.figures import panel_title
 from posexp.scoring import SCORERS, metric_of
 
 # Markers and dashes cycle independently of colours, so lines that coincide (ntk and
@@ -282,7 +282,7 @@ def over_depths(records: list[dict[str, Any]], metric: str) -> list[dict[str, An
     and depth) over the depths every method and length of the task was scored at
     (``common_depths``), the panel's title naming them and any left out; a task with no depth
     common to all keeps one panel per depth. Records of single tasks unchanged."""
-    from posexp.commands.extrapolate.depths import cells_text, common_depths, depths_text
+    from posexp.results.depths import cells_text, common_depths, depths_text
 
     if not any(r.get("task") for r in records):
         return records
