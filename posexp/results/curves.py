@@ -1,17 +1,19 @@
-"""The figures `posexp eval-extrapolate` draws (and the report reuses): one style for all."""
+"""The one plotting module for curves by length: a run's figures (`posexp eval-extrapolate`)
+and the report's draw their lines, ticks, gaps and legends here, each curve in the style the
+registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_CURVES`` a panel."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from posexp.extension.spec import base_method
 from posexp.results.figures import panel_title
+from posexp.results.style import DASHES, MARKERS, Style, method_style
 from posexp.scoring import SCORERS, metric_of
 
-# Markers and dashes cycle independently of colours, so lines that coincide (ntk and
-# dynamic_ntk under non-overlapping windows) stay visible.
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-DASHES = ("-", "--", "-.", ":")
+__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "method_panels"]
+MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
 
@@ -117,26 +119,55 @@ def gaps_note(lacks: dict[str, list[int]]) -> str:
     return f" (not scored at {each})"
 
 
+def spec_style(label: str) -> Style:
+    """The registry's style of a method spec shown as ``label``."""
+    return method_style(base_method(label), label)
+
+
+def method_panels(methods: list[str], most: int = MOST_CURVES) -> list[list[str]]:
+    """``methods`` (spec labels) in panels of at most ``most`` curves, grouped by method: no
+    extension in every panel, then whole methods while they fit; a method with more specs than
+    a panel holds fills panels of its own."""
+    from posexp.extension import baseline_method
+
+    plain = [m for m in methods if base_method(m) == baseline_method()]
+    groups: dict[str, list[str]] = {}
+    for m in methods:
+        if m not in plain:
+            groups.setdefault(base_method(m), []).append(m)
+    room = max(1, most - len(plain))
+    panels: list[list[str]] = []
+    for group in groups.values():
+        for start in range(0, len(group), room):
+            chunk = group[start : start + room]
+            if panels and len(panels[-1]) + len(chunk) <= room:
+                panels[-1] += chunk
+            else:
+                panels.append(chunk)
+    return [plain + panel for panel in panels] or [plain]
+
+
 def method_lines(
     ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str
 ) -> dict[str, tuple[Any, list[int]]]:
-    """One line per method of ``metric`` against length, each with the marker, dash and colour of
-    its place in ``methods`` (the same in every panel); a line breaks at a length another method
-    has and it lacks (NaN), and its label names them. Returns method -> (line, lengths lacked)."""
+    """One line per method of ``metric`` against length, each in its registry style (the same
+    in every panel and file); a line breaks at a length another method has and it lacks (NaN),
+    and its label names them. Returns method -> (line, lengths lacked)."""
     scored = [r for r in records if r.get(metric) is not None]
     lengths = sorted({r["length"] for r in scored})
     drawn = {}
-    for i, method in enumerate(methods):
+    for method in methods:
         value = {r["length"]: r[metric] for r in scored if r["method"] == method}
         if value:
+            style = spec_style(method)
             xs, ys, lacks = gapped(value, lengths)
             (line,) = ax.plot(
                 xs,
                 ys,
-                marker=MARKERS[i % len(MARKERS)],
-                linestyle=DASHES[i % len(DASHES)],
-                markersize=8 - 1.5 * (i % 4),
-                color=f"C{i % 10}",
+                marker=style.marker,
+                linestyle=style.dash,
+                markersize=6,
+                color=style.color,
                 label=method + not_scored(lacks),
             )
             drawn[method] = (line, lacks)
@@ -175,33 +206,39 @@ def plot_ppl(
 
     protocols = list(dict.fromkeys(r["protocol"] for r in records))
     protocols.sort(key=lambda p: SCORERS.names().index(p) if p in SCORERS else len(SCORERS))
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    groups = method_panels(methods)
     fig, axes = plt.subplots(
-        1,
         len(protocols),
-        figsize=(6 * len(protocols) + 2.2, 4.8),
+        len(groups),
+        figsize=(6 * len(groups) + 2.2, 4.8 * len(protocols)),
         squeeze=False,
         layout="constrained",
+        sharey="row",
     )
     lengths = sorted({r["length"] for r in records})
-    methods = list(dict.fromkeys(r["method"] for r in records))  # one style each, every panel
     drawn = {}
-    for ax, protocol in zip(axes[0], protocols, strict=True):
-        mine = [r for r in records if r["protocol"] == protocol]
-        drawn[protocol] = method_lines(ax, mine, methods, metric)
-        ax.axvline(
-            train_length,
-            color="grey",
-            linestyle=":",
-            linewidth=1,
-            label=f"training length ({train_length:,})",
-        )
-        plain_log_axes(ax, lengths)
-        ax.set_xlabel("evaluation length (tokens)")
-        shown = [r.get(metric) for r in records if r["protocol"] == protocol]
-        label = metric_of(protocol).label
-        ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
-        ax.set_title(f"{label}, {protocol} windows", fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
+    for row, protocol in zip(axes, protocols, strict=True):
+        for ax, group in zip(row, groups, strict=True):
+            mine = [r for r in records if r["protocol"] == protocol]
+            name = protocol if len(groups) == 1 else f"{protocol}: {', '.join(group)}"
+            drawn[name] = method_lines(ax, mine, group, metric)
+            ax.axvline(
+                train_length,
+                color="grey",
+                linestyle=":",
+                linewidth=1,
+                label=f"training length ({train_length:,})",
+            )
+            plain_log_axes(ax, lengths)
+            ax.set_xlabel("evaluation length (tokens)")
+            shown = [r.get(metric) for r in mine if r["method"] in group]
+            label = metric_of(protocol).label
+            ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
+            methods_named = sorted({base_method(m) for m in group} - {"none"})
+            what = f"; {', '.join(methods_named)}" if len(groups) > 1 else ""
+            panel_title(ax, f"{label}, {protocol} windows{what}")
+            ax.grid(True, which="major", alpha=0.3)
     shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
     return fig

@@ -160,7 +160,11 @@ def compare_cells(
     place = f" {where}" if where else ""
     n = min((v.n for v in verdicts), default=0)
     if n < MIN_SEEDS:
-        return f"{subject} against {other}{place}: n = {n}: no verdict (it needs {MIN_SEEDS} seeds)"
+        cells_text = f"{len(verdicts)} cell{'s' * (len(verdicts) != 1)}"
+        return (
+            f"{subject} against {other}{place}: n = {n}: no verdict over {cells_text} "
+            f"(it needs {MIN_SEEDS} seeds)"
+        )
     better = sum(v.decided and (v.gap < 0) == lower_is_better for v in verdicts)
     worse = sum(v.decided for v in verdicts) - better
     level = len(verdicts) - better - worse

@@ -67,7 +67,7 @@ def test_cells_with_two_seeds_get_no_verdict():
 
     cells = [([5.0, 5.1], [9.0, 9.1])] * 3
     assert compare_cells("yarn", "no extension", cells) == (
-        "yarn against no extension: n = 2: no verdict (it needs 3 seeds)"
+        "yarn against no extension: n = 2: no verdict over 3 cells (it needs 3 seeds)"
     )
 
 

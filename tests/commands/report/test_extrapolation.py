@@ -44,8 +44,8 @@ def test_zero_shot_pi_is_judged_from_the_cells_past_the_training_length():
     )
     assert reading_sentences(worse, ["nonoverlap"], 64) == [
         "applied zero-shot (no fine-tuning), pi against no extension for none past the training "
-        "length (nonoverlap): n = 1: no verdict (it needs 3 seeds); `posexp finetune` trains at "
-        "the longer length first."
+        "length (nonoverlap): n = 1: no verdict over 2 cells (it needs 3 seeds); `posexp finetune` "
+        "trains at the longer length first."
     ]
     three = {64: [9.0, 9.1, 8.9], 128: [15.0, 15.2, 14.8], 256: [30.0, 30.3, 29.7]}
     base = {64: [10.0, 10.1, 9.9], 128: [20.0, 20.2, 19.8], 256: [40.0, 40.4, 39.6]}

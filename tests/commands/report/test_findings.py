@@ -189,5 +189,9 @@ def test_each_encoding_has_one_colour_in_every_figure_of_a_report():
     ctx = SimpleNamespace(jobs=[job(p) for p in ("alibi", "rope", "none", "rope")], memo={})
     colors = pe_colors(ctx)
     order = sorted({describe_pe(p) for p in ("alibi", "rope", "none")}, key=lambda p: p.sort_key)
-    assert [colors[p] for p in order] == ["C0", "C1", "C2"]  # display order, not the jobs'
+    from posexp.results.style import pe_style
+
+    # the registry's colours: the same in any report, whatever the jobs' order
+    assert [colors[p] for p in order] == [pe_style(p.name).color for p in order]
+    assert len({colors[p] for p in order}) == 3
     assert pe_colors(ctx) is colors  # computed once per report

@@ -1,9 +1,11 @@
 """The extrapolation view's figure: test perplexity against length, as small multiples.
 
 The first panel compares the encodings without extension; each encoding evaluated with
-extension methods then gets a panel of its own (its plain line and one line per method), so no
-panel holds more than one encoding's methods. A method keeps its colour in every panel, the
-y axis is shared, and the seeds' spread is a band around each plain line.
+extension methods then gets panels of its own (its plain line and its methods, grouped by
+method, at most ``MOST_CURVES`` lines a panel), so no panel holds more than one encoding's
+methods. Every PE and method spec keeps the style the registry gives it (posexp.results.style)
+in every panel and file, the y axis is shared, and the seeds' spread is a band around each
+plain line.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
-from posexp.results.curves import gapped, not_scored
+from posexp.extension.spec import base_method
+from posexp.results.curves import MOST_CURVES, gapped, method_panels, not_scored, spec_style
 from posexp.results.figures import figure_title, legend_below, panel_title
+from posexp.results.style import Style, method_style, pe_style
 
 
 def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
@@ -33,15 +37,33 @@ def missing_lengths(c: Column, protocol: str, lengths: list[int]) -> list[int]:
 
 
 def _panels(columns: list[Column], protocol: str) -> list[list[Column]]:
-    """The columns of each panel, as drawn: the plain ones, then one PE's plain and methods."""
+    """The columns of each panel, as drawn: the plain ones (MOST_CURVES a panel), then each PE's
+    plain lines with its methods, grouped by method, at most MOST_CURVES lines a panel."""
+    return [bases + methods for bases, methods, _ in _layout(columns, protocol)]
+
+
+def _layout(columns: list[Column], protocol: str) -> list[tuple[list[Column], list[Column], str]]:
+    """(plain columns, method columns, title) of each panel."""
     columns = [c for c in columns if _points(c, protocol)]
     plain = [c for c in columns if c.method == baseline_method()]
-    panels = [plain]
+    out = []
+    for start in range(0, max(1, len(plain)), MOST_CURVES):
+        title = "every encoding, no extension"
+        if len(plain) > MOST_CURVES:
+            title += f" ({start // MOST_CURVES + 1} of {-(-len(plain) // MOST_CURVES)})"
+        out.append((plain[start : start + MOST_CURVES], [], title))
     for jobs in {id(c.jobs): c.jobs for c in plain}.values():
+        bases = [c for c in plain if c.jobs is jobs]
         methods = [c for c in columns if c.jobs is jobs and c.method != baseline_method()]
-        if methods:
-            panels.append([c for c in plain if c.jobs is jobs] + methods)
-    return panels
+        if not methods:
+            continue
+        labels = list(dict.fromkeys(c.method for c in methods))
+        pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
+        for group in method_panels(labels, MOST_CURVES - len(bases)):
+            mine = [c for c in methods if c.method in group]
+            names = ", ".join(dict.fromkeys(base_method(m) for m in group))
+            out.append((bases, mine, f"{pe_label} with {names}"))
+    return out
 
 
 def gap_notes(columns: list[Column], protocol: str) -> list[str]:
@@ -82,6 +104,13 @@ def _style(c: Column, plain: list[Column]) -> Any:
     return SERIES_STYLES[same_pe.index(c) % len(SERIES_STYLES)]
 
 
+def column_style(c: Column) -> Style:
+    """The registry's style of a column's encoding (randomized positions: a style of their own)."""
+    if c.pe is None:
+        return pe_style(c.label)
+    return pe_style(c.pe.name + (" randomized" if c.pe.randomized else ""))
+
+
 def _band(ax: Any, c: Column, protocol: str, color: Any, lengths: list[int]) -> None:
     spread = {
         n: (r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
@@ -106,24 +135,12 @@ def extrapolation_plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from posexp.commands.report.views.findings import pe_colors as pe_color_map
-    from posexp.results.curves import MARKERS, plain_log_axes
+    from posexp.results.curves import plain_log_axes
 
     columns = [c for c in columns if _points(c, protocol)]  # the rest: unplotted(), in words
     plain = [c for c in columns if c.method == baseline_method()]
-    # One panel per PE (its seeds' jobs), with every plain series of it: a PE scored on two
-    # samples has two plain lines, told apart by their style.
-    groups = list({id(c.jobs): c.jobs for c in plain}.values())
-    with_methods = [
-        (
-            [c for c in plain if c.jobs is jobs],
-            [c for c in columns if c.jobs is jobs and c.method != baseline_method()],
-        )
-        for jobs in groups
-    ]
-    with_methods = [(bases, methods) for bases, methods in with_methods if methods]
-    method_names = list(dict.fromkeys(c.method for _, ms in with_methods for c in ms))
-    panels = 1 + len(with_methods)
+    layout = _layout(columns, protocol)
+    panels = len(layout)
     cols = min(panels, 4)
     rows = math.ceil(panels / cols)
     fig, axes = plt.subplots(
@@ -135,46 +152,36 @@ def extrapolation_plot(
         layout="constrained",
     )
     flat = list(axes.flat)
-    pe_colors = plt.get_cmap("tab10").colors
-    # One colour per method across the panels (tab10 without C0, then tab20's light tones).
-    method_colors = [*plt.get_cmap("tab10").colors[1:], *plt.get_cmap("tab20").colors[1::2]]
     lengths = sorted({n for c in columns for n, _ in _points(c, protocol)})
 
-    def draw(ax: Any, c: Column, label: str, color: Any, marker: str, style: str) -> None:
-        if not _points(c, protocol):
-            return
+    def draw(ax: Any, c: Column, label: str, style: Style, dash: Any, lengths: list[int]) -> None:
         seeds = _seeds(c)
-        xs, ys, lacks = gapped(dict(_points(c, protocol)), panel_lengths)
+        xs, ys, lacks = gapped(dict(_points(c, protocol)), lengths)
         ax.plot(
             xs,
             ys,
-            style,
-            marker=marker,
+            dash,
+            marker=style.marker,
             markersize=5,
-            color=color,
+            color=style.color,
             label=label + (f" (n = {seeds})" if seeds > 1 else "") + not_scored(lacks),
         )
 
-    ax = flat[0]
-    same_in_every_figure = pe_color_map(ctx)
-    panel_lengths = sorted({n for c in plain for n, _ in _points(c, protocol)})
-    for i, c in enumerate(plain):
-        color = same_in_every_figure.get(c.pe) or pe_colors[i % len(pe_colors)]
-        draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], _style(c, plain))
-        _band(ax, c, protocol, color, panel_lengths)
-    panel_title(ax, "every encoding, no extension")
-    for ax, (bases, methods) in zip(flat[1:], with_methods, strict=False):
+    for ax, (bases, methods, title) in zip(flat, layout, strict=False):
         panel_lengths = sorted({n for c in bases + methods for n, _ in _points(c, protocol)})
         for base in bases:
-            name = "no extension" + (f" [{base.series}]" if base.series else "")
-            draw(ax, base, name, "black", "o", _style(base, bases))
-            _band(ax, base, protocol, "black", panel_lengths)
+            if methods:  # a PE's own panel: its plain line is "no extension"
+                name = "no extension" + (f" [{base.series}]" if base.series else "")
+                style = method_style(baseline_method())
+            else:
+                name, style = base.label, column_style(base)
+            draw(ax, base, name, style, _style(base, plain), panel_lengths)
+            _band(ax, base, protocol, style.color, panel_lengths)
         for c in methods:
-            k = method_names.index(c.method)
+            style = spec_style(c.method)
             name = c.method + (f" [{c.series}]" if c.series else "")
-            draw(ax, c, name, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
-        pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
-        panel_title(ax, f"{pe_label} with extension methods")
+            draw(ax, c, name, style, style.dash, panel_lengths)
+        panel_title(ax, title)
     tuned = sorted({c.tuned_at for c in columns if c.tuned_at and c.tuned_at != l0})
     for ax in flat[:panels]:
         if l0:
