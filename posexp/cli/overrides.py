@@ -16,10 +16,12 @@ def expand_method_specs(args: list[str]) -> list[str]:
     """``extension=yarn(beta_fast=16)`` as Hydra takes it: ``extension=yarn
     extension.beta_fast=16`` (a spec checked by its method first, in one line). Bare names and
     sweeps of bare names pass unchanged; a sweep over specs is refused (one setting at a time
-    sweeps: ``extension=yarn extension.beta_fast=8,16``)."""
+    sweeps: ``extension=yarn extension.beta_fast=8,16``). A setting the spec sets and another
+    argument sets again is refused: which one wins would be Hydra's order, not the user's."""
     from posexp.extension.spec import format_value, parse_spec, spec_of, split_specs
 
-    out = []
+    out: list[str] = []
+    from_spec: dict[str, str] = {}  # extension.<key> -> the spec argument that set it
     for arg in args:
         key, eq, value = arg.partition("=")
         if key.lstrip("+") != "extension" or not eq or "(" not in value:
@@ -34,9 +36,17 @@ def expand_method_specs(args: list[str]) -> list[str]:
         spec = parse_spec(value, "extension=", baked=False)
         spec = spec_of(spec.name, spec.settings, spec.factor)  # the settings it changes only
         out.append(f"{key}={spec.name}")
-        out += [f"extension.{k}={format_value(v)}" for k, v in spec.settings.items()]
-        if spec.factor is not None:
-            out.append(f"extension.factor={format_value(spec.factor)}")
+        changed = {**spec.settings, **({} if spec.factor is None else {"factor": spec.factor})}
+        for k, v in changed.items():
+            out.append(f"extension.{k}={format_value(v)}")
+            from_spec[f"extension.{k}"] = arg
+    for arg in args:
+        key = arg.partition("=")[0].lstrip("+~")
+        if key in from_spec and arg is not from_spec[key]:
+            raise PosexpError(
+                f"{key} given twice: in {from_spec[key]!r} and in {arg!r}; allowed: set it "
+                f"once, in the spec or as {key}=<value>"
+            )
     return out
 
 

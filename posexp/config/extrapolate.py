@@ -10,7 +10,7 @@ from typing import Any
 from posexp import checks
 from posexp.errors import PosexpError
 from posexp.extension import check_factor
-from posexp.extension.spec import BAKED, parse_specs
+from posexp.extension.spec import BAKED, MethodSpec, parse_specs
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ExtrapolateConfig:
 
     len: int | None = None
     lengths: list[int] | None = None
-    method: list[str] | None = None  # method specs, each as its canonical label
+    method: list[MethodSpec] | None = None  # method specs as parsed (grids expanded)
     factor: float | None = None
     protocol: list[str] | None = None  # registered text protocols (posexp/scoring)
     stride: int | None = None
@@ -57,13 +57,20 @@ class ExtrapolateConfig:
         return cls(
             len=count("len"),
             lengths=cls._lengths(prefix + "lengths", d.get("lengths")),
-            method=None if specs is None else [spec.label for spec in specs],
+            method=specs,
             protocol=parse_protocols(d.get("protocol"), prefix + "protocol"),
             stride=count("stride"),
             factor=None if factor is None else check_factor(factor, prefix + "factor"),
             tokens=count("tokens"),
             depths=cls._depths(prefix + "depths", d.get("depths")),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The knobs given, in the YAML layout (each method spec as it is written)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.method is not None:
+            out["method"] = [spec.label for spec in self.method]
+        return {k: v for k, v in out.items() if v is not None}
 
     @staticmethod
     def _texts(value: Any) -> list[str]:

@@ -190,9 +190,7 @@ class RunConfig:
             "translate": dataclasses.asdict(self.translate),
             "attention": dataclasses.asdict(self.attention),
             "placement": dataclasses.asdict(self.placement),
-            "extrapolate": {
-                k: v for k, v in dataclasses.asdict(self.extrapolate).items() if v is not None
-            },
+            "extrapolate": self.extrapolate.to_dict(),
             "heads": self.heads,
             "seed": self.seed,
             "device": self.device,

@@ -35,6 +35,9 @@ class ExtensionConfig:
     # None until the caller fills in the run's training length (see `with_original_length`).
     original_length: int | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    # The method spec this was set up from (an evaluation's cell), carried as the parser made
+    # it; None for a config's extension. Not part of what the extension computes.
+    spec: MethodSpec | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         ext = get_extension(self.method)
@@ -64,7 +67,8 @@ class ExtensionConfig:
         """The method (a name or a spec with settings) set up for sequences of ``length`` after
         training at ``train_length``, and a note: s = length / L0 unless the spec or ``factor``
         fixes it; 1 for none, for dynamic NTK (which scales itself) and for the methods that
-        ignore s. Checked now, a training-free plan too (its settings against L0)."""
+        ignore s. Checked now by the method's declared settings, against L0 too, building
+        nothing (``check_at_length``); the spec travels with it (``spec``)."""
         spec = method if isinstance(method, MethodSpec) else MethodSpec(method)
         ext, note = get_extension(spec.name), ""
         fixed = spec.factor if spec.factor is not None else factor
@@ -79,9 +83,23 @@ class ExtensionConfig:
             s = 1.0  # ReRoPE, log scaling: the same at every length
         else:
             s = max(1.0, length / train_length)
-        config = cls(spec.name, s, train_length, spec.settings)
-        config.attention_plan()
+        config = cls(spec.name, s, train_length, spec.settings, spec=spec)
+        config.check_at_length()
         return config, note
+
+    def check_at_length(self) -> None:
+        """Check each setting against L0 as the method declares (``Setting.at_length``: a
+        window below L0), at its effective value, without building a plan or an encoding."""
+        if self.original_length is None:
+            if self.registered.needs_original_length:
+                raise PosexpError(f"extension {self.method!r} needs original_length, got None")
+            return
+        l0, full = self.original_length, dict(self.params)
+        for setting in self.registered.settings:  # in order: a null may follow from those before
+            if full.get(setting.name) is None and setting.null_means is not None:
+                full[setting.name] = setting.null_means(full, self.factor, l0)
+            if setting.at_length is not None:
+                setting.at_length(f"extension.{setting.name}", full[setting.name], l0)
 
     @property
     def registered(self) -> ExtensionMethod:

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from posexp import checks
+from posexp.errors import PosexpError
 
 # (user-facing name, value) -> the value in normal form, else a one-line PosexpError.
 Checker = Callable[[str, Any], Any]
 # (the settings before this one, at their effective values; factor s; training length L0) ->
 # the value null stands for.
 NullMeans = Callable[[Mapping[str, Any], float, int], Any]
+# (user-facing name, effective value, training length L0) -> None, else a one-line PosexpError:
+# what a value must satisfy once L0 is known (a window below L0), checked without building.
+AtLength = Callable[[str, Any, int], None]
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,25 @@ class Setting:
     allowed: str  # shown by `posexp methods`: the range and what null means
     check: Checker
     null_means: NullMeans | None = None
+    at_length: AtLength | None = None
+
+
+def below_length(name: str, value: Any, original_length: int) -> None:
+    """A window must be in [1, L0 - 1]: the distances it keeps must be ones training saw."""
+    if value is not None and not 1 <= value < original_length:
+        raise PosexpError(
+            f"{name} must be in [1, {original_length - 1}] (below the training length "
+            f"{original_length}), got {value}"
+        )
+
+
+def half_length(name: str, value: Any, original_length: int) -> None:
+    """A block must be at most L0 / 2: two blocks must fit in the training length."""
+    if value is not None and 2 * value > original_length:
+        raise PosexpError(
+            f"{name} must be at most L0 / 2 = {original_length // 2} (two blocks must fit in "
+            f"the training length {original_length}), got {value}"
+        )
 
 
 def positive_int_or_null(name: str, value: Any) -> int | None:

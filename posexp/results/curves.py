@@ -5,9 +5,9 @@ registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from posexp.extension.spec import base_method
 from posexp.results.figures import panel_title
 from posexp.results.style import DASHES, MARKERS, Style, method_style
 from posexp.scoring import SCORERS, metric_of
@@ -119,22 +119,29 @@ def gaps_note(lacks: dict[str, list[int]]) -> str:
     return f" (not scored at {each})"
 
 
-def spec_style(label: str) -> Style:
-    """The registry's style of a method spec shown as ``label``."""
-    return method_style(base_method(label), label)
+def spec_style(label: str, name: str) -> Style:
+    """The registry's style of the spec of method ``name`` shown as ``label``."""
+    return method_style(name, label)
 
 
-def method_panels(methods: list[str], most: int = MOST_CURVES) -> list[list[str]]:
-    """``methods`` (spec labels) in panels of at most ``most`` curves, grouped by method: no
-    extension in every panel, then whole methods while they fit; a method with more specs than
-    a panel holds fills panels of its own."""
+def names_of(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Each spec label of ``records`` -> its method's name (the record's ``name``)."""
+    return {r["method"]: r.get("name") or r["method"] for r in records}
+
+
+def method_panels(
+    methods: list[str], names: Mapping[str, str], most: int = MOST_CURVES
+) -> list[list[str]]:
+    """``methods`` (spec labels; ``names``: label -> method name) in panels of at most ``most``
+    curves, grouped by method: no extension in every panel, then whole methods while they fit;
+    a method with more specs than a panel holds fills panels of its own."""
     from posexp.extension import baseline_method
 
-    plain = [m for m in methods if base_method(m) == baseline_method()]
+    plain = [m for m in methods if names.get(m, m) == baseline_method()]
     groups: dict[str, list[str]] = {}
     for m in methods:
         if m not in plain:
-            groups.setdefault(base_method(m), []).append(m)
+            groups.setdefault(names.get(m, m), []).append(m)
     room = max(1, most - len(plain))
     panels: list[list[str]] = []
     for group in groups.values():
@@ -155,11 +162,12 @@ def method_lines(
     and its label names them. Returns method -> (line, lengths lacked)."""
     scored = [r for r in records if r.get(metric) is not None]
     lengths = sorted({r["length"] for r in scored})
+    names = names_of(records)
     drawn = {}
     for method in methods:
         value = {r["length"]: r[metric] for r in scored if r["method"] == method}
         if value:
-            style = spec_style(method)
+            style = spec_style(method, names.get(method, method))
             xs, ys, lacks = gapped(value, lengths)
             (line,) = ax.plot(
                 xs,
@@ -207,7 +215,8 @@ def plot_ppl(
     protocols = list(dict.fromkeys(r["protocol"] for r in records))
     protocols.sort(key=lambda p: SCORERS.names().index(p) if p in SCORERS else len(SCORERS))
     methods = list(dict.fromkeys(r["method"] for r in records))
-    groups = method_panels(methods)
+    names = names_of(records)
+    groups = method_panels(methods, names)
     fig, axes = plt.subplots(
         len(protocols),
         len(groups),
@@ -235,7 +244,7 @@ def plot_ppl(
             shown = [r.get(metric) for r in mine if r["method"] in group]
             label = metric_of(protocol).label
             ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
-            methods_named = sorted({base_method(m) for m in group} - {"none"})
+            methods_named = list(dict.fromkeys(names[m] for m in group if names[m] != "none"))
             what = f"; {', '.join(methods_named)}" if len(groups) > 1 else ""
             panel_title(ax, f"{label}, {protocol} windows{what}")
             ax.grid(True, which="major", alpha=0.3)

@@ -28,6 +28,8 @@ from typing import Any
 
 from posexp import checks
 from posexp.errors import PosexpError, UnreadableFile
+from posexp.extension.registry import get_extension, method_params
+from posexp.extension.spec import MethodSpec
 from posexp.files import exclusive_lock
 from posexp.rundir import EVAL, RunDir
 
@@ -81,16 +83,33 @@ def checkpoint_of(run: RunDir) -> Checkpoint:
 
 
 # What a record holds besides the scorer's values, in the order JSON and CSV write them.
-CELL_FIELDS = ("method", "length", "protocol", "factor")
+CELL_FIELDS = ("method", "label", "length", "protocol", "factor")
 KEY_EXTRA = ("stride", "sample_size", "depth", "task", "precision")
 RUN_FIELDS = ("note", "seconds", "compile_seconds", "scored_at")
+PRECISIONS = ("fp32", "bf16")
+# The scorer's fields a record may hold, and what each allows (anything else is not a record's).
+COUNTS = ("tokens", "examples")  # how much was scored: integers >= 0
+MEASURES = {  # a measured value: its rule (``checks.RULES``); ppl and loss may be inf (diverged)
+    "ppl": ">= 1",
+    "loss": ">= 0",
+    "accuracy": "in [0, 1]",
+    "score": "in [0, 1]",
+}
+# Lengths past this are no evaluation posexp makes (a damaged file's 1e30 is not one).
+MAX_LENGTH = 2**40
 
 
 @dataclass
 class Record:
-    """One measured cell: what was asked (the key), what the scorer measured, how long it took."""
+    """One measured cell: what was asked (the key), what the scorer measured, how long it took.
 
-    method: str  # label: the method's name with its non-default settings, baked:<name>
+    ``spec`` is the method spec that asked for it, as the parser made it (a fine-tune's baked
+    extension: ``spec.baked``); ``settings`` every setting at its effective value and
+    ``factor`` the s it ran at. JSON keeps them as fields (``method``, ``baked``, ``spec``,
+    ``settings``, ``factor``); its ``label`` is for display only, never read back.
+    """
+
+    spec: MethodSpec
     length: int
     protocol: str
     factor: float
@@ -109,12 +128,23 @@ class Record:
     scored_at: str | None = None
 
     @property
-    def key(self) -> tuple:
-        """Everything that changes the record's value (two records with one key are one cell);
-        the label too, so a spec's row never takes another spec's cell."""
+    def method(self) -> str:
+        """The method's name (a fine-tune's baked-in one for a baked record)."""
+        return self.spec.name
+
+    @property
+    def label(self) -> str:
+        """The spec's display label (``baked:`` before a fine-tune's own)."""
+        return self.spec.label
+
+    @property
+    def cell(self) -> tuple:
+        """What the record measured, whatever spec asked for it: the method, its effective
+        settings and factor and the rest of the key (two specs can name one cell)."""
         settings = tuple(sorted((k, repr(v)) for k, v in self.settings.items()))
         return (
-            self.method,
+            self.spec.name,
+            self.spec.baked,
             settings,
             float(self.factor),
             self.length,
@@ -127,10 +157,20 @@ class Record:
             self.checkpoint,
         )
 
+    @property
+    def key(self) -> tuple:
+        """Everything that changes the record's value (two records with one key are one cell),
+        and the spec that asked, so a spec's row never takes another spec's cell."""
+        return (self.spec.key, *self.cell)
+
     def to_dict(self) -> dict[str, Any]:
         """As JSON stores it: the cell, the metric and the scorer's values, then the rest."""
         return {
-            **{f: getattr(self, f) for f in CELL_FIELDS},
+            "method": self.spec.name,
+            "label": self.spec.label,
+            "baked": self.spec.baked,
+            "spec": {"settings": dict(self.spec.settings), "factor": self.spec.factor},
+            **{f: getattr(self, f) for f in CELL_FIELDS[2:]},
             "metric": self.metric,
             **self.values,
             "note": self.note,
@@ -140,9 +180,21 @@ class Record:
             **{f: getattr(self, f) for f in RUN_FIELDS[1:]},
         }
 
+    def view(self) -> dict[str, Any]:
+        """As the tables and plots of one run read it: ``to_dict`` with ``method`` the display
+        label (the series a row or curve stands for), ``name`` the method's name and ``order``
+        the spec's sort key."""
+        return {
+            **self.to_dict(),
+            "method": self.label,
+            "name": self.method,
+            "order": self.spec.sort_key,
+        }
+
     @classmethod
     def from_dict(cls, data: Any, where: str = "record") -> Record:
-        """From JSON, every field checked: a damaged file is one line naming the bad field."""
+        """From JSON, every field checked (types, ranges, the method's known settings): a
+        damaged record is one line naming the bad field."""
         d = checks.mapping(where, data)
         method, protocol = d.get("method"), d.get("protocol")
         for name, value in (("method", method), ("protocol", protocol)):
@@ -151,30 +203,46 @@ class Record:
         metric = d.get("metric") or "ppl"
         if not isinstance(metric, str):
             raise PosexpError(f"{where}.metric must be a string, got {metric!r}")
+        spec = _spec(d, where)
         known = {*CELL_FIELDS, *KEY_EXTRA, *RUN_FIELDS, "metric", "settings", "checkpoint"}
-        values = {k: v for k, v in d.items() if k not in known}
-        for k, v in values.items():
-            if v is not None and not isinstance(v, (int, float, list)):
-                raise PosexpError(f"{where}.{k} must be a number, a list or null, got {v!r}")
-        if values.get(metric) is not None and not math.isfinite(values[metric]) and metric != "ppl":
-            raise PosexpError(f"{where}.{metric} must be finite, got {values[metric]!r}")
+        values = {
+            k: _value(f"{where}.{k}", k, v)
+            for k, v in d.items()
+            if k not in {*known, "baked", "spec"}
+        }
         depth = checks.number(f"{where}.depth", d.get("depth"), "in [0, 1]", allow_none=True)
         note = d.get("note") or ""
         if not isinstance(note, str):
             raise PosexpError(f"{where}.note must be a string, got {note!r}")
+        precision = d.get("precision")
+        if precision is not None:
+            checks.choice(f"{where}.precision", precision, PRECISIONS)
+        task = d.get("task")
+        if task is not None and not isinstance(task, str):
+            raise PosexpError(f"{where}.task must be a string or null, got {task!r}")
+        try:
+            settings = method_params(
+                get_extension(spec.name),
+                checks.mapping(f"{where}.settings", d.get("settings")),
+                f"{where}.settings.",
+            )
+        except PosexpError as e:
+            raise PosexpError(f"{where}: {e}") from None
         return cls(
-            method=method,
-            length=checks.positive_int(f"{where}.length", d.get("length")),
+            spec=spec,
+            length=checks.integer(f"{where}.length", d.get("length"), low=1, high=MAX_LENGTH),
             protocol=protocol,
             factor=checks.number(f"{where}.factor", d.get("factor", 1.0), ">= 1"),
-            settings=checks.mapping(f"{where}.settings", d.get("settings")),
-            stride=checks.positive_int(f"{where}.stride", d.get("stride"), allow_none=True),
+            settings=settings,
+            stride=checks.integer(
+                f"{where}.stride", d.get("stride"), low=1, high=MAX_LENGTH, allow_none=True
+            ),
             sample_size=checks.positive_int(
                 f"{where}.sample_size", d.get("sample_size"), allow_none=True
             ),
             depth=depth,
-            task=d.get("task") if isinstance(d.get("task"), str) else None,
-            precision=d.get("precision") if isinstance(d.get("precision"), str) else None,
+            task=task,
+            precision=precision,
             checkpoint=Checkpoint.from_dict(d.get("checkpoint"), where),
             metric=metric,
             values=values,
@@ -187,6 +255,49 @@ class Record:
         )
 
 
+def _spec(d: dict[str, Any], where: str) -> MethodSpec:
+    """The spec a record names, as fields, checked by the method's declared settings."""
+    from posexp.extension.spec import checked_spec
+
+    baked = d.get("baked", False)
+    if not isinstance(baked, bool):
+        raise PosexpError(f"{where}.baked must be true or false, got {baked!r}")
+    spec = checks.mapping(f"{where}.spec", d.get("spec"))
+    extra = set(spec) - {"settings", "factor"}
+    if extra:
+        raise PosexpError(
+            f"{where}.spec has unknown keys {sorted(extra)}; allowed: settings, factor"
+        )
+    return checked_spec(
+        d["method"],
+        checks.mapping(f"{where}.spec.settings", spec.get("settings")),
+        spec.get("factor"),
+        baked,
+        f"{where}.spec",
+    )
+
+
+def _value(name: str, key: str, value: Any) -> Any:
+    """One of the scorer's fields, checked by what it is: a count, a measure, per-position."""
+    if value is None:
+        return None
+    if key in COUNTS:
+        return checks.integer(name, value, low=0)
+    if key in MEASURES:
+        if checks._is_number(value) and math.isnan(value):
+            return float(value)  # nothing to measure (a task size with no instance)
+        if checks._is_number(value) and value == math.inf and key in ("ppl", "loss"):
+            return float(value)  # a diverged model's: measured, and shown as inf
+        return checks.number(name, value, MEASURES[key])
+    if key == "per_position":
+        if not isinstance(value, list) or not all(v is None or checks._is_number(v) for v in value):
+            raise PosexpError(f"{name} must be a list of numbers, got {value!r}")
+        return value
+    raise PosexpError(
+        f"{name}: not a field of an evaluation record; allowed: {', '.join([*MEASURES, *COUNTS, 'per_position'])}"
+    )
+
+
 # ---- where records are kept -----------------------------------------------------------------
 
 
@@ -195,9 +306,13 @@ _SAID: set[tuple[str, int]] = set()  # damaged files already warned of, by path 
 
 
 def read_file(run: RunDir, name: str, skip_damaged: bool = False) -> tuple[list[Record], int]:
-    """The records of ``eval/<name>`` ([] when there is none) and how many were left out:
-    none, since a damaged file or record is one line naming the file, unless ``skip_damaged``
-    (--force), which leaves out only the records that cannot be read, with a warning."""
+    """The records of ``eval/<name>`` ([] when there is none) and how many were set aside.
+
+    Each record is checked (types, ranges, the method's known settings): a bad one is set
+    aside, named once in a one-line warning, never shown as measured, and the others go on (a
+    writer keeps the file as .bak). A file that is not a list of records is one line naming it
+    (``skip_damaged`` is accepted for the callers that rescore it under --force).
+    """
     from posexp.files import read_json, staged_current
 
     path = staged_current(run.path / EVAL) / name
@@ -214,14 +329,13 @@ def read_file(run: RunDir, name: str, skip_damaged: bool = False) -> tuple[list[
         try:
             records.append(Record.from_dict(row, f"record {i + 1}"))
         except PosexpError as e:
-            if not skip_damaged:
-                raise UnreadableFile(path, f"{e}; {REMEDY}") from None
             bad.append(str(e))
     if bad:
         say_once(
             path,
-            f"{path}: left out {len(bad)} damaged record(s) of {len(data)} ({bad[0]}"
-            f"{', ...' if len(bad) > 1 else ''}); the file is kept as {name}.bak",
+            f"{path}: set aside {len(bad)} damaged record(s) of {len(data)}, not shown as "
+            f"measured ({bad[0]}{', ...' if len(bad) > 1 else ''}); the file is kept as "
+            f"{name}.bak when next written",
         )
     return records, len(bad)
 
@@ -297,9 +411,10 @@ def merging(run: RunDir) -> Iterator[None]:
 
 
 def current_records(run: RunDir) -> list[dict[str, Any]] | None:
-    """The records of the run's current weights as plain dicts (what reports read); None when
-    it has none. A damaged file is one line (``PosexpError``)."""
+    """The records of the run's current weights as the views read them (``Record.view``);
+    None when it has none. A damaged file is one line (``PosexpError``); a damaged record is
+    set aside with a warning."""
     if not run.has_checkpoint():
         return None
     recs = load(run).current
-    return [r.to_dict() for r in recs] or None
+    return [r.view() for r in recs] or None

@@ -23,7 +23,13 @@ def test_a_style_depends_on_the_name_not_on_the_order_of_plotting():
 
 def records(methods):
     return [
-        {"method": m, "protocol": "nonoverlap", "length": n, "ppl": 5.0 + i + n / 1000}
+        {
+            "method": m,
+            "name": m.split("(")[0],
+            "protocol": "nonoverlap",
+            "length": n,
+            "ppl": 5.0 + i + n / 1000,
+        }
         for i, m in enumerate(methods)
         for n in (64, 128, 256)
     ]
@@ -50,7 +56,8 @@ def test_no_panel_holds_more_than_eight_curves_and_methods_stay_together():
     specs = ["none"]
     specs += [f"self_extend(group={g},window={w})" for g in (2, 4, 8) for w in (8, 16)]
     specs += [f"yarn(factor={f})" for f in (4, 8, 16)] + ["logn", "ntk"]
-    panels = method_panels(specs)
+    names = {s: s.split("(")[0] for s in specs}  # the test's own: records carry the name
+    panels = method_panels(specs, names)
     assert all(len(p) <= MOST_CURVES and p[0] == "none" for p in panels)
     assert sorted(m for p in panels for m in p[1:]) == sorted(specs[1:])
     # the six self_extend specs fit one panel with the plain line: not split across panels
@@ -63,5 +70,6 @@ def test_no_panel_holds_more_than_eight_curves_and_methods_stay_together():
 
 def test_a_method_with_more_specs_than_a_panel_fills_panels_of_its_own():
     specs = ["none", *(f"yarn(factor={f})" for f in range(2, 12))]
-    panels = method_panels(specs)
+    names = {s: s.split("(")[0] for s in specs}  # the test's own: records carry the name
+    panels = method_panels(specs, names)
     assert [len(p) for p in panels] == [8, 4]

@@ -3,7 +3,8 @@
 A cell is what one record measures: a method at its effective settings (every null that stands
 for a value at the run's L0 and the cell's factor filled in), a length, a protocol and the rest
 of the record's key. Two specs can name one cell (``self_extend`` and ``self_extend(window=16)``
-at L0 64): it is scored once and kept under both labels.
+at L0 64): it is scored once and kept under both specs. A spec arrives parsed (a
+``MethodSpec``) and travels as that object into the extension and the record; no label is read.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig, get_extension
 from posexp.extension.registry import effective_params
-from posexp.extension.spec import BAKED, MethodSpec, base_method, parse_spec, spec_of
+from posexp.extension.spec import BAKED, MethodSpec, spec_of
 from posexp.pe import accepted_extensions
 from posexp.scoring.records import Record, Stored
 
@@ -25,28 +26,24 @@ log = logging.getLogger("posexp")
 
 
 def cell_of(record: Record) -> tuple:
-    """What a record measured, whatever spec asked for it: its key with the label cut to the
-    method's name (the settings are in the key at their effective values)."""
-    return (record.method.partition("(")[0], *record.key[1:])
+    """What a record measured, whatever spec asked for it (``Record.cell``)."""
+    return record.cell
 
 
 def effective_stored(stored: Stored, train_length: int, baked: ExtensionConfig | None) -> Stored:
     """``stored`` with null settings filled in as this run's evaluation fills them: at the
-    record's factor and L0 (the baked-in extension's own for ``baked:`` records)."""
+    record's factor and L0 (the baked-in extension's own for baked records)."""
 
     def effective(record: Record) -> Record:
         if all(v is not None for v in record.settings.values()):
             return record
-        if record.method.startswith(f"{BAKED}:"):
+        if record.spec.baked:
             if baked is None or baked.original_length is None:
                 return record
             factor, length = baked.factor, baked.original_length
         else:
             factor, length = record.factor, train_length
-        try:
-            method = get_extension(base_method(record.method))
-        except PosexpError:  # a method this posexp no longer has: kept as written
-            return record
+        method = get_extension(record.method)  # a record names a known method (checked read)
         filled = effective_params(method, record.settings, factor, length)
         return dataclasses.replace(record, settings=filled)
 
@@ -58,32 +55,32 @@ def effective_stored(stored: Stored, train_length: int, baked: ExtensionConfig |
 
 
 def with_copies(items: Iterable[Any], records: list[Record]) -> list[Record]:
-    """``records`` plus, for each item's cell asked for under a label no record has, a copy of
-    the record of the same cell under another label."""
+    """``records`` plus, for each item's cell asked for under a spec no record has, a copy of
+    the record of the same cell under another spec."""
     have = {r.key for r in records}
-    by_cell = {cell_of(r): r for r in records}
+    by_cell = {r.cell: r for r in records}
     out = list(records)
     for item in items:
-        source = by_cell.get(cell_of(item.record))
+        source = by_cell.get(item.record.cell)
         if item.record.key not in have and source is not None:
-            out.append(dataclasses.replace(source, method=item.record.method))
+            out.append(dataclasses.replace(source, spec=item.record.spec))
             have.add(item.record.key)
     return out
 
 
 def method_specs(
-    asked: list[str] | None,
+    asked: list[MethodSpec] | None,
     pe: str,
     has_baked: bool,
     factor: float | None = None,
     pe_params: dict[str, Any] | None = None,
 ) -> list[MethodSpec]:
-    """The specs asked for (canonical labels, parsed again), else every method the PE takes
-    at its defaults, plus ``baked`` for a fine-tuned run. A fixed ``factor`` (--factor) goes
-    into the specs of the methods that scale with one and fix none themselves, so their label
-    says it (``yarn(factor=4)``) and their cells are apart from those at length / L0."""
+    """The specs asked for (as parsed, at the edge), else every method the PE takes at its
+    defaults, plus ``baked`` for a fine-tuned run. A fixed ``factor`` (--factor) goes into the
+    specs of the methods that scale with one and fix none themselves, so their label says it
+    (``yarn(factor=4)``) and their cells are apart from those at length / L0."""
     if asked is not None:
-        specs = [parse_spec(text) for text in asked]
+        specs = list(asked)
     else:
         names = ([BAKED] if has_baked else []) + accepted_extensions(pe, pe_params)
         specs = [MethodSpec(name) for name in names]
@@ -105,38 +102,41 @@ def cell_extension(
     length: int,
     train_length: int,
     run_dir: Path,
-) -> tuple[ExtensionConfig, str, str]:
-    """(extension, label, note) of one spec at ``length`` tokens: the baked-in extension as it
-    was fine-tuned, else the method set up for the length (its settings checked against L0)."""
+) -> tuple[ExtensionConfig, MethodSpec, str]:
+    """(extension, spec, note) of one spec at ``length`` tokens: the baked-in extension as it
+    was fine-tuned (its spec: that extension's, marked baked), else the method set up for the
+    length (its settings checked against L0)."""
     if spec.name == BAKED:
-        label = f"{BAKED}:{spec_of(baked.method, baked.params).label}"
+        own = spec_of(baked.method, baked.params, baked=True)
         note = f"baked in by finetune: factor {baked.factor:g}, original_length {baked.original_length}"
-        return baked, label, note
+        return dataclasses.replace(baked, spec=own), own, note
     try:
         ext, note = ExtensionConfig.for_length(spec, length, train_length)
     except PosexpError as e:
         raise PosexpError(f"--method {spec.label!r} for {str(run_dir)!r}: {e}") from None
-    return ext, spec.label, note
+    return ext, spec, note
 
 
 def check_cell_extensions(
-    cells: list[tuple[str, ExtensionConfig]], mcfg: Any, run_dir: Path
+    items: list[tuple[MethodSpec, ExtensionConfig]], mcfg: Any, run_dir: Path
 ) -> None:
-    """Build the run's encoding once per method and setting asked for, so a setting its model
-    cannot take (a LongRoPE list of the wrong length for the rotated dims) is refused in one
-    line naming --method, before anything is scored."""
+    """Refuse in one line naming --method, before anything is scored, a setting the run's
+    model cannot take. The settings are checked by the method's declarations already (at the
+    spec and against L0); only a per-pair list (LongRoPE's factors) depends on the encoding's
+    rotated dims, so only a spec holding one has the encoding built to check it, once."""
     from posexp.pe import PEContext, build_pe
 
-    seen: set[str] = set()
-    for label, ext in cells:
-        if label in seen or ext.method == "none":
+    seen: set[tuple] = set()
+    for spec, ext in items:
+        lists = any(isinstance(v, (list, tuple)) for v in ext.params.values())
+        if not lists or spec.key in seen or ext.method == "none":
             continue
-        seen.add(label)
+        seen.add(spec.key)
         shape = (mcfg.d_model, mcfg.n_heads, mcfg.head_dim, mcfg.train_length)
         try:
             build_pe(mcfg.pe, PEContext(*shape, ext, mcfg.n_layers), **dict(mcfg.pe_params))
         except PosexpError as e:
-            raise PosexpError(f"--method {label!r} for {str(run_dir)!r}: {e}") from None
+            raise PosexpError(f"--method {spec.label!r} for {str(run_dir)!r}: {e}") from None
 
 
 def say_capped_tokens(run_dir: Path, n_tokens: int, test_size: int) -> int:

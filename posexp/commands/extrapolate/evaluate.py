@@ -219,7 +219,7 @@ def stored_result(plan: RunPlan) -> RunResult | None:
         return None  # its scoring failed (named by JobFailures)
     if plan.copies:  # cells measured under another label: kept under this one too
         return write_merged(plan, [])
-    records = [r.to_dict() for r in plan.stored.current]
+    records = [r.view() for r in plan.stored.current]
     return RunResult(
         plan.run_dir, plan.pe, plan.train_length, records, [], scored=0, seq_len=plan.own_length
     )

@@ -46,7 +46,8 @@ def write_outputs(
     """JSON, CSV, plots (one per metric) and TensorBoard scalars of ``records`` (the run's
     current weights), ``stale.json`` for ``stale``: swapped in together, so they always agree.
     ``damaged``: record files read as empty under --force, kept beside the new ones as .bak."""
-    rows = sorted_rows([r.to_dict() for r in records])
+    rows = sorted_rows([{**r.view(), "at": i} for i, r in enumerate(records)])
+    stored = [records[r.pop("at")].to_dict() for r in rows]  # as JSON keeps them, in order
     model = plan.meta["model"]
     if plan.task is not None:
         task = plan.task
@@ -72,11 +73,11 @@ def write_outputs(
         for old in previous.glob("*.bak*") if previous.is_dir() else ():
             if not (out / old.name).exists():
                 shutil.copy2(old, out / old.name)
-        write_json_atomic(out / RECORDS, rows)
+        write_json_atomic(out / RECORDS, stored)
         if stale:
             write_json_atomic(out / STALE, [r.to_dict() for r in stale])
             names.append(STALE)
-        table = [{**r, "settings": settings_text(r.get("settings"))} for r in rows]
+        table = [{**r, "settings": settings_text(r.get("settings"))} for r in stored]
         write_csv_atomic(out / "extrapolate.csv", table, csv_fields(table))
         images = {}
         for i, (metric, shown) in enumerate(by_metric(display_rows(rows)).items()):
@@ -229,7 +230,8 @@ def baseline_metrics(
     base = [
         r
         for r in records
-        if r["method"].split(" [")[0] == "none"
+        if r["name"] == "none"
+        and not r["baked"]
         and r.get("depth") is None
         and r.get("task") is None  # one task of a mixture is not the run's headline
         and headline(r) is not None

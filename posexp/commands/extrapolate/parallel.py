@@ -37,6 +37,7 @@ from posexp.commands.extrapolate.score_run import (
     write_merged,
 )
 from posexp.errors import PosexpError
+from posexp.extension.spec import MethodSpec
 from posexp.hardware import usable_cores
 from posexp.scoring.records import Record
 from posexp.stops import STOP_SIGNALS, as_stop, held, raise_if_stopped, stopped
@@ -48,15 +49,15 @@ class Scored:
 
     def __init__(self, runs: list[Path]) -> None:
         self.methods: dict[Path, list[Record]] = {run: [] for run in runs}
-        self.cells: dict[tuple[Path, str], list[Record]] = {}
-        self.finished: set[tuple[Path, str]] = set()
+        self.cells: dict[tuple[Path, MethodSpec], list[Record]] = {}
+        self.finished: set[tuple[Path, MethodSpec]] = set()
 
     def cell(self, run: Path, record: Record) -> None:
         """One cell of a method still scoring (its task's result may come first: then it is in)."""
-        if (run, record.method) not in self.finished:
-            self.cells.setdefault((run, record.method), []).append(record)
+        if (run, record.spec) not in self.finished:
+            self.cells.setdefault((run, record.spec), []).append(record)
 
-    def method(self, run: Path, label: str, records: list[Record]) -> None:
+    def method(self, run: Path, label: MethodSpec, records: list[Record]) -> None:
         """Every cell of one method of ``run``: its task's result."""
         self.finished.add((run, label))
         self.cells.pop((run, label), None)
@@ -109,14 +110,14 @@ def score_plans(
         bar.close()
 
 
-def method_tasks(plans: list[RunPlan]) -> list[tuple[RunPlan, str, int]]:
-    """(plan, method label, tokens of work) for every method of every run with cells to score,
+def method_tasks(plans: list[RunPlan]) -> list[tuple[RunPlan, MethodSpec, int]]:
+    """(plan, method spec, tokens of work) for every method of every run with cells to score,
     the largest first, so the workers finish together (longest-processing-time order)."""
     tasks = []
     for plan in plans:
-        sizes: dict[str, int] = {}
+        sizes: dict[MethodSpec, int] = {}
         for item in plan.todo:
-            sizes[item.record.method] = sizes.get(item.record.method, 0) + item.size
+            sizes[item.record.spec] = sizes.get(item.record.spec, 0) + item.size
         tasks += [(plan, label, size) for label, size in sizes.items()]
     return sorted(tasks, key=lambda task: -task[2])
 
@@ -157,7 +158,7 @@ def score_here(
 
 
 def score_in_workers(
-    tasks: list[tuple[RunPlan, str, int]],
+    tasks: list[tuple[RunPlan, MethodSpec, int]],
     settings: Settings,
     bar: Progress,
     skipped: Any,
@@ -254,7 +255,7 @@ def stop_of(error: BaseException, workers: list[Any]) -> KeyboardInterrupt | Non
 def collect(
     future: Future,
     plan: RunPlan,
-    label: str,
+    label: MethodSpec,
     scored: Scored,
     failed: set[Path],
     skipped: Any,
@@ -313,7 +314,7 @@ def end_with_main() -> None:
 
 
 def score_task(
-    run_dir: str, settings: Settings, n_runs: int, label: str, disable: bool, total: int
+    run_dir: str, settings: Settings, n_runs: int, label: MethodSpec, disable: bool, total: int
 ) -> list[dict[str, Any]]:
     """Plan one run again (this process holds nothing of the main one), cut and score the cells
     of one method still to score; their records, as plain data."""
@@ -330,7 +331,7 @@ def score_task(
             else None
         )
         attach_work(plan, None if test is None else len(test))
-        items = [item for item in plan.todo if item.record.method == label]
+        items = [item for item in plan.todo if item.record.spec == label]
         device = resolve_device(settings.device)
         records: list[Record] = []
         progress = QueueProgress(_events, disable, total, run_dir, records)

@@ -352,13 +352,13 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
             # A mixture's row_tokens counts a skipped part's smallest size, and still gives the
             # scored parts' factor: there it is <= L0, so s = 1 either way (see tasks.py).
             tokens = task.task.row_tokens(length) if task is not None else length
-            ext, label, note = cell_extension(spec, baked, tokens, train_length, run_dir)
+            ext, cell_spec, note = cell_extension(spec, baked, tokens, train_length, run_dir)
             for scorer in scorers:
                 for part, depth in (
                     (p, d) for p, variants, least in parts if length >= least for d in variants
                 ):
                     record = Record(
-                        method=label,
+                        spec=cell_spec,
                         length=length,
                         protocol=scorer.name,
                         factor=ext.factor,
@@ -373,7 +373,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
                         note="; ".join(x for x in (note, unfinished) if x),
                     )
                     items.append(Item(record, ext, scorer))
-    check_cell_extensions([(i.record.method, i.extension) for i in items], mcfg, run_dir)
+    check_cell_extensions([(i.record.spec, i.extension) for i in items], mcfg, run_dir)
     if not items and n_runs == 1:
         raise PosexpError(
             f"no method to evaluate for {str(run_dir)!r} (pe={pe}); "

@@ -73,7 +73,7 @@ def scoring_text(plans: list[RunPlan]) -> str:
     counts = {
         "run": len(plans),
         "length": len({i.record.length for i in items}),
-        "method": len({i.record.method for i in items}),
+        "method": len({i.record.spec for i in items}),
         "protocol": len({i.record.protocol for i in items}),
         "key depth": len({i.record.depth for i in items}),
         "task": len({i.record.task for i in items}),

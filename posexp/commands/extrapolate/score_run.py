@@ -168,7 +168,7 @@ def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
         plan.run_dir,
         plan.pe,
         plan.train_length,
-        [r.to_dict() for r in records],
+        [r.view() for r in records],
         files,
         scored=len(new),
         seq_len=plan.own_length,
@@ -188,7 +188,7 @@ def print_line(plan: RunPlan, item: Any, tokens: int, bar: Any) -> None:
     summary = getattr(bar, "summary", None)
     overall = f"; {summary()}" if summary else ""
     print(
-        f"{plan.run_dir.name}: {record.method} at {record.length:,} ({where}): "
+        f"{plan.run_dir.name}: {record.label} at {record.length:,} ({where}): "
         f"{shown}  [{record.seconds:.1f}s, {tokens:,} tokens{overall}]",
         file=sys.stderr,
         flush=True,

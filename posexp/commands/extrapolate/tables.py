@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunResult
-from posexp.extension.spec import method_order
 from posexp.results.curves import panel
 from posexp.rundir import RunDir
 from posexp.scoring import metric_of
@@ -150,7 +149,7 @@ def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(r: dict[str, Any]) -> tuple:
         p = r["protocol"]
         return (
-            method_order(r["method"]),
+            r["order"],
             protocols.index(p) if p in protocols else len(protocols),
             r.get("task") or "",
             -1.0 if r.get("depth") is None else r["depth"],

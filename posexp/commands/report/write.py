@@ -39,7 +39,7 @@ def pending_evaluations(jobs: list[Job], methods: bool = False) -> list[Job]:
     ]
 
 
-def asked_for(methods: list[str] | None) -> str:
+def asked_for(methods: list[Any] | None) -> str:
     """The cells a report's evaluation scores, in words: a preset's, or those of --method at a
     preset's lengths, else at eval-extrapolate's defaults."""
     from posexp.commands.extrapolate.plan import DEFAULT_LEN
@@ -47,7 +47,7 @@ def asked_for(methods: list[str] | None) -> str:
     if not methods:
         return "the cells their preset (`extrapolate:` section) asks for"
     return (
-        f"the cells of --method {','.join(methods)}, at the lengths their preset "
+        f"the cells of --method {','.join(map(str, methods))}, at the lengths their preset "
         "(`extrapolate:` section) asks for, else at eval-extrapolate's defaults (lengths "
         f"doubling from the training length to {DEFAULT_LEN})"
     )

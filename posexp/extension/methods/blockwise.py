@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan, AttentionSpec, register_attention_method
-from posexp.extension.settings import Setting, positive_int_or_null
+from posexp.extension.settings import Setting, half_length, positive_int_or_null
 
 SETTINGS = (
     Setting(
@@ -20,6 +20,7 @@ SETTINGS = (
         "b: an integer in [1, L0 / 2]; null = L0 / 2",
         positive_int_or_null,
         null_means=lambda given, s, l0: max(1, l0 // 2),
+        at_length=half_length,
     ),
 )
 

@@ -21,6 +21,7 @@ from posexp.extension.settings import (
     LOGN,
     WINDOW_TEXT,
     Setting,
+    below_length,
     number_rule,
     positive_int_or_null,
 )
@@ -31,6 +32,7 @@ SETTINGS = (
         f"w: {WINDOW_TEXT}; null = L0 / 2",
         positive_int_or_null,
         null_means=lambda given, s, l0: l0 // 2,
+        at_length=below_length,
     ),
     Setting(
         "leaky_k",

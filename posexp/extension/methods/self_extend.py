@@ -20,7 +20,7 @@ from posexp.extension.attention import (
     register_attention_method,
     window_size,
 )
-from posexp.extension.settings import LOGN, WINDOW_TEXT, Setting, positive_int_or_null
+from posexp.extension.settings import LOGN, WINDOW_TEXT, Setting, below_length, positive_int_or_null
 
 
 def smallest_group(original_length: int, window: int, target_length: float) -> int:
@@ -43,6 +43,7 @@ SETTINGS = (
         f"W: {WINDOW_TEXT}; null = L0 / 4",
         positive_int_or_null,
         null_means=lambda given, s, l0: l0 // 4,
+        at_length=below_length,
     ),
     Setting(
         "group",

@@ -37,7 +37,6 @@ from posexp.commands.report.views.extrapolation_reading import (
 )
 from posexp.commands.report.views.findings import job_pe
 from posexp.extension import baseline_method
-from posexp.extension.spec import method_order
 from posexp.scoring import TEXT, scorer_names
 
 
@@ -65,7 +64,8 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
         # measurements: each is its own series (column), as in eval-extrapolate's tables.
         fields = series_fields(seeds)
         methods = list(dict.fromkeys(r["method"] for job in seeds for r in job.extrapolate))
-        methods.sort(key=method_order)
+        order = {r["method"]: r["order"] for job in seeds for r in job.extrapolate}
+        methods.sort(key=order.__getitem__)
         for method in methods:
             suffix = "" if method == baseline_method() else f"+{method}"
             found = [

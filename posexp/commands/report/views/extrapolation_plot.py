@@ -17,7 +17,6 @@ from typing import Any
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
-from posexp.extension.spec import base_method
 from posexp.results.curves import MOST_CURVES, gapped, method_panels, not_scored, spec_style
 from posexp.results.figures import figure_title, legend_below, panel_title
 from posexp.results.style import Style, method_style, pe_style
@@ -58,11 +57,12 @@ def _layout(columns: list[Column], protocol: str) -> list[tuple[list[Column], li
         if not methods:
             continue
         labels = list(dict.fromkeys(c.method for c in methods))
+        names = {c.method: method_name(c) for c in methods}
         pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
-        for group in method_panels(labels, MOST_CURVES - len(bases)):
+        for group in method_panels(labels, names, MOST_CURVES - len(bases)):
             mine = [c for c in methods if c.method in group]
-            names = ", ".join(dict.fromkeys(base_method(m) for m in group))
-            out.append((bases, mine, f"{pe_label} with {names}"))
+            named = ", ".join(dict.fromkeys(names[m] for m in group))
+            out.append((bases, mine, f"{pe_label} with {named}"))
     return out
 
 
@@ -102,6 +102,11 @@ SERIES_STYLES = ("-", "-.", ":", (0, (5, 1)))
 def _style(c: Column, plain: list[Column]) -> Any:
     same_pe = [p for p in plain if p.jobs is c.jobs]
     return SERIES_STYLES[same_pe.index(c) % len(SERIES_STYLES)]
+
+
+def method_name(c: Column) -> str:
+    """The name of the method a column's records were scored with (its label: display only)."""
+    return next((r["name"] for r in c.records.values() if r.get("name")), c.method)
 
 
 def column_style(c: Column) -> Style:
@@ -178,7 +183,7 @@ def extrapolation_plot(
             draw(ax, base, name, style, _style(base, plain), panel_lengths)
             _band(ax, base, protocol, style.color, panel_lengths)
         for c in methods:
-            style = spec_style(c.method)
+            style = spec_style(c.method, method_name(c))
             name = c.method + (f" [{c.series}]" if c.series else "")
             draw(ax, c, name, style, style.dash, panel_lengths)
         panel_title(ax, title)

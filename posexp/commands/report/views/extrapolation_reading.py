@@ -9,7 +9,7 @@ from typing import Any
 from posexp.commands.report.views.extrapolation_data import Column, same_sample, sample_key
 from posexp.commands.report.views.extrapolation_paper import shape_sentences
 from posexp.extension import EXTENSIONS, baseline_method
-from posexp.extension.spec import BAKED, base_method
+from posexp.extension.spec import BAKED
 from posexp.results.verdict import compare, compare_cells
 
 
@@ -86,10 +86,11 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"{median:.2f}): {why}."
             )
     baseline = baseline_method()
+    names = {c.method: next(iter(c.records.values()))["name"] for c in columns if c.records}
     judged = [
         label
         for label in dict.fromkeys(c.method for c in columns)
-        if base_method(label) in EXTENSIONS and EXTENSIONS[base_method(label)].zero_shot_verdict
+        if label in names and EXTENSIONS[names[label]].zero_shot_verdict
     ]
     for method in judged:
         for base in (c for c in columns if c.method == baseline):  # one sentence per PE
@@ -101,7 +102,9 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
             pairs = _pairs(same_pe, method, baseline, first, base.trained_length or l0)
             if not pairs:
                 continue
-            out.append(verdict_sentence(method, base.label, pairs, first, base.tuned_at))
+            out.append(
+                verdict_sentence(method, base.label, pairs, first, base.tuned_at, names[method])
+            )
     if l0:
         out += shape_sentences(columns, first, l0)
     out += ranking_sentence(columns, first)
@@ -130,6 +133,7 @@ def verdict_sentence(
     pairs: list[tuple[dict[str, Any], dict[str, Any]]],
     protocol: str,
     tuned_at: int | None = None,
+    name: str = "",
 ) -> str:
     """A method against no extension over the cells past the training length (a fine-tune's:
     ``tuned_at``), each cell judged by the one rule (posexp.results.verdict), with the method's
@@ -139,11 +143,11 @@ def verdict_sentence(
     head = compare_cells(subject, versus, cells, where=f"for {label} {past} ({protocol})")
     if tuned_at is not None:
         after = ""  # the run is fine-tuned already
-    elif EXTENSIONS[base_method(method)].training_free:
+    elif EXTENSIONS[name].training_free:
         after = "; it needs no fine-tuning (it changes attention, not the weights)"
     else:
         after = "; `posexp finetune` trains at the longer length first"
-    caveat = EXTENSIONS[base_method(method)].caveat
+    caveat = EXTENSIONS[name].caveat
     return f"{head}{after}." + (f" Caveat: {method}: {caveat}." if caveat else "")
 
 
