@@ -86,11 +86,13 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"{median:.2f}): {why}."
             )
     baseline = baseline_method()
-    names = {c.method: next(iter(c.records.values()))["name"] for c in columns if c.records}
+    names = {
+        c.method: next(iter(c.records.values())).get("name", c.method) for c in columns if c.records
+    }
     judged = [
         label
         for label in dict.fromkeys(c.method for c in columns)
-        if label in names and EXTENSIONS[names[label]].zero_shot_verdict
+        if names.get(label) in EXTENSIONS and EXTENSIONS[names[label]].zero_shot_verdict
     ]
     for method in judged:
         for base in (c for c in columns if c.method == baseline):  # one sentence per PE
