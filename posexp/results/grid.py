@@ -147,6 +147,18 @@ def grid_markdown(grid: Grid, pe_label: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _colorbar(fig: Any, image: Any, ax: Any, label: str) -> None:
+    """A panel's own colour bar, its ticks plain numbers with one count of decimals."""
+    from matplotlib.ticker import MaxNLocator, NullFormatter
+
+    from posexp.results.curves import same_decimals_formatter
+
+    bar = fig.colorbar(image, ax=ax, shrink=0.8, label=label)
+    bar.ax.yaxis.set_major_locator(MaxNLocator(nbins=5))
+    bar.ax.yaxis.set_major_formatter(same_decimals_formatter())
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def heat_map(grid: Grid, title: str) -> Any:
     """The grid as heat maps, one panel per length multiple (a shared colour scale, each cell
     annotated with its mean ± std and n, the defaults marked in the heads)."""
@@ -169,12 +181,13 @@ def heat_map(grid: Grid, title: str) -> Any:
         squeeze=False,
         layout="constrained",
     )
-    finite = [v for v in grid.cells["mean"] if v is not None and math.isfinite(v) and v > 0]
-    low, high = (min(finite), max(finite)) if finite else (1.0, 2.0)
-    norm = matplotlib.colors.LogNorm(low, high) if grid.metric == "ppl" and low < high else None
-    image = None
     for ax, x in zip(axes.flat, multiples, strict=False):
         means, texts = grid.values(x)
+        # Each multiple its own colour scale: a grid compares settings at one length, and a
+        # scale shared with longer lengths would paint every cell of a short one alike.
+        finite = [v for row in means for v in row if math.isfinite(v) and v > 0]
+        low, high = (min(finite), max(finite)) if finite else (1.0, 2.0)
+        norm = matplotlib.colors.LogNorm(low, high) if grid.metric == "ppl" and low < high else None
         image = ax.imshow(
             means, cmap="viridis_r" if grid.metric == "ppl" else "viridis", norm=norm, aspect="auto"
         )
@@ -199,17 +212,9 @@ def heat_map(grid: Grid, title: str) -> Any:
         )
         length = int(grid.cells[grid.cells["x_l0"] == x]["length"].iloc[0])
         panel_title(ax, f"{x:g}× L0 ({length:,} tokens)")
+        _colorbar(fig, image, ax, grid.metric)
     for ax in list(axes.flat)[len(multiples) :]:
         ax.set_visible(False)
-    if image is not None:
-        from matplotlib.ticker import MaxNLocator, NullFormatter
-
-        from posexp.results.curves import same_decimals_formatter
-
-        bar = fig.colorbar(image, ax=axes, shrink=0.8, label=grid.metric)
-        bar.ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
-        bar.ax.yaxis.set_major_formatter(same_decimals_formatter())
-        bar.ax.yaxis.set_minor_formatter(NullFormatter())
     marked = any(
         grid.label(n, v).endswith(DEFAULT_MARK)
         for n in (grid.rows, grid.columns)

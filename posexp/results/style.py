@@ -39,6 +39,25 @@ PALETTE = (
     "#e6550d",
     "#31a354",
 )
+# Methods draw from colours of their own, none of them grey (no extension is black beside them)
+# and none of them an encoding's tab10 tone, so a method never reads as a PE of another panel.
+METHOD_PALETTE = (
+    "#e6194b",
+    "#3cb44b",
+    "#4363d8",
+    "#f58231",
+    "#911eb4",
+    "#42d4f4",
+    "#f032e6",
+    "#469990",
+    "#9a6324",
+    "#800000",
+    "#808000",
+    "#000075",
+    "#a9a900",
+    "#ff7f9f",
+    "#6b8e23",
+)
 NONE_STYLE_COLOR = "#000000"
 
 
@@ -76,7 +95,7 @@ def _shade(color: str, amount: float) -> str:
     return "#" + "".join(f"{round(v * 255):02x}" for v in (r, g, b))
 
 
-SHADES = (0.0, -0.12, 0.12)
+SHADES = (0.0, -0.15, 0.15)
 
 
 @cache
@@ -89,8 +108,7 @@ def method_style(name: str, spec: str = "") -> Style:
         return Style(NONE_STYLE_COLOR, "o", "-")
     names = [n for n in EXTENSIONS.names() if n != baseline_method()]
     index = names.index(name) if name in names else _digest(name)
-    # tab10's first colour is left to the encodings' first (a PE's plain line beside its methods)
-    color = PALETTE[(index + 1) % len(PALETTE)]
+    color = METHOD_PALETTE[index % len(METHOD_PALETTE)]
     if not spec or spec == name:
         return Style(color, MARKERS[index % len(MARKERS)], "--")
     digest = _digest(spec)

@@ -156,7 +156,7 @@ def test_the_ratio_table_pairs_each_seed_with_its_own_training_length_ppl():
     (col,) = columns({"none": {64: [10.0, 20.0, 40.0], 128: [11.0, 22.0, 44.0]}})
     table = ratio_table([col], "nonoverlap", [64, 128], 64)
     # Every seed's ratio is 1.10, so the spread is 0 although the seeds' ppls differ 4x.
-    assert "| 128 | 2 | 1.10 ± 0.00 |" in table
+    assert "| none | 1.00 ± 0.00 | 1.10 ± 0.00 |" in table
 
 
 def test_the_ranking_names_the_gap_in_seed_std():

@@ -18,6 +18,8 @@ def text_record(method: str, length: int, ppl: float | None, tokens: int = 16384
     """One record of eval-extrapolate's nonoverlap protocol, as ``eval/extrapolate.json`` holds it."""
     return {
         "method": method,
+        # the method's name, as the record reader gives it beside the display label
+        "name": method.split(":")[-1].split("(")[0],
         "length": length,
         "protocol": "nonoverlap",
         "factor": 1.0,

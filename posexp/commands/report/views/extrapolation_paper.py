@@ -80,7 +80,8 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
     if clauses:
         out.append(
             f"ppl relative to the training length ({protocol}), beside {paper['cite']}: "
-            + " ".join(clauses)
+            + "; ".join(c.rstrip(".") for c in clauses)
+            + "."
         )
     if tuned:
         out.append(
