@@ -135,3 +135,20 @@ def test_the_model_knows_nothing_of_hydra_the_cli_or_tensorboard():
 def test_no_module_is_too_long_to_read():
     long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+def test_the_report_draws_through_the_results_library_not_eval_extrapolate():
+    # One plotting module for curves by length (posexp.results.curves): the report may start
+    # evaluations (plan, evaluate), but never borrows eval-extrapolate's outputs' helpers.
+    borrowed = sorted(
+        f"{m} -> {t}"
+        for m in GRAPH
+        if m.startswith("posexp.commands.report")
+        for t in GRAPH[m]
+        if t.startswith("posexp.commands.extrapolate")
+        and t not in ("posexp.commands.extrapolate.plan", "posexp.commands.extrapolate.evaluate")
+    )
+    assert borrowed == []
+    plotting = [m for m in MODULES if m.endswith(("plots", "extrapolation_plot"))]
+    assert plotting == ["posexp.commands.report.views.extrapolation_plot"]  # glue over curves
+    assert "posexp.results.curves" in GRAPH["posexp.commands.report.views.extrapolation_plot"]

@@ -135,7 +135,9 @@ def main_table(
     return pd.DataFrame.from_dict(table, orient="index", columns=columns).fillna("")
 
 
-SAMPLE = {"sample_size": "tokens {:,}", "stride": "stride {}", "precision": "{}"}
+# Key fields that split a method's records into separate series (samples) when they vary.
+SERIES_FIELDS = (("sample_size", "tokens {:,}"), ("stride", "stride {}"), ("precision", "{}"))
+SAMPLE = dict(SERIES_FIELDS)
 
 
 def _sample_text(row: Any, fields: list[str]) -> str:

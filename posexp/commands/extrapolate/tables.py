@@ -8,11 +8,9 @@ from typing import Any
 
 from posexp.commands.extrapolate.plan import RunResult
 from posexp.results.curves import panel
+from posexp.results.summary import SERIES_FIELDS
 from posexp.rundir import RunDir
 from posexp.scoring import metric_of
-
-# Key fields that split a method's records into separate series when they vary between them.
-SERIES_FIELDS = (("sample_size", "tokens {:,}"), ("stride", "stride {}"), ("precision", "{}"))
 
 
 def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
