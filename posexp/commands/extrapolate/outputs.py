@@ -151,43 +151,29 @@ def write_tensorboard(
     the hparams table's test metrics, at the scored checkpoint's training step), the exact numbers as text and the rendered plots (the
     charts' smoothing draws values between lengths never measured; these are unsmoothed).
     """
-    import tempfile
-
     from matplotlib.image import imread
-    from torch.utils.tensorboard import SummaryWriter
+
+    from posexp.runtime.tensorboard import write_event_file
 
     curves = curve_points(records)
-    with tempfile.TemporaryDirectory(prefix="posexp-tb-") as tmp:
-        writer = SummaryWriter(tmp, filename_suffix=EVAL_EVENTS)
-        try:
-            for tag, points in curves.items():
-                for length, value in points:
-                    writer.add_scalar(tag, value, length)
-            for tag, (value, step) in baseline_metrics(records, train_length).items():
-                writer.add_scalar(tag, value, step)
-            if curves:
-                writer.add_custom_scalars(scalar_layout(curves))
-            step = max((r["length"] for r in records), default=0)
-            if records:
-                writer.add_text("extrapolate/table", markdown_table(records), step)
-            for tag, png in images.items():  # the PNGs already rendered, not a second rendering
-                writer.add_image(
-                    tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
-                )
-        finally:
-            writer.close()
-        (built,) = Path(tmp).glob(f"events.out.tfevents.*{EVAL_EVENTS}")
-        final = run_dir / built.name
-        # Copied in under a name without "tfevents" (TensorBoard reads every file with it,
-        # half-written too), then renamed: the folder holds the old file or the whole new one.
-        staging = run_dir / f"{EVAL_EVENTS}.tmp"
-        shutil.copyfile(built, staging)
-        with open(staging, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(staging, final)
-    for old in run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"):
-        if old != final:
-            old.unlink(missing_ok=True)
+
+    def fill(writer: Any) -> None:
+        for tag, points in curves.items():
+            for length, value in points:
+                writer.add_scalar(tag, value, length)
+        for tag, (value, step) in baseline_metrics(records, train_length).items():
+            writer.add_scalar(tag, value, step)
+        if curves:
+            writer.add_custom_scalars(scalar_layout(curves))
+        step = max((r["length"] for r in records), default=0)
+        if records:
+            writer.add_text("extrapolate/table", markdown_table(records), step)
+        for tag, png in images.items():  # the PNGs already rendered, not a second rendering
+            writer.add_image(
+                tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
+            )
+
+    write_event_file(run_dir, EVAL_EVENTS, fill)
 
 
 def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:

@@ -4,6 +4,7 @@ TensorBoard shows; rows a method spec x protocol, columns the lengths, in the or
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunResult
@@ -147,7 +148,8 @@ def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(r: dict[str, Any]) -> tuple:
         p = r["protocol"]
         return (
-            r["order"],
+            # a record without its spec's sort key (hand-made) sorts after those with one
+            r.get("order", (math.inf, r["method"])),
             protocols.index(p) if p in protocols else len(protocols),
             r.get("task") or "",
             -1.0 if r.get("depth") is None else r["depth"],

@@ -152,6 +152,11 @@ def _write_report(
     md_path = target / "report.md"
     write_text_atomic(md_path, "\n".join(sections).rstrip() + "\n")
     files = [md_path, csv_path, *ctx.files]
+    from posexp.runtime.tensorboard import write_report_images
+
+    events = write_report_images(target, [f for f in files if f.suffix == ".png"])
+    if events is not None:  # the figures in TensorBoard's images tab too
+        files.append(events)
     console.print(
         f"wrote {', '.join(str(f) for f in files)}", soft_wrap=True, highlight=False, markup=False
     )

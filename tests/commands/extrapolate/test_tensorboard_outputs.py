@@ -20,6 +20,8 @@ from posexp.commands.extrapolate.tables import display_rows
 def record(method, length, ppl, protocol="nonoverlap"):
     return {
         "method": method,
+        "name": method.split("(")[0],  # the method's name beside its display label
+        "baked": False,
         "protocol": protocol,
         "length": length,
         "metric": "ppl",
@@ -129,7 +131,14 @@ def test_cells_without_a_number_have_no_point_and_legacy_runs_are_removed(run_di
 def test_a_mixtures_single_task_is_not_the_runs_headline_scalar():
     from posexp.commands.extrapolate.outputs import baseline_metrics
 
-    part = {"method": "none", "protocol": "string_match_all", "metric": "score", "length": 226}
+    part = {
+        "method": "none",
+        "name": "none",
+        "baked": False,
+        "protocol": "string_match_all",
+        "metric": "score",
+        "length": 226,
+    }
     records = [{**part, "task": "common_words", "score": 0.0}]
     assert baseline_metrics(records, 256) == {}
     whole = {**part, "task": None, "score": 0.5}
@@ -141,7 +150,15 @@ def test_each_length_takes_the_first_unextended_row_that_has_it():
     from posexp.commands.extrapolate.outputs import baseline_metrics
 
     def rec(method, length, ppl):
-        return {"method": method, "protocol": "nonoverlap", "length": length, "ppl": ppl}
+        name = method.split(" ")[0]
+        return {
+            "method": method,
+            "name": name,
+            "baked": False,
+            "protocol": "nonoverlap",
+            "length": length,
+            "ppl": ppl,
+        }
 
     rows = [rec("none [tokens 16,384]", 64, 3.0), rec("none [tokens 32,768]", 64, 3.1)]
     rows += [rec("none [tokens 32,768]", 128, 4.0), rec("pi", 128, 3.5)]
