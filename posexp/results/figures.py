@@ -59,13 +59,16 @@ def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:
 
 # Where a legend label may break: after a space or a comma (``self_extend(group=2,`` then
 # ``window=16)``), never inside a name or a number.
-LABEL_BREAK = re.compile(r"(?<=[\s,])")
+LABEL_BREAK = re.compile(r"(?<=[ ,])")
+# A count is one piece: ``(n = 2)`` never ends a line at ``(n =``.
+COUNT = re.compile(r"\(n = (\d+)\)")
 
 
 def wrapped_label(label: str, width: int) -> str:
     """A legend label in lines of at most ``width`` characters, broken only after a space or a
     comma; a piece longer than a line stays whole (a wider legend beats a broken word)."""
     lines: list[str] = []
+    label = COUNT.sub(lambda m: f"(n\u00a0=\u00a0{m.group(1)})", label)
     for piece in LABEL_BREAK.split(label):
         if lines and len(lines[-1]) + len(piece.rstrip()) <= width:
             lines[-1] += piece

@@ -180,7 +180,9 @@ def extrapolation_plot(
                 style = method_style(baseline_method())
             else:
                 name, style = base.label, column_style(base)
-            draw(ax, base, name, style, _style(base, plain), panel_lengths)
+            # a fine-tune keeps its PE's colour, dashed: one encoding, other weights
+            dash = "--" if base.tuned_at and not methods else _style(base, plain)
+            draw(ax, base, name, style, dash, panel_lengths)
             _band(ax, base, protocol, style.color, panel_lengths)
         for c in methods:
             style = spec_style(c.method, method_name(c))
