@@ -19,6 +19,8 @@ from posexp.files import save_figure_atomic, write_csv_atomic
 from posexp.registry import Registry
 from posexp.results.labels import distinguishing, run_label, run_labels, setting_key
 
+DRAWN = ".report_figures.json"  # figure -> digest of what it was drawn from (a second report)
+
 
 @dataclass
 class ReportContext:
@@ -58,6 +60,41 @@ class ReportContext:
         write_csv_atomic(path, rows, fields)
         self.files.append(path)
         return path
+
+    def same_as_last(self, name: str, inputs: bytes) -> bool:
+        """Whether the last report made ``name`` from the same ``inputs`` (what it shows); the
+        digest is noted for the next report either way (``save_drawn``)."""
+        import hashlib
+
+        from posexp.errors import PosexpError
+        from posexp.files import read_json
+
+        key = hashlib.sha256(inputs).hexdigest()
+        self.memo.setdefault("drawn", {})[name] = key
+        if "drawn_last" not in self.memo:
+            try:
+                self.memo["drawn_last"] = read_json(self.target / DRAWN) or {}
+            except PosexpError:  # a damaged note only costs a redraw
+                self.memo["drawn_last"] = {}
+        return self.memo["drawn_last"].get(name) == key
+
+    def drawn_already(self, name: str, inputs: str) -> Path | None:
+        """``<target>/<name>`` when the last report drew it from the same ``inputs`` and its PNG
+        and SVG are still there: drawing it again would give the same file, so a second report
+        skips it. None otherwise."""
+        path = self.target / name
+        same = self.same_as_last(name, inputs.encode())
+        if same and path.is_file() and path.with_suffix(".svg").is_file():
+            self.files.append(path)
+            return path
+        return None
+
+    def save_drawn(self) -> None:
+        """Note what each figure drawn through ``drawn_already`` was drawn from."""
+        from posexp.files import write_json_atomic
+
+        if self.memo.get("drawn"):
+            write_json_atomic(self.target / DRAWN, self.memo["drawn"])
 
     def save_figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure as ``<target>/<name>`` (PNG, atomic) and remember it."""

@@ -152,9 +152,15 @@ def _write_report(
     md_path = target / "report.md"
     write_text_atomic(md_path, "\n".join(sections).rstrip() + "\n")
     files = [md_path, csv_path, *ctx.files]
-    from posexp.runtime.tensorboard import write_report_images
+    from posexp.runtime.tensorboard import REPORT_EVENTS, write_report_images
 
-    events = write_report_images(target, [f for f in files if f.suffix == ".png"])
+    pngs = [f for f in files if f.suffix == ".png"]
+    shown = b"".join(f.name.encode() + f.read_bytes() for f in pngs)
+    kept = sorted(target.glob(f"events.out.tfevents.*{REPORT_EVENTS}"))
+    # the same figures as the last report's: its event file holds them already
+    same = ctx.same_as_last("tensorboard images", shown) and kept
+    events = kept[-1] if same else write_report_images(target, pngs)
+    ctx.save_drawn()
     if events is not None:  # the figures in TensorBoard's images tab too
         files.append(events)
     console.print(

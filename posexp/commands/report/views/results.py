@@ -82,7 +82,10 @@ def grid_sections(ctx: ReportContext, summary: pd.DataFrame) -> list[str]:
     for i, grid in enumerate(grids(summary)):
         title = grid.title.replace(f"({grid.pe}", f"({pe_label(grid.pe)}", 1)
         name = f"report_grid_{i + 1}_{grid.method}_{grid.protocol}.png"
-        figure = ctx.save_figure(heat_map(grid, title), name)
+        shown = grid.cells[["settings", "x_l0", "length", "mean", "std", "n"]].to_json()
+        figure = ctx.drawn_already(name, title + shown) or ctx.save_figure(
+            heat_map(grid, title), name
+        )
         md += [
             "",
             f"### Grid: {title}",
