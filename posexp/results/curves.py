@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from posexp.results.depths import panel
 from posexp.results.figures import panel_title
 from posexp.results.style import DASHES, MARKERS, Style, method_style
 from posexp.scoring import SCORERS, metric_of
@@ -251,110 +252,6 @@ def plot_ppl(
     shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
     return fig
-
-
-def smooth(values: list[float], width: int = 5) -> list[float]:
-    """Centred moving average (shorter windows at the ends), to read a trend through bucket noise."""
-    half = width // 2
-    return [
-        sum(values[max(0, i - half) : i + half + 1]) / len(values[max(0, i - half) : i + half + 1])
-        for i in range(len(values))
-    ]
-
-
-def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
-    """Mean loss by position bucket at the longest length: a moving average per method, and the
-    raw buckets faint when there are at most two methods (more would pile up in one colour)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9.2, 4.6), layout="constrained")
-    curves = per_position["methods"]
-    raw = len(curves) <= 2
-    plotted: list[float] = []
-    for i, (method, curve) in enumerate(curves.items()):
-        xs = [(a + b - 1) / 2 for a, b in zip(curve["start"], curve["end"], strict=True)]
-        pts = [(x, y) for x, y in zip(xs, curve["loss"], strict=True) if y is not None]
-        if not pts:
-            continue
-        x, y = zip(*pts, strict=True)
-        plotted += smooth(list(y)) + (list(y) if raw else [])
-        (line,) = ax.plot(
-            x,
-            smooth(list(y)),
-            linestyle=DASHES[i % len(DASHES)],
-            linewidth=1.8,
-            label=f"{method} ({curve['protocol']})",
-        )
-        if raw:
-            ax.plot(x, y, color=line.get_color(), linewidth=0.6, alpha=0.3)
-    ax.axvline(
-        per_position["train_length"],
-        color="grey",
-        linestyle=":",
-        linewidth=1,
-        label=f"training length ({per_position['train_length']:,})",
-    )
-    ax.set_xlabel("position in the window (tokens)")
-    ax.set_ylabel("mean loss (nats/token)" + zoom_note(plotted))
-    how = "faint: per bucket; bold: " if raw else ""
-    ax.set_title(
-        f"loss by position at length {per_position['length']:,} ({how}5-bucket moving average)",
-        fontsize=10,
-    )
-    ax.grid(True, alpha=0.3)
-    fig.legend(loc="outside right center", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    return fig
-
-
-def panel(record: dict[str, Any]) -> str:
-    """What a plot panel / table row group shows: the protocol, and the key depth if any (a
-    mixture task's depths averaged by ``over_depths``: the ones its ``depths`` names)."""
-    depth, part = record.get("depth"), record.get("task")
-    if part is not None:  # a mixture's task: its needle depth, if it has one
-        return (
-            part + record.get("depths", "")
-            if depth is None
-            else f"{part}, needle at depth {depth:g}"
-        )
-    return record["protocol"] if depth is None else f"key at depth {depth:g}"
-
-
-def over_depths(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    """A mixture's records with each task's depths averaged (one panel per task, not per task
-    and depth) over the depths every method and length of the task was scored at
-    (``common_depths``), the panel's title naming them and any left out; a task with no depth
-    common to all keeps one panel per depth. Records of single tasks unchanged."""
-    from posexp.results.depths import cells_text, common_depths, depths_text
-
-    if not any(r.get("task") for r in records):
-        return records
-    groups: dict[tuple, dict[tuple[str, int], list[dict[str, Any]]]] = {}
-    for r in records:
-        cell = (r["method"], r["length"])
-        groups.setdefault((r["protocol"], r.get("task")), {}).setdefault(cell, []).append(r)
-    out = []
-    for cells in groups.values():
-        values = {
-            cell: {r.get("depth"): r[metric] for r in rows if r.get(metric) is not None}
-            for cell, rows in cells.items()
-        }
-        found = common_depths(values)
-        if found.own:  # no depth every cell has: no mean compares, each depth its own panel
-            out += [r for rows in cells.values() for r in rows]
-            continue
-        title = ""
-        if any(d is not None for d in found.depths):
-            title = f", mean over needle depths {depths_text(found.depths)}"
-        if found.more:
-            left = cells_text(found.more, lambda cell: (cell[0], f"{cell[1]:,}"), "", "depth")
-            title += f"; left out: {left}"
-        for cell, rows in cells.items():
-            out.append({**rows[0], "depth": None, metric: found.means.get(cell), "depths": title})
-    return out
 
 
 def plot_accuracy(

@@ -9,11 +9,11 @@ matplotlib.use("Agg")
 from posexp.results.curves import (  # noqa: E402
     decimals_needed,
     plot_accuracy,
-    plot_per_position,
     plot_ppl,
     same_decimals_formatter,
     zoom_note,
 )
+from posexp.results.positions import plot_per_position  # noqa: E402
 
 
 def test_ticks_of_one_axis_share_their_decimals():
@@ -170,7 +170,7 @@ def mixture(cells: dict[tuple[str, float | None, int], float]) -> list[dict]:
 def test_a_mixtures_figure_averages_the_depths_every_method_and_length_has():
     # pi scored again with --depths 0.25 (score 0 there): its point averaged 0, 0.25 and 1
     # (0.33) beside none's 0 and 1 (0.50), though both score the same at those depths.
-    from posexp.results.curves import over_depths, panel
+    from posexp.results.depths import over_depths, panel
 
     cells = {(m, d, n): d for m in ("none", "pi") for d in (0.0, 1.0) for n in (226, 482)}
     cells |= {("pi", 0.25, 226): 0.0, ("pi", 0.25, 482): 0.0}
@@ -190,7 +190,7 @@ def test_a_mixtures_figure_averages_the_depths_every_method_and_length_has():
 
 def test_a_mixture_task_with_no_depth_every_cell_has_keeps_a_panel_per_depth():
     # pi at 482 scored at 0.25 only: a mean over it would stand beside means over 0 and 1.
-    from posexp.results.curves import over_depths, panel
+    from posexp.results.depths import over_depths, panel
 
     cells = {(m, d, 226): d for m in ("none", "pi") for d in (0.0, 1.0)}
     cells |= {("pi", 0.25, 482): 0.25}

@@ -27,12 +27,9 @@ from posexp.files import (
     write_csv_atomic,
     write_json_atomic,
 )
-from posexp.results.curves import (
-    over_depths,
-    plot_accuracy,
-    plot_per_position,
-    plot_ppl,
-)
+from posexp.results.curves import plot_accuracy, plot_ppl
+from posexp.results.depths import over_depths
+from posexp.results.positions import plot_per_position
 from posexp.scoring import metric_of
 from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record
 from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
@@ -122,6 +119,7 @@ def per_position(rows: list[dict[str, Any]], train_length: int) -> dict[str, Any
         if r["length"] == longest and (r["method"] not in curves or r["protocol"] == "nonoverlap"):
             edges = bucket_edges(longest)
             curves[r["method"]] = {
+                "name": r.get("name"),
                 "protocol": r["protocol"],
                 "start": edges[:-1],
                 "end": edges[1:],

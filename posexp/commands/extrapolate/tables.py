@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunResult
-from posexp.results.curves import panel
+from posexp.results.depths import panel
 from posexp.results.summary import SERIES_FIELDS
 from posexp.rundir import RunDir
 from posexp.scoring import metric_of

@@ -362,7 +362,8 @@ def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
 
 
 def test_plot_helpers_smooth_and_plain_ticks():
-    from posexp.results.curves import plot_ppl, smooth
+    from posexp.results.curves import plot_ppl
+    from posexp.results.positions import smooth
 
     assert smooth([1.0, 2.0, 3.0, 4.0, 5.0], width=3) == [1.5, 2.0, 3.0, 4.0, 4.5]
     records = [
