@@ -152,3 +152,5 @@ def test_the_report_draws_through_the_results_library_not_eval_extrapolate():
     plotting = [m for m in MODULES if m.endswith(("plots", "extrapolation_plot"))]
     assert plotting == ["posexp.commands.report.views.extrapolation_plot"]  # glue over curves
     assert "posexp.results.curves" in GRAPH["posexp.commands.report.views.extrapolation_plot"]
+    glue = MODULES["posexp.commands.report.views.extrapolation_plot"].read_text()
+    assert "matplotlib" not in glue  # it builds the curves; results.curves draws them

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from posexp.results.depths import panel
@@ -13,7 +14,7 @@ from posexp.results.figures import panel_title
 from posexp.results.style import DASHES, MARKERS, Style, method_style
 from posexp.scoring import SCORERS, metric_of
 
-__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "method_panels"]
+__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "Curve", "Panel", "method_panels", "plot_panels"]
 MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
@@ -312,4 +313,89 @@ def plot_accuracy(
         ax.grid(True, alpha=0.3)
     shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
+    return fig
+
+
+@dataclass
+class Curve:
+    """One line of a panel: its label, its value at each length, its style, and the seeds'
+    spread (low, high) at each length where a band is drawn."""
+
+    label: str
+    points: dict[int, float]
+    style: Style
+    dash: Any
+    band: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass
+class Panel:
+    """A panel of curves (at most MOST_CURVES), under its title."""
+
+    title: str
+    curves: list[Curve]
+
+
+def plot_panels(
+    panels: list[Panel],
+    title: str,
+    ylabel: str,
+    marks: list[tuple[int, str]] = (),
+    per_row: int = 4,
+) -> Any:
+    """Panels of curves against length (log-log, plain ticks), a shared y axis, at most
+    ``per_row`` a row; a line breaks at a length of its panel it lacks, and its label names
+    them; ``marks``: (length, dash) of the grey vertical lines (the training lengths)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posexp.results.figures import figure_title, legend_below
+
+    count = max(1, len(panels))
+    cols = min(count, per_row)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(4.2 * cols + (2.5 if count == 1 else 0), 4.6 * rows + 0.6),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    lengths = sorted({n for p in panels for c in p.curves for n in c.points})
+    for ax, panel_ in zip(flat, panels, strict=False):
+        mine = sorted({n for c in panel_.curves for n in c.points})
+        for c in panel_.curves:
+            xs, ys, lacks = gapped(c.points, mine)
+            ax.plot(
+                xs,
+                ys,
+                c.dash,
+                marker=c.style.marker,
+                markersize=5,
+                color=c.style.color,
+                label=c.label + not_scored(lacks),
+            )
+            if c.band:
+                # NaN at the lengths the curve lacks: the band breaks where the line does
+                gap = (math.nan, math.nan)
+                spread = sorted({*mine, *c.band})
+                lo, hi = zip(*(c.band.get(n, gap) for n in spread), strict=True)
+                ax.fill_between(spread, lo, hi, color=c.style.color, alpha=0.15, linewidth=0)
+        panel_title(ax, panel_.title)
+        for n, dash in marks:
+            ax.axvline(n, color="grey", linestyle=dash, linewidth=1)
+        if lengths:
+            plain_log_axes(ax, lengths)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_xlabel("evaluation length (tokens)")
+        legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
+    for ax in flat[len(panels) :]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel(ylabel)
+    figure_title(fig, title)
     return fig

@@ -10,15 +10,21 @@ plain line.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
-from posexp.results.curves import MOST_CURVES, gapped, method_panels, not_scored, spec_style
-from posexp.results.figures import figure_title, legend_below, panel_title
+from posexp.results.curves import (
+    MOST_CURVES,
+    Curve,
+    Panel,
+    gapped,
+    method_panels,
+    plot_panels,
+    spec_style,
+)
 from posexp.results.style import Style, method_style, pe_style
 
 
@@ -116,64 +122,28 @@ def column_style(c: Column) -> Style:
     return pe_style(c.pe.name + (" randomized" if c.pe.randomized else ""))
 
 
-def _band(ax: Any, c: Column, protocol: str, color: Any, lengths: list[int]) -> None:
+def curve_of(c: Column, protocol: str, label: str, style: Style, dash: Any, band: bool) -> Curve:
+    """A column as a curve: its mean at each length, n in its label, its seeds' spread."""
+    seeds = _seeds(c)
     spread = {
         n: (r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
         for (p, n), r in c.records.items()
-        if p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
+        if band and p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
     }
-    if spread:
-        # NaN at the panel's lengths the column lacks: fill_between leaves a gap there, as the
-        # line does, rather than a band across a length no seed was scored at.
-        xs = sorted({*lengths, *spread})
-        gap = (math.nan, math.nan)
-        lo, hi = zip(*(spread.get(n, gap) for n in xs), strict=True)
-        ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+    text = label + (f" (n = {seeds})" if seeds > 1 else "")
+    return Curve(text, dict(_points(c, protocol)), style, dash, spread)
 
 
 def extrapolation_plot(
     ctx: ReportContext, columns: list[Column], protocol: str, l0: int | None
 ) -> Path:
-    """ppl against length (log-log, plain ticks): all encodings, then one panel per encoding's methods."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posexp.results.curves import plain_log_axes
-
+    """ppl against length: all encodings, then each encoding's methods (drawn by the one
+    plotting module of curves by length, posexp.results.curves)."""
     columns = [c for c in columns if _points(c, protocol)]  # the rest: unplotted(), in words
     plain = [c for c in columns if c.method == baseline_method()]
-    layout = _layout(columns, protocol)
-    panels = len(layout)
-    cols = min(panels, 4)
-    rows = math.ceil(panels / cols)
-    fig, axes = plt.subplots(
-        rows,
-        cols,
-        figsize=(4.2 * cols + (2.5 if panels == 1 else 0), 4.6 * rows + 0.6),
-        sharey=True,
-        squeeze=False,
-        layout="constrained",
-    )
-    flat = list(axes.flat)
-    lengths = sorted({n for c in columns for n, _ in _points(c, protocol)})
-
-    def draw(ax: Any, c: Column, label: str, style: Style, dash: Any, lengths: list[int]) -> None:
-        seeds = _seeds(c)
-        xs, ys, lacks = gapped(dict(_points(c, protocol)), lengths)
-        ax.plot(
-            xs,
-            ys,
-            dash,
-            marker=style.marker,
-            markersize=5,
-            color=style.color,
-            label=label + (f" (n = {seeds})" if seeds > 1 else "") + not_scored(lacks),
-        )
-
-    for ax, (bases, methods, title) in zip(flat, layout, strict=False):
-        panel_lengths = sorted({n for c in bases + methods for n, _ in _points(c, protocol)})
+    panels = []
+    for bases, methods, title in _layout(columns, protocol):
+        curves = []
         for base in bases:
             if methods:  # a PE's own panel: its plain line is "no extension"
                 name = "no extension" + (f" [{base.series}]" if base.series else "")
@@ -182,34 +152,20 @@ def extrapolation_plot(
                 name, style = base.label, column_style(base)
             # a fine-tune keeps its PE's colour, dashed: one encoding, other weights
             dash = "--" if base.tuned_at and not methods else _style(base, plain)
-            draw(ax, base, name, style, dash, panel_lengths)
-            _band(ax, base, protocol, style.color, panel_lengths)
+            curves.append(curve_of(base, protocol, name, style, dash, band=True))
         for c in methods:
             style = spec_style(c.method, method_name(c))
             name = c.method + (f" [{c.series}]" if c.series else "")
-            draw(ax, c, name, style, style.dash, panel_lengths)
-        panel_title(ax, title)
+            curves.append(curve_of(c, protocol, name, style, style.dash, band=False))
+        panels.append(Panel(title, curves))
     tuned = sorted({c.tuned_at for c in columns if c.tuned_at and c.tuned_at != l0})
-    for ax in flat[:panels]:
-        if l0:
-            ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
-        for n in tuned:  # where a fine-tune's own training ends
-            ax.axvline(n, color="grey", linestyle="-.", linewidth=1)
-        if lengths:
-            plain_log_axes(ax, lengths)
-        ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel("evaluation length (tokens)")
-        legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
-    for ax in flat[panels:]:
-        ax.set_visible(False)
-    for row in axes:
-        row[0].set_ylabel("test perplexity (log scale)")
+    marks = ([(l0, ":")] if l0 else []) + [(n, "-.") for n in tuned]
     several = any(r.get("n", 1) > 1 for c in columns for r in c.records.values())
-    figure_title(
-        fig,
+    title = (
         f"Test perplexity against evaluation length ({protocol} windows)"
         + (f"; dotted: training length {l0:,}" if l0 else "")
         + (f"; dash-dot: fine-tuned at {' and '.join(f'{n:,}' for n in tuned)}" if tuned else "")
-        + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else ""),
+        + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else "")
     )
+    fig = plot_panels(panels, title, "test perplexity (log scale)", marks)
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")
