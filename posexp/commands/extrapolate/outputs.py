@@ -94,7 +94,7 @@ def write_outputs(
             )
             names += ["per_position.json", "per_position.png"]
     # After the records are in place: the run's curves then never show cells it does not hold.
-    write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length)
+    write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length, plan.pe)
     remove_legacy_tensorboard(plan.run_dir)
     return [plan.run.eval_dir / name for name in names]
 
@@ -138,13 +138,18 @@ EVAL_EVENTS = ".eval-extrapolate"
 
 
 def write_tensorboard(
-    run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes], train_length: int
+    run_dir: Path,
+    records: list[dict[str, Any]],
+    images: dict[str, bytes],
+    train_length: int,
+    pe: str = "",
 ) -> None:
     """The evaluation in the run's own TensorBoard run: one event file in ``run_dir``, rewritten
     from every current record at each evaluation, so points never duplicate or go stale.
 
-    Tags ``extrapolate/<protocol>/<metric>/<method>`` against length (one colour per run, as
-    its training curves), a custom-scalars chart per protocol and metric holding every method,
+    Tags ``extrapolate/<pe>/<protocol>/<metric>/<method>`` against length (one colour per run,
+    as its training curves), a custom-scalars chart per PE, protocol and metric holding every
+    method (in a sweep's TensorBoard: every seed of that PE, every method),
     ``eval/<metric>_x<ratio>`` (the unextended model at each multiple of the training length:
     the hparams table's test metrics, at the scored checkpoint's training step), the exact numbers as text and the rendered plots (the
     charts' smoothing draws values between lengths never measured; these are unsmoothed).
@@ -153,7 +158,7 @@ def write_tensorboard(
 
     from posexp.runtime.tensorboard import write_event_file
 
-    curves = curve_points(records)
+    curves = curve_points(records, pe)
 
     def fill(writer: Any) -> None:
         for tag, points in curves.items():
@@ -174,9 +179,10 @@ def write_tensorboard(
     write_event_file(run_dir, EVAL_EVENTS, fill)
 
 
-def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """``extrapolate/<protocol>[_<task>][_depthD]/<metric>/<method>`` -> (length, value) by length; the
-    cells without a number (past a learned table) are left out."""
+def curve_points(records: list[dict[str, Any]], pe: str = "") -> dict[str, list[tuple[int, float]]]:
+    """``extrapolate/[<pe>/]<protocol>[_<task>][_depthD]/<metric>/<method>`` -> (length, value)
+    by length; the cells without a number (past a learned table) are left out."""
+    root = f"extrapolate/{pe}" if pe else "extrapolate"
     curves: dict[str, list[tuple[int, float]]] = {}
     for r in records:
         value = headline(r)
@@ -184,13 +190,15 @@ def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
             continue
         depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
         part = "" if r.get("task") is None else f"_{r['task']}"
-        tag = f"extrapolate/{r['protocol']}{part}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
+        tag = f"{root}/{r['protocol']}{part}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
         curves.setdefault(tag, []).append((r["length"], float(value)))
     return {tag: sorted(points) for tag, points in curves.items()}
 
 
 def scalar_layout(curves: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
-    """Custom scalars: one multiline chart per protocol and metric, every method in it.
+    """Custom scalars: one multiline chart per PE (where the tags name it), protocol and
+    metric, every method in it: a sweep's TensorBoard shows each PE's methods (and seeds) as
+    the curves of one chart.
 
     A chart names its tags by prefix, not method by method: TensorBoard merges the runs'
     layouts and keeps one of two charts only when they are equal, so runs evaluated with other
@@ -198,8 +206,10 @@ def scalar_layout(curves: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
     families = dict.fromkeys(tag.rsplit("/", 1)[0] for tag in curves)
     charts = {}
     for family in families:
-        scorer, metric = family.removeprefix("extrapolate/").rsplit("/", 1)
+        parts = family.removeprefix("extrapolate/").split("/")
+        pe, (scorer, metric) = ("/".join(parts[:-2]), parts[-2:])
         title = f"{metric} by evaluation length, {scorer.replace('_', ' ')} (every method)"
+        title = f"{pe}: {title}" if pe else title
         charts[title] = ["Multiline", [f"^{re.escape(family)}/"]]
     return {"extrapolation": charts}
 
