@@ -17,6 +17,9 @@ import pandas as pd
 from posexp.results.summary import cell_text
 
 DEFAULT_MARK = "*"  # beside a value that is the method's default
+# A panel's colour scale spans at least this share of its values: a spread of 0.001% is not
+# painted from one end of the colour map to the other.
+MIN_SPAN = 0.02
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,14 @@ def heat_map(grid: Grid, title: str) -> Any:
         # scale shared with longer lengths would paint every cell of a short one alike.
         finite = [v for row in means for v in row if math.isfinite(v) and v > 0]
         low, high = (min(finite), max(finite)) if finite else (1.0, 2.0)
-        norm = matplotlib.colors.LogNorm(low, high) if grid.metric == "ppl" and low < high else None
+        middle = (low + high) / 2
+        if high - low < MIN_SPAN * middle:  # cells equal to the shown digits look alike
+            low, high = middle * (1 - MIN_SPAN / 2), middle * (1 + MIN_SPAN / 2)
+        norm = (
+            matplotlib.colors.LogNorm(low, high)
+            if grid.metric == "ppl"
+            else matplotlib.colors.Normalize(low, high)
+        )
         image = ax.imshow(
             means, cmap="viridis_r" if grid.metric == "ppl" else "viridis", norm=norm, aspect="auto"
         )

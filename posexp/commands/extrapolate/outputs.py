@@ -86,6 +86,9 @@ def write_outputs(
             )
             images[f"extrapolate/{metric}_plot"] = save_figure_atomic(fig, out / name)
             names.append(name)
+        for name, png in grid_figures(plan, records, title, out).items():
+            images[f"extrapolate/{name.removesuffix('.png')}"] = png
+            names.append(name)
         curves = per_position(rows, plan.train_length)
         if curves is not None:
             write_json_atomic(out / "per_position.json", curves)
@@ -97,6 +100,21 @@ def write_outputs(
     write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length, plan.pe)
     remove_legacy_tensorboard(plan.run_dir)
     return [plan.run.eval_dir / name for name in names]
+
+
+def grid_figures(plan: RunPlan, records: list[Record], title: str, out: Path) -> dict[str, bytes]:
+    """The run's settings grids (a method whose specs vary in two or more settings) as heat maps
+    in ``out``, the same view the report draws (``posexp.results.grid``): file name -> PNG."""
+    from posexp.results.grid import grids, heat_map
+    from posexp.results.summary import summarize
+    from posexp.results.table import results_frame, run_rows
+
+    found = grids(summarize(results_frame(run_rows(plan.run, records))))
+    pngs = {}
+    for i, grid in enumerate(found):
+        name = f"grid_{i + 1}_{grid.method}_{grid.protocol}.png"
+        pngs[name] = save_figure_atomic(heat_map(grid, f"{grid.title}\n{title}"), out / name)
+    return pngs
 
 
 def by_metric(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
