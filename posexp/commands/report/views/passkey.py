@@ -70,7 +70,7 @@ def rows_of(jobs: list[Job], unscored: list[str] | None = None) -> dict[str, Cel
         # or none when it has none.
         baked = tuned and job.config.extension.method != baseline_method()
         trained_with = next(
-            (r["method"] for r in job.extrapolate if r["baked"]),
+            (r["method"] for r in job.extrapolate if r.get("baked")),
             None if baked else baseline_method(),
         )
         if tuned and trained_with is None:
