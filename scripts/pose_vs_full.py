@@ -82,14 +82,16 @@ def finished(run_dir: Path) -> bool:
     return RunDir(run_dir).status() == "completed"
 
 
-def scores(run_dir: Path, method_prefix: str, field: str | None = None) -> dict[int, float]:
-    """Length -> ``field`` (default: the headline metric) of ``run_dir``'s records whose method
-    starts with ``method_prefix``, averaged over tasks and depths."""
+def scores(run_dir: Path, method: str | None, field: str | None = None) -> dict[int, float]:
+    """Length -> ``field`` (default: the headline metric) of ``run_dir``'s records of
+    ``method`` applied at evaluation (None: the extension the run was fine-tuned with, baked
+    in), averaged over tasks and depths."""
     records = json.loads((run_dir / "eval" / "extrapolate.json").read_text())
     by_length: dict[int, list[float]] = {}
     for r in records:
         value = r.get(field or r.get("metric") or "ppl")
-        if r["method"].startswith(method_prefix) and value is not None:
+        wanted = r["baked"] if method is None else r["method"] == method and not r["baked"]
+        if wanted and value is not None:
             by_length.setdefault(int(r["length"]), []).append(float(value))
     return {n: sum(v) / len(v) for n, v in sorted(by_length.items())}
 
@@ -162,7 +164,7 @@ def main() -> None:
                 ],
                 a.threads,
             )
-            rows.append((name, seed, scores(run_dir, "baked:"), scores(run_dir, "baked:", "ppl")))
+            rows.append((name, seed, scores(run_dir, None), scores(run_dir, None, "ppl")))
     run(
         ["eval-extrapolate", "--run", str(a.parent), "--method", a.method, "--lengths", lengths],
         a.threads,

@@ -264,3 +264,15 @@ def bf16_step_matches_sdpa(monkeypatch, cfg: dict, x, kernel: str = "matmul") ->
     ):
         assert (a.grad - b.grad).abs().max() <= 0.05 * b.grad.abs().max() + 1e-6, name
     return len(calls)
+
+
+def record_view(label: str, **fields: object) -> dict[str, object]:
+    """A record as the views read it (``Record.view``), for a hand-made fixture: ``method`` the
+    display label, ``name``, ``baked`` and ``order`` those of the spec the label writes."""
+    import dataclasses
+
+    from posexp.extension.spec import parse_spec
+
+    baked = label.startswith("baked:")
+    spec = dataclasses.replace(parse_spec(label.removeprefix("baked:"), baked=False), baked=baked)
+    return {"method": label, "name": spec.name, "baked": baked, "order": spec.sort_key, **fields}

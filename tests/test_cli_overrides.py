@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
-from posexp.cli.overrides import expand_method_specs, open_mapping_args, quote_resume_path
+from posexp.cli.overrides import (
+    expand_method_specs,
+    open_mapping_args,
+    quote_method_lists,
+    quote_resume_path,
+)
 from posexp.rundir import RunDir
 from tests.helpers import TINY, posexp, run_dirs
 
@@ -27,6 +34,59 @@ def test_a_method_spec_becomes_the_extension_group_and_its_keys():
         "extension.long_factor=[1,2]",
         "extension.factor=4",
     ]
+
+
+def test_a_spec_value_is_taken_as_typed_as_its_key_is():
+    # 1e3 is a number in a spec as it is in extension.beta_fast=1e3 (YAML 1.1 reads it as text)
+    assert expand_method_specs(["extension=yarn(beta_fast=1e3)"]) == [
+        "extension=yarn",
+        "extension.beta_fast=1000",
+    ]
+    assert expand_method_specs(["extension=yarn(beta_slow=0.00001)"])[1:] == [
+        "extension.beta_slow=1e-05"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["extension=yarn(factor=2)", "extension.factor=4"],
+            "extension.factor given twice: in 'extension=yarn(factor=2)' and in "
+            "'extension.factor=4'",
+        ),
+        (
+            ["+extension.beta_fast=8", "extension=yarn(beta_fast=16)"],
+            "extension.beta_fast given twice",
+        ),
+    ],
+)
+def test_a_key_given_in_a_spec_and_again_is_refused(args, message):
+    from posexp.errors import PosexpError
+
+    with pytest.raises(PosexpError, match=re.escape(message)) as e:
+        expand_method_specs(args)
+    assert "\n" not in str(e.value)
+    # the key once, either way, passes
+    assert expand_method_specs(["extension=yarn", "extension.factor=4"]) == [
+        "extension=yarn",
+        "extension.factor=4",
+    ]
+
+
+def test_an_unquoted_method_list_is_quoted_for_hydra_once_it_checks():
+    from posexp.errors import PosexpError
+
+    assert quote_method_lists(["extrapolate.method=none,yarn(factor=2|4)", "pe=rope"]) == [
+        "extrapolate.method='none,yarn(factor=2|4)'",
+        "pe=rope",
+    ]
+    kept = ["extrapolate.method='yarn(factor=2)'", "extrapolate.method=none,pi"]
+    assert quote_method_lists(kept) == kept  # quoted already, or nothing Hydra misreads
+    swept = ["-m", "extrapolate.method=none,yarn(factor=2)"]
+    assert quote_method_lists(swept) == swept  # the sweep check refuses it
+    with pytest.raises(PosexpError, match=r"^extrapolate.method= 'yarn\(factor=0\)': factor"):
+        quote_method_lists(["extrapolate.method=yarn(factor=0)"])
 
 
 def test_a_tasks_options_are_set_without_a_plus():
@@ -113,7 +173,12 @@ def test_a_fine_tune_takes_a_method_spec(tmp_path, cache):
     import json
 
     (record,) = json.loads((tuned / "eval" / "extrapolate.json").read_text())
-    assert record["method"] == "baked:yarn(beta_fast=16)" and record["factor"] == 2.0
+    assert record["label"] == "baked:yarn(beta_fast=16)" and record["factor"] == 2.0
+    assert (record["method"], record["baked"], record["spec"]["settings"]) == (
+        "yarn",
+        True,
+        {"beta_fast": 16.0},
+    )
 
 
 def test_methods_lists_every_method_with_its_settings(tmp_path, cache):

@@ -154,7 +154,7 @@ def eval_extrapolate(
     method: list[str] | None = typer.Option(
         None,
         "--method",
-        help="Method specs, name or name(key=value,...), e.g. none,yarn or 'self_extend(group=4,window=16)' (repeatable; `posexp methods` lists every setting); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run.",
+        help="Method specs, name or name(key=value,...), e.g. none,yarn or 'self_extend(group=4,window=16)'; values joined by | are a grid, every combination one spec: 'yarn(factor=4|8|16)' (repeatable; `posexp methods` lists every setting); default: all that apply to the run's PE, plus 'baked' for a fine-tuned run.",
     ),
     factor: float | None = typer.Option(
         None,
@@ -283,7 +283,7 @@ def report(
     method: list[str] | None = typer.Option(
         None,
         "--method",
-        help="Method specs to evaluate instead of the preset's, e.g. none,'self_extend(group=4)' (repeatable); also scores jobs without a preset.",
+        help="Method specs to evaluate instead of the preset's, e.g. none,'self_extend(group=4)', or a grid 'self_extend(group=2|4,window=8|16)' (repeatable); also scores jobs without a preset.",
     ),
     device: str = typer.Option(
         "auto", "--device", help="Device for that evaluation: auto | cpu | cuda | mps"

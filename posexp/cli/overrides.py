@@ -67,10 +67,29 @@ def open_mapping_args(args: list[str]) -> list[str]:
     return out
 
 
+def quote_method_lists(args: list[str]) -> list[str]:
+    """``extrapolate.method=yarn(beta_fast=16)`` given unquoted, quoted for Hydra (which reads
+    ``yarn(...)`` as a call of an unknown function) once the specs check, in one line, as the
+    preset's key will. Under -m a list is the sweep check's to refuse, so it is left as given."""
+    from posexp.extension.spec import parse_specs
+
+    if any(a in ("-m", "--multirun") for a in args):
+        return args
+    out = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        quoted = value[:1] in ("'", '"')
+        if key.lstrip("+") == "extrapolate.method" and eq and "(" in value and not quoted:
+            parse_specs(value, "extrapolate.method=")
+            arg = f"{key}='{value}'"
+        out.append(arg)
+    return out
+
+
 def hydra_args(args: list[str]) -> list[str]:
-    """``posexp train``'s arguments as Hydra reads them: specs expanded, open mappings added to,
-    a resume path quoted."""
-    return quote_resume_path(open_mapping_args(expand_method_specs(args)))
+    """``posexp train``'s arguments as Hydra reads them: specs expanded, a method list quoted,
+    open mappings added to, a resume path quoted."""
+    return quote_resume_path(open_mapping_args(quote_method_lists(expand_method_specs(args))))
 
 
 def check_overrides(args: list[str]) -> None:

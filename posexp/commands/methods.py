@@ -15,9 +15,12 @@ from posexp.pe import PE_REGISTRY, accepted_extensions
 
 SYNTAX = (
     "A method spec is name or name(key=value,...), e.g. 'self_extend(group=4,window=16)' "
-    "(quote it in a shell); values are YAML scalars, null = the default, and a bare name "
-    "means every default. Use it with eval-extrapolate --method, report --method, "
-    "extrapolate.method in a preset and extension=<spec> for train / finetune."
+    "(quote it in a shell); values are numbers as typed (4, 0.5, 1e-3), true, false, null "
+    "(= the default) or a list [1,1.5,2], and a bare name means every default. Values joined "
+    "by | make a grid, every combination one spec: 'self_extend(group=2|4|8,window=16|32)' is "
+    "six, 'yarn(factor=4|8|16)' three. Several specs: a comma list or the option repeated. Use "
+    "it with eval-extrapolate --method, report --method, extrapolate.method in a preset, and "
+    "(one spec, no grid) extension=<spec> for train / finetune."
 )
 
 

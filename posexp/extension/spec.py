@@ -339,7 +339,7 @@ def _checked(name: str, typed: dict[str, str], text: str, where: str) -> MethodS
         method_params(method, settings, prefix="")  # the relations between settings
     except PosexpError as e:
         raise PosexpError(f"{where} {text!r}: {e}") from None
-    return MethodSpec(name, settings, factor)
+    return canonical(MethodSpec(name, settings, factor))
 
 
 def checked_spec(
@@ -364,7 +364,7 @@ def checked_spec(
     factor = checked.pop("factor", None)
     settings = {k: v for k, v in checked.items() if v is not None}
     method_params(method, settings, prefix=f"{where}.")
-    return MethodSpec(name, settings, factor, baked)
+    return canonical(MethodSpec(name, settings, factor, baked))
 
 
 def parse_specs(
@@ -389,7 +389,7 @@ def parse_specs(
 
 def canonical(spec: MethodSpec) -> MethodSpec:
     """``spec`` with only the settings that differ from the defaults (``yarn(beta_fast=32)`` is
-    ``yarn``): two spellings of one spec compare equal."""
+    ``yarn``): two spellings of one spec compare equal. Every parsed spec is in this form."""
     if spec.name == BAKED:
         return spec
     changed = spec.changed

@@ -51,8 +51,9 @@ from typing import Any
 
 import pandas as pd
 
-from posexp.rundir import RunDir
-from posexp.scoring.records import MEASURES, Record, load
+from posexp.rundir import RunDir, find_runs
+from posexp.scoring.record_fields import MEASURES
+from posexp.scoring.records import Record, load
 
 COLUMNS = (
     "run",
@@ -83,17 +84,26 @@ SETTING_PREFIX = "set_"
 
 
 def load_results(runs: Iterable[RunDir | Path | str]) -> pd.DataFrame:
-    """Every current evaluation record of ``runs`` as one long table (see the module's schema);
-    a run without a checkpoint or records adds nothing."""
+    """Every current evaluation record of ``runs`` as one long table (see the module's schema):
+    each a run dir, or a sweep dir standing for every job below it; a run without a checkpoint
+    or records adds nothing, a folder with no run is one line (``PosexpError``)."""
     rows: list[dict[str, Any]] = []
-    for item in runs:
-        run = item if isinstance(item, RunDir) else RunDir(Path(item))
+    for run in _runs(runs):
         if not run.has_checkpoint():
             continue
         records = load(run).current
         if records:
             rows += run_rows(run, records)
     return results_frame(rows)
+
+
+def _runs(items: Iterable[RunDir | Path | str]) -> list[RunDir]:
+    """Each item as run dirs: a run itself, else a sweep's jobs (each once, in order)."""
+    out: dict[Path, RunDir] = {}
+    for item in items:
+        found = [item] if isinstance(item, RunDir) else find_runs(Path(item), what="run or sweep")
+        out.update((run.path.resolve(), run) for run in found)
+    return list(out.values())
 
 
 def run_rows(run: RunDir, records: list[Record]) -> list[dict[str, Any]]:

@@ -1,6 +1,13 @@
 """Evaluation records: one typed record per measured cell, its key, and where records are kept.
 
-A record is keyed by everything that changes its value: the method and all its settings, the
+A record holds the method spec that asked for it as the parser made it (``MethodSpec``: the
+method's name, the settings given, a fixed factor, whether it is a fine-tune's baked-in
+extension); JSON keeps those as fields (``method``, ``spec``, ``baked``) beside every setting at
+its effective value (``settings``) and the factor it ran at; its ``label`` is for display and
+never read back. Every record is checked where it is read (``Record.from_dict``: types, ranges,
+the method and its known settings); a bad one is set aside, named once, never shown as measured.
+
+A record is keyed by everything that changes its value: the spec asked, all the settings, the
 factor, the length, the protocol, the stride (sliding windows), the sample size (test targets
 of a language model, instances per size of a task), the key depth, the mixture's task, the
 precision, and the checkpoint it scored (its step and a hash of its weights). In
@@ -20,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +38,12 @@ from posexp.extension.registry import get_extension, method_params
 from posexp.extension.spec import MethodSpec
 from posexp.files import exclusive_lock
 from posexp.rundir import EVAL, RunDir
+from posexp.scoring.record_fields import (
+    MAX_LENGTH,
+    PRECISIONS,
+    record_spec,
+    record_value,
+)
 
 log = logging.getLogger("posexp")
 
@@ -86,17 +98,6 @@ def checkpoint_of(run: RunDir) -> Checkpoint:
 CELL_FIELDS = ("method", "label", "length", "protocol", "factor")
 KEY_EXTRA = ("stride", "sample_size", "depth", "task", "precision")
 RUN_FIELDS = ("note", "seconds", "compile_seconds", "scored_at")
-PRECISIONS = ("fp32", "bf16")
-# The scorer's fields a record may hold, and what each allows (anything else is not a record's).
-COUNTS = ("tokens", "examples")  # how much was scored: integers >= 0
-MEASURES = {  # a measured value: its rule (``checks.RULES``); ppl and loss may be inf (diverged)
-    "ppl": ">= 1",
-    "loss": ">= 0",
-    "accuracy": "in [0, 1]",
-    "score": "in [0, 1]",
-}
-# Lengths past this are no evaluation posexp makes (a damaged file's 1e30 is not one).
-MAX_LENGTH = 2**40
 
 
 @dataclass
@@ -203,10 +204,10 @@ class Record:
         metric = d.get("metric") or "ppl"
         if not isinstance(metric, str):
             raise PosexpError(f"{where}.metric must be a string, got {metric!r}")
-        spec = _spec(d, where)
+        spec = record_spec(d, where)
         known = {*CELL_FIELDS, *KEY_EXTRA, *RUN_FIELDS, "metric", "settings", "checkpoint"}
         values = {
-            k: _value(f"{where}.{k}", k, v)
+            k: record_value(f"{where}.{k}", k, v)
             for k, v in d.items()
             if k not in {*known, "baked", "spec"}
         }
@@ -227,7 +228,8 @@ class Record:
                 f"{where}.settings.",
             )
         except PosexpError as e:
-            raise PosexpError(f"{where}: {e}") from None
+            text = str(e)
+            raise PosexpError(text if text.startswith(where) else f"{where}: {text}") from None
         return cls(
             spec=spec,
             length=checks.integer(f"{where}.length", d.get("length"), low=1, high=MAX_LENGTH),
@@ -253,49 +255,6 @@ class Record:
             ),
             scored_at=d.get("scored_at") if isinstance(d.get("scored_at"), str) else None,
         )
-
-
-def _spec(d: dict[str, Any], where: str) -> MethodSpec:
-    """The spec a record names, as fields, checked by the method's declared settings."""
-    from posexp.extension.spec import checked_spec
-
-    baked = d.get("baked", False)
-    if not isinstance(baked, bool):
-        raise PosexpError(f"{where}.baked must be true or false, got {baked!r}")
-    spec = checks.mapping(f"{where}.spec", d.get("spec"))
-    extra = set(spec) - {"settings", "factor"}
-    if extra:
-        raise PosexpError(
-            f"{where}.spec has unknown keys {sorted(extra)}; allowed: settings, factor"
-        )
-    return checked_spec(
-        d["method"],
-        checks.mapping(f"{where}.spec.settings", spec.get("settings")),
-        spec.get("factor"),
-        baked,
-        f"{where}.spec",
-    )
-
-
-def _value(name: str, key: str, value: Any) -> Any:
-    """One of the scorer's fields, checked by what it is: a count, a measure, per-position."""
-    if value is None:
-        return None
-    if key in COUNTS:
-        return checks.integer(name, value, low=0)
-    if key in MEASURES:
-        if checks._is_number(value) and math.isnan(value):
-            return float(value)  # nothing to measure (a task size with no instance)
-        if checks._is_number(value) and value == math.inf and key in ("ppl", "loss"):
-            return float(value)  # a diverged model's: measured, and shown as inf
-        return checks.number(name, value, MEASURES[key])
-    if key == "per_position":
-        if not isinstance(value, list) or not all(v is None or checks._is_number(v) for v in value):
-            raise PosexpError(f"{name} must be a list of numbers, got {value!r}")
-        return value
-    raise PosexpError(
-        f"{name}: not a field of an evaluation record; allowed: {', '.join([*MEASURES, *COUNTS, 'per_position'])}"
-    )
 
 
 # ---- where records are kept -----------------------------------------------------------------

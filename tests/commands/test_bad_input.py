@@ -50,6 +50,18 @@ CASES = {
         ["extension=pi(beta_fast=8)"],
         "extension= 'pi(beta_fast=8)': pi has no setting 'beta_fast'; allowed: factor",
     ),
+    "a spec key given twice": (
+        ["extension=yarn(factor=2)", "extension.factor=4"],
+        "extension.factor given twice: in 'extension=yarn(factor=2)' and in 'extension.factor=4'",
+    ),
+    "an integer past 2^53 in a spec": (
+        ["extension=pi(factor=99999999999999999999999)"],
+        "factor must be at most 9,007,199,254,740,992, got 99999999999999999999999",
+    ),
+    "a grid where one method is set up": (
+        ["extension=yarn(factor=2|4)"],
+        "one setting each expected here, got a grid of 2",
+    ),
     "a sweep over specs": (
         ["-m", "extension=yarn(beta_fast=8),ntk"],
         "a sweep over method specs is not supported; sweep one setting at a time",

@@ -76,12 +76,12 @@ def test_finetune_makes_a_new_run_from_the_parent(parent, cache):
     # eval-extrapolate uses the baked-in method by default, from the original training length.
     posexp(cwd, cache, "eval-extrapolate", "--run", str(ft), "--len", "128", "--tokens", "256")
     recs = json.loads((ft / "eval" / "extrapolate.json").read_text())
-    baked = [r for r in recs if r["method"] == "baked:yarn"]
+    baked = [r for r in recs if r["label"] == "baked:yarn"]
     assert [r["length"] for r in baked] == [32, 64, 128]
     assert all(r["factor"] == 2.0 and r["ppl"] is not None for r in baked)
-    assert {r["method"] for r in recs} >= {"baked:yarn", "none", "yarn", "pi"}
+    assert {r["label"] for r in recs} >= {"baked:yarn", "none", "yarn", "pi"}
     # With a ~0 learning rate the model is the parent: baked yarn at s=2 equals yarn at 64 (s=2).
-    by = {(r["method"], r["length"]): r["ppl"] for r in recs}
+    by = {(r["label"], r["length"]): r["ppl"] for r in recs}
     assert by["baked:yarn", 64] == pytest.approx(by["yarn", 64], rel=1e-5)
 
 

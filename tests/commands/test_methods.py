@@ -34,6 +34,13 @@ def test_the_text_listing_says_what_the_json_says():
     # The paragraph on writing a spec was the text's alone (the JSON was the rows only).
     assert " ".join(text.split()).endswith(" ".join(listing["spec_syntax"].split()))
     assert "name(key=value,...)" in listing["spec_syntax"]
+    # the grid syntax, with an example that parses to the number of specs it says
+    from posexp.extension.spec import parse_specs
+
+    assert "'self_extend(group=2|4|8,window=16|32)' is six" in " ".join(
+        listing["spec_syntax"].split()
+    )
+    assert len(parse_specs("self_extend(group=2|4|8,window=16|32)")) == 6
     for row in listing["methods"]:
         every = len(row["encodings"]) == len(PE_REGISTRY)
         encodings = "every encoding" if every else ", ".join(row["encodings"])

@@ -214,13 +214,13 @@ def test_a_table_with_every_column_still_fits_100_columns():
 def write_records(run_path, methods, lengths):
     """eval/extrapolate.json as eval-extrapolate writes it: a cell per method and length, of
     the run's current weights."""
-    from posexp.extension.spec import MethodSpec
+    from posexp.extension.spec import parse_spec
     from posexp.rundir import RunDir
     from posexp.scoring.records import Record, checkpoint_of
 
     now = checkpoint_of(RunDir(run_path))
     records = [
-        Record(MethodSpec(m), n, "nonoverlap", 1.0, checkpoint=now, values={"ppl": 9.0}).to_dict()
+        Record(parse_spec(m), n, "nonoverlap", 1.0, checkpoint=now, values={"ppl": 9.0}).to_dict()
         for m in methods
         for n in lengths
     ]

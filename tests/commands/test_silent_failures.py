@@ -8,6 +8,7 @@ line and its bytes kept in a ``.bak`` beside it. Signals need a process of their
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -207,7 +208,6 @@ def test_a_prompt_that_is_not_utf8_is_one_line(tmp_path, cache, trained):
         (b"", "empty"),
         (b'[{"meth', "not JSON"),
         (b'{"records": []}', "expected a list of records"),
-        (b'[{"method": 5, "length": "x"}]', "method must be a non-empty string, got 5"),
         (b"\xff\xfe[]", "not UTF-8"),
     ],
 )
@@ -220,6 +220,58 @@ def test_a_damaged_record_file_is_named_in_the_report(tmp_path, cache, trained, 
     assert "evaluation not read" in said and reason in said
     assert reason in (run / "report.md").read_text()  # the section says why it is missing
     assert (run / "eval" / "extrapolate.json").read_bytes() == content  # untouched
+
+
+BAD_RECORDS = {
+    "ppl a list": ({"ppl": [1, 2]}, "ppl must be a finite number >= 1, got [1, 2]"),
+    "ppl negative": ({"ppl": -5}, "ppl must be a finite number >= 1, got -5"),
+    "precision 5": ({"precision": 5}, "precision must be one of fp32, bf16, got 5"),
+    "a setting of another type": (
+        {"method": "yarn", "settings": {"beta_fast": "x"}},
+        "beta_fast must be a finite number > 0, got 'x'",
+    ),
+    "length 1e30": ({"length": 1e30}, "length must be an integer in [1, 1099511627776], got 1e+30"),
+    "no method": ({"method": 5}, "method must be a non-empty string, got 5"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_RECORDS))
+def test_a_bad_record_is_set_aside_named_once_and_everything_else_goes_on(
+    tmp_path, cache, trained, name, caplog
+):
+    change, reason = BAD_RECORDS[name]
+    run = copy_of(trained, tmp_path)
+    path = run / "eval" / "extrapolate.json"
+    good = json.loads(path.read_text())
+    damaged = json.dumps([*good, {**good[0], **change}])
+    path.write_text(damaged)
+    args = ["eval-extrapolate", "--run", str(run), "--lengths", "32,64", "--method", "none"]
+    for extra in ([], ["--force"]):
+        path.write_text(damaged)  # a new version of the file: warned of again
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "posexp"):
+            proc = posexp(tmp_path, cache, *args, *extra)
+        said = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+        assert len(said) == 1 and reason in said[0] and "Traceback" not in proc.stderr, (
+            extra,
+            said,
+        )
+        assert "record 3." in said[0] and str(path) in said[0]
+    # --force wrote the file again: the bad record is in the .bak only, never in the new one
+    assert (run / "eval" / "extrapolate.json.bak").read_text() == damaged
+    kept = json.loads(path.read_text())
+    assert [r["length"] for r in kept] == [32, 64]
+    path.write_text(damaged)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "posexp"):
+        report = posexp(tmp_path, cache, "report", str(run), "--no-eval")
+    assert "Traceback" not in report.stderr
+    assert any("set aside" in r.getMessage() for r in caplog.records)
+    md = (run / "report.md").read_text()
+    assert "-5" not in md and "1e+30" not in md
+    runs = posexp(tmp_path, cache, "runs", str(tmp_path), "--json")
+    (row,) = json.loads(runs.stdout)
+    assert row["evaluated"]["cells"] == 2  # the good records only
 
 
 def test_force_replaces_a_damaged_record_file_and_keeps_it_as_bak(tmp_path, cache, trained):

@@ -12,7 +12,6 @@ from posexp.extension import ExtensionConfig, rope_frequencies
 from posexp.extension.attention import AttentionSpec
 from posexp.extension.spec import (
     MethodSpec,
-    method_order,
     parse_spec,
     parse_specs,
     spec_of,
@@ -139,15 +138,21 @@ def test_a_configured_extension_has_the_spec_of_its_changed_settings():
     assert spec_of("yarn", {"beta_fast": 32}).label == "yarn"
 
 
-def test_methods_sort_in_registry_order_then_by_settings():
-    shown = ["yarn", "self_extend(group=4)", "none", "baked:yarn", "self_extend", "none [x]"]
-    assert sorted(shown, key=method_order) == [
+def test_methods_sort_in_registry_order_then_by_settings_numerically():
+    specs = parse_specs("yarn(factor=16),self_extend(group=4),none,yarn,self_extend,yarn(factor=4)")
+    specs.append(spec_of("yarn", {}, baked=True))
+    assert [s.label for s in sorted(specs, key=lambda s: s.sort_key)] == [
         "baked:yarn",
         "none",
-        "none [x]",
         "yarn",
+        "yarn(factor=4)",
+        "yarn(factor=16)",
         "self_extend",
         "self_extend(group=4)",
+    ]
+    grid = parse_specs("self_extend(group=16|2|8,window=32|4)")
+    assert [s.label for s in sorted(grid, key=lambda s: s.sort_key)] == [
+        f"self_extend(group={g},window={w})" for g in (2, 8, 16) for w in (4, 32)
     ]
 
 
@@ -185,3 +190,91 @@ def test_a_list_setting_keeps_its_commas_and_its_label_parses_back():
 def test_a_bad_list_entry_is_named():
     with pytest.raises(PosexpError, match=r"long_factor\[1\] must be a finite number > 0, got -1"):
         parse_spec("longrope(long_factor=[1,-1])")
+
+
+def test_values_joined_by_a_bar_are_a_grid_of_every_combination_in_order():
+    grid = parse_specs("self_extend(group=2|4|8,window=16|32)")
+    assert [s.label for s in grid] == [
+        f"self_extend(group={g},window={w})" for g in (2, 4, 8) for w in (16, 32)
+    ]
+    assert [s.factor for s in parse_specs("yarn(factor=4|8|16)")] == [4.0, 8.0, 16.0]
+    # a list value stays one value, its commas and all; a grid of lists is lists
+    (one,) = parse_specs("longrope(long_factor=[1,1.5,2])")
+    assert one.settings == {"long_factor": [1.0, 1.5, 2.0]}
+    two = parse_specs("longrope(long_factor=[1,2]|[3,4])")
+    assert [s.settings["long_factor"] for s in two] == [[1.0, 2.0], [3.0, 4.0]]
+    # a grid beside other specs, and a duplicate of one of its specs, kept once
+    assert labels("none,yarn(factor=2|4),yarn(factor=4)") == [
+        "none",
+        "yarn(factor=2)",
+        "yarn(factor=4)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("yarn(factor=4|)", r"factor has an empty value in '4\|'; a grid is values joined by \|"),
+        ("yarn(factor=4|4)", r"factor lists a value twice in '4\|4'"),
+        ("yarn(factor=4|0.5)", r"factor must be a finite number >= 1, got 0.5"),
+    ],
+)
+def test_a_bad_grid_is_one_line(text, message):
+    with pytest.raises(PosexpError, match=message):
+        parse_specs(text)
+
+
+def test_where_one_method_is_set_up_a_grid_is_refused():
+    with pytest.raises(PosexpError, match=r"one setting each expected here, got a grid of 2"):
+        parse_spec("yarn(factor=2|4)", "extension=")
+
+
+@pytest.mark.parametrize(
+    "text, key, value",
+    [
+        ("yarn(beta_slow=0.00001)", "beta_slow", 1e-05),
+        ("yarn(factor=4e0)", None, 4.0),
+        ("yarn(beta_slow=1e-3)", "beta_slow", 0.001),
+        ("yarn(beta_fast=1.0e+300)", "beta_fast", 1e300),
+        ("self_extend(group=+4)", "group", 4),
+    ],
+)
+def test_numbers_are_read_as_typed(text, key, value):
+    spec = parse_spec(text)
+    got = spec.factor if key is None else spec.settings[key]
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("yarn(beta_slow=-1e-3)", r"beta_slow must be a finite number > 0, got -1e-3$"),
+        ("yarn(beta_slow=0.00000)", r"beta_slow must be a finite number > 0, got 0.00000$"),
+        ("yarn(beta_fast=1e999)", r"beta_fast must be a finite number > 0, got 1e999$"),
+        (
+            "self_extend(group=99999999999999999999999)",
+            r"group must be at most 9,007,199,254,740,992, got 99999999999999999999999$",
+        ),
+    ],
+)
+def test_a_bad_number_is_echoed_as_typed_in_one_line(text, message):
+    with pytest.raises(PosexpError, match=message) as e:
+        parse_spec(text)
+    assert "\n" not in str(e.value)
+
+
+def test_labels_are_exact_and_whole_numbers_plain():
+    a, b = parse_specs("yarn(beta_fast=16.0000001),yarn(beta_fast=16.0000002)")
+    assert a.label == "yarn(beta_fast=16.0000001)" and b.label == "yarn(beta_fast=16.0000002)"
+    assert a != b and a.key != b.key and hash(a) != hash(b)
+    assert parse_spec("yarn(factor=4.0)").label == "yarn(factor=4)"
+    assert parse_spec("yarn(beta_slow=0.00001)").label == "yarn(beta_slow=1e-05)"
+    # a label is a valid spec of the same object (what passkey.py hands to extension=)
+    for spec in (a, b, parse_spec("yarn(beta_slow=0.00001)")):
+        assert parse_spec(spec.label) == spec
+
+
+def test_a_default_spelled_out_is_the_same_spec():
+    assert parse_spec("yarn(beta_fast=32)") == parse_spec("yarn") == MethodSpec("yarn")
+    assert parse_spec("yarn(beta_fast=32.0)").key == MethodSpec("yarn").key
+    assert parse_specs("yarn,yarn(beta_fast=32)") == [MethodSpec("yarn")]

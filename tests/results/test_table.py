@@ -132,7 +132,7 @@ def test_hand_made_files_give_current_records_only_and_skip_damaged_ones(tmp_pat
     # run b: records of other weights only -> adds nothing
     write(runs[1], "extrapolate.json", [record(MethodSpec("none"), 32, 3.0, old)])
     with caplog.at_level(logging.WARNING, "posexp"):
-        table = load_results([*runs, tmp_path / "not_a_run"])
+        table = load_results(runs)
     ppl = table[table["metric"] == "ppl"]
     assert sorted(ppl["value"]) == [7.25, 7.5, 9.0]
     # two values that differ in the 8th digit are two rows, two labels
@@ -148,3 +148,18 @@ def test_no_records_is_an_empty_table_with_the_columns(tmp_path):
     table = load_results([tmp_path / "r"])
     assert table.empty and list(table.columns) == list(COLUMNS)
     assert isinstance(table, pd.DataFrame)
+
+
+def test_a_sweep_dir_stands_for_its_jobs_and_a_folder_without_runs_is_one_line(tmp_path):
+    from posexp.errors import PosexpError
+
+    sweep = tmp_path / "sweep"
+    for name in ("pe=rope", "pe=alibi"):
+        make_run(sweep / name, pe=name.split("=")[1])
+        run = RunDir(sweep / name)
+        write(run, "extrapolate.json", [record(MethodSpec("none"), 32, 5.0, checkpoint_of(run))])
+    table = load_results([sweep, sweep / "pe=rope"])  # a job named twice is read once
+    assert sorted(table[table["metric"] == "ppl"]["pe"]) == ["alibi", "rope"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PosexpError, match=r"no runs in .*empty"):
+        load_results([tmp_path / "empty"])

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from posexp.errors import PosexpError
+from posexp.extension.spec import MethodSpec
 from posexp.rundir import RunDir
 from posexp.scoring.records import (
     EVAL_LOCK,
@@ -28,7 +29,7 @@ NOW = Checkpoint(400, "ab12cd34ef567890")
 
 def record(**changes) -> Record:
     base = Record(
-        method="self_extend(group=4)",
+        spec=MethodSpec("self_extend", {"group": 4}),
         length=64,
         protocol="sliding",
         factor=2.0,
@@ -55,7 +56,13 @@ def test_a_record_comes_back_from_json_as_it_went():
 @pytest.mark.parametrize(
     "change",
     [
-        {"method": "self_extend(group=8)", "settings": {"window": None, "group": 8, "logn": False}},
+        {
+            "spec": MethodSpec("self_extend", {"group": 8}),
+            "settings": {"window": None, "group": 8, "logn": False},
+        },
+        {"spec": MethodSpec("self_extend", {"group": 4, "window": 16})},  # another spec asked
+        {"spec": MethodSpec("yarn", {"beta_fast": 16.0000001}), "settings": {}},
+        {"settings": {"window": 8, "group": 4, "logn": False}},
         {"factor": 4.0},
         {"length": 128},
         {"protocol": "nonoverlap", "stride": None},
@@ -80,9 +87,32 @@ def test_what_does_not_change_a_value_is_not_in_the_key():
 @pytest.mark.parametrize(
     "damage, message",
     [
-        ({"length": "x"}, r"record 1\.length must be a positive integer, got 'x'"),
+        ({"length": "x"}, r"record 1\.length must be an integer in \[1, 1099511627776\], got 'x'"),
+        (
+            {"length": 1e30},
+            r"record 1\.length must be an integer in \[1, 1099511627776\], got 1e\+30",
+        ),
         ({"method": 5}, r"record 1\.method must be a non-empty string, got 5"),
-        ({"ppl": "high"}, r"record 1\.ppl must be a number, a list or null, got 'high'"),
+        ({"method": "yarm"}, r"record 1\.spec: unknown method 'yarm'; allowed: "),
+        ({"ppl": "high"}, r"record 1\.ppl must be a finite number >= 1, got 'high'"),
+        ({"ppl": [1, 2]}, r"record 1\.ppl must be a finite number >= 1, got \[1, 2\]"),
+        ({"ppl": -5}, r"record 1\.ppl must be a finite number >= 1, got -5"),
+        ({"accuracy": 1.5}, r"record 1\.accuracy must be a finite number in \[0, 1\], got 1\.5"),
+        ({"tokens": -1}, r"record 1\.tokens must be an integer >= 0, got -1"),
+        ({"precision": 5}, r"record 1\.precision must be one of fp32, bf16, got 5"),
+        ({"speed": 3}, r"record 1\.speed: not a field of an evaluation record; allowed: ppl"),
+        (
+            {"settings": {"window": None, "group": "x", "logn": False}},
+            r"^record 1\.settings\.group must be a positive integer or null, got 'x'",
+        ),
+        (
+            {"settings": {"beta_fast": 16}},
+            r"record 1: unknown param 'beta_fast' for extension 'self_extend'",
+        ),
+        (
+            {"spec": {"settings": {"group": 0}, "factor": None}},
+            r"record 1\.spec\.group must be a positive integer or null, got 0",
+        ),
         ({"checkpoint": {"step": -1, "sha256": "a"}}, r"checkpoint\.step must be an integer >= 0"),
         ({"depth": 2}, r"record 1\.depth must be a finite number in \[0, 1\] or null, got 2"),
     ],
@@ -148,22 +178,19 @@ def test_a_damaged_file_is_one_line_unless_forced(run, text):
     assert load(run, force=True).current == []  # --force: its cells are rescored
 
 
-def test_a_damaged_record_is_one_line_naming_the_file_and_forced_leaves_out_only_it(run, caplog):
+@pytest.mark.parametrize("force", [False, True])
+def test_a_damaged_record_is_set_aside_named_once_and_the_others_go_on(run, caplog, force):
     now = checkpoint_of(run)
     good = [record(length=n, checkpoint=now).to_dict() for n in (32, 64, 128)]
     bad = {**good[1], "ppl": "abc"}
     write(run, "extrapolate.json", [good[0], bad, good[2]])
-    with pytest.raises(
-        PosexpError,
-        match=r"^'.*eval/extrapolate\.json' is unreadable \(record 2\.ppl must be a number, .*"
-        r"got 'abc'; move it aside, or rescore its cells with --force\)$",
-    ):
-        load(run)
-    stored = load(run, force=True)
+    stored = load(run, force=force)
+    load(run, force=force)  # read again (a plan, then its merge): said once
     assert [r.length for r in stored.current] == [32, 128]  # the readable records stay
     assert stored.damaged == ["extrapolate.json"]  # so the file is kept as .bak when replaced
     (said,) = [r.getMessage() for r in caplog.records if "damaged record" in r.getMessage()]
-    assert "left out 1 damaged record(s) of 3 (record 2.ppl must be a number" in said
+    assert "set aside 1 damaged record(s) of 3, not shown as measured (record 2.ppl must be" in said
+    assert "\n" not in said
 
 
 def test_the_merge_lock_keeps_a_second_writer_waiting(run):

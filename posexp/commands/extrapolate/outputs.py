@@ -242,8 +242,8 @@ def baseline_metrics(
     base = [
         r
         for r in records
-        if r["name"] == "none"
-        and not r["baked"]
+        if r.get("name", r["method"]) == "none"
+        and not r.get("baked")
         and r.get("depth") is None
         and r.get("task") is None  # one task of a mixture is not the run's headline
         and headline(r) is not None

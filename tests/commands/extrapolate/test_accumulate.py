@@ -10,6 +10,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from posexp.extension.spec import parse_specs
 from tests.helpers import TINY, posexp, snapshot
 
 GRID = [f"self_extend(group={g},window={w})" for g in (2, 4, 8) for w in (8, 16)]
@@ -51,8 +52,8 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
     assert "fp32: scoring 18 cells" in second.stdout  # only its own cells
     labels = ["none", "yarn", *sorted(GRID)]
     recs = records(run)
-    assert sorted({r["method"] for r in recs}) == sorted(labels) and len(recs) == 8 * 3
-    by = {(r["method"], r["length"]): r for r in recs}
+    assert sorted({r["label"] for r in recs}) == sorted(labels) and len(recs) == 8 * 3
+    by = {(r["label"], r["length"]): r for r in recs}
     assert by["self_extend(group=4,window=16)", 128]["settings"] == {
         "window": 16,
         "group": 4,
@@ -61,9 +62,9 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
     # Different settings, different numbers: the grid's cells are not one cell relabelled.
     assert len({round(by[m, 128]["ppl"], 9) for m in GRID}) > 1
     rows = list(csv.DictReader((run / "eval" / "extrapolate.csv").open()))
-    assert sorted({r["method"] for r in rows}) == sorted(labels) and len(rows) == 24
+    assert sorted({r["label"] for r in rows}) == sorted(labels) and len(rows) == 24
     # The settings at their effective values, a cell per row (a default's change is visible).
-    by_row = {(r["method"], r["length"]): r["settings"] for r in rows}
+    by_row = {(r["label"], r["length"]): r["settings"] for r in rows}
     assert by_row["self_extend(group=4,window=16)", "128"] == "window=16 group=4 logn=false"
     assert by_row["none", "128"] == ""
     # One line per spec in the figure, one tag per spec in the run's own TensorBoard run.
@@ -91,7 +92,7 @@ def test_two_specs_of_one_cell_score_it_once_and_keep_it_under_both(study, cache
     assert (
         "all 1 cells already measured on these weights (1 the same cell as another " in out.stdout
     )
-    at_48 = {r["method"]: r for r in records(run) if r["length"] == 48}
+    at_48 = {r["label"]: r for r in records(run) if r["length"] == 48}
     assert set(at_48) == {"self_extend(group=2)", spelled}
     assert (
         at_48[spelled]["ppl"] == first["ppl"] and at_48[spelled]["scored_at"] == first["scored_at"]
@@ -100,7 +101,7 @@ def test_two_specs_of_one_cell_score_it_once_and_keep_it_under_both(study, cache
     path = run / "eval" / "extrapolate.json"
     older = records(run)
     for r in older:
-        if r["method"] == "self_extend(group=2)":
+        if r["label"] == "self_extend(group=2)":
             r["settings"]["window"] = None
     path.write_text(json.dumps(older))
     again = posexp(
@@ -111,10 +112,10 @@ def test_two_specs_of_one_cell_score_it_once_and_keep_it_under_both(study, cache
 
 def test_force_rescores_just_the_cells_asked_for(study, cache):
     run = study / "fp32"
-    before = {(r["method"], r["length"]): r["scored_at"] for r in records(run)}
+    before = {(r["label"], r["length"]): r["scored_at"] for r in records(run)}
     out = evaluate(study, cache, run, "--method", "yarn", "--lengths", "64", "--force")
     assert "rescoring 1 cell (--force)" in out.stdout
-    after = {(r["method"], r["length"]): r["scored_at"] for r in records(run)}
+    after = {(r["label"], r["length"]): r["scored_at"] for r in records(run)}
     assert set(after) == set(before)
     changed = [k for k in before if after[k] != before[k]]
     assert changed in ([], [("yarn", 64)])  # within the same second the stamp may not move
@@ -135,7 +136,7 @@ def test_self_extend_with_group_one_is_plain_rope(study, cache, precision, toler
         "--tokens",
         "1024",
     )
-    by = {(r["method"], r["length"]): r for r in records(run) if r["sample_size"] == 1024}
+    by = {(r["label"], r["length"]): r for r in records(run) if r["sample_size"] == 1024}
     for n in (32, 64, 128, 256):
         plain, grouped = by["none", n], by["self_extend(group=1)", n]
         assert plain["precision"] == grouped["precision"] == precision
@@ -192,13 +193,13 @@ def test_records_of_earlier_weights_are_kept_apart_and_never_shown(study, cache)
     moved = f"; {len(old)} records of earlier weights (the run trained on) move to eval/stale.json"
     assert moved in out.stdout
     current = records(run)
-    assert {r["method"] for r in current} == {"none"}
+    assert {r["label"] for r in current} == {"none"}
     assert {r["checkpoint"]["step"] for r in current} == {70}
     stale = json.loads((run / "eval" / "stale.json").read_text())
-    assert {(r["method"], r["length"]) for r in stale} >= {(r["method"], r["length"]) for r in old}
+    assert {(r["label"], r["length"]) for r in stale} >= {(r["label"], r["length"]) for r in old}
     assert all(r["checkpoint"]["step"] == 60 for r in stale)
     rows = list(csv.DictReader((run / "eval" / "extrapolate.csv").open()))
-    assert {r["method"] for r in rows} == {"none"}  # the CSV holds these weights only
+    assert {r["label"] for r in rows} == {"none"}  # the CSV holds these weights only
 
 
 def test_two_evaluations_planned_together_keep_each_others_cells(study):
@@ -213,7 +214,7 @@ def test_two_evaluations_planned_together_keep_each_others_cells(study):
     run = RunDir(study / "fp32")
     plans = []
     for method in ("logn", "rerope"):
-        knobs = ExtrapolateConfig(lengths=[32, 48], tokens=512, method=[method])
+        knobs = ExtrapolateConfig(lengths=[32, 48], tokens=512, method=parse_specs(method))
         plan = plan_run(run, Settings(knobs, device="cpu"), n_runs=1)
         test = load_test_tokens(plan.cfg, {})
         attach_work(plan, len(test))
@@ -221,7 +222,7 @@ def test_two_evaluations_planned_together_keep_each_others_cells(study):
     for plan, test in plans:
         bar = Progress(sum(i.size for i in plan.todo), len(plan.todo), show=False)
         evaluate_plan(plan, test, torch.device("cpu"), 4096, bar)
-    cells = {(r["method"], r["length"]) for r in records(study / "fp32") if r["sample_size"] == 512}
+    cells = {(r["label"], r["length"]) for r in records(study / "fp32") if r["sample_size"] == 512}
     assert cells == {(m, n) for m in ("logn", "rerope") for n in (32, 48)}
 
 
@@ -256,4 +257,4 @@ def test_a_stop_part_way_keeps_the_cells_already_scored(
     assert (
         "kept the 2 cell(s) scored before the stop; rerun the command to score the other 2" in err
     )
-    assert [(r["method"], r["length"]) for r in records(run)] == [("none", 32), ("none", 64)]
+    assert [(r["label"], r["length"]) for r in records(run)] == [("none", 32), ("none", 64)]

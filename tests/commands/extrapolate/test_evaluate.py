@@ -13,6 +13,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from posexp.extension import EXTENSIONS
+from posexp.extension.spec import parse_specs
 from posexp.model import GPT, ModelConfig
 from posexp.pe import accepted_extensions
 from posexp.rundir import RunDir
@@ -73,12 +74,12 @@ def test_rope_every_method_length_protocol(runs, cache):
         "2048",
     )
     recs = records(rope)
-    keys = {(r["method"], r["length"], r["protocol"]) for r in recs}
+    keys = {(r["label"], r["length"], r["protocol"]) for r in recs}
     assert keys == set(itertools.product(METHODS, [32, 64, 128], ["nonoverlap", "sliding"]))
     assert len(recs) == len(keys)
     # No terminal here: one plain progress line per item instead of the bar.
     yarn = next(
-        r for r in recs if (r["method"], r["length"], r["protocol"]) == ("yarn", 128, "sliding")
+        r for r in recs if (r["label"], r["length"], r["protocol"]) == ("yarn", 128, "sliding")
     )
     assert f"{rope.name}: yarn at 128 (sliding): ppl {yarn['ppl']:.2f}  [" in proc.stderr
     assert proc.stderr.count(f"{rope.name}: ") == len(recs)
@@ -107,9 +108,9 @@ def test_rope_every_method_length_protocol(runs, cache):
         assert r["tokens"] == 2048  # the same scored count at every length
         assert math.isclose(r["ppl"], math.exp(r["loss"]), rel_tol=1e-9)
         unscaled = ("none", "dynamic_ntk", "rerope", "logn", "blockwise")  # ignore s: recorded as 1
-        expected_factor = 1.0 if r["method"] in unscaled else r["length"] / 32
+        expected_factor = 1.0 if r["label"] in unscaled else r["length"] / 32
         assert r["factor"] == expected_factor
-    by = {(r["method"], r["length"], r["protocol"]): r for r in recs}
+    by = {(r["label"], r["length"], r["protocol"]): r for r in recs}
     # Sliding (stride 16) and non-overlapping windows agree at the training length (sliding gives
     # every token >= 16 tokens of context, so it is a little lower; measured ~3%).
     slide, nonover = by["none", 32, "sliding"]["ppl"], by["none", 32, "nonoverlap"]["ppl"]
@@ -159,14 +160,14 @@ def test_rope_every_method_length_protocol(runs, cache):
         assert got == {
             (r["length"], round(r["ppl"], 3))
             for r in recs
-            if r["method"] == method and r["protocol"] == "sliding"
+            if r["label"] == method and r["protocol"] == "sliding"
         }
     assert {"extrapolate/ppl_plot", "extrapolate/per_position_loss"} <= set(events.Tags()["images"])
     # The exact numbers in the Text tab, which no chart smoothing touches.
     (text,) = events.Tensors("extrapolate/table/text_summary")
     table = text.tensor_proto.string_val[0].decode()
     none_sliding = {
-        r["length"]: r["ppl"] for r in recs if (r["method"], r["protocol"]) == ("none", "sliding")
+        r["length"]: r["ppl"] for r in recs if (r["label"], r["protocol"]) == ("none", "sliding")
     }
     expected = " | ".join(f"{none_sliding[n]:,.2f}" for n in sorted(none_sliding))
     assert f"| none | sliding | {expected} |" in table
@@ -178,7 +179,7 @@ def test_learned_past_its_table_is_null_with_reason(runs, cache):
     proc = posexp(
         cwd, cache, "eval-extrapolate", "--run", str(learned), "--len", "128", "--tokens", "512"
     )
-    by = {(r["method"], r["length"]): r for r in records(learned)}
+    by = {(r["label"], r["length"]): r for r in records(learned)}
     # Measured in the precision it trained in, and said so.
     assert {r["precision"] for r in by.values()} == {"bf16"} and "bf16 as trained" in proc.stdout
     assert set(by) == set(itertools.product(["none", "pi", "logn", "blockwise"], [32, 64, 128]))
@@ -191,7 +192,7 @@ def test_learned_past_its_table_is_null_with_reason(runs, cache):
 
 def test_default_is_newest_run_and_a_second_evaluation_adds_to_the_first(runs, cache):
     cwd, _, learned = runs
-    before = {r["method"]: r for r in records(learned) if r["length"] == 32}  # the test above
+    before = {r["label"]: r for r in records(learned) if r["length"] == 32}  # the test above
     proc = posexp(
         cwd,
         cache,
@@ -207,10 +208,10 @@ def test_default_is_newest_run_and_a_second_evaluation_adds_to_the_first(runs, c
     )
     assert learned.name in proc.stdout and f"{learned.name}: scoring 4 cells" in proc.stdout
     recs = records(learned)
-    new = {(r["method"], r["length"]) for r in recs if r["sample_size"] == 256}
+    new = {(r["label"], r["length"]) for r in recs if r["sample_size"] == 256}
     assert new == set(itertools.product(["none", "pi"], [32, 48]))
     # The first evaluation's records stay, each untouched (its 512-token cells are others).
-    kept = {r["method"]: r for r in recs if r["length"] == 32 and r["sample_size"] == 512}
+    kept = {r["label"]: r for r in recs if r["length"] == 32 and r["sample_size"] == 512}
     assert kept == before and len(recs) == 12 + 4
     assert len(list(learned.glob("events.out.tfevents.*.eval-extrapolate"))) == 1
     assert not list((learned / "eval").rglob("events.out.tfevents.*"))  # no run of its own
@@ -354,7 +355,7 @@ def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
     )
     config = run_config("train.max_steps=50").to_dict()
     save_checkpoint(tmp_path, GPT(mcfg), {"step": 20, "model": mcfg.to_dict(), "config": config})
-    settings = Settings(ExtrapolateConfig(lengths=[32, 64], method=["none"]))
+    settings = Settings(ExtrapolateConfig(lengths=[32, 64], method=parse_specs("none")))
     plan = plan_run(RunDir(tmp_path), settings, n_runs=1)
     assert all(i.record.note == "unfinished run: checkpoint at step 20 of 50" for i in plan.items)
     (tmp_path / "results.json").write_text('{"status": "completed", "step": 50}')

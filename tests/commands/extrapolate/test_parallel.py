@@ -13,6 +13,7 @@ from posexp.commands.extrapolate import parallel
 from posexp.commands.extrapolate.evaluate import evaluate_runs
 from posexp.commands.extrapolate.plan import Settings
 from posexp.config import ExtrapolateConfig
+from posexp.extension.spec import parse_specs
 from tests.helpers import TINY, posexp, posexp_in_own_group
 
 
@@ -40,19 +41,19 @@ def two_runs(tmp_path_factory, cache):
 def test_workers_give_the_records_one_process_gives(two_runs, tmp_path):
     apart = tmp_path / "apart"
     shutil.copytree(two_runs, apart)
-    knobs = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
+    knobs = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=parse_specs("none,pi,logn"))
     evaluate_runs(two_runs, Settings(knobs, device="cpu", workers=1, threads=1), progress=False)
     evaluate_runs(apart, Settings(knobs, device="cpu", workers=2, threads=1), progress=False)
     for job in ("pe=rope", "pe=alibi"):
         here = json.loads((two_runs / job / "eval" / "extrapolate.json").read_text())
         there = json.loads((apart / job / "eval" / "extrapolate.json").read_text())
-        assert [(r["method"], r["length"]) for r in there] == [
-            (r["method"], r["length"]) for r in here
+        assert [(r["label"], r["length"]) for r in there] == [
+            (r["label"], r["length"]) for r in here
         ]
         for a, b in zip(here, there, strict=True):
             assert b["ppl"] == pytest.approx(a["ppl"], rel=1e-6)
     methods = {
-        r["method"] for r in json.loads((apart / "pe=alibi/eval/extrapolate.json").read_text())
+        r["label"] for r in json.loads((apart / "pe=alibi/eval/extrapolate.json").read_text())
     }
     assert methods == {"none", "logn"}  # pi does not apply to ALiBi
 
@@ -61,7 +62,7 @@ def kept_cells(run) -> set[tuple[str, int]]:
     """(method, length) of every record kept in ``run``'s eval dir (none without one)."""
     path = run / "eval" / "extrapolate.json"
     records = json.loads(path.read_text()) if path.exists() else []
-    return {(r["method"], r["length"]) for r in records}
+    return {(r["label"], r["length"]) for r in records}
 
 
 def said_kept(run, kept: int, todo: int) -> str:
@@ -75,7 +76,7 @@ def said_kept(run, kept: int, todo: int) -> str:
 
 
 TODO = {"pe=rope": 6, "pe=alibi": 4}  # 2 lengths x 3 methods; pi does not apply to ALiBi
-KNOBS = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=["none", "pi", "logn"])
+KNOBS = ExtrapolateConfig(lengths=[32, 64], tokens=256, method=parse_specs("none,pi,logn"))
 
 
 def test_a_stop_keeps_the_methods_workers_finished(two_runs, tmp_path, monkeypatch, capsys):
@@ -93,7 +94,7 @@ def test_a_stop_keeps_the_methods_workers_finished(two_runs, tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         evaluate_runs(apart, Settings(KNOBS, device="cpu", workers=2, threads=1), progress=False)
     ((stopped, label),) = finished
-    assert {(label, 32), (label, 64)} <= kept_cells(stopped)  # the whole method
+    assert {(label.label, 32), (label.label, 64)} <= kept_cells(stopped)  # the whole method
     err = capsys.readouterr().err
     for run in (apart / "pe=rope", apart / "pe=alibi"):
         kept = len(kept_cells(run))  # with the cells other workers had sent
@@ -318,7 +319,7 @@ def test_a_pool_broken_by_a_stop_is_that_stop():
 def test_largest_tasks_go_first():
     class Item:
         def __init__(self, method, size):
-            self.record, self.size = type("R", (), {"method": method})(), size
+            self.record, self.size = type("R", (), {"spec": method})(), size
 
     plan = type("P", (), {"todo": [Item("a", 1), Item("b", 5), Item("a", 2)]})()
     assert [(label, size) for _, label, size in parallel.method_tasks([plan])] == [
@@ -331,12 +332,13 @@ def fake_plans(runs: int, methods: list[str], lengths: list[int]) -> list:
     """Plans with only what the bar reads: each run's cells still to score."""
     from types import SimpleNamespace
 
+    from posexp.extension.spec import MethodSpec
     from posexp.scoring.records import Record
 
     return [
         SimpleNamespace(
             todo=[
-                SimpleNamespace(record=Record(m, n, "nonoverlap", 1.0), size=n * 100)
+                SimpleNamespace(record=Record(MethodSpec(m), n, "nonoverlap", 1.0), size=n * 100)
                 for m in methods
                 for n in lengths
             ]

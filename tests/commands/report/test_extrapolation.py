@@ -10,6 +10,7 @@ from posexp.commands.report.stats import mean_std
 from posexp.commands.report.views.extrapolation import ratio_table
 from posexp.commands.report.views.extrapolation_data import Column, seed_records
 from posexp.commands.report.views.extrapolation_reading import ranking_sentence, reading_sentences
+from tests.helpers import record_view
 
 
 def record(values: float | list[float]) -> dict:
@@ -22,7 +23,13 @@ def record(values: float | list[float]) -> dict:
 def columns(ppl: dict[str, dict[int, float | list[float]]], protocol="nonoverlap") -> list[Column]:
     jobs = [object()]  # one PE's seeds: its methods are compared with each other
     return [
-        Column(m, jobs[0], m, {(protocol, n): record(v) for n, v in by_len.items()}, jobs=jobs)
+        Column(
+            m,
+            jobs[0],
+            m,
+            {(protocol, n): record_view(m, **record(v)) for n, v in by_len.items()},
+            jobs=jobs,
+        )
         for m, by_len in ppl.items()
     ]
 
@@ -98,12 +105,12 @@ def test_a_method_s_declared_caveat_follows_its_verdict():
 def test_the_protocol_sentence_follows_the_ratio():
     job = object()
     recs = {
-        ("nonoverlap", 64): {"ppl": 10.0},
-        ("sliding", 64): {"ppl": 10.0},
-        ("nonoverlap", 128): {"ppl": 20.0},
-        ("sliding", 128): {"ppl": 30.0},
-        ("nonoverlap", 256): {"ppl": 40.0},
-        ("sliding", 256): {"ppl": 50.0},
+        ("nonoverlap", 64): record_view("none", ppl=10.0),
+        ("sliding", 64): record_view("none", ppl=10.0),
+        ("nonoverlap", 128): record_view("none", ppl=20.0),
+        ("sliding", 128): record_view("none", ppl=30.0),
+        ("nonoverlap", 256): record_view("none", ppl=40.0),
+        ("sliding", 256): record_view("none", ppl=50.0),
     }
     (sentence,) = reading_sentences(
         [Column("rope", job, "none", recs)], ["nonoverlap", "sliding"], 64
@@ -139,8 +146,8 @@ def test_zero_shot_pi_says_how_many_cells_differ_beyond_the_seeds_own_spread():
 def test_seed_records_average_each_cell_and_mark_a_cell_missing_in_one_seed():
     def job(ppl128, ppl256):
         recs = [
-            {"method": "none", "protocol": "nonoverlap", "length": 128, "ppl": ppl128},
-            {"method": "none", "protocol": "nonoverlap", "length": 256, "ppl": ppl256},
+            record_view("none", protocol="nonoverlap", length=128, ppl=ppl128),
+            record_view("none", protocol="nonoverlap", length=256, ppl=ppl256),
         ]
         return SimpleNamespace(extrapolate=recs)
 

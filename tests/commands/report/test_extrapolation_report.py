@@ -12,14 +12,13 @@ from posexp.commands.report.views.extrapolation import (
     render_extrapolation,
 )
 from posexp.results.labels import run_settings
+from tests.helpers import record_view
 
 
 def text_record(method: str, length: int, ppl: float | None, tokens: int = 16384, **extra):
-    """One record of eval-extrapolate's nonoverlap protocol, as ``eval/extrapolate.json`` holds it."""
+    """One record of eval-extrapolate's nonoverlap protocol, as the report's views read it."""
     return {
-        "method": method,
-        # the method's name, as the record reader gives it beside the display label
-        "name": method.split(":")[-1].split("(")[0],
+        **record_view(method),
         "length": length,
         "protocol": "nonoverlap",
         "factor": 1.0,

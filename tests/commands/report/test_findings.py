@@ -13,6 +13,7 @@ from posexp.commands.report.views import extrapolation, tasks
 from posexp.commands.report.views.findings import findings
 from posexp.pe import PE_REGISTRY, register_pe
 from posexp.pe.base import PositionalEncoding, describe_pe
+from tests.helpers import record_view
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "experiments.md"
 
@@ -79,7 +80,7 @@ def throwaway_pe():
 def fake_job(pe: str, ppl: float) -> SimpleNamespace:
     """What the extrapolation view reads of a job: its PE, swept params and records."""
     records = [
-        {"protocol": "nonoverlap", "length": n, "method": "none", "ppl": ppl * n / 32, "tokens": 64}
+        record_view("none", protocol="nonoverlap", length=n, ppl=ppl * n / 32, tokens=64)
         for n in (32, 64, 128)
     ]
     return SimpleNamespace(

@@ -10,6 +10,7 @@ from posexp.commands.report.views.passkey import (
     rows_of,
 )
 from posexp.extension import ExtensionConfig
+from tests.helpers import record_view
 
 
 def job(
@@ -29,7 +30,7 @@ def job(
         train=SimpleNamespace(pose=SimpleNamespace(enabled=pose)),
     )
     records = [
-        {"metric": "accuracy", "method": m, "depth": d, "length": n, "accuracy": a}
+        record_view(m, metric="accuracy", depth=d, length=n, accuracy=a)
         for (m, d, n), a in accuracies.items()
     ]
     name = f"s{seed}{'ft' if tuned else ''}{extension.method if extension else ''}"

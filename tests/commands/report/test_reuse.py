@@ -28,7 +28,7 @@ def sweep(tmp_path_factory, cache):
 
 def cells(job):
     return {
-        (r["method"], r["length"]) for r in json.loads((job / "eval/extrapolate.json").read_text())
+        (r["label"], r["length"]) for r in json.loads((job / "eval/extrapolate.json").read_text())
     }
 
 
@@ -80,11 +80,11 @@ def test_a_damaged_record_file_is_named_in_the_report(sweep, cache):
     records = alibi / "eval" / "extrapolate.json"
     saved = records.read_text()
     try:
-        records.write_text('[{"method": 5, "length": "x"}]')
+        records.write_text('{"records": []}')  # a file, not a record, damaged: see test_records
         out = posexp(cwd, cache, "report", str(root), "--no-eval")
         md = (root / "report.md").read_text()
         assert "## Evaluations that could not be read" in md
-        assert "record 1.method must be a non-empty string, got 5" in md
+        assert "expected a list of records" in md
         assert "evaluation not read" in out.stdout
     finally:
         records.write_text(saved)

@@ -14,6 +14,7 @@ from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views import curves, extrapolation
 from posexp.results.figures import text_overlaps
 from posexp.results.labels import run_settings
+from tests.helpers import record_view
 
 METHODS = ("none", "pi", "ntk", "yarn", "dynamic_ntk", "llama3", "self_extend", "blockwise")
 L0 = 64
@@ -46,13 +47,7 @@ def six_jobs(tmp_path):
         writer.close()
         methods = ("none",) if pe == "learned" else METHODS
         records = [
-            {
-                "protocol": "nonoverlap",
-                "length": n,
-                "method": m,
-                "ppl": 20.0 + i + k + n / 64,
-                "tokens": 4096,
-            }
+            record_view(m, protocol="nonoverlap", length=n, ppl=20.0 + i + k + n / 64, tokens=4096)
             for k, m in enumerate(methods)
             for n in (L0, 2 * L0, 4 * L0, 8 * L0)
         ]
@@ -105,13 +100,15 @@ def test_a_six_run_report_has_short_labels_and_no_overlapping_text(tmp_path, fig
         "rope s1",
     ]
     assert "outputs/runs" not in md and "threads" not in md  # never paths or plumbing
-    headers = [
-        c.strip()
-        for line in md.splitlines()
-        if line.startswith("| length")
-        for c in line.split("|")
-    ]
-    assert max(map(len, headers)) == len("ALiBi [fine-tuned]+self_extend")  # names, not commands
+    lines = md.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("| PE + method")]
+    names = []  # the extrapolation tables' rows: PE (+ method) names
+    for i in heads:
+        for line in lines[i + 2 :]:
+            if not line.startswith("| "):
+                break
+            names.append(line.split("|")[1].strip())
+    assert max(map(len, names)) == len("ALiBi [fine-tuned]+self_extend")  # names, not commands
     assert set(figures) == {
         "report_runs.png",
         "report_curves.png",

@@ -19,6 +19,7 @@ from posexp.commands.train import check_same_network
 from posexp.errors import PosexpError
 from posexp.model import ModelConfig
 from posexp.pe.base import describe_pe
+from tests.helpers import record_view
 
 NOPE, T5, SIN, ROPE = (describe_pe(n) for n in ("none", "t5", "sinusoidal", "rope"))
 ROPE_RANDOMIZED = describe_pe("rope", randomized=True)
@@ -83,8 +84,7 @@ def test_summaries_use_only_sizes_past_training():
 def job(pe: str, accuracies: dict[int, float]) -> SimpleNamespace:
     """A copy-task job of one seed: its accuracy records per test size."""
     recs = [
-        {"metric": "accuracy", "method": "none", "length": n, "accuracy": a}
-        for n, a in accuracies.items()
+        record_view("none", metric="accuracy", length=n, accuracy=a) for n, a in accuracies.items()
     ]
     return SimpleNamespace(
         extrapolate=recs,
@@ -156,8 +156,7 @@ def test_sizes_an_encoding_cannot_read_are_listed_with_their_reason(monkeypatch)
     abacus = job("abacus", {2: 1.0, 3: 1.0})
     note = "not applicable: a number of more than 4 digits is past the Abacus table"
     abacus.extrapolate += [
-        {"metric": "accuracy", "method": "none", "length": n, "accuracy": None, "note": note}
-        for n in (4, 6)
+        record_view("none", metric="accuracy", length=n, accuracy=None, note=note) for n in (4, 6)
     ]
     missing = tasks.unmeasured([abacus, job("rope", {2: 1.0, 4: 0.0})], by_pe)
     assert missing == {"copy": {describe_pe("abacus"): {4: note, 6: note}}}

@@ -23,7 +23,8 @@ LATEX = "report.tex"
 def results_frame(ctx: ReportContext) -> pd.DataFrame:
     """The report's results table, read once per report."""
     if "results" not in ctx.memo:
-        ctx.memo["results"] = load_results([job.run for job in ctx.jobs])
+        # jobs whose records cannot be read are named by the report once, not read again here
+        ctx.memo["results"] = load_results([job.run for job in ctx.jobs if job.extrapolate])
     return ctx.memo["results"]
 
 
