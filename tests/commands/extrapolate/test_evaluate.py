@@ -153,9 +153,10 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
     for method in METHODS:
         for protocol in ("nonoverlap", "sliding"):
-            assert f"extrapolate/{protocol}/ppl/{method}" in events.Tags()["scalars"]
+            assert f"extrapolate/rope/{protocol}/ppl/{method}" in events.Tags()["scalars"]
         got = {
-            (e.step, round(e.value, 3)) for e in events.Scalars(f"extrapolate/sliding/ppl/{method}")
+            (e.step, round(e.value, 3))
+            for e in events.Scalars(f"extrapolate/rope/sliding/ppl/{method}")
         }
         assert got == {
             (r["length"], round(r["ppl"], 3))
