@@ -180,6 +180,28 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
     assert rows[1]["learned"] == "" and float(rows[1]["alibi"]) > 1 and rows[1]["alibi n"] == "1"
     for p in ("nonoverlap", "sliding"):
         assert (sweep / f"report_extrapolation_{p}.png").read_bytes()[:4] == b"\x89PNG"
+    # The results table, one value a row, as the runs' records hold them; LaTeX beside report.md
+    import json
+
+    import pandas as pd
+
+    stored = [
+        r
+        for job in find_jobs(sweep)
+        for r in json.loads((job.path / "eval" / "extrapolate.json").read_text())
+    ]
+    long = pd.read_csv(sweep / "report_results.csv")
+    scored = [r for r in stored if r.get("ppl") is not None]
+    assert len(long[long["primary"]]) == len(scored) and set(long["pe"]) == {
+        "rope",
+        "alibi",
+        "learned",
+    }
+    assert len(pd.read_parquet(sweep / "report_results.parquet")) == len(long)
+    tex = (sweep / "report.tex").read_text()
+    body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0]
+    assert r"\begin{tabular}" in tex and r"$\pm$" not in body  # one seed: means alone
+    assert "RoPE + pi" in tex
     # A second report finds every cell its preset asks for measured: it would score none.
     from posexp.commands.extrapolate.plan import Settings, plan_run
 
