@@ -187,3 +187,22 @@ def test_scripts_and_tests_import_normally_without_editing_the_import_path():
         if edit in p.read_text()
     )
     assert found == []
+
+
+def test_the_report_draws_through_the_results_library_not_eval_extrapolate():
+    # One plotting module for curves by length (posexp.results.curves): the report may start
+    # evaluations (plan, evaluate), but never borrows eval-extrapolate's outputs' helpers.
+    borrowed = sorted(
+        f"{m} -> {t}"
+        for m in GRAPH
+        if m.startswith("posexp.commands.report")
+        for t in GRAPH[m]
+        if t.startswith("posexp.commands.extrapolate")
+        and t not in ("posexp.commands.extrapolate.plan", "posexp.commands.extrapolate.evaluate")
+    )
+    assert borrowed == []
+    plotting = [m for m in MODULES if m.endswith(("plots", "extrapolation_plot"))]
+    assert plotting == ["posexp.commands.report.views.extrapolation_plot"]  # glue over curves
+    assert "posexp.results.curves" in GRAPH["posexp.commands.report.views.extrapolation_plot"]
+    glue = MODULES["posexp.commands.report.views.extrapolation_plot"].read_text()
+    assert "matplotlib" not in glue  # it builds the curves; results.curves draws them

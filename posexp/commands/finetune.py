@@ -83,11 +83,40 @@ def finetune_args(run: Path | None, args: list[str]) -> list[str]:
         if not given and (Path(config_dir()) / "data" / f"{source}.yaml").exists()
         else []
     )
-    ours = [f"parent='{quoted}'", *same_data]
+    ours = [f"parent='{quoted}'", *same_data, *beside_sweep(run, args)]
     # Beside the user's first override: Hydra's argparse takes the overrides as one run of
     # positional words, so flags (`-m`, `--cfg job`) may come before or after, never between.
     first = next((i for i, a in enumerate(args) if "=" in a and not a.startswith("-")), len(args))
     return [*args[:first], *ours, *args[first:]]
+
+
+FINETUNES = "finetunes"  # a sweep's sub-folder for the fine-tunes of its jobs
+
+
+def sweep_of(run: Path) -> Path | None:
+    """The sweep dir a run is a job of (the nearest folder above it holding Hydra's
+    ``multirun.yaml``), or None for a run of its own."""
+    from posexp.store.rundir import SWEEP_MARK
+
+    for folder in run.resolve().parents:
+        if (folder / SWEEP_MARK).is_file():
+            return folder
+    return None
+
+
+def beside_sweep(run: Path, args: list[str]) -> list[str]:
+    """Where a fine-tune of a sweep's job is written by default: under that sweep
+    (``<sweep>/finetunes/<job>_ft_<time>``), so `posexp report <sweep>` shows it beside the
+    job it started from; [] for a run of its own, a sweep of fine-tunes (``-m``) or a run dir
+    the user chose."""
+    sweep = sweep_of(run)
+    chosen = any(a.split("=", 1)[0].lstrip("+~").startswith("hydra.run.dir") for a in args)
+    if sweep is None or chosen or any(a in ("-m", "--multirun") for a in args):
+        return []
+    job = str(run.resolve().relative_to(sweep)).replace("/", "_").replace("\\", "_")
+    job = job.replace("'", "").replace("=", "-").replace(",", "_")
+    folder = str(sweep / FINETUNES).replace("\\", "\\\\").replace("'", "\\'")
+    return [f"hydra.run.dir='{folder}/{job}_ft_${{now:%Y-%m-%d_%H-%M-%S}}'"]
 
 
 def _plain(value: Any) -> Any:

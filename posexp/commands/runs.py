@@ -18,7 +18,7 @@ from posexp.checks import user_path
 from posexp.commands.report.jobs import Job, find_jobs
 from posexp.commands.report.views.findings import job_pe
 from posexp.errors import PosexpError, UnreadableFile
-from posexp.labels import extension_text
+from posexp.results.labels import extension_text
 from posexp.store import provenance, runlock
 from posexp.store.rundir import RunDir, marked_dirs
 
@@ -32,6 +32,7 @@ FIELDS = (
     "heads",
     "extension",
     "factor",
+    "seed",
     "parent",
     "step",
     "max_steps",
@@ -54,6 +55,7 @@ COLUMNS = (
     ("pe", ("pe_label",)),
     ("h", ("heads",)),
     ("ext", ("extension", "factor")),
+    ("seed", ("seed",)),
     ("parent", ("parent",)),
     ("steps", ("step", "max_steps")),
     ("status", ("status",)),
@@ -63,7 +65,7 @@ COLUMNS = (
     ("evaluated", ("evaluated",)),
     ("min", ("minutes",)),
 )
-NUMERIC = {"seq", "h", "steps", "val ppl", "val acc", "BLEU", "min"}
+NUMERIC = {"seq", "h", "seed", "steps", "val ppl", "val acc", "BLEU", "min"}
 DIGITS = {"val ppl": 2, "val acc": 3, "BLEU": 2, "min": 1}
 # Hidden unless --wide when every row has nothing to show in them.
 OPTIONAL = {"val acc", "BLEU", "ext", "parent", "evaluated"}
@@ -72,7 +74,7 @@ OPTIONAL = {"val acc", "BLEU", "ext", "parent", "evaluated"}
 # not fit in NAME_READABLE characters (a sweep job's settings whole: `…/pe=alibi,seed=0`); the
 # names then lose their date and are shortened in the middle to fit, never below
 # RUN_MIN_WIDTH. The run name, pe, heads, extension, steps, status and val ppl always stay.
-DROP_FIRST = ("min", "seq", "model", "data")
+DROP_FIRST = ("min", "seq", "model", "data", "seed")
 DROP_THEN = ("evaluated", "BLEU", "val acc", "parent")
 NAME_READABLE = 20
 # Results: kept as columns even where every run has the same (most often by chance).
@@ -184,6 +186,7 @@ def run_row(job: Job, root: Path) -> dict[str, Any]:
         "heads": model.get("n_heads", cfg.heads if cfg else None),
         "extension": method,
         "factor": None if method == "none" else ext.get("factor"),
+        "seed": cfg.seed if cfg else None,
         "parent": _parent(job, root),
         "step": meta.get("step"),
         "max_steps": cfg.train.max_steps if cfg else None,

@@ -18,7 +18,14 @@ import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from posexp.config import RunConfig
-from posexp.labels import is_plumbing, order_key, run_label, run_settings, setting_key, value_text
+from posexp.results.labels import (
+    is_plumbing,
+    order_key,
+    run_label,
+    run_settings,
+    setting_key,
+    value_text,
+)
 
 
 def hparam_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -124,3 +131,54 @@ def write_config_text(writer: SummaryWriter, config: dict[str, Any], precision: 
     text = yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
     body = "\n".join(f"    {line}" for line in text.splitlines())
     writer.add_text("config", f"Resolved config (precision: {precision}):\n\n{body}", 0)
+
+
+def write_event_file(folder: Path, suffix: str, fill: Any) -> Path:
+    """One TensorBoard event file in ``folder`` ending in ``suffix``, written by ``fill(writer)``
+    and swapped in whole: the folder holds the old file or the new one, never half of one (the
+    earlier ones of that suffix are removed). Returns its path."""
+    import os
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="posexp-tb-") as tmp:
+        writer = SummaryWriter(tmp, filename_suffix=suffix)
+        try:
+            fill(writer)
+        finally:
+            writer.close()
+        (built,) = Path(tmp).glob(f"events.out.tfevents.*{suffix}")
+        final = folder / built.name
+        # Copied in under a name without "tfevents" (TensorBoard reads every file with it,
+        # half-written too), then renamed.
+        staging = folder / f"{suffix}.tmp"
+        shutil.copyfile(built, staging)
+        with open(staging, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(staging, final)
+    for old in folder.glob(f"events.out.tfevents.*{suffix}"):
+        if old != final:
+            old.unlink(missing_ok=True)
+    return final
+
+
+REPORT_EVENTS = ".report"
+
+
+def write_report_images(folder: Path, figures: list[Path]) -> Path | None:
+    """The report's figures (PNGs) in TensorBoard's images tab, tagged ``report/<name>``, in
+    an event file of the report's folder; None when there is no figure."""
+    import io
+
+    from matplotlib.image import imread
+
+    pngs = [p for p in figures if p.suffix == ".png" and p.is_file()]
+    if not pngs:
+        return None
+
+    def fill(writer: SummaryWriter) -> None:
+        for path in pngs:
+            image = imread(io.BytesIO(path.read_bytes()), format="png")[..., :3]
+            writer.add_image(f"report/{path.stem}", image, 0, dataformats="HWC")
+
+    return write_event_file(folder, REPORT_EVENTS, fill)

@@ -280,3 +280,22 @@ def test_hydra_flags_may_come_before_or_after_the_overrides(parent):
     ]
     assert finetune_args(run, ["extension=yarn", "-m"]) == [*ours, "extension=yarn", "-m"]
     assert finetune_args(run, ["--cfg", "job"]) == ["--cfg", "job", *ours]
+
+
+def test_a_fine_tune_of_a_sweeps_job_is_written_under_that_sweep(tmp_path):
+    from posexp.commands.finetune import beside_sweep, sweep_of
+
+    sweep = tmp_path / "sweeps" / "2026-01-01_00-00-00"
+    job = sweep / "pe=rope,seed=0"
+    job.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    assert sweep_of(job) == sweep.resolve()
+    (arg,) = beside_sweep(job, ["extension=yarn"])
+    assert arg.startswith(f"hydra.run.dir='{sweep.resolve() / 'finetunes'}/pe-rope_seed-0_ft_")
+    assert arg.endswith("${now:%Y-%m-%d_%H-%M-%S}'")
+    # the user's own folder, a sweep of fine-tunes, or a run of its own: left as they are
+    assert beside_sweep(job, ["hydra.run.dir=elsewhere"]) == []
+    assert beside_sweep(job, ["-m", "extension.factor=2,4"]) == []
+    alone = tmp_path / "runs" / "a"
+    alone.mkdir(parents=True)
+    assert sweep_of(alone) is None and beside_sweep(alone, []) == []

@@ -66,6 +66,7 @@ def test_runs_lists_finished_failed_and_unfinished_runs(tmp_path):
     rows = {r["run"]: r for r in json.loads(result.output)}
     assert rows["runs/a"] == {
         "run": "runs/a",
+        "seed": 0,
         "data": "kjv",
         "model": "small",
         "seq_len": 256,
@@ -152,7 +153,9 @@ def test_runs_sort_by_start_time_and_fit_100_columns(tmp_path):
         assert f" {column} " in f" {header} "
     assert long_name in lines[2] and "alibi" in lines[2] and "3.50" in lines[2]
     # The settings both runs share are named once under the table instead of as columns.
-    same = "same in every run: data kjv, model small, seq 256, steps 10/10, status completed"
+    same = (
+        "same in every run: data kjv, model small, seq 256, seed 0, steps 10/10, status completed"
+    )
     assert same in text
     assert "model" not in header and "BLEU" not in header
     # Narrower, the long name stays one line: its start and end kept, the middle left out.
@@ -231,7 +234,8 @@ def sweep_and_finetune(root):
     jobs = [(pe, seed) for pe in ("rope", "alibi") for seed in (0, 1)]
     for hour, (pe, seed) in enumerate(jobs):
         results = {"status": "completed", "final/val_ppl": 20.0 + hour}
-        make_run(sweep / f"pe={pe},seed={seed}", pe, 4, 40, 40, results, 1, hour=hour)
+        job = sweep / f"pe={pe},seed={seed}"
+        make_run(job, pe, 4, 40, 40, results, 1, hour=hour, overrides=(f"seed={seed}",))
     parent = sweep / "pe=rope,seed=0"
     write_records(parent, ["none", "yarn", "pi"], [64, 128, 256])
     make_run(
@@ -265,6 +269,11 @@ def test_runs_json_names_a_finetunes_parent_its_factor_and_what_was_evaluated(tm
         "cells": 9,
     }
     assert (rows[parent]["parent"], rows[parent]["factor"]) == (None, None)
+    # every run's seed: the sweep's jobs' own, the fine-tune's (its config's default, 0)
+    seeds = {name: r["seed"] for name, r in rows.items()}
+    assert seeds["sweeps/2026-01-01_00-00-00/pe=alibi,seed=1"] == 1
+    assert seeds["sweeps/2026-01-01_00-00-00/pe=rope,seed=0"] == 0
+    assert all(isinstance(s, int) for s in seeds.values())
     # A parent outside the listed folder keeps the path the fine-tune recorded.
     inside = CliRunner().invoke(app, ["runs", str(tmp_path / "runs"), "--json"])
     (row,) = json.loads(inside.output)
@@ -307,7 +316,7 @@ def test_runs_at_80_columns_keep_each_run_on_one_line(tmp_path):
     print_runs(list_runs(tmp_path), narrow)
     text = narrow.export_text()
     assert "sweeps/00-00-00/pe=alibi,seed=1" in text and "05-00-00_kjv_ft-yarn" in text
-    assert "the date in names" in text and "40/40" in text and "18.90" in text
+    assert "the date in names" in " ".join(text.split()) and "40/40" in text and "18.90" in text
     # Wider, the evaluation shows: methods and the longest length of the current weights.
     wide = Console(width=160, record=True)
     print_runs(list_runs(tmp_path), wide)

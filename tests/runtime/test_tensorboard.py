@@ -107,3 +107,27 @@ def test_trial_names_differ_for_runs_that_read_alike(tmp_path):
     a, b = (trial_name(settings, tmp_path / name, ["pe", "heads"]) for name in ("a", "b"))
     assert a.startswith("rope h4 · ") and b.startswith("rope h4 · ") and a != b
     assert trial_name(settings, tmp_path / "a", []) == f"rope · {a.rsplit(' ', 1)[1]}"
+
+
+def test_the_report_s_figures_reach_the_images_tab(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from posexp.runtime.tensorboard import write_report_images
+    from posexp.store.files import save_figure_atomic
+
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot([1, 2], [3, 4])
+    save_figure_atomic(fig, tmp_path / "report_extrapolation_nonoverlap.png")
+    first = write_report_images(tmp_path, [tmp_path / "report_extrapolation_nonoverlap.png"])
+    again = write_report_images(tmp_path, [tmp_path / "report_extrapolation_nonoverlap.png"])
+    # rewritten whole at each report: one event file, never two
+    assert [p.name for p in tmp_path.glob("events.out.tfevents.*")] == [again.name]
+    assert first is not None
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert events.Tags()["images"] == ["report/report_extrapolation_nonoverlap"]
+    assert write_report_images(tmp_path, []) is None

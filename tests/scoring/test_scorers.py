@@ -114,8 +114,8 @@ def test_a_toy_metric_is_one_module_and_runs_end_to_end(toy_scorer, tmp_path, ca
     assert {float(r["top1"]) for r in rows} == {r["top1"] for r in recs}
     tags = EventAccumulator(str(run)).Reload().Tags()["scalars"]  # the run's own TB run
     assert {t for t in tags if t.startswith("extrapolate/")} == {
-        "extrapolate/top1/top1/none",
-        "extrapolate/top1/top1/yarn",
+        "extrapolate/rope/top1/top1/none",
+        "extrapolate/rope/top1/top1/yarn",
     }
     # Perplexity beside it: both kept, each metric in its own figure.
     posexp(

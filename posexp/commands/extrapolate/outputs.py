@@ -13,12 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunPlan
-from posexp.commands.extrapolate.plots import (
-    over_depths,
-    plot_accuracy,
-    plot_per_position,
-    plot_ppl,
-)
 from posexp.commands.extrapolate.tables import (
     display_rows,
     headline,
@@ -26,6 +20,9 @@ from posexp.commands.extrapolate.tables import (
     sorted_rows,
 )
 from posexp.extension.spec import format_value
+from posexp.results.curves import plot_accuracy, plot_ppl
+from posexp.results.depths import over_depths
+from posexp.results.positions import plot_per_position
 from posexp.scoring import metric_of
 from posexp.scoring.records import CELL_FIELDS, KEY_EXTRA, RECORDS, RUN_FIELDS, STALE, Record
 from posexp.scoring.text import PER_POSITION_BUCKETS, bucket_edges
@@ -91,6 +88,9 @@ def write_outputs(
             )
             images[f"extrapolate/{metric}_plot"] = save_figure_atomic(fig, out / name)
             names.append(name)
+        for name, png in grid_figures(plan, records, title, out).items():
+            images[f"extrapolate/{name.removesuffix('.png')}"] = png
+            names.append(name)
         curves = per_position(rows, plan.train_length)
         if curves is not None:
             write_json_atomic(out / "per_position.json", curves)
@@ -99,7 +99,7 @@ def write_outputs(
             )
             names += ["per_position.json", "per_position.png"]
     # After the records are in place: the run's curves then never show cells it does not hold.
-    write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length)
+    write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length, plan.pe)
     digest = records_digest(plan.run_dir)
     if digest is not None:  # the event file now holds these records (``tensorboard_stale``)
         write_text_atomic(plan.run_dir / EVENTS_OF, digest)
@@ -132,6 +132,21 @@ def tensorboard_stale(run_dir: Path) -> bool:
         return not any(run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"))
 
 
+def grid_figures(plan: RunPlan, records: list[Record], title: str, out: Path) -> dict[str, bytes]:
+    """The run's settings grids (a method whose specs vary in two or more settings) as heat maps
+    in ``out``, the same view the report draws (``posexp.results.grid``): file name -> PNG."""
+    from posexp.results.grid import grids, heat_map
+    from posexp.results.summary import summarize
+    from posexp.results.table import results_frame, run_rows
+
+    found = grids(summarize(results_frame(run_rows(plan.run, records))))
+    pngs = {}
+    for i, grid in enumerate(found):
+        name = f"grid_{i + 1}_{grid.method}_{grid.protocol}.png"
+        pngs[name] = save_figure_atomic(heat_map(grid, f"{grid.title}\n{title}"), out / name)
+    return pngs
+
+
 def by_metric(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The records grouped by their headline metric (one figure each), in record order."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -152,6 +167,7 @@ def per_position(rows: list[dict[str, Any]], train_length: int) -> dict[str, Any
         if r["length"] == longest and (r["method"] not in curves or r["protocol"] == "nonoverlap"):
             edges = bucket_edges(longest)
             curves[r["method"]] = {
+                "name": r.get("name"),
                 "protocol": r["protocol"],
                 "start": edges[:-1],
                 "end": edges[1:],
@@ -170,59 +186,51 @@ EVAL_EVENTS = ".eval-extrapolate"
 
 
 def write_tensorboard(
-    run_dir: Path, records: list[dict[str, Any]], images: dict[str, bytes], train_length: int
+    run_dir: Path,
+    records: list[dict[str, Any]],
+    images: dict[str, bytes],
+    train_length: int,
+    pe: str = "",
 ) -> None:
     """The evaluation in the run's own TensorBoard run: one event file in ``run_dir``, rewritten
     from every current record at each evaluation, so points never duplicate or go stale.
 
-    Tags ``extrapolate/<protocol>/<metric>/<method>`` against length (one colour per run, as
-    its training curves), a custom-scalars chart per protocol and metric holding every method,
+    Tags ``extrapolate/<pe>/<protocol>/<metric>/<method>`` against length (one colour per run,
+    as its training curves), a custom-scalars chart per PE, protocol and metric holding every
+    method (in a sweep's TensorBoard: every seed of that PE, every method),
     ``eval/<metric>_x<ratio>`` (the unextended model at each multiple of the training length:
     the hparams table's test metrics, at the scored checkpoint's training step), the exact numbers as text and the rendered plots (the
     charts' smoothing draws values between lengths never measured; these are unsmoothed).
     """
-    import tempfile
-
     from matplotlib.image import imread
-    from torch.utils.tensorboard import SummaryWriter
 
-    curves = curve_points(records)
-    with tempfile.TemporaryDirectory(prefix="posexp-tb-") as tmp:
-        writer = SummaryWriter(tmp, filename_suffix=EVAL_EVENTS)
-        try:
-            for tag, points in curves.items():
-                for length, value in points:
-                    writer.add_scalar(tag, value, length)
-            for tag, (value, step) in baseline_metrics(records, train_length).items():
-                writer.add_scalar(tag, value, step)
-            if curves:
-                writer.add_custom_scalars(scalar_layout(curves))
-            step = max((r["length"] for r in records), default=0)
-            if records:
-                writer.add_text("extrapolate/table", markdown_table(records), step)
-            for tag, png in images.items():  # the PNGs already rendered, not a second rendering
-                writer.add_image(
-                    tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
-                )
-        finally:
-            writer.close()
-        (built,) = Path(tmp).glob(f"events.out.tfevents.*{EVAL_EVENTS}")
-        final = run_dir / built.name
-        # Copied in under a name without "tfevents" (TensorBoard reads every file with it,
-        # half-written too), then renamed: the folder holds the old file or the whole new one.
-        staging = run_dir / f"{EVAL_EVENTS}.tmp"
-        shutil.copyfile(built, staging)
-        with open(staging, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(staging, final)
-    for old in run_dir.glob(f"events.out.tfevents.*{EVAL_EVENTS}"):
-        if old != final:
-            old.unlink(missing_ok=True)
+    from posexp.runtime.tensorboard import write_event_file
+
+    curves = curve_points(records, pe)
+
+    def fill(writer: Any) -> None:
+        for tag, points in curves.items():
+            for length, value in points:
+                writer.add_scalar(tag, value, length)
+        for tag, (value, step) in baseline_metrics(records, train_length).items():
+            writer.add_scalar(tag, value, step)
+        if curves:
+            writer.add_custom_scalars(scalar_layout(curves))
+        step = max((r["length"] for r in records), default=0)
+        if records:
+            writer.add_text("extrapolate/table", markdown_table(records), step)
+        for tag, png in images.items():  # the PNGs already rendered, not a second rendering
+            writer.add_image(
+                tag, imread(io.BytesIO(png), format="png")[..., :3], step, dataformats="HWC"
+            )
+
+    write_event_file(run_dir, EVAL_EVENTS, fill)
 
 
-def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, float]]]:
-    """``extrapolate/<protocol>[_<task>][_depthD]/<metric>/<method>`` -> (length, value) by length; the
-    cells without a number (past a learned table) are left out."""
+def curve_points(records: list[dict[str, Any]], pe: str = "") -> dict[str, list[tuple[int, float]]]:
+    """``extrapolate/[<pe>/]<protocol>[_<task>][_depthD]/<metric>/<method>`` -> (length, value)
+    by length; the cells without a number (past a learned table) are left out."""
+    root = f"extrapolate/{pe}" if pe else "extrapolate"
     curves: dict[str, list[tuple[int, float]]] = {}
     for r in records:
         value = headline(r)
@@ -230,13 +238,15 @@ def curve_points(records: list[dict[str, Any]]) -> dict[str, list[tuple[int, flo
             continue
         depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
         part = "" if r.get("task") is None else f"_{r['task']}"
-        tag = f"extrapolate/{r['protocol']}{part}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
+        tag = f"{root}/{r['protocol']}{part}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
         curves.setdefault(tag, []).append((r["length"], float(value)))
     return {tag: sorted(points) for tag, points in curves.items()}
 
 
 def scalar_layout(curves: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
-    """Custom scalars: one multiline chart per protocol and metric, every method in it.
+    """Custom scalars: one multiline chart per PE (where the tags name it), protocol and
+    metric, every method in it: a sweep's TensorBoard shows each PE's methods (and seeds) as
+    the curves of one chart.
 
     A chart names its tags by prefix, not method by method: TensorBoard merges the runs'
     layouts and keeps one of two charts only when they are equal, so runs evaluated with other
@@ -244,8 +254,10 @@ def scalar_layout(curves: dict[str, Any]) -> dict[str, dict[str, list[Any]]]:
     families = dict.fromkeys(tag.rsplit("/", 1)[0] for tag in curves)
     charts = {}
     for family in families:
-        scorer, metric = family.removeprefix("extrapolate/").rsplit("/", 1)
+        parts = family.removeprefix("extrapolate/").split("/")
+        pe, (scorer, metric) = ("/".join(parts[:-2]), parts[-2:])
         title = f"{metric} by evaluation length, {scorer.replace('_', ' ')} (every method)"
+        title = f"{pe}: {title}" if pe else title
         charts[title] = ["Multiline", [f"^{re.escape(family)}/"]]
     return {"extrapolation": charts}
 

@@ -4,15 +4,14 @@ TensorBoard shows; rows a method spec x protocol, columns the lengths, in the or
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from posexp.commands.extrapolate.plan import RunResult
-from posexp.commands.extrapolate.plots import panel
+from posexp.results.depths import panel
+from posexp.results.summary import SERIES_FIELDS
 from posexp.scoring import metric_of
 from posexp.store.rundir import RunDir
-
-# Key fields that split a method's records into separate series when they vary between them.
-SERIES_FIELDS = (("sample_size", "tokens {:,}"), ("stride", "stride {}"), ("precision", "{}"))
 
 
 def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -149,7 +148,8 @@ def sorted_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(r: dict[str, Any]) -> tuple:
         p = r["protocol"]
         return (
-            r.get("order") or (),
+            # a record without its spec's sort key (hand-made) sorts after those with one
+            r.get("order", (math.inf, r["method"])),
             protocols.index(p) if p in protocols else len(protocols),
             r.get("task") or "",
             -1.0 if r.get("depth") is None else r["depth"],

@@ -10,7 +10,7 @@ from typing import Any
 
 from posexp.config import RunConfig
 from posexp.errors import PosexpError
-from posexp.labels import is_plumbing, run_settings, setting_key, value_text, varying
+from posexp.results.labels import is_plumbing, run_settings, setting_key, value_text, varying
 from posexp.store.rundir import RunDir, find_runs
 
 
@@ -70,7 +70,7 @@ class Job:
 
     @cached_property
     def settings(self) -> dict[str, Any]:
-        """What the run is (``posexp.labels.run_settings``); from its overrides without a config."""
+        """What the run is (``posexp.results.labels.run_settings``); from its overrides without a config."""
         if self.flat_config:
             return run_settings(self.flat_config)
         return {setting_key(k): v for k, v in self.params.items() if not is_plumbing(k)}

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from posexp.commands.report.jobs import Job, natural_order, swept_value
-from posexp.commands.report.stats import MIN_SEEDS, beyond_noise, decimals_for, mean_std
+from posexp.commands.report.stats import MIN_SEEDS, decimals_for, mean_std
 from posexp.commands.report.view import ReportContext, fmt, md_table
 from posexp.commands.report.views.findings import job_pe, pe_colors
-from posexp.labels import is_plumbing, setting_key, short_names
+from posexp.results.labels import is_plumbing, setting_key, short_names
+from posexp.results.verdict import rule
 from posexp.store.sweep_gaps import gaps
 
 # What a reader needs to know of every run, in this order (flattened config keys).
@@ -231,16 +232,19 @@ def comparison_sentence(ctx: ReportContext, jobs: list[Job]) -> str:
     share = gap / abs(m1) if m1 else None
     relative = "" if share is None else f" ({share:.{1 if share >= 0.01 else 2}%})"
     mean = "mean " if n > 1 else ""
+    verdict = rule(gap, [s1, s2], n)  # the one rule of every comparison (posexp.results.verdict)
+    noise = verdict.words()
     if n == 1:
-        noise = (
-            "one run per setting cannot tell that from seed noise "
-            f"(sweep seed=0,1,2: a verdict needs {MIN_SEEDS} seeds)"
-        )
-    else:
-        noise = beyond_noise(gap, [s1, s2], n)
+        noise += f"; one run per setting (sweep seed=0,1,2: a verdict needs {MIN_SEEDS} seeds)"
+    # A best and a worst only where the rule decides; otherwise the extremes, unranked.
+    high, low = (
+        ("Best", "worst")
+        if verdict.decided
+        else (("Lowest", "highest") if lower else ("Highest", "lowest"))
+    )
     return (
-        f"Best {METRIC_LABELS.get(key, metric_name(key))}: {best} ({mean}{m1:.{digits}f}); "
-        f"worst: {worst} ({mean}{m2:.{digits}f}), {gap:.{digits}f} apart{relative}: {noise}."
+        f"{high} {METRIC_LABELS.get(key, metric_name(key))}: {best} ({mean}{m1:.{digits}f}); "
+        f"{low}: {worst} ({mean}{m2:.{digits}f}), {gap:.{digits}f} apart{relative}: {noise}."
     )
 
 

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import math
 
+from posexp.results.verdict import MIN_SEEDS, NOISE_STDS, mean_std, rule
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value; nan for none)."""
-    if not values:
-        return math.nan, math.nan
-    m = sum(values) / len(values)
-    if len(values) < 2:
-        return m, 0.0
-    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+__all__ = ["MIN_SEEDS", "NOISE_STDS", "beyond_noise", "mean_std", "mean_std_text"]
 
 
 def mean_std_text(m: float, s: float, n: int, digits: int) -> str:
@@ -22,21 +16,10 @@ def mean_std_text(m: float, s: float, n: int, digits: int) -> str:
     return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
-# A difference is "beyond seed noise" when it exceeds this many seed standard deviations, with at
-# least MIN_SEEDS seeds on each side (the head-count ablation's verdict uses the same rule).
-NOISE_STDS = 2.0
-MIN_SEEDS = 3
-
-
 def beyond_noise(gap: float, stds: list[float], n: int) -> str:
-    """Words for whether ``gap`` exceeds NOISE_STDS × the largest of ``stds`` over ``n`` seeds."""
-    if n < MIN_SEEDS:
-        return f"no verdict on seed noise ({n} seed{'s' if n != 1 else ''}; it needs {MIN_SEEDS})"
-    noise = max(stds)
-    # Seeds that agree exactly (std 0): any gap is beyond their noise, and no gap is within it.
-    ratio = abs(gap) / noise if noise > 0 else (math.inf if gap else 0.0)
-    side = "beyond" if ratio > NOISE_STDS else "within"
-    return f"{side} seed noise ({ratio:.1f}× the larger seed std, n = {n})"
+    """Words for whether ``gap`` exceeds the seed spread over ``n`` seeds, by the one rule of
+    every comparison (posexp.results.verdict)."""
+    return rule(gap, stds, n).words()
 
 
 def paired_differences(a: list[float], b: list[float]) -> tuple[float, float, int]:

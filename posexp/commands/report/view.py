@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from posexp.commands.report.jobs import Job
-from posexp.labels import distinguishing, run_label, run_labels, setting_key
 from posexp.registry import Registry
+from posexp.results.labels import distinguishing, run_label, run_labels, setting_key
 from posexp.store.files import save_figure_atomic, write_csv_atomic
+
+DRAWN = ".report_figures.json"  # figure -> digest of what it was drawn from (a second report)
 
 
 @dataclass
@@ -33,7 +35,7 @@ class ReportContext:
 
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
         """The job's name in tables and plots: the settings that vary across the report's jobs,
-        less ``exclude`` (``posexp.labels``); jobs alike but for ``exclude`` share it."""
+        less ``exclude`` (``posexp.results.labels``); jobs alike but for ``exclude`` share it."""
         if exclude not in self._labels:
             names = run_labels([j.settings for j in self.jobs], exclude)
             self._labels[exclude] = {id(j): n for j, n in zip(self.jobs, names, strict=True)}
@@ -58,6 +60,41 @@ class ReportContext:
         write_csv_atomic(path, rows, fields)
         self.files.append(path)
         return path
+
+    def same_as_last(self, name: str, inputs: bytes) -> bool:
+        """Whether the last report made ``name`` from the same ``inputs`` (what it shows); the
+        digest is noted for the next report either way (``save_drawn``)."""
+        import hashlib
+
+        from posexp.errors import PosexpError
+        from posexp.store.files import read_json
+
+        key = hashlib.sha256(inputs).hexdigest()
+        self.memo.setdefault("drawn", {})[name] = key
+        if "drawn_last" not in self.memo:
+            try:
+                self.memo["drawn_last"] = read_json(self.target / DRAWN) or {}
+            except PosexpError:  # a damaged note only costs a redraw
+                self.memo["drawn_last"] = {}
+        return self.memo["drawn_last"].get(name) == key
+
+    def drawn_already(self, name: str, inputs: str) -> Path | None:
+        """``<target>/<name>`` when the last report drew it from the same ``inputs`` and its PNG
+        and SVG are still there: drawing it again would give the same file, so a second report
+        skips it. None otherwise."""
+        path = self.target / name
+        same = self.same_as_last(name, inputs.encode())
+        if same and path.is_file() and path.with_suffix(".svg").is_file():
+            self.files.append(path)
+            return path
+        return None
+
+    def save_drawn(self) -> None:
+        """Note what each figure drawn through ``drawn_already`` was drawn from."""
+        from posexp.store.files import write_json_atomic
+
+        if self.memo.get("drawn"):
+            write_json_atomic(self.target / DRAWN, self.memo["drawn"])
 
     def save_figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure as ``<target>/<name>`` (PNG, atomic) and remember it."""

@@ -118,11 +118,33 @@ def _write_report(
             )
         jobs = find_jobs(target)
     with staged_files(target):  # report.md, report.csv and the views' files appear together
-        return _write_files(target, jobs, console)
+        ctx, files = _write_files(target, jobs, console)
+    # The figures are read back once they are in place (a staged file is not there until then).
+    events = _tensorboard_images(target, ctx, files)
+    if events is not None:  # the figures in TensorBoard's images tab too
+        files.append(events)
+    console.print(
+        f"wrote {', '.join(str(f) for f in files)}", soft_wrap=True, highlight=False, markup=False
+    )
+    return files
 
 
-def _write_files(target: Path, jobs: list[Job], console: Any) -> list[Path]:
-    """The report's files, from ``jobs`` as they are now."""
+def _tensorboard_images(target: Path, ctx: ReportContext, files: list[Path]) -> Path | None:
+    """The report's figures as an event file (TensorBoard's images tab); the last report's when
+    they are the same figures."""
+    from posexp.runtime.tensorboard import REPORT_EVENTS, write_report_images
+
+    pngs = [f for f in files if f.suffix == ".png"]
+    shown = b"".join(f.name.encode() + f.read_bytes() for f in pngs)
+    kept = sorted(target.glob(f"events.out.tfevents.*{REPORT_EVENTS}"))
+    same = ctx.same_as_last("tensorboard images", shown) and kept
+    events = kept[-1] if same else write_report_images(target, pngs)
+    ctx.save_drawn()
+    return events
+
+
+def _write_files(target: Path, jobs: list[Job], console: Any) -> tuple[ReportContext, list[Path]]:
+    """The report's files, from ``jobs`` as they are now, and the context that drew them."""
     ctx = ReportContext(target, jobs, swept_keys(jobs))
     runs_md, csv_rows = runs_section(ctx)
     csv_path = target / "report.csv"
@@ -157,8 +179,4 @@ def _write_files(target: Path, jobs: list[Job], console: Any) -> list[Path]:
             )
     md_path = target / "report.md"
     write_text_atomic(md_path, "\n".join(sections).rstrip() + "\n")
-    files = [md_path, csv_path, *ctx.files]
-    console.print(
-        f"wrote {', '.join(str(f) for f in files)}", soft_wrap=True, highlight=False, markup=False
-    )
-    return files
+    return ctx, [md_path, csv_path, *ctx.files]

@@ -153,9 +153,10 @@ def test_rope_every_method_length_protocol(runs, cache):
     assert {"train/loss", "val/loss"} <= set(events.Tags()["scalars"])  # the run itself
     for method in METHODS:
         for protocol in ("nonoverlap", "sliding"):
-            assert f"extrapolate/{protocol}/ppl/{method}" in events.Tags()["scalars"]
+            assert f"extrapolate/rope/{protocol}/ppl/{method}" in events.Tags()["scalars"]
         got = {
-            (e.step, round(e.value, 3)) for e in events.Scalars(f"extrapolate/sliding/ppl/{method}")
+            (e.step, round(e.value, 3))
+            for e in events.Scalars(f"extrapolate/rope/sliding/ppl/{method}")
         }
         assert got == {
             (r["length"], round(r["ppl"], 3))
@@ -363,7 +364,8 @@ def test_an_unfinished_run_is_marked_in_every_record(tmp_path):
 
 
 def test_plot_helpers_smooth_and_plain_ticks():
-    from posexp.commands.extrapolate.plots import plot_ppl, smooth
+    from posexp.results.curves import plot_ppl
+    from posexp.results.positions import smooth
 
     assert smooth([1.0, 2.0, 3.0, 4.0, 5.0], width=3) == [1.5, 2.0, 3.0, 4.0, 4.5]
     records = [

@@ -16,6 +16,8 @@ from posexp.commands.extrapolate.tables import display_rows
 def record(method, length, ppl, protocol="nonoverlap"):
     return {
         "method": method,
+        "name": method.split("(")[0],  # the method's name beside its display label
+        "baked": False,
         "protocol": protocol,
         "length": length,
         "metric": "ppl",
@@ -121,7 +123,14 @@ def test_cells_without_a_number_have_no_point(run_dir):
 def test_a_mixtures_single_task_is_not_the_runs_headline_scalar():
     from posexp.commands.extrapolate.outputs import baseline_metrics
 
-    part = {"method": "none", "protocol": "string_match_all", "metric": "score", "length": 226}
+    part = {
+        "method": "none",
+        "name": "none",
+        "baked": False,
+        "protocol": "string_match_all",
+        "metric": "score",
+        "length": 226,
+    }
     records = [{**part, "task": "common_words", "score": 0.0}]
     assert baseline_metrics(records, 256) == {}
     whole = {**part, "task": None, "score": 0.5}
@@ -133,10 +142,11 @@ def test_each_length_takes_the_first_unextended_row_that_has_it():
     from posexp.commands.extrapolate.outputs import baseline_metrics
 
     def rec(method, length, ppl):
-        name = method.split(" [")[0]  # the method's name, as a record's view carries it
+        name = method.split(" ")[0]
         return {
             "method": method,
             "name": name,
+            "baked": False,
             "protocol": "nonoverlap",
             "length": length,
             "ppl": ppl,
@@ -145,3 +155,32 @@ def test_each_length_takes_the_first_unextended_row_that_has_it():
     rows = [rec("none [tokens 16,384]", 64, 3.0), rec("none [tokens 32,768]", 64, 3.1)]
     rows += [rec("none [tokens 32,768]", 128, 4.0), rec("pi", 128, 3.5)]
     assert baseline_metrics(rows, 64) == {"eval/ppl_x1": (3.0, 0), "eval/ppl_x2": (4.0, 0)}
+
+
+def test_each_pe_s_methods_are_the_curves_of_one_chart(tmp_path):
+    # A sweep's TensorBoard: a chart per PE (its seeds and methods), not one chart for all PEs.
+    charts = {}
+    for job, pe, methods in (("rope0", "rope", ["none", "pi"]), ("rope1", "rope", ["none"])):
+        (tmp_path / job).mkdir()
+        rows = [record(m, n, ppl(m, n)) for m in methods for n in (32, 64)]
+        write_tensorboard(tmp_path / job, display_rows(rows), {}, train_length=32, pe=pe)
+        (category,) = layout(tmp_path / job).category
+        charts[job] = {c.title: list(c.multiline.tag) for c in category.chart}
+    (tmp_path / "alibi0").mkdir()
+    rows = [record("none", n, ppl("none", n)) for n in (32, 64)]
+    write_tensorboard(tmp_path / "alibi0", display_rows(rows), {}, train_length=32, pe="alibi")
+    (category,) = layout(tmp_path / "alibi0").category
+    alibi = {c.title: list(c.multiline.tag) for c in category.chart}
+    # the seeds of one PE share its chart (equal layouts merge), evaluated with any methods
+    assert (
+        charts["rope0"]
+        == charts["rope1"]
+        == {
+            "rope: ppl by evaluation length, nonoverlap (every method)": [
+                "^extrapolate/rope/nonoverlap/ppl/"
+            ]
+        }
+    )
+    assert list(alibi) == ["alibi: ppl by evaluation length, nonoverlap (every method)"]
+    events = EventAccumulator(str(tmp_path / "rope0")).Reload()
+    assert "extrapolate/rope/nonoverlap/ppl/pi" in events.Tags()["scalars"]

@@ -11,7 +11,7 @@ from posexp.commands.report.views.extrapolation import (
     extrapolation_columns,
     render_extrapolation,
 )
-from posexp.labels import run_settings
+from posexp.results.labels import run_settings
 from tests.helpers import record_view
 
 
@@ -94,8 +94,9 @@ def test_records_of_two_sample_sizes_are_never_averaged_into_one_cell(tmp_path):
     assert only_seed0["ppl"] is None and only_seed0["note"] == "scored in 1 of 3 seeds"
     md = render_extrapolation(ctx)
     verdict = sentence(md, "applied zero-shot")
-    assert "yarn is worse than no extension for RoPE [tokens 16,384] in 3 of 3 cells" in verdict
-    assert "median change +2.0%" in verdict
+    # 2% worse in every seed, but the seeds themselves spread by 5%: no verdict, on 3 cells
+    assert "yarn and no extension for RoPE [tokens 16,384] past the training length" in verdict
+    assert "no verdict over 3 cells (0 better, 0 worse beyond seed noise, 3 within it" in verdict
     assert "each sample is its own column, never averaged with another" in md
     # the CSV keeps each sample's numbers in a column of its own
     header = (tmp_path / "report_extrapolation.csv").read_text().splitlines()[0]
@@ -130,12 +131,12 @@ def test_a_fine_tuned_run_is_described_as_fine_tuned_and_not_set_beside_the_pape
     baked = sentence(md, "baked:yarn, the extension the run was fine-tuned with,")
     # only 512 and 1,024 lie past the length it trained at
     assert (
-        "is better than no extension (the same weights without it) for RoPE in 2 of 2 cells "
-        "past the length the run was fine-tuned at (256)" in baked
+        "against no extension (the same weights without it) for RoPE past the length the run "
+        "was fine-tuned at (256) (nonoverlap): n = 1: no verdict over 2 cells" in baked
     )
     assert "`posexp finetune` trains" not in baked
-    applied = sentence(md, "applied at evaluation to fine-tuned weights, yarn is worse")
-    assert "in 2 of 2 cells" in applied
+    applied = sentence(md, "applied at evaluation to fine-tuned weights, yarn against")
+    assert "no verdict over 2 cells" in applied
     # Press et al.'s models were trained from scratch without extension: no shape comparison
     assert "explodes here" not in md and "in the paper it" not in md
     assert "RoPE is not set beside Press et al. 2022 (ALiBi): fine-tuned" in md
@@ -159,8 +160,14 @@ def test_verdicts_count_the_cells_past_each_run_s_own_training_length(tmp_path):
     assert "training lengths differ" in md
     verdicts = [line for line in md.splitlines() if line.startswith("- applied zero-shot")]
     assert len(verdicts) == 2
-    assert "for RoPE [L32] (3 of 3 cells within 1%" in verdicts[0]
-    assert "for RoPE [L64] (2 of 2 cells within 1%" in verdicts[1]
+    assert (
+        "for RoPE [L32] past the training length (nonoverlap): n = 1: no verdict over 3 cells"
+        in verdicts[0]
+    )
+    assert (
+        "for RoPE [L64] past the training length (nonoverlap): n = 1: no verdict over 2 cells"
+        in verdicts[1]
+    )
     # the protocols are compared past each run's own length too: 3 + 2 cells of two methods
     assert "non-overlapping ones in 10 of 10 cells" in sentence(md, "past the training length")
 

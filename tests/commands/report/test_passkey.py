@@ -152,7 +152,7 @@ def test_one_seed_gets_no_verdict():
         job(0, {("baked:ntk", 0.5, 250): 1.0}, tuned=True),
     ]
     (line,) = gain_sentences(rows_of(jobs), 250, "2×")
-    assert "no verdict on seed noise (1 seed; it needs 3)" in line
+    assert "n = 1: no verdict (it needs 3 seeds)" in line
 
 
 def test_two_rows_with_no_retrieval_are_said_to_have_none_not_a_gap_of_zero():

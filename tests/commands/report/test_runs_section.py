@@ -12,7 +12,7 @@ from posexp.commands.report.runs_section import (
     runs_section,
 )
 from posexp.commands.report.view import ReportContext
-from posexp.labels import run_settings, setting_key
+from posexp.results.labels import run_settings, setting_key
 
 
 def job(name, params, metrics, status="completed", error="", config=None):
@@ -101,10 +101,11 @@ def test_sentence_calls_noise_only_with_three_seeds(tmp_path):
         job("b", {"pe": "alibi"}, {"final/val_ppl": 12.0}),
     ]
     text = comparison_sentence(ReportContext(tmp_path, one, ["pe"]), one)
+    # one seed a setting: no best and no worst, only the extremes and "no verdict"
     assert text.startswith(
-        "Best validation perplexity: rope (10.00); worst: alibi (12.00), 2.00 apart (20.0%)"
+        "Lowest validation perplexity: rope (10.00); highest: alibi (12.00), 2.00 apart (20.0%)"
     )
-    assert "one run per setting cannot tell that from seed noise" in text
+    assert "n = 1: no verdict" in text and "one run per setting" in text
     seeds = [
         job(f"{pe}{s}", {"pe": pe, "seed": str(s)}, {"final/val_ppl": base + 0.1 * s})
         for pe, base in (("rope", 10.0), ("alibi", 12.0))
@@ -113,6 +114,7 @@ def test_sentence_calls_noise_only_with_three_seeds(tmp_path):
     text = comparison_sentence(ReportContext(tmp_path, seeds, ["pe", "seed"]), seeds)
     assert "rope (mean 10.10)" in text and "alibi (mean 12.10)" in text
     assert "beyond seed noise (20.0× the larger seed std, n = 3)" in text
+    assert text.startswith("Best validation perplexity: rope")
 
 
 def test_perplexities_of_different_tokenizers_are_not_ranked(tmp_path):

@@ -12,8 +12,8 @@ from posexp.commands.report import view as view_mod
 from posexp.commands.report.runs_section import runs_section
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views import curves, extrapolation
-from posexp.figures import text_overlaps
-from posexp.labels import run_settings
+from posexp.results.figures import text_overlaps
+from posexp.results.labels import run_settings
 from tests.helpers import record_view
 
 METHODS = ("none", "pi", "ntk", "yarn", "dynamic_ntk", "llama3", "self_extend", "blockwise")
@@ -100,13 +100,15 @@ def test_a_six_run_report_has_short_labels_and_no_overlapping_text(tmp_path, fig
         "rope s1",
     ]
     assert "outputs/runs" not in md and "threads" not in md  # never paths or plumbing
-    headers = [
-        c.strip()
-        for line in md.splitlines()
-        if line.startswith("| length")
-        for c in line.split("|")
-    ]
-    assert max(map(len, headers)) == len("ALiBi [fine-tuned]+self_extend")  # names, not commands
+    lines = md.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("| PE + method")]
+    names = []  # the extrapolation tables' rows: PE (+ method) names
+    for i in heads:
+        for line in lines[i + 2 :]:
+            if not line.startswith("| "):
+                break
+            names.append(line.split("|")[1].strip())
+    assert max(map(len, names)) == len("ALiBi [fine-tuned]+self_extend")  # names, not commands
     assert set(figures) == {
         "report_runs.png",
         "report_curves.png",

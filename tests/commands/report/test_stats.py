@@ -16,4 +16,4 @@ def test_any_gap_is_beyond_noise_when_seeds_agree_exactly():
 
 
 def test_fewer_seeds_than_the_test_needs_get_no_verdict():
-    assert beyond_noise(0.5, [0.1], 2) == "no verdict on seed noise (2 seeds; it needs 3)"
+    assert beyond_noise(0.5, [0.1], 2) == "n = 2: no verdict (it needs 3 seeds)"

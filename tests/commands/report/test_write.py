@@ -145,16 +145,30 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
     md = (sweep / "report.md").read_text()
     assert "## Length extrapolation" in md
     assert "Cells: one seed per column (no spread: sweep `seed=0,1,2` for mean ± std)." in md
-    # Columns carry the labels the PEs declare (posexp/pe), in their declared order.
+    # Rows carry the labels the PEs declare (posexp/pe), in their declared order; lengths
+    # with their multiple of L_train are the columns.
     # The preset's methods (none, pi, ntk, yarn, llama3), each where it applies.
-    header = (
-        "| length | × L_train | learned (APE) | learned (APE)+pi | RoPE | RoPE+pi | RoPE+ntk | "
-        "RoPE+yarn | RoPE+llama3 | ALiBi |"
-    )
-    assert md.count(header) == 4  # ppl and ratio tables, for nonoverlap and sliding
+    labels = [
+        "learned (APE)",
+        "learned (APE)+pi",
+        "RoPE",
+        "RoPE+pi",
+        "RoPE+ntk",
+        "RoPE+yarn",
+        "RoPE+llama3",
+        "ALiBi",
+    ]
+    lines = md.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("| PE + method | 32 (1×) |")]
+    assert len(heads) == 4  # ppl and ratio tables, for nonoverlap and sliding
+    for i in heads:
+        assert [line.split(" | ")[0][2:] for line in lines[i + 2 : i + 2 + len(labels)]] == labels
     assert "### nonoverlap: non-overlapping windows; 256 scored tokens per length" in md
     assert "### sliding: sliding window, stride 16" in md
-    assert "| 64 | 2 | n/a [1] |" in md and "[1] not applicable: the learned position table" in md
+    assert (
+        any(line.startswith("| learned (APE) |") and "n/a [1]" in line for line in lines)
+        and "[1] not applicable: the learned position table" in md
+    )
     assert "Press et al. 2022" in md and "| 15512 | 30.3 | 406.01 (20.25×)" in md
     rows = list(csv.DictReader((sweep / "report_extrapolation.csv").open()))
     assert [(r["protocol"], r["length"]) for r in rows] == [
@@ -166,6 +180,28 @@ def test_extrapolation_preset_then_report(tmp_path, cache):
     assert rows[1]["learned"] == "" and float(rows[1]["alibi"]) > 1 and rows[1]["alibi n"] == "1"
     for p in ("nonoverlap", "sliding"):
         assert (sweep / f"report_extrapolation_{p}.png").read_bytes()[:4] == b"\x89PNG"
+    # The results table, one value a row, as the runs' records hold them; LaTeX beside report.md
+    import json
+
+    import pandas as pd
+
+    stored = [
+        r
+        for job in find_jobs(sweep)
+        for r in json.loads((job.path / "eval" / "extrapolate.json").read_text())
+    ]
+    long = pd.read_csv(sweep / "report_results.csv")
+    scored = [r for r in stored if r.get("ppl") is not None]
+    assert len(long[long["primary"]]) == len(scored) and set(long["pe"]) == {
+        "rope",
+        "alibi",
+        "learned",
+    }
+    assert len(pd.read_parquet(sweep / "report_results.parquet")) == len(long)
+    tex = (sweep / "report.tex").read_text()
+    body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0]
+    assert r"\begin{tabular}" in tex and r"$\pm$" not in body  # one seed: means alone
+    assert "RoPE + pi" in tex
     # A second report finds every cell its preset asks for measured: it would score none.
     from posexp.commands.extrapolate.plan import Settings, plan_run
 

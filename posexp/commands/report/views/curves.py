@@ -16,8 +16,8 @@ from posexp.commands.report.jobs import Job, natural_order
 from posexp.commands.report.stats import mean_std
 from posexp.commands.report.view import ReportContext, register_report_view
 from posexp.commands.report.views.findings import job_pe, pe_colors
-from posexp.figures import figure_title, legend_below, panel_title
 from posexp.pe.base import PEDisplay
+from posexp.results.figures import figure_title, legend_below, panel_title
 
 CURVES = (("train/loss", "training loss"), ("val/loss", "validation loss"))
 

@@ -7,6 +7,7 @@ Rows = evaluation length, columns = PE (and PE+method), from each job's
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from posexp.commands.report.jobs import Job, natural_order, swept_value
@@ -64,7 +65,12 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
         # measurements: each is its own series (column), as in eval-extrapolate's tables.
         fields = series_fields(seeds)
         methods = list(dict.fromkeys(r["method"] for job in seeds for r in job.extrapolate))
-        order = {r["method"]: r["order"] for job in seeds for r in job.extrapolate}
+        # a hand-made record without its sort key sorts last, by its label
+        order = {
+            r["method"]: r.get("order", (math.inf, r["method"]))
+            for job in seeds
+            for r in job.extrapolate
+        }
         methods.sort(key=order.__getitem__)
         for method in methods:
             suffix = "" if method == baseline_method() else f"+{method}"
@@ -140,10 +146,10 @@ def render_extrapolation(ctx: ReportContext) -> str:
         "",
         f"Test-split perplexity by evaluation length (`posexp eval-extrapolate`); "
         f"{trained_text(columns, l0)}. "
-        "Columns: PE, and PE+method for context-extension methods applied at evaluation time "
+        "Rows: PE, and PE+method for context-extension methods applied at evaluation time "
         "(factor = length / L0, the length the positions were first learned at, unless the run "
         "says otherwise; `baked:` the extension a run was fine-tuned with). "
-        f"Lower is better; a flat column extrapolates. Cells: {seeds_text(columns)}.",
+        f"Columns: lengths, with their multiple of L_train. Lower is better; a flat row extrapolates. Cells: {seeds_text(columns)}.",
     ]
     samples = list(dict.fromkeys(c.series for c in columns if c.series))
     if samples:
@@ -158,11 +164,15 @@ def render_extrapolation(ctx: ReportContext) -> str:
     for protocol in protocols:
         lengths = sorted({k[1] for c in columns for k in c.records if k[0] == protocol})
         shown = [c for c in columns if any(k[0] == protocol for k in c.records)]
-        header = ["length", *(["× L_train"] if l0 else []), *(c.label for c in shown)]
-        rows = []
+        # PEs and methods are rows, lengths (with their multiple of L_train) columns
+        header = [
+            "PE + method",
+            *(f"{n:,} ({n / l0:g}×)" if l0 else f"{n:,}" for n in lengths),
+        ]
+        rows = [
+            [c.label, *(_cell(c.records.get((protocol, n)), notes) for n in lengths)] for c in shown
+        ]
         for n in lengths:
-            cells = [_cell(c.records.get((protocol, n)), notes) for c in shown]
-            rows.append([n, *([f"{n / l0:g}"] if l0 else []), *cells])
             csv_rows.append(
                 {
                     "protocol": protocol,
@@ -199,7 +209,7 @@ def render_extrapolation(ctx: ReportContext) -> str:
             f"### {protocol}: {desc}; {', '.join(map(str, sorted(tokens)))} scored tokens "
             "per length",
             "",
-            md_table(header, rows, ["r"] * len(header)),
+            md_table(header, rows, ["l"] + ["r"] * (len(header) - 1)),
         ]
         if l0 and len(lengths) > 1:
             md += [
@@ -232,11 +242,12 @@ def render_extrapolation(ctx: ReportContext) -> str:
 
 
 def ratio_table(columns: list[Column], protocol: str, lengths: list[int], l0: int) -> str:
-    """ppl(L) / ppl(L_train) per column: the mean over seeds of each seed's own ratio, ± std."""
+    """ppl(L) / ppl(L_train) per column (a row each): the mean over seeds of each seed's own
+    ratio, ± std; lengths with their multiple as columns."""
     rows = []
-    for n in lengths:
-        row: list[Any] = [n, f"{n / l0:g}"]
-        for c in columns:
+    for c in columns:
+        row: list[Any] = [c.label]
+        for n in lengths:
             ratios = seed_ratios(c, protocol, n, l0)
             mean, std = mean_std(ratios)
             row.append(
@@ -247,8 +258,8 @@ def ratio_table(columns: list[Column], protocol: str, lengths: list[int], l0: in
                 else f"{mean:.2f}"
             )
         rows.append(row)
-    header = ["length", "× L_train", *(c.label for c in columns)]
-    return md_table(header, rows, ["r"] * len(header))
+    header = ["PE + method", *(f"{n:,} ({n / l0:g}×)" for n in lengths)]
+    return md_table(header, rows, ["l"] + ["r"] * len(lengths))
 
 
 def perplexity_jobs(jobs: list[Job]) -> list[Job]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from posexp.commands.extrapolate.tables import SERIES_FIELDS
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import mean_std
 from posexp.pe.base import PEDisplay
+from posexp.results.summary import SERIES_FIELDS
 
 
 @dataclass

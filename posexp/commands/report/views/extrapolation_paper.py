@@ -4,14 +4,15 @@ the published table, and how each PE's curve compares in shape."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import md_table
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.commands.report.views.findings import findings
 from posexp.commands.report.views.unigram import near_unigram
 from posexp.extension import baseline_method
 from posexp.pe.base import describe_pe
+from posexp.results.verdict import Published, against_paper
 
 # How a ppl ratio to the training length reads. "Flat" within FLAT of 1 or within the seeds'
 # spread of the ratio; above that, the first bound it is below (else "explodes").
@@ -66,19 +67,21 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
             (i for i, v in enumerate(published) if i and v is not None),
             key=lambda i: abs(math.log(paper["lengths"][i] / p0 * l0 / n)),
         )
-        ratios = seed_ratios(c, protocol, n, l0)
-        mine, spread = mean_std(ratios)
-        theirs = published[i] / published[0]
-        clauses.append(
-            f"{c.label} {shape(mine, spread)} here ({mean_std_text(mine, spread, len(ratios), 2)}× at "
-            f"{n / l0:g}× L_train{f', {len(ratios)} seeds' if len(ratios) > 1 else ''}; in the "
-            f"paper it {shape(theirs)}, {theirs:.2f}× at {paper['lengths'][i] / p0:.1f}×)"
+        reference = Published(
+            paper["cite"],
+            paper["setting"],
+            published[i] / published[0],
+            paper["lengths"][i] / p0,
+            same_data(c.job, paper.get("data", {})),
         )
+        ratios = seed_ratios(c, protocol, n, l0)
+        clauses.append(against_paper(c.label, ratios, n / l0, reference, "ppl ratio"))
     out = []
     if clauses:
         out.append(
-            f"compared with {paper['cite']}, ppl relative to the training length ({protocol}): "
-            f"{'; '.join(clauses)} ({SHAPE_RULE})."
+            f"ppl relative to the training length ({protocol}), beside {paper['cite']}: "
+            + "; ".join(c.rstrip(".") for c in clauses)
+            + "."
         )
     if tuned:
         out.append(
@@ -87,6 +90,15 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
             "trained from scratch at one length, without extension."
         )
     return out
+
+
+def same_data(job: Any, data: dict[str, Any]) -> bool:
+    """Whether a job trained on the paper's data: every key of the paper's ``data`` (as
+    ``configs/findings.yaml`` names it) matches the job's ``data.*`` config."""
+    flat = getattr(job, "flat_config", None) or {}
+    if not data:
+        return False
+    return all(str(flat.get(f"data.{k}", "")).startswith(str(v)) for k, v in data.items())
 
 
 def published_section() -> str:

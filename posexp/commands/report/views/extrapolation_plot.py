@@ -1,22 +1,31 @@
 """The extrapolation view's figure: test perplexity against length, as small multiples.
 
 The first panel compares the encodings without extension; each encoding evaluated with
-extension methods then gets a panel of its own (its plain line and one line per method), so no
-panel holds more than one encoding's methods. A method keeps its colour in every panel, the
-y axis is shared, and the seeds' spread is a band around each plain line.
+extension methods then gets panels of its own (its plain line and its methods, grouped by
+method, at most ``MOST_CURVES`` lines a panel), so no panel holds more than one encoding's
+methods. Every PE and method spec keeps the style the registry gives it (posexp.results.style)
+in every panel and file, the y axis is shared, and the seeds' spread is a band around each
+plain line.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from posexp.commands.extrapolate.plots import gapped, not_scored
 from posexp.commands.report.view import ReportContext
 from posexp.commands.report.views.extrapolation_data import Column
 from posexp.extension import baseline_method
-from posexp.figures import figure_title, legend_below, panel_title
+from posexp.results.curves import (
+    MOST_CURVES,
+    Curve,
+    Panel,
+    gapped,
+    method_panels,
+    plot_panels,
+    spec_style,
+)
+from posexp.results.style import Style, method_style, pe_style
 
 
 def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
@@ -33,15 +42,34 @@ def missing_lengths(c: Column, protocol: str, lengths: list[int]) -> list[int]:
 
 
 def _panels(columns: list[Column], protocol: str) -> list[list[Column]]:
-    """The columns of each panel, as drawn: the plain ones, then one PE's plain and methods."""
+    """The columns of each panel, as drawn: the plain ones (MOST_CURVES a panel), then each PE's
+    plain lines with its methods, grouped by method, at most MOST_CURVES lines a panel."""
+    return [bases + methods for bases, methods, _ in _layout(columns, protocol)]
+
+
+def _layout(columns: list[Column], protocol: str) -> list[tuple[list[Column], list[Column], str]]:
+    """(plain columns, method columns, title) of each panel."""
     columns = [c for c in columns if _points(c, protocol)]
     plain = [c for c in columns if c.method == baseline_method()]
-    panels = [plain]
+    out = []
+    for start in range(0, max(1, len(plain)), MOST_CURVES):
+        title = "every encoding, no extension"
+        if len(plain) > MOST_CURVES:
+            title += f" ({start // MOST_CURVES + 1} of {-(-len(plain) // MOST_CURVES)})"
+        out.append((plain[start : start + MOST_CURVES], [], title))
     for jobs in {id(c.jobs): c.jobs for c in plain}.values():
+        bases = [c for c in plain if c.jobs is jobs]
         methods = [c for c in columns if c.jobs is jobs and c.method != baseline_method()]
-        if methods:
-            panels.append([c for c in plain if c.jobs is jobs] + methods)
-    return panels
+        if not methods:
+            continue
+        labels = list(dict.fromkeys(c.method for c in methods))
+        names = {c.method: method_name(c) for c in methods}
+        pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
+        for group in method_panels(labels, names, MOST_CURVES - len(bases)):
+            mine = [c for c in methods if c.method in group]
+            named = ", ".join(dict.fromkeys(names[m] for m in group))
+            out.append((bases, mine, f"{pe_label} with {named}"))
+    return out
 
 
 def gap_notes(columns: list[Column], protocol: str) -> list[str]:
@@ -82,120 +110,62 @@ def _style(c: Column, plain: list[Column]) -> Any:
     return SERIES_STYLES[same_pe.index(c) % len(SERIES_STYLES)]
 
 
-def _band(ax: Any, c: Column, protocol: str, color: Any, lengths: list[int]) -> None:
+def method_name(c: Column) -> str:
+    """The name of the method a column's records were scored with (its label: display only)."""
+    return next((r["name"] for r in c.records.values() if r.get("name")), c.method)
+
+
+def column_style(c: Column) -> Style:
+    """The registry's style of a column's encoding (randomized positions: a style of their own)."""
+    if c.pe is None:
+        return pe_style(c.label)
+    return pe_style(c.pe.name + (" randomized" if c.pe.randomized else ""))
+
+
+def curve_of(c: Column, protocol: str, label: str, style: Style, dash: Any, band: bool) -> Curve:
+    """A column as a curve: its mean at each length, n in its label, its seeds' spread."""
+    seeds = _seeds(c)
     spread = {
         n: (r["ppl"] - r["ppl_std"], r["ppl"] + r["ppl_std"])
         for (p, n), r in c.records.items()
-        if p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
+        if band and p == protocol and r.get("ppl") is not None and r.get("n", 1) > 1
     }
-    if spread:
-        # NaN at the panel's lengths the column lacks: fill_between leaves a gap there, as the
-        # line does, rather than a band across a length no seed was scored at.
-        xs = sorted({*lengths, *spread})
-        gap = (math.nan, math.nan)
-        lo, hi = zip(*(spread.get(n, gap) for n in xs), strict=True)
-        ax.fill_between(xs, lo, hi, color=color, alpha=0.15, linewidth=0)
+    text = label + (f" (n = {seeds})" if seeds > 1 else "")
+    return Curve(text, dict(_points(c, protocol)), style, dash, spread)
 
 
 def extrapolation_plot(
     ctx: ReportContext, columns: list[Column], protocol: str, l0: int | None
 ) -> Path:
-    """ppl against length (log-log, plain ticks): all encodings, then one panel per encoding's methods."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posexp.commands.extrapolate.plots import MARKERS, plain_log_axes
-    from posexp.commands.report.views.findings import pe_colors as pe_color_map
-
+    """ppl against length: all encodings, then each encoding's methods (drawn by the one
+    plotting module of curves by length, posexp.results.curves)."""
     columns = [c for c in columns if _points(c, protocol)]  # the rest: unplotted(), in words
     plain = [c for c in columns if c.method == baseline_method()]
-    # One panel per PE (its seeds' jobs), with every plain series of it: a PE scored on two
-    # samples has two plain lines, told apart by their style.
-    groups = list({id(c.jobs): c.jobs for c in plain}.values())
-    with_methods = [
-        (
-            [c for c in plain if c.jobs is jobs],
-            [c for c in columns if c.jobs is jobs and c.method != baseline_method()],
-        )
-        for jobs in groups
-    ]
-    with_methods = [(bases, methods) for bases, methods in with_methods if methods]
-    method_names = list(dict.fromkeys(c.method for _, ms in with_methods for c in ms))
-    panels = 1 + len(with_methods)
-    cols = min(panels, 4)
-    rows = math.ceil(panels / cols)
-    fig, axes = plt.subplots(
-        rows,
-        cols,
-        figsize=(4.2 * cols + (2.5 if panels == 1 else 0), 4.6 * rows + 0.6),
-        sharey=True,
-        squeeze=False,
-        layout="constrained",
-    )
-    flat = list(axes.flat)
-    pe_colors = plt.get_cmap("tab10").colors
-    # One colour per method across the panels (tab10 without C0, then tab20's light tones).
-    method_colors = [*plt.get_cmap("tab10").colors[1:], *plt.get_cmap("tab20").colors[1::2]]
-    lengths = sorted({n for c in columns for n, _ in _points(c, protocol)})
-
-    def draw(ax: Any, c: Column, label: str, color: Any, marker: str, style: str) -> None:
-        if not _points(c, protocol):
-            return
-        seeds = _seeds(c)
-        xs, ys, lacks = gapped(dict(_points(c, protocol)), panel_lengths)
-        ax.plot(
-            xs,
-            ys,
-            style,
-            marker=marker,
-            markersize=5,
-            color=color,
-            label=label + (f" (n = {seeds})" if seeds > 1 else "") + not_scored(lacks),
-        )
-
-    ax = flat[0]
-    same_in_every_figure = pe_color_map(ctx)
-    panel_lengths = sorted({n for c in plain for n, _ in _points(c, protocol)})
-    for i, c in enumerate(plain):
-        color = same_in_every_figure.get(c.pe) or pe_colors[i % len(pe_colors)]
-        draw(ax, c, c.label, color, MARKERS[i % len(MARKERS)], _style(c, plain))
-        _band(ax, c, protocol, color, panel_lengths)
-    panel_title(ax, "every encoding, no extension")
-    for ax, (bases, methods) in zip(flat[1:], with_methods, strict=False):
-        panel_lengths = sorted({n for c in bases + methods for n, _ in _points(c, protocol)})
+    panels = []
+    for bases, methods, title in _layout(columns, protocol):
+        curves = []
         for base in bases:
-            name = "no extension" + (f" [{base.series}]" if base.series else "")
-            draw(ax, base, name, "black", "o", _style(base, bases))
-            _band(ax, base, protocol, "black", panel_lengths)
+            if methods:  # a PE's own panel: its plain line is "no extension"
+                name = "no extension" + (f" [{base.series}]" if base.series else "")
+                style = method_style(baseline_method())
+            else:
+                name, style = base.label, column_style(base)
+            # a fine-tune keeps its PE's colour, dashed: one encoding, other weights
+            dash = "--" if base.tuned_at and not methods else _style(base, plain)
+            curves.append(curve_of(base, protocol, name, style, dash, band=True))
         for c in methods:
-            k = method_names.index(c.method)
+            style = spec_style(c.method, method_name(c))
             name = c.method + (f" [{c.series}]" if c.series else "")
-            draw(ax, c, name, method_colors[k % len(method_colors)], MARKERS[k % 8], "--")
-        pe_label = bases[0].label.removesuffix(f" [{bases[0].series}]")
-        panel_title(ax, f"{pe_label} with extension methods")
+            curves.append(curve_of(c, protocol, name, style, style.dash, band=False))
+        panels.append(Panel(title, curves))
     tuned = sorted({c.tuned_at for c in columns if c.tuned_at and c.tuned_at != l0})
-    for ax in flat[:panels]:
-        if l0:
-            ax.axvline(l0, color="grey", linestyle=":", linewidth=1)
-        for n in tuned:  # where a fine-tune's own training ends
-            ax.axvline(n, color="grey", linestyle="-.", linewidth=1)
-        if lengths:
-            plain_log_axes(ax, lengths)
-        ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel("evaluation length (tokens)")
-        legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
-    for ax in flat[panels:]:
-        ax.set_visible(False)
-    for row in axes:
-        row[0].set_ylabel("test perplexity (log scale)")
+    marks = ([(l0, ":")] if l0 else []) + [(n, "-.") for n in tuned]
     several = any(r.get("n", 1) > 1 for c in columns for r in c.records.values())
-    figure_title(
-        fig,
+    title = (
         f"Test perplexity against evaluation length ({protocol} windows)"
         + (f"; dotted: training length {l0:,}" if l0 else "")
         + (f"; dash-dot: fine-tuned at {' and '.join(f'{n:,}' for n in tuned)}" if tuned else "")
-        + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else ""),
+        + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else "")
     )
+    fig = plot_panels(panels, title, "test perplexity (log scale)", marks)
     return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")

@@ -6,17 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from posexp.commands.report.stats import (
-    MIN_SEEDS,
-    NOISE_STDS,
-    beyond_noise,
-    decimals_for,
-    paired_differences,
-)
 from posexp.commands.report.views.extrapolation_data import Column, same_sample, sample_key
 from posexp.commands.report.views.extrapolation_paper import shape_sentences
 from posexp.extension import EXTENSIONS, baseline_method
 from posexp.extension.spec import BAKED
+from posexp.results.verdict import compare, compare_cells
 
 
 def _pairs(
@@ -92,11 +86,13 @@ def reading_sentences(columns: list[Column], protocols: list[str], l0: int | Non
                 f"{median:.2f}): {why}."
             )
     baseline = baseline_method()
-    names = {c.method: next(iter(c.records.values()))["name"] for c in columns if c.records}
+    names = {
+        c.method: next(iter(c.records.values())).get("name", c.method) for c in columns if c.records
+    }
     judged = [
         label
         for label in dict.fromkeys(c.method for c in columns)
-        if label in names and EXTENSIONS[names[label]].zero_shot_verdict
+        if names.get(label) in EXTENSIONS and EXTENSIONS[names[label]].zero_shot_verdict
     ]
     for method in judged:
         for base in (c for c in columns if c.method == baseline):  # one sentence per PE
@@ -133,9 +129,6 @@ def how_applied(method: str, tuned_at: int | None) -> tuple[str, str, str]:
     return f"applied at evaluation to fine-tuned weights, {method}", versus, past
 
 
-LEVEL = 0.01  # a cell within 1% of no extension is level with it, neither better nor worse
-
-
 def verdict_sentence(
     method: str,
     label: str,
@@ -145,51 +138,19 @@ def verdict_sentence(
     name: str = "",
 ) -> str:
     """A method against no extension over the cells past the training length (a fine-tune's:
-    ``tuned_at``): better, worse or level (cells within LEVEL), with the median change and the
-    method's own caveat."""
+    ``tuned_at``), each cell judged by the one rule (posexp.results.verdict), with the method's
+    own caveat."""
     subject, versus, past = how_applied(method, tuned_at)
-    changes = sorted(a["ppl"] / b["ppl"] - 1 for a, b in pairs)
-    median = changes[len(changes) // 2]
-    better = sum(c < -LEVEL for c in changes)
-    worse = sum(c > LEVEL for c in changes)
-    n = len(changes)
-    if better > n / 2:
-        verdict = f"better than {versus} for {label} in {better} of {n} cells"
-    elif worse > n / 2:
-        verdict = f"worse than {versus} for {label} in {worse} of {n} cells"
-    else:
-        verdict = (
-            f"level with {versus} for {label} ({n - better - worse} of {n} cells within "
-            f"{LEVEL:.0%}, {better} better, {worse} worse)"
-        )
-    caveat = EXTENSIONS[name].caveat
-    change = f"{median:+.1%}".replace("-0.0%", "0.0%")
+    cells = [(a.get("ppls", [a["ppl"]]), b.get("ppls", [b["ppl"]])) for a, b in pairs]
+    head = compare_cells(subject, versus, cells, where=f"for {label} {past} ({protocol})")
     if tuned_at is not None:
         after = ""  # the run is fine-tuned already
     elif EXTENSIONS[name].training_free:
         after = "; it needs no fine-tuning (it changes attention, not the weights)"
     else:
         after = "; `posexp finetune` trains at the longer length first"
-    return (
-        f"{subject} is {verdict} {past} "
-        f"({protocol}; median change {change}, a cell counts beyond ±{LEVEL:.0%})"
-        f"{noise_clause(pairs)}{after}." + (f" Caveat: {method}: {caveat}." if caveat else "")
-    )
-
-
-def noise_clause(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """How many of the paired differences exceed 2 std of their own per-seed differences."""
-    seeds = min(len(a.get("ppls", [a["ppl"]])) for a, _ in pairs)
-    if seeds < MIN_SEEDS:
-        return " (one seed per cell: no verdict on seed noise)" if seeds == 1 else ""
-    beyond = 0
-    for a, b in pairs:
-        mean, std, _ = paired_differences(a["ppls"], b["ppls"])
-        beyond += abs(mean) > NOISE_STDS * std
-    return (
-        f"; the per-seed difference exceeds {NOISE_STDS:g} std of itself in {beyond} of "
-        f"{len(pairs)} cells (n = {seeds} seeds)"
-    )
+    caveat = EXTENSIONS[name].caveat
+    return f"{head}{after}." + (f" Caveat: {method}: {caveat}." if caveat else "")
 
 
 def ranking_sentence(columns: list[Column], protocol: str) -> list[str]:
@@ -214,18 +175,7 @@ def ranking_sentence(columns: list[Column], protocol: str) -> list[str]:
     scored.sort(key=lambda x: x[0])
     (best, n, a), (second, _, b) = scored[0], scored[1]
     ra, rb = a.records[(protocol, n)], b.records[(protocol, n)]
-    d = decimals_for(best)
-    if round(second - best, d) == 0:  # a tie as printed: no leader to name
-        return [
-            f"at {n:,} tokens ({protocol}), {a.label} and {b.label} have the lowest ppl without "
-            f"extension, level at {best:.{d}f}."
-        ]
-    words = beyond_noise(
-        second - best,
-        [ra.get("ppl_std", 0.0), rb.get("ppl_std", 0.0)],
-        min(ra.get("n", 1), rb.get("n", 1)),
-    )
+    where = f"at {n:,} tokens ({protocol}), without extension"
     return [
-        f"at {n:,} tokens ({protocol}), {a.label} has the lowest ppl without extension "
-        f"({best:.{d}f}), ahead of {b.label} ({second:.{d}f}) by {second - best:.{d}f}: {words}."
+        compare(a.label, ra.get("ppls", [best]), b.label, rb.get("ppls", [second]), where=where)
     ]

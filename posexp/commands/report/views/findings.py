@@ -43,11 +43,15 @@ def job_pe(job: Job) -> PEDisplay:
 
 
 def pe_colors(ctx: Any) -> dict[PEDisplay, str]:
-    """One colour per encoding of the report, the same in every figure of it: matplotlib's
-    C0..C9 in the encodings' display order."""
+    """One colour per encoding of the report, the same in every figure of it and of every
+    other report and run: the style registry's (posexp.results.style)."""
+    from posexp.results.style import pe_style
+
     if "pe_colors" not in ctx.memo:
-        pes = sorted({job_pe(j) for j in ctx.jobs if j.config}, key=lambda p: p.sort_key)
-        ctx.memo["pe_colors"] = {pe: f"C{i % 10}" for i, pe in enumerate(pes)}
+        pes = {job_pe(j) for j in ctx.jobs if j.config}
+        ctx.memo["pe_colors"] = {
+            pe: pe_style(pe.name + (" randomized" if pe.randomized else "")).color for pe in pes
+        }
     return ctx.memo["pe_colors"]
 
 

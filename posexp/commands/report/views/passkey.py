@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from posexp.commands.extrapolate.depths import (
+from posexp.commands.report.depth_maps import depth_maps
+from posexp.commands.report.jobs import Job
+from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
+from posexp.commands.report.view import ReportContext, md_table, register_report_view
+from posexp.commands.report.views.tasks import task_view
+from posexp.extension import baseline_method
+from posexp.results.depths import (
     MARK,
     DepthMeans,
     averaged_text,
@@ -21,12 +27,6 @@ from posexp.commands.extrapolate.depths import (
     depths_note,
     depths_phrase,
 )
-from posexp.commands.report.depth_maps import depth_maps
-from posexp.commands.report.jobs import Job
-from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
-from posexp.commands.report.view import ReportContext, md_table, register_report_view
-from posexp.commands.report.views.tasks import task_view
-from posexp.extension import baseline_method
 
 VIEW = "passkey"  # the view a task names as its report_view (posexp/data/synthetic)
 Cell = dict[tuple[float, int], dict[int, float]]  # (depth, size) -> seed -> accuracy
@@ -70,7 +70,7 @@ def rows_of(jobs: list[Job], unscored: list[str] | None = None) -> dict[str, Cel
         # or none when it has none.
         baked = tuned and job.config.extension.method != baseline_method()
         trained_with = next(
-            (r["method"] for r in job.extrapolate if r["baked"]),
+            (r["method"] for r in job.extrapolate if r.get("baked")),
             None if baked else baseline_method(),
         )
         if tuned and trained_with is None:

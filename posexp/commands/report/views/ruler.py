@@ -20,7 +20,12 @@ import math
 import re
 from typing import Any
 
-from posexp.commands.extrapolate.depths import (
+from posexp.commands.report.depth_maps import depth_maps
+from posexp.commands.report.jobs import Job
+from posexp.commands.report.stats import mean_std, mean_std_text
+from posexp.commands.report.view import ReportContext, md_table, register_report_view
+from posexp.commands.report.views.tasks import task_of, task_view
+from posexp.results.depths import (
     MARK,
     DepthMeans,
     common_depths,
@@ -28,11 +33,6 @@ from posexp.commands.extrapolate.depths import (
     depths_phrase,
     depths_text,
 )
-from posexp.commands.report.depth_maps import depth_maps
-from posexp.commands.report.jobs import Job
-from posexp.commands.report.stats import mean_std, mean_std_text
-from posexp.commands.report.view import ReportContext, md_table, register_report_view
-from posexp.commands.report.views.tasks import task_of, task_view
 
 VIEW = "ruler"  # the view RULER tasks name as their report_view (posexp/data/synthetic)
 DEFAULT_THRESHOLD = 0.9
@@ -183,7 +183,7 @@ def plot_average(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from posexp.commands.extrapolate.plots import gapped, not_scored
+    from posexp.results.curves import gapped, not_scored
 
     fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
     # The sizes some row has a task average at (a mixture has none below a task's smallest size).

@@ -14,12 +14,13 @@ from dataclasses import replace
 from typing import Any
 
 from posexp.commands.report.jobs import Job
-from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text
+from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
 from posexp.commands.report.views.findings import findings, job_pe, selects
 from posexp.commands.report.views.tasks_plot import ordered, plot
 from posexp.extension import baseline_method
 from posexp.pe.base import PEDisplay, describe_pe
+from posexp.results.verdict import rule
 
 
 def task_records(job: Job) -> list[dict[str, Any]]:
@@ -161,10 +162,15 @@ def spread_sentence(task: str, seeds: dict[PEDisplay, list[float]]) -> str:
         return (
             f"- **{task}**: {a.label} and {b.label} are level past the training sizes ({m1:.3f})."
         )
-    words = beyond_noise(m1 - m2, [s1, s2], min(n1, n2))
+    verdict = rule(m1 - m2, [s1, s2], min(n1, n2))  # the one rule (posexp.results.verdict)
+    if not verdict.decided:  # no leader named: the data do not support one
+        return (
+            f"- **{task}**: {a.label} and {b.label} past the training sizes, {m1:.3f} against "
+            f"{m2:.3f}: {verdict.words()}."
+        )
     return (
         f"- **{task}**: {a.label} leads {b.label} past the training sizes by {m1 - m2:.3f}: "
-        f"{words}."
+        f"{verdict.words()}."
     )
 
 

@@ -22,8 +22,8 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from posexp.commands.extrapolate.plots import DASHES, MARKERS, gapped, gaps_note, not_scored
     from posexp.commands.report.views.findings import pe_colors
+    from posexp.results.curves import DASHES, MARKERS, gapped, gaps_note, not_scored
 
     tasks = list(data)
     # One style per PE across panels (tasks may have been run with different PEs), so that the

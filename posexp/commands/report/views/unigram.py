@@ -17,9 +17,8 @@ def unigram_ppl(job: Any) -> float | None:
     only how often each token occurs (None where the split cannot be read)."""
     import numpy as np
 
-    from posexp.commands.extrapolate.score_run import load_test_tokens
     from posexp.errors import PosexpError
-    from posexp.runtime.build import data_key
+    from posexp.runtime.build import build_data, data_key
     from posexp.store.rundir import RunDir
 
     if job.config is None:
@@ -28,8 +27,9 @@ def unigram_ppl(job: Any) -> float | None:
     if key not in _unigram:
         try:
             kept = RunDir(job.path).tokenizer_file
-            counts = np.bincount(load_test_tokens(job.config, {}, kept))
-        except (PosexpError, OSError):
+            tokens = build_data(job.config, kept if kept.is_file() else None).tokens
+            counts = np.bincount(tokens["test"])
+        except (PosexpError, OSError, KeyError):  # KeyError: no test split
             _unigram[key] = None
         else:
             p = counts[counts > 0] / counts.sum()

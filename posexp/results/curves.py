@@ -1,17 +1,21 @@
-"""The figures `posexp eval-extrapolate` draws (and the report reuses): one style for all."""
+"""The one plotting module for curves by length: a run's figures (`posexp eval-extrapolate`)
+and the report's draw their lines, ticks, gaps and legends here, each curve in the style the
+registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_CURVES`` a panel."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from posexp.figures import panel_title
+from posexp.results.depths import panel
+from posexp.results.figures import panel_title
+from posexp.results.style import DASHES, MARKERS, Style, method_style
 from posexp.scoring import SCORERS, metric_of
 
-# Markers and dashes cycle independently of colours, so lines that coincide (ntk and
-# dynamic_ntk under non-overlapping windows) stay visible.
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-DASHES = ("-", "--", "-.", ":")
+__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "Curve", "Panel", "method_panels", "plot_panels"]
+MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
 
@@ -117,26 +121,63 @@ def gaps_note(lacks: dict[str, list[int]]) -> str:
     return f" (not scored at {each})"
 
 
+def spec_style(label: str, name: str) -> Style:
+    """The registry's style of the spec of method ``name`` shown as ``label``."""
+    return method_style(name, label)
+
+
+def names_of(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Each spec label of ``records`` -> its method's name (the record's ``name``)."""
+    return {r["method"]: r.get("name") or r["method"] for r in records}
+
+
+def method_panels(
+    methods: list[str], names: Mapping[str, str], most: int = MOST_CURVES
+) -> list[list[str]]:
+    """``methods`` (spec labels; ``names``: label -> method name) in panels of at most ``most``
+    curves, grouped by method: no extension in every panel, then whole methods while they fit;
+    a method with more specs than a panel holds fills panels of its own."""
+    from posexp.extension import baseline_method
+
+    plain = [m for m in methods if names.get(m, m) == baseline_method()]
+    groups: dict[str, list[str]] = {}
+    for m in methods:
+        if m not in plain:
+            groups.setdefault(names.get(m, m), []).append(m)
+    room = max(1, most - len(plain))
+    panels: list[list[str]] = []
+    for group in groups.values():
+        for start in range(0, len(group), room):
+            chunk = group[start : start + room]
+            if panels and len(panels[-1]) + len(chunk) <= room:
+                panels[-1] += chunk
+            else:
+                panels.append(chunk)
+    return [plain + panel for panel in panels] or [plain]
+
+
 def method_lines(
     ax: Any, records: list[dict[str, Any]], methods: list[str], metric: str
 ) -> dict[str, tuple[Any, list[int]]]:
-    """One line per method of ``metric`` against length, each with the marker, dash and colour of
-    its place in ``methods`` (the same in every panel); a line breaks at a length another method
-    has and it lacks (NaN), and its label names them. Returns method -> (line, lengths lacked)."""
+    """One line per method of ``metric`` against length, each in its registry style (the same
+    in every panel and file); a line breaks at a length another method has and it lacks (NaN),
+    and its label names them. Returns method -> (line, lengths lacked)."""
     scored = [r for r in records if r.get(metric) is not None]
     lengths = sorted({r["length"] for r in scored})
+    names = names_of(records)
     drawn = {}
-    for i, method in enumerate(methods):
+    for method in methods:
         value = {r["length"]: r[metric] for r in scored if r["method"] == method}
         if value:
+            style = spec_style(method, names.get(method, method))
             xs, ys, lacks = gapped(value, lengths)
             (line,) = ax.plot(
                 xs,
                 ys,
-                marker=MARKERS[i % len(MARKERS)],
-                linestyle=DASHES[i % len(DASHES)],
-                markersize=8 - 1.5 * (i % 4),
-                color=f"C{i % 10}",
+                marker=style.marker,
+                linestyle=style.dash,
+                markersize=6,
+                color=style.color,
                 label=method + not_scored(lacks),
             )
             drawn[method] = (line, lacks)
@@ -175,140 +216,43 @@ def plot_ppl(
 
     protocols = list(dict.fromkeys(r["protocol"] for r in records))
     protocols.sort(key=lambda p: SCORERS.names().index(p) if p in SCORERS else len(SCORERS))
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    names = names_of(records)
+    groups = method_panels(methods, names)
     fig, axes = plt.subplots(
-        1,
         len(protocols),
-        figsize=(6 * len(protocols) + 2.2, 4.8),
+        len(groups),
+        figsize=(6 * len(groups) + 2.2, 4.8 * len(protocols)),
         squeeze=False,
         layout="constrained",
+        sharey="row",
     )
     lengths = sorted({r["length"] for r in records})
-    methods = list(dict.fromkeys(r["method"] for r in records))  # one style each, every panel
     drawn = {}
-    for ax, protocol in zip(axes[0], protocols, strict=True):
-        mine = [r for r in records if r["protocol"] == protocol]
-        drawn[protocol] = method_lines(ax, mine, methods, metric)
-        ax.axvline(
-            train_length,
-            color="grey",
-            linestyle=":",
-            linewidth=1,
-            label=f"training length ({train_length:,})",
-        )
-        plain_log_axes(ax, lengths)
-        ax.set_xlabel("evaluation length (tokens)")
-        shown = [r.get(metric) for r in records if r["protocol"] == protocol]
-        label = metric_of(protocol).label
-        ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
-        ax.set_title(f"{label}, {protocol} windows", fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
+    for row, protocol in zip(axes, protocols, strict=True):
+        for ax, group in zip(row, groups, strict=True):
+            mine = [r for r in records if r["protocol"] == protocol]
+            name = protocol if len(groups) == 1 else f"{protocol}: {', '.join(group)}"
+            drawn[name] = method_lines(ax, mine, group, metric)
+            ax.axvline(
+                train_length,
+                color="grey",
+                linestyle=":",
+                linewidth=1,
+                label=f"training length ({train_length:,})",
+            )
+            plain_log_axes(ax, lengths)
+            ax.set_xlabel("evaluation length (tokens)")
+            shown = [r.get(metric) for r in mine if r["method"] in group]
+            label = metric_of(protocol).label
+            ax.set_ylabel(f"{label} (log scale)" + zoom_note(shown))
+            methods_named = list(dict.fromkeys(names[m] for m in group if names[m] != "none"))
+            what = f"; {', '.join(methods_named)}" if len(groups) > 1 else ""
+            panel_title(ax, f"{label}, {protocol} windows{what}")
+            ax.grid(True, which="major", alpha=0.3)
     shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
     return fig
-
-
-def smooth(values: list[float], width: int = 5) -> list[float]:
-    """Centred moving average (shorter windows at the ends), to read a trend through bucket noise."""
-    half = width // 2
-    return [
-        sum(values[max(0, i - half) : i + half + 1]) / len(values[max(0, i - half) : i + half + 1])
-        for i in range(len(values))
-    ]
-
-
-def plot_per_position(per_position: dict[str, Any], title: str) -> Any:
-    """Mean loss by position bucket at the longest length: a moving average per method, and the
-    raw buckets faint when there are at most two methods (more would pile up in one colour)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9.2, 4.6), layout="constrained")
-    curves = per_position["methods"]
-    raw = len(curves) <= 2
-    plotted: list[float] = []
-    for i, (method, curve) in enumerate(curves.items()):
-        xs = [(a + b - 1) / 2 for a, b in zip(curve["start"], curve["end"], strict=True)]
-        pts = [(x, y) for x, y in zip(xs, curve["loss"], strict=True) if y is not None]
-        if not pts:
-            continue
-        x, y = zip(*pts, strict=True)
-        plotted += smooth(list(y)) + (list(y) if raw else [])
-        (line,) = ax.plot(
-            x,
-            smooth(list(y)),
-            linestyle=DASHES[i % len(DASHES)],
-            linewidth=1.8,
-            label=f"{method} ({curve['protocol']})",
-        )
-        if raw:
-            ax.plot(x, y, color=line.get_color(), linewidth=0.6, alpha=0.3)
-    ax.axvline(
-        per_position["train_length"],
-        color="grey",
-        linestyle=":",
-        linewidth=1,
-        label=f"training length ({per_position['train_length']:,})",
-    )
-    ax.set_xlabel("position in the window (tokens)")
-    ax.set_ylabel("mean loss (nats/token)" + zoom_note(plotted))
-    how = "faint: per bucket; bold: " if raw else ""
-    ax.set_title(
-        f"loss by position at length {per_position['length']:,} ({how}5-bucket moving average)",
-        fontsize=10,
-    )
-    ax.grid(True, alpha=0.3)
-    fig.legend(loc="outside right center", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    return fig
-
-
-def panel(record: dict[str, Any]) -> str:
-    """What a plot panel / table row group shows: the protocol, and the key depth if any (a
-    mixture task's depths averaged by ``over_depths``: the ones its ``depths`` names)."""
-    depth, part = record.get("depth"), record.get("task")
-    if part is not None:  # a mixture's task: its needle depth, if it has one
-        return (
-            part + record.get("depths", "")
-            if depth is None
-            else f"{part}, needle at depth {depth:g}"
-        )
-    return record["protocol"] if depth is None else f"key at depth {depth:g}"
-
-
-def over_depths(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
-    """A mixture's records with each task's depths averaged (one panel per task, not per task
-    and depth) over the depths every method and length of the task was scored at
-    (``common_depths``), the panel's title naming them and any left out; a task with no depth
-    common to all keeps one panel per depth. Records of single tasks unchanged."""
-    from posexp.commands.extrapolate.depths import cells_text, common_depths, depths_text
-
-    if not any(r.get("task") for r in records):
-        return records
-    groups: dict[tuple, dict[tuple[str, int], list[dict[str, Any]]]] = {}
-    for r in records:
-        cell = (r["method"], r["length"])
-        groups.setdefault((r["protocol"], r.get("task")), {}).setdefault(cell, []).append(r)
-    out = []
-    for cells in groups.values():
-        values = {
-            cell: {r.get("depth"): r[metric] for r in rows if r.get(metric) is not None}
-            for cell, rows in cells.items()
-        }
-        found = common_depths(values)
-        if found.own:  # no depth every cell has: no mean compares, each depth its own panel
-            out += [r for rows in cells.values() for r in rows]
-            continue
-        title = ""
-        if any(d is not None for d in found.depths):
-            title = f", mean over needle depths {depths_text(found.depths)}"
-        if found.more:
-            left = cells_text(found.more, lambda cell: (cell[0], f"{cell[1]:,}"), "", "depth")
-            title += f"; left out: {left}"
-        for cell, rows in cells.items():
-            out.append({**rows[0], "depth": None, metric: found.means.get(cell), "depths": title})
-    return out
 
 
 def plot_accuracy(
@@ -369,4 +313,89 @@ def plot_accuracy(
         ax.grid(True, alpha=0.3)
     shared_legend(fig, drawn, axes[0][0])
     fig.suptitle(title, fontsize=10)
+    return fig
+
+
+@dataclass
+class Curve:
+    """One line of a panel: its label, its value at each length, its style, and the seeds'
+    spread (low, high) at each length where a band is drawn."""
+
+    label: str
+    points: dict[int, float]
+    style: Style
+    dash: Any
+    band: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass
+class Panel:
+    """A panel of curves (at most MOST_CURVES), under its title."""
+
+    title: str
+    curves: list[Curve]
+
+
+def plot_panels(
+    panels: list[Panel],
+    title: str,
+    ylabel: str,
+    marks: list[tuple[int, str]] = (),
+    per_row: int = 4,
+) -> Any:
+    """Panels of curves against length (log-log, plain ticks), a shared y axis, at most
+    ``per_row`` a row; a line breaks at a length of its panel it lacks, and its label names
+    them; ``marks``: (length, dash) of the grey vertical lines (the training lengths)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posexp.results.figures import figure_title, legend_below
+
+    count = max(1, len(panels))
+    cols = min(count, per_row)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(4.2 * cols + (2.5 if count == 1 else 0), 4.6 * rows + 0.6),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    lengths = sorted({n for p in panels for c in p.curves for n in c.points})
+    for ax, panel_ in zip(flat, panels, strict=False):
+        mine = sorted({n for c in panel_.curves for n in c.points})
+        for c in panel_.curves:
+            xs, ys, lacks = gapped(c.points, mine)
+            ax.plot(
+                xs,
+                ys,
+                c.dash,
+                marker=c.style.marker,
+                markersize=5,
+                color=c.style.color,
+                label=c.label + not_scored(lacks),
+            )
+            if c.band:
+                # NaN at the lengths the curve lacks: the band breaks where the line does
+                gap = (math.nan, math.nan)
+                spread = sorted({*mine, *c.band})
+                lo, hi = zip(*(c.band.get(n, gap) for n in spread), strict=True)
+                ax.fill_between(spread, lo, hi, color=c.style.color, alpha=0.15, linewidth=0)
+        panel_title(ax, panel_.title)
+        for n, dash in marks:
+            ax.axvline(n, color="grey", linestyle=dash, linewidth=1)
+        if lengths:
+            plain_log_axes(ax, lengths)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_xlabel("evaluation length (tokens)")
+        legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
+    for ax in flat[len(panels) :]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel(ylabel)
+    figure_title(fig, title)
     return fig

@@ -6,14 +6,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from posexp.commands.extrapolate.plots import (  # noqa: E402
+from posexp.results.curves import (  # noqa: E402
     decimals_needed,
     plot_accuracy,
-    plot_per_position,
     plot_ppl,
     same_decimals_formatter,
     zoom_note,
 )
+from posexp.results.positions import plot_per_position  # noqa: E402
 
 
 def test_ticks_of_one_axis_share_their_decimals():
@@ -70,7 +70,7 @@ def test_per_position_draws_raw_buckets_only_for_two_methods_or_fewer():
 
 
 def test_a_depth_sweep_wraps_its_panels_three_to_a_row():
-    from posexp.commands.extrapolate.plots import plot_accuracy
+    from posexp.results.curves import plot_accuracy
 
     depths = [0, 0.1, 0.25, 0.5, 0.75, 1]
     recs = [
@@ -94,7 +94,7 @@ def test_a_narrow_ppl_range_gets_several_labelled_ticks_inside_it():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from posexp.commands.extrapolate.plots import plain_log_axes
+    from posexp.results.curves import plain_log_axes
 
     fig, (narrow, wide) = plt.subplots(1, 2)
     lengths = [64, 128, 256, 512]
@@ -120,7 +120,7 @@ def test_the_shared_legend_names_each_panels_gaps_and_keeps_a_methods_style():
     # Was panel one's legend alone: a method scored at fewer lengths in another panel's key
     # depth read as complete, one absent from panel one was not in it, and a method took the
     # next colour of each panel (pi blue where none was missing, orange beside it).
-    from posexp.commands.extrapolate.plots import plot_accuracy
+    from posexp.results.curves import plot_accuracy
 
     cells = {
         ("none", 0.0): (122, 250, 506),
@@ -148,7 +148,7 @@ def test_the_shared_legend_names_each_panels_gaps_and_keeps_a_methods_style():
 
 
 def test_a_legend_note_groups_the_panels_that_lack_the_same_lengths():
-    from posexp.commands.extrapolate.plots import gaps_note
+    from posexp.results.curves import gaps_note
 
     lacks = {"niah_multikey": [482], "niah_single": [128, 482], "variable_tracking": [128, 482]}
     assert gaps_note(lacks) == (
@@ -170,7 +170,7 @@ def mixture(cells: dict[tuple[str, float | None, int], float]) -> list[dict]:
 def test_a_mixtures_figure_averages_the_depths_every_method_and_length_has():
     # pi scored again with --depths 0.25 (score 0 there): its point averaged 0, 0.25 and 1
     # (0.33) beside none's 0 and 1 (0.50), though both score the same at those depths.
-    from posexp.commands.extrapolate.plots import over_depths, panel
+    from posexp.results.depths import over_depths, panel
 
     cells = {(m, d, n): d for m in ("none", "pi") for d in (0.0, 1.0) for n in (226, 482)}
     cells |= {("pi", 0.25, 226): 0.0, ("pi", 0.25, 482): 0.0}
@@ -190,7 +190,7 @@ def test_a_mixtures_figure_averages_the_depths_every_method_and_length_has():
 
 def test_a_mixture_task_with_no_depth_every_cell_has_keeps_a_panel_per_depth():
     # pi at 482 scored at 0.25 only: a mean over it would stand beside means over 0 and 1.
-    from posexp.commands.extrapolate.plots import over_depths, panel
+    from posexp.results.depths import over_depths, panel
 
     cells = {(m, d, 226): d for m in ("none", "pi") for d in (0.0, 1.0)}
     cells |= {("pi", 0.25, 482): 0.25}

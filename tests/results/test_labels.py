@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from posexp.labels import (
+from posexp.results.labels import (
     distinguishing,
     extension_text,
     is_plumbing,

@@ -1,6 +1,6 @@
 """Figure layout shared by every plot: wrapped titles, legends outside the data, no overlaps.
 
-Labels come from ``posexp.labels`` and can be long (``RoPE [yarn x4 fine-tuned 60 steps]``);
+Labels come from ``posexp.results.labels`` and can be long (``RoPE [yarn x4 fine-tuned 60 steps]``);
 a title wider than its panel runs into the next one and a legend inside a small panel covers
 it, so titles are wrapped to the panel's width and legends sit below their panel, where
 constrained layout makes room. ``text_overlaps`` finds the text boxes that still collide (a
@@ -57,6 +57,26 @@ def wrapped(text: str, width_in: float, fontsize: float = 10) -> str:
     return "\n".join("\n".join(wrap_phrases(line, width)) for line in text.split("\n"))
 
 
+# Where a legend label may break: after a space or a comma (``self_extend(group=2,`` then
+# ``window=16)``), never inside a name or a number.
+LABEL_BREAK = re.compile(r"(?<=[ ,])")
+# A count is one piece: ``(n = 2)`` never ends a line at ``(n =``.
+COUNT = re.compile(r"\(n = (\d+)\)")
+
+
+def wrapped_label(label: str, width: int) -> str:
+    """A legend label in lines of at most ``width`` characters, broken only after a space or a
+    comma; a piece longer than a line stays whole (a wider legend beats a broken word)."""
+    lines: list[str] = []
+    label = COUNT.sub(lambda m: f"(n\u00a0=\u00a0{m.group(1)})", label)
+    for piece in LABEL_BREAK.split(label):
+        if lines and len(lines[-1]) + len(piece.rstrip()) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
 def panel_title(ax: Any, text: str, fontsize: float = 10) -> None:
     """A panel's title, wrapped to the panel's width."""
     width = ax.get_position().width * ax.figure.get_figwidth()
@@ -77,7 +97,8 @@ def legend_below(
     if not handles:
         return
     width = ax.get_position().width * ax.figure.get_figwidth() / columns
-    labels = [wrapped(label, width, fontsize) for label in labels]
+    chars = max(12, int(width * CHARS_PER_INCH * 10 / fontsize))
+    labels = [wrapped_label(label, chars) for label in labels]
     ax.legend(
         handles,
         labels,

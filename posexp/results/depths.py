@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 Depth = float | None  # None: a task without depths (variable_tracking), scored once per size
@@ -131,3 +131,48 @@ def depths_note(
             f"with the other cells: {cells_text(result.own, where, unit, noun)}."
         )
     return " ".join(out)
+
+
+def panel(record: dict[str, Any]) -> str:
+    """What a plot panel / table row group shows: the protocol, and the key depth if any (a
+    mixture task's depths averaged by ``over_depths``: the ones its ``depths`` names)."""
+    depth, part = record.get("depth"), record.get("task")
+    if part is not None:  # a mixture's task: its needle depth, if it has one
+        return (
+            part + record.get("depths", "")
+            if depth is None
+            else f"{part}, needle at depth {depth:g}"
+        )
+    return record["protocol"] if depth is None else f"key at depth {depth:g}"
+
+
+def over_depths(records: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """A mixture's records with each task's depths averaged (one panel per task, not per task
+    and depth) over the depths every method and length of the task was scored at
+    (``common_depths``), the panel's title naming them and any left out; a task with no depth
+    common to all keeps one panel per depth. Records of single tasks unchanged."""
+    if not any(r.get("task") for r in records):
+        return records
+    groups: dict[tuple, dict[tuple[str, int], list[dict[str, Any]]]] = {}
+    for r in records:
+        cell = (r["method"], r["length"])
+        groups.setdefault((r["protocol"], r.get("task")), {}).setdefault(cell, []).append(r)
+    out = []
+    for cells in groups.values():
+        values = {
+            cell: {r.get("depth"): r[metric] for r in rows if r.get(metric) is not None}
+            for cell, rows in cells.items()
+        }
+        found = common_depths(values)
+        if found.own:  # no depth every cell has: no mean compares, each depth its own panel
+            out += [r for rows in cells.values() for r in rows]
+            continue
+        title = ""
+        if any(d is not None for d in found.depths):
+            title = f", mean over needle depths {depths_text(found.depths)}"
+        if found.more:
+            left = cells_text(found.more, lambda cell: (cell[0], f"{cell[1]:,}"), "", "depth")
+            title += f"; left out: {left}"
+        for cell, rows in cells.items():
+            out.append({**rows[0], "depth": None, metric: found.means.get(cell), "depths": title})
+    return out

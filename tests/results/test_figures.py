@@ -1,8 +1,8 @@
-"""posexp/figures.py: titles break between phrases, not inside them."""
+"""posexp/results/figures.py: titles break between phrases, not inside them."""
 
 from __future__ import annotations
 
-from posexp.figures import wrap_phrases, wrapped
+from posexp.results.figures import wrap_phrases, wrapped
 
 
 def test_titles_break_between_phrases():
@@ -35,3 +35,25 @@ def test_a_title_breaks_between_clauses_before_phrases():
         "Test perplexity against evaluation length (nonoverlap windows);",
         "dotted: training length 256",  # not "...; dotted:" / "training length 256"
     ]
+
+
+def test_a_legend_label_never_breaks_mid_word():
+    from posexp.results.figures import wrapped_label
+
+    label = "self_extend(group=2,window=16) (n = 2)"
+    text = wrapped_label(label, 22).replace("\u00a0", " ")  # a count's spaces do not break
+    assert text == "self_extend(group=2,\nwindow=16) (n = 2)"
+    for line in text.split("\n"):
+        assert len(line) <= 22
+    # a piece longer than the line stays whole
+    assert (
+        wrapped_label("longrope(long_factor=[1,2])", 8).split("\n")[0] == "longrope(long_factor=[1,"
+    )
+    assert wrapped_label("yarn(factor=4)", 40) == "yarn(factor=4)"
+
+
+def test_a_count_stays_on_one_line():
+    from posexp.results.figures import wrapped_label
+
+    text = wrapped_label("yarn(factor=16) (n = 2)", 20)
+    assert text.split("\n")[-1].replace("\u00a0", " ") == "(n = 2)"

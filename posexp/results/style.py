@@ -1,0 +1,119 @@
+"""The style registry: one colour, marker and dash per PE and per method spec, the same in every
+figure of every report and run.
+
+A style is derived from the name alone, never from the order of plotting, so a curve keeps its
+look when a figure shows fewer or more curves. PEs take their colour from their declared order
+(posexp/pe), so the encodings of one study never share one; a method takes its colour from the
+method registry's order (all ``yarn(...)`` specs are one hue, ``self_extend(...)`` another),
+and a spec's settings pick its shade, marker and dash from a hash of its label, so the specs
+of one method differ in marker and dash within that hue. No extension is black, solid, circles.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import zlib
+from dataclasses import dataclass
+from functools import cache
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+DASHES = ("-", "--", "-.", ":")
+# Colour-blind-friendlier tab10 first, then tab20's darker tones: 18 distinct hues.
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+    "#e6550d",
+    "#31a354",
+)
+# Methods draw from colours of their own, none of them grey (no extension is black beside them)
+# and none of them an encoding's tab10 tone, so a method never reads as a PE of another panel.
+METHOD_PALETTE = (
+    "#e6194b",
+    "#3cb44b",
+    "#4363d8",
+    "#f58231",
+    "#911eb4",
+    "#42d4f4",
+    "#f032e6",
+    "#469990",
+    "#9a6324",
+    "#800000",
+    "#808000",
+    "#000075",
+    "#a9a900",
+    "#ff7f9f",
+    "#6b8e23",
+)
+NONE_STYLE_COLOR = "#000000"
+
+
+@dataclass(frozen=True)
+class Style:
+    """How one curve is drawn."""
+
+    color: str
+    marker: str
+    dash: str
+
+
+def _digest(text: str) -> int:
+    """A stable hash of ``text`` (Python's ``hash`` changes between processes)."""
+    return zlib.crc32(text.encode())
+
+
+@cache
+def pe_style(name: str) -> Style:
+    """The style of the encoding registered as ``name`` (``rope``, ``alibi``), from its declared
+    order among the registered encodings; an unknown name, from a hash of it."""
+    from posexp.pe.base import PE_REGISTRY, describe_pe
+
+    names = sorted(PE_REGISTRY.names(), key=lambda n: describe_pe(n).sort_key)
+    index = names.index(name) if name in names else _digest(name)
+    return Style(PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)], "-")
+
+
+def _shade(color: str, amount: float) -> str:
+    """``color`` made lighter (amount > 0) or darker (< 0) in lightness, its hue kept."""
+    r, g, b = (int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    h, lightness, s = colorsys.rgb_to_hls(r, g, b)
+    lightness = min(0.8, max(0.15, lightness + amount))
+    r, g, b = colorsys.hls_to_rgb(h, lightness, s)
+    return "#" + "".join(f"{round(v * 255):02x}" for v in (r, g, b))
+
+
+SHADES = (0.0, -0.15, 0.15)
+
+
+@cache
+def method_style(name: str, spec: str = "") -> Style:
+    """The style of a method spec: ``name`` the method (``yarn``), ``spec`` its display label
+    (``yarn(factor=4)``; empty or equal to the name: the method at its defaults)."""
+    from posexp.extension import EXTENSIONS, baseline_method
+
+    if name == baseline_method():
+        return Style(NONE_STYLE_COLOR, "o", "-")
+    names = [n for n in EXTENSIONS.names() if n != baseline_method()]
+    index = names.index(name) if name in names else _digest(name)
+    color = METHOD_PALETTE[index % len(METHOD_PALETTE)]
+    if not spec or spec == name:
+        return Style(color, MARKERS[index % len(MARKERS)], "--")
+    digest = _digest(spec)
+    return Style(
+        _shade(color, SHADES[digest % len(SHADES)]),
+        MARKERS[(digest // 3) % len(MARKERS)],
+        DASHES[1 + (digest // 24) % (len(DASHES) - 1)],
+    )
