@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import tempfile
+import zipfile
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -74,7 +75,7 @@ def read_shard(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as z:
             tokens, lengths = z["tokens"], z["lengths"]
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
     if tokens.ndim != 1 or lengths.ndim != 1 or int(lengths.sum()) != len(tokens):
         return None
