@@ -142,13 +142,27 @@ def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray | None:
     want = np.dtype(token_dtype(vocab_size))
     if tokens.ndim != 1 or tokens.dtype != want:
         problem = f"a {tokens.dtype} array of shape {tokens.shape}, not 1-D {want}"
-    elif len(tokens) and int(tokens.max()) >= vocab_size:
-        problem = f"token id {int(tokens.max())} past the vocabulary of {vocab_size}"
+    elif len(tokens) and (top := largest_id(path, tokens)) >= vocab_size:
+        problem = f"token id {top} past the vocabulary of {vocab_size}"
     else:
         return tokens
     del tokens  # unmapped before the rename
     set_aside(path, problem)
     return None
+
+
+def largest_id(path: Path, tokens: np.memmap, chunk: int = 1 << 23) -> int:
+    """The largest id of a cached token file, read in chunks with plain reads rather than through
+    its mapping: pages read through a mapping stay in the process's resident memory, so checking
+    a corpus of a GB would add a GB to the run's peak RSS."""
+    top = 0
+    with open(path, "rb") as f:
+        f.seek(int(tokens.offset))
+        while True:
+            part = np.fromfile(f, dtype=tokens.dtype, count=chunk)
+            if not len(part):
+                return top
+            top = max(top, int(part.max()))
 
 
 class LMBatches:
@@ -166,14 +180,32 @@ class LMBatches:
         self.tokens, self.batch_size, self.seq_len, self.seed = tokens, batch_size, seq_len, seed
         self._span = np.arange(seq_len + 1)
 
-    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """int64 (inputs, targets) of shape (batch_size, seq_len); targets = inputs shifted by one."""
+    def window_starts(self, step: int) -> np.ndarray:
+        """Where each window of batch ``step`` begins in the stream."""
         # A fresh generator seeded by (seed, step): resuming at step k needs no saved RNG state.
         rng = np.random.default_rng([self.seed, step])
-        starts = rng.integers(0, len(self.tokens) - self.seq_len, size=self.batch_size)
+        return rng.integers(0, len(self.tokens) - self.seq_len, size=self.batch_size)
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """int64 (inputs, targets) of shape (batch_size, seq_len); targets = inputs shifted by one."""
+        starts = self.window_starts(step)
         windows = torch.from_numpy(self.tokens[starts[:, None] + self._span].astype(np.int64))
         # contiguous so callers can .view(-1) them for the loss
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+def window_documents(
+    starts: np.ndarray, window_starts: np.ndarray, length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For windows ``tokens[s : s + length]`` of a stream whose documents begin at ``starts``:
+    int64 (B, length) (document index of each token, its position counted from where its
+    document enters the window). The inputs of document masking: equal ids mark one document,
+    and each document's positions start again at 0 (a document cut by the window's start, at
+    the window's start)."""
+    at = np.asarray(window_starts, dtype=np.int64)[:, None] + np.arange(length)
+    doc = np.searchsorted(starts, at, side="right") - 1
+    begin = np.maximum(np.asarray(starts)[doc], at[:, :1])
+    return torch.from_numpy(doc), torch.from_numpy(at - begin)
 
 
 def eval_windows(

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
 from posexp.kernels import cpp_bias, flex, matmul_attention
-from posexp.model import near_far
+from posexp.model import doc_mask, near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
 # Queries are processed in chunks of this many when an additive bias goes through SDPA, so a long
@@ -164,6 +164,13 @@ def attend_all(
         return remapped_attention(q, k, v, q_pos, k_pos, plan, pe.rotate_at, need_weights)
     if pe.logit_term is LogitTerm.FROM_SCORES:
         return content_attention(q, k, v, q_pos, k_pos, pe, need_weights)
+    if (docs := doc_mask.current()) is not None and docs.shape[-1] == k.shape[2] == q.shape[2]:
+        bias = pe.bias(q_pos, k_pos, q.dtype) if pe.has_bias else None
+        mm = causal_kernel == "matmul" and matmul_attention.applies(q)
+        y = doc_mask.attention(
+            q, k, v, docs, bias, dropout, matmul_attention.causal_attention if mm else None
+        )
+        return y, None
     if need_weights:
         return explicit_attention(q, k, v, q_pos, k_pos, pe)
     if bias_kernel is not None:
