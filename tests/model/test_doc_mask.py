@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from posexp.data.tokens import window_documents
-from posexp.model import GPT, ModelConfig
-from posexp.model import doc_mask
+from posexp.model import GPT, ModelConfig, doc_mask
 from posexp.model.attention import attend_all
 from posexp.pe import PEContext, build_pe
 
@@ -69,3 +68,35 @@ def test_the_mask_is_the_same_for_sdpa_the_matmul_kernel_and_flex_mask_mod():
     torch.testing.assert_close(matmul.float(), sdpa.float(), atol=2e-2, rtol=2e-2)
     w = (q.float() @ k.float().transpose(-2, -1) / 8**0.5).masked_fill(~want, float("-inf"))
     torch.testing.assert_close(sdpa.float(), w.softmax(-1) @ v.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        (["data=reverse"], "data=synthetic is not a text corpus"),
+        (["train.pose.enabled=true", "train.pose.target_length=1024"], "train.pose draws"),
+        (["pe.randomized=true", "pe.max_position=4096"], "pe.randomized draws"),
+    ],
+)
+def test_doc_mask_where_it_cannot_apply_is_refused_in_one_line(overrides, why):
+    from posexp.errors import PosexpError
+    from tests.helpers import run_config
+
+    with pytest.raises(PosexpError, match=f"^data.doc_mask=true does not apply here: {why}"):
+        run_config(*overrides, "++data.doc_mask=true")
+    assert run_config("data.doc_mask=true").data.params["doc_mask"] is True  # kjv: text
+
+
+def test_the_lm_objective_hands_the_trainer_its_windows_documents():
+    from posexp.data.tokens import LMBatches
+
+    tokens = np.arange(100, dtype=np.uint16)
+    starts = np.array([0, 10, 35, 60])
+    batches = LMBatches(tokens, 3, 16, seed=0)
+    ids, pos = window_documents(starts, batches.window_starts(5), 16)
+    x, _ = batches.batch(5)
+    at = x.numpy().astype(np.int64)  # the tokens are their own offsets here
+    assert np.array_equal(ids.numpy(), np.searchsorted(starts, at, side="right") - 1)
+    assert (pos.numpy()[:, 0] == 0).all() and (
+        np.diff(pos.numpy(), axis=1)[ids.numpy()[:, 1:] == ids.numpy()[:, :-1]] == 1
+    ).all()
