@@ -148,7 +148,7 @@ def encode_shards(
         return budget is not None and done >= budget
 
     try:
-        if workers <= 1:
+        if workers <= 1 or (total is not None and total <= SHARD_BYTES):  # one shard: no pool
             for index, group in enumerate(batches(docs, SHARD_BYTES)):
                 path = shard_path(parts, index)
                 kept = read_shard(path)
