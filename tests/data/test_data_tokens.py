@@ -210,3 +210,20 @@ def test_eval_windows_fixed_non_overlapping() -> None:
     assert x.shape == (12, 8)
     with pytest.raises(PosexpError, match="the val split has 5 tokens, too short"):
         eval_windows(tokens[:5], seq_len=8, n_tokens=100)
+
+
+def test_bpe_learns_from_the_first_train_bytes_only() -> None:
+    from posexp.data.tokenizers import sample
+
+    assert list(sample(["abc", "d\u00e9fg", "hi"], 6)) == [["abc", "d\u00e9"]]  # 3 + 3 bytes
+    assert list(sample(["abc", "d\u00e9fg"], 4)) == [["abc", "d"]]  # never half a character
+    assert list(sample(["abc", "d\u00e9fg"], None)) == [["abc", "d\u00e9fg"]]
+
+
+def test_train_bytes_keys_the_bpe_cache_and_bad_values_are_one_line(tmp_path: Path) -> None:
+    corpus = small_corpus()
+    some = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300, train_bytes=500)
+    every = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300, train_bytes=None)
+    assert some.file != every.file and some.fingerprint != every.fingerprint
+    with pytest.raises(PosexpError, match=r"^tokenizer.train_bytes must be a positive integer"):
+        build_tokenizer("bpe", corpus, tmp_path, train_bytes=0)
