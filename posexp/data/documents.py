@@ -89,6 +89,11 @@ class TextDocuments(Documents):
 
     def __init__(self, files: Sequence[str], sample_by: str, key: str = "data.files") -> None:
         self.files, self.sample_by, self.key = list(files), sample_by, key
+        # Where reading may start again without reading what is before: (documents before it,
+        # file, byte offset, decoder state, text carried over), one per chunk, recorded by the
+        # first whole pass (the one that counts the documents), so a carved split's documents
+        # are read from near their start rather than from the first file.
+        self._marks: list[tuple[int, int, int, Any, str]] = []
 
     def fingerprint(self) -> str:
         return digest("text", self.sample_by, [file_stamp(f) for f in self.files])
@@ -97,15 +102,37 @@ class TextDocuments(Documents):
         return sum(os.path.getsize(f) for f in self.files)
 
     def __iter__(self) -> Iterator[str]:
-        for path in self.files:
-            yield from self.read(path)
+        return self.iter_from(0)
 
-    def read(self, path: str) -> Iterator[str]:
-        """The documents of one file."""
+    def iter_from(self, start: int) -> Iterator[str]:
+        """The documents from the ``start``-th on."""
+        mark = max((m for m in self._marks if m[0] <= start), default=None, key=lambda m: m[0])
+        n, file, offset, state, rest = mark or (0, 0, 0, None, "")
+        skip = start - n
+        for index in range(file, len(self.files)):
+            for doc in self.read(index, offset, state, rest, n):
+                if skip:
+                    skip -= 1
+                else:
+                    yield doc
+                n += 1
+            offset, state, rest = 0, None, ""
+
+    def read(
+        self,
+        index: int,
+        offset: int = 0,
+        state: Any = None,
+        rest: str = "",
+        before: int = 0,
+    ) -> Iterator[str]:
+        """The documents of file ``index``, from byte ``offset`` (decoder ``state``, ``rest``
+        carried over, ``before`` documents before them), marking chunks not marked yet."""
         sep = "\n\n" if self.sample_by == "paragraph" else None
         whole: list[str] = []
-        rest = ""
-        for text in read_text_chunks(path, self.key):
+        n = before
+        chunks = read_text_chunks(self.files[index], self.key, offset, state)
+        for text, at, decoder_state in chunks:
             if self.sample_by == "document":
                 whole.append(text)
                 continue
@@ -114,15 +141,24 @@ class TextDocuments(Documents):
             for piece in pieces:
                 if doc := piece.strip():
                     yield doc
+                    n += 1
+            if not self._marks or (index, at) > self._marks[-1][1:3]:
+                self._marks.append((n, index, at, decoder_state, rest))
         if doc := ("".join(whole) if whole else rest).strip():
             yield doc
 
 
-def read_text_chunks(path: str, key: str) -> Iterator[str]:
-    """Decoded chunks of a UTF-8 file; a NUL or a byte that is not UTF-8 is one PosexpError."""
+def read_text_chunks(
+    path: str, key: str, offset: int = 0, state: Any = None
+) -> Iterator[tuple[str, int, Any]]:
+    """Decoded chunks of a UTF-8 file from byte ``offset`` (the decoder in ``state``), each with
+    the offset after it and the decoder's state there; a NUL or a byte that is not UTF-8 is one
+    PosexpError."""
     decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = 0
+    if state is not None:
+        decoder.setstate(state)
     with open(path, "rb") as f:
+        f.seek(offset)
         while chunk := f.read(CHUNK_BYTES):
             nul = chunk.find(b"\0")
             if nul >= 0:
@@ -138,7 +174,7 @@ def read_text_chunks(path: str, key: str) -> Iterator[str]:
                     f"offset {offset + e.start}; convert it first, e.g. iconv -f latin1 -t utf-8"
                 ) from None
             offset += len(chunk)
-            yield text
+            yield text, offset, decoder.getstate()
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
@@ -232,7 +268,7 @@ def json_batches(path: str, column: str, key: str, rows: int = 4096) -> Iterator
 def read_lines(path: str, key: str) -> Iterator[str]:
     """Lines of a UTF-8 file, streamed (the checks of ``read_text_chunks``)."""
     rest = ""
-    for text in read_text_chunks(path, key):
+    for text, _, _ in read_text_chunks(path, key):
         lines = (rest + text).split("\n")
         rest = lines.pop()
         yield from lines
@@ -290,7 +326,15 @@ class Slice(Documents):
         return whole * self._count // len(self.base)
 
     def __iter__(self) -> Iterator[str]:
-        return itertools.islice(iter(self.base), self.start, self.stop)
+        stop = None if self.stop is None else self.stop - self.start
+        return itertools.islice(iter_from(self.base, self.start), stop)
+
+
+def iter_from(docs: Documents, start: int) -> Iterator[str]:
+    """``docs`` from the ``start``-th document on (by a mark where the documents keep them)."""
+    if isinstance(docs, TextDocuments):
+        return docs.iter_from(start)
+    return itertools.islice(iter(docs), start, None)
 
 
 def fingerprint_of(docs: Sequence[str]) -> str:
@@ -354,4 +398,4 @@ class TailSplit(Documents):
 
     def __iter__(self) -> Iterator[str]:
         start, stop = self.bounds()
-        return itertools.islice(iter(self.base), start, stop)
+        return itertools.islice(iter_from(self.base, start), stop - start)

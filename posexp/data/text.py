@@ -165,7 +165,7 @@ def probe_file(path: str, key: str, column: str = "text") -> None:
         for _ in table_batches(path, column, key):
             break  # the schema (and the first rows) are read: the column is there
         return
-    for text in read_text_chunks(path, key):
+    for text, _, _ in read_text_chunks(path, key):
         if text.strip():
             return
     raise PosexpError(f"data file {path!r} ({key}) holds only blank lines; give files with text")

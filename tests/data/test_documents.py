@@ -135,3 +135,18 @@ def test_a_bad_byte_past_the_probe_is_one_line_when_streamed(tmp_path, monkeypat
     with pytest.raises(PosexpError, match=r"is not UTF-8: byte 0xff at offset \d+;"):
         tokenize_splits(corpus, ByteTokenizer(), tmp_path / "cache", key="k")
     assert not list((tmp_path / "cache").glob("*.npy"))  # no token file half-made
+
+
+def test_reading_from_a_mark_gives_the_documents_from_there(tmp_path, monkeypatch):
+    monkeypatch.setattr(documents_module, "CHUNK_BYTES", 29)  # marks mid-character too
+    files = []
+    for f in range(3):
+        path = tmp_path / f"{f}.txt"
+        path.write_text("".join(f"f{f} p{i} \u00e9\u65e5{'y' * (i % 5)}\n\n" for i in range(30)))
+        files.append(str(path))
+    for sample_by in ("paragraph", "line", "document"):
+        docs = TextDocuments(files, sample_by)
+        whole = list(docs)  # the first pass marks the chunks
+        assert sample_by == "document" or len(docs._marks) > 10
+        for start in (0, 1, 17, 29, 30, 31, 55, len(whole) - 1, len(whole)):
+            assert list(docs.iter_from(start)) == whole[start:], (sample_by, start)
