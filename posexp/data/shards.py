@@ -231,22 +231,21 @@ def join_shards(
     the start of each document that begins before ``n`` as another; the starts first, so a
     token file never stands without them."""
 
-    def write_starts(tmp: str) -> None:
-        kept = 0
-        chunks: list[np.ndarray] = []
+    def starts_of_shards() -> Iterator[np.ndarray]:
         at = 0
         for _, lengths in shard_arrays(parts, len(counts)):
             begin = at + np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)])
-            begin = begin[begin < n]
-            chunks.append(begin.astype(np.int64))
-            kept += len(begin)
+            yield begin[begin < n].astype(np.int64)
             at += int(lengths.sum())
             if at >= n:
-                break
+                return
+
+    def write_starts(tmp: str) -> None:
+        kept = sum(len(b) for b in starts_of_shards())  # counted first: the header needs it
         with open(tmp, "wb") as f:
             npy_header(f, np.dtype(np.int64), kept)
-            for c in chunks:
-                f.write(c.tobytes())
+            for begin in starts_of_shards():
+                f.write(begin.tobytes())
 
     def write_tokens(tmp: str) -> None:
         with open(tmp, "wb") as f:

@@ -15,7 +15,6 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -122,9 +121,8 @@ def read_starts(path: Path, n_tokens: int) -> np.ndarray | None:
     except (OSError, ValueError, EOFError) as e:
         set_aside(path, first_line(e))
         return None
-    ok: Any = starts.ndim == 1 and starts.dtype == np.int64 and len(starts) > 0
-    ok = ok and starts[0] == 0 and starts[-1] < n_tokens and bool(np.all(np.diff(starts) > 0))
-    if not ok:
+    ok = starts.ndim == 1 and starts.dtype == np.int64 and len(starts) > 0
+    if not (ok and increasing_within(path, starts, n_tokens)):
         del starts
         set_aside(path, "not increasing int64 document starts within the tokens")
         return None
@@ -149,6 +147,21 @@ def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray | None:
     del tokens  # unmapped before the rename
     set_aside(path, problem)
     return None
+
+
+def increasing_within(path: Path, starts: np.memmap, n_tokens: int, chunk: int = 1 << 22) -> bool:
+    """Whether the starts saved at ``path`` begin at 0, increase, and stay below ``n_tokens``:
+    read in chunks with plain reads (see ``largest_id``)."""
+    last = -1
+    with open(path, "rb") as f:
+        f.seek(int(starts.offset))
+        while len(part := np.fromfile(f, dtype=np.int64, count=chunk)):
+            if last < 0 and part[0] != 0:
+                return False
+            if part[0] <= last or (len(part) > 1 and not bool(np.all(part[1:] > part[:-1]))):
+                return False
+            last = int(part[-1])
+    return last < n_tokens
 
 
 def largest_id(path: Path, tokens: np.memmap, chunk: int = 1 << 23) -> int:

@@ -135,3 +135,23 @@ def test_two_workers_write_what_one_does(tmp_path, monkeypatch):
     for split in one:
         assert np.array_equal(one[split], two[split])
         assert np.array_equal(one.starts[split], two.starts[split])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda a: a[::-1].copy(),  # decreasing
+        lambda a: a + 1,  # not from 0
+        lambda a: np.append(a, 10**9),  # past the tokens
+    ],
+)
+def test_damaged_document_starts_are_set_aside_and_made_again(tmp_path, damage):
+    corpus = load_corpus("text", files=[str(corpus_file(tmp_path))], workers=1)
+    first = tokenize_splits(corpus, ByteTokenizer(), tmp_path / "c", key="k")
+    want = np.array(first["train"]), np.array(first.starts["train"])  # copies: the files change
+    del first
+    (path,) = (tmp_path / "c").glob("*.train.starts.npy")
+    np.save(path, damage(np.load(path)))
+    got = tokenize_splits(corpus, ByteTokenizer(), tmp_path / "c", key="k")
+    assert np.array_equal(got["train"], want[0]) and np.array_equal(got.starts["train"], want[1])
+    assert path.with_name(path.name + ".bak").exists() or list(path.parent.glob("*.bak"))
