@@ -84,7 +84,7 @@ def test_doc_mask_where_it_cannot_apply_is_refused_in_one_line(overrides, why):
 
     with pytest.raises(PosexpError, match=f"^data.doc_mask=true does not apply here: {why}"):
         run_config(*overrides, "++data.doc_mask=true")
-    assert run_config("data.doc_mask=true").data.params["doc_mask"] is True  # kjv: text
+    assert run_config("+data.doc_mask=true").data.params["doc_mask"] is True  # kjv: text
 
 
 def test_the_lm_objective_hands_the_trainer_its_windows_documents():
