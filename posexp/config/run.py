@@ -105,7 +105,7 @@ class RunConfig:
             pe_name, pe_params, train.seq_len, rows or train.seq_len
         )
         if data_params.get("doc_mask"):
-            check_doc_mask(data_name, train.pose.enabled, positions.randomized)
+            check_doc_mask(data_name, train.pose.enabled, positions.randomized, pe_name, pe_cls)
         ctx_length = train_length or train.seq_len
         # The positions the PE can represent (a learned table's rows, stretched by PI), for PoSE.
         limit = pe_cls.position_limit(pe_params, ctx_length)
@@ -281,12 +281,20 @@ def check_trainable(pe: str, method: str) -> None:
         )
 
 
-def check_doc_mask(source: str, pose: bool, randomized: bool) -> None:
+def check_doc_mask(
+    source: str, pose: bool, randomized: bool, pe_name: str = "rope", pe_cls: Any = None
+) -> None:
     """data.doc_mask masks attention to the documents of a text corpus's training windows, with
-    positions restarting at each: refused where the rows are not such windows or the positions
-    are drawn otherwise (PoSE, randomized positions)."""
+    positions restarting at each: refused where the rows are not such windows, the positions
+    are drawn otherwise (PoSE, randomized positions), or the encoding computes its attention
+    itself (the mask is applied where the kernel is chosen: posexp.model.doc_mask)."""
     from posexp.data import dataset_kind
+    from posexp.pe import LogitTerm
 
+    own = pe_name == "layered" or getattr(pe_cls, "logit_term", LogitTerm.NONE) in (
+        LogitTerm.FROM_SCORES,
+        LogitTerm.OWN,
+    )
     why = (
         f"data={source} is not a text corpus (its rows are not windows of documents)"
         if dataset_kind(source) != "lm"
@@ -294,6 +302,8 @@ def check_doc_mask(source: str, pose: bool, randomized: bool) -> None:
         if pose
         else "pe.randomized draws its own positions"
         if randomized
+        else f"pe={pe_name} computes its attention its own way"
+        if own
         else None
     )
     if why:

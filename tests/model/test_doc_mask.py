@@ -76,6 +76,8 @@ def test_the_mask_is_the_same_for_sdpa_the_matmul_kernel_and_flex_mask_mod():
         (["data=reverse"], "data=synthetic is not a text corpus"),
         (["train.pose.enabled=true", "train.pose.target_length=1024"], "train.pose draws"),
         (["pe.randomized=true", "pe.max_position=4096"], "pe.randomized draws"),
+        (["pe=cope"], "pe=cope computes its attention its own way"),
+        (["pe=irope"], "pe=layered computes its attention its own way"),
     ],
 )
 def test_doc_mask_where_it_cannot_apply_is_refused_in_one_line(overrides, why):
