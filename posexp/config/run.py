@@ -104,6 +104,8 @@ class RunConfig:
         positions = PositionSampling.from_pe(
             pe_name, pe_params, train.seq_len, rows or train.seq_len
         )
+        if data_params.get("doc_mask"):
+            check_doc_mask(data_name, train.pose.enabled, positions.randomized, pe_name, pe_cls)
         ctx_length = train_length or train.seq_len
         # The positions the PE can represent (a learned table's rows, stretched by PI), for PoSE.
         limit = pe_cls.position_limit(pe_params, ctx_length)
@@ -269,6 +271,35 @@ def check_trainable(pe: str, method: str) -> None:
             f"use it with eval-extrapolate or generate --method {method}; "
             f"a run trains with: {', '.join(trainable)}"
         )
+
+
+def check_doc_mask(
+    source: str, pose: bool, randomized: bool, pe_name: str = "rope", pe_cls: Any = None
+) -> None:
+    """data.doc_mask masks attention to the documents of a text corpus's training windows, with
+    positions restarting at each: refused where the rows are not such windows, the positions
+    are drawn otherwise (PoSE, randomized positions), or the encoding computes its attention
+    itself (the mask is applied where the kernel is chosen: posexp.model.doc_mask)."""
+    from posexp.data import dataset_kind
+    from posexp.pe import LogitTerm
+
+    own = pe_name == "layered" or getattr(pe_cls, "logit_term", LogitTerm.NONE) in (
+        LogitTerm.FROM_SCORES,
+        LogitTerm.OWN,
+    )
+    why = (
+        f"data={source} is not a text corpus (its rows are not windows of documents)"
+        if dataset_kind(source) != "lm"
+        else "train.pose draws its own positions"
+        if pose
+        else "pe.randomized draws its own positions"
+        if randomized
+        else f"pe={pe_name} computes its attention its own way"
+        if own
+        else None
+    )
+    if why:
+        raise PosexpError(f"data.doc_mask=true does not apply here: {why}; set data.doc_mask=false")
 
 
 def check_numeric(pe: str, source: str, params: Mapping[str, Any]) -> None:

@@ -4,7 +4,13 @@ Params: ``name`` (hub id or local folder), ``config`` (hub config name), ``colum
 column, default "text"), ``split_map`` (our split -> the dataset's split name, e.g.
 ``{"val": "validation"}``; by default val is the first of validation/valid/val/dev and train/test
 are themselves). Every non-blank row of ``column``, stripped, is one document. A split the dataset
-lacks is carved off the end of train (5% each; ``posexp.data.splits.carve_tail``).
+lacks is carved off the end of train (5% each; ``posexp.data.splits.carve_tail``). The rows are
+read in batches when the data is tokenized, not held as Python strings.
+
+``streaming=True`` reads the dataset with datasets' streaming (nothing is downloaded whole or
+converted to Arrow first: for corpora larger than the disk, or a ``data.max_tokens`` sample of
+one). A split it lacks is then carved off the *start* of train, ``carve_docs`` documents each (val
+first, then test), as the end of a stream is not known before it is read.
 
 Offline it fails fast with one line: when HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set, or when a
 3 s HTTP probe of the hub endpoint (proxy variables honoured) gets no answer, it only looks in the
@@ -23,8 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from posexp.data.documents import Documents, RowDocuments, Slice, TailSplit
 from posexp.data.registry import SPLITS, Corpus, register_dataset
-from posexp.data.splits import carve_tail
 from posexp.errors import PosexpError
 
 PROBE_TIMEOUT_S = 3.0
@@ -99,7 +105,7 @@ def one_line(e: BaseException, limit: int = 160) -> str:
     return msg if len(msg) <= limit else msg[: limit - 3] + "..."
 
 
-def fetch(name: str, config: str | None) -> Any:
+def fetch(name: str, config: str | None, streaming: bool = False) -> Any:
     """`datasets.load_dataset(name, config)`, with every failure turned into one PosexpError line."""
     import datasets
 
@@ -107,7 +113,7 @@ def fetch(name: str, config: str | None) -> Any:
     offline = local or offline_by_env() or not hub_reachable()
     try:
         with offline_mode(offline):
-            return datasets.load_dataset(name, config)
+            return datasets.load_dataset(name, config, streaming=streaming)
     except Exception as e:  # the hub client raises many unrelated types; all are user-facing here
         if isinstance(e, datasets.exceptions.DatasetNotFoundError) and not offline:
             raise PosexpError(
@@ -158,27 +164,46 @@ def pick_splits(available: list[str], split_map: Mapping[str, str] | None) -> di
     return out
 
 
+def columns_of(split: Any) -> list[str] | None:
+    """The column names of a dataset split (None when a stream does not know them yet)."""
+    names = getattr(split, "column_names", None)
+    return list(names) if names is not None else None
+
+
 @register_dataset("hub", kind="lm")
 def load_hub(
     name: str,
     config: str | None = None,
     column: str = "text",
     split_map: Mapping[str, str] | None = None,
+    streaming: bool = False,
+    carve_docs: int = 1000,
 ) -> Corpus:
     """A hub dataset's `column` as documents; missing val/test are carved from train."""
-    ds = fetch(name, config)
+    from posexp import checks
+
+    checks.boolean("data.streaming", streaming)
+    checks.positive_int("data.carve_docs", carve_docs)
+    ds = fetch(name, config, streaming)
     chosen = pick_splits(list(ds.keys()), split_map)
-    splits: dict[str, list[str]] = {}
+    splits: dict[str, Documents] = {}
     for ours, theirs in chosen.items():
-        columns = ds[theirs].column_names
-        if column not in columns:
+        columns = columns_of(ds[theirs])
+        if columns is not None and column not in columns:
             raise PosexpError(
                 f"column {column!r} is not in split {theirs!r} of dataset {name!r}; "
                 f"allowed: {', '.join(columns)}"
             )
-        splits[ours] = [d.strip() for d in ds[theirs][column] if isinstance(d, str) and d.strip()]
+        key = f"{name}:{config}:{theirs}:{'stream' if streaming else 'arrow'}"
+        splits[ours] = RowDocuments(ds[theirs], column, key)
     need = tuple(s for s in ("val", "test") if s not in splits)
-    if need:
-        carved = carve_tail(splits["train"], f"dataset {name!r}", "set data.split_map", need=need)
-        splits.update(carved)
-    return Corpus(splits=splits, kind="lm")
+    train = splits["train"]
+    if need and streaming:
+        for i, split in enumerate(need):
+            splits[split] = Slice(train, i * carve_docs, (i + 1) * carve_docs)
+        splits["train"] = Slice(train, len(need) * carve_docs, None)
+    elif need:
+        what = f"dataset {name!r}"
+        for split in ("train", *need):
+            splits[split] = TailSplit(train, split, need, what, "set data.split_map")
+    return Corpus(splits=dict(splits), kind="lm")

@@ -8,11 +8,12 @@ it one, so a new kind needs no edit in this package.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from posexp import checks
+from posexp.data.documents import fingerprint_of
 from posexp.errors import PosexpError
 from posexp.registry import Registry
 
@@ -25,7 +26,7 @@ Pairs = list[tuple[str, str]]
 class Corpus:
     """Text split into train/val/test documents; parallel corpora also carry (source, target) pairs."""
 
-    splits: dict[str, list[str]]
+    splits: dict[str, Sequence[str]]  # lists, or documents streamed (posexp.data.documents)
     pairs: dict[str, Pairs] | None = None
     kind: str = "lm"
     source: str = ""
@@ -44,28 +45,20 @@ class Corpus:
             raise ValueError("a 'synthetic' corpus needs a task, other kinds must not have one")
 
     def train_text_fingerprint(self) -> str:
-        """Content hash of the train documents alone: what a learned vocabulary is trained on."""
-        h = hashlib.blake2b(digest_size=16)
-        _hash_texts(h, self.splits["train"])
-        return h.hexdigest()
+        """Hash of the train documents alone: what a learned vocabulary is trained on (their
+        content when in memory; for streamed files, their paths, sizes and times)."""
+        return fingerprint_of(self.splits["train"])
 
     def fingerprint(self) -> str:
-        """Content hash of every split (and pair), so caches follow the data, not the config."""
+        """Hash of every split (and pair), so caches follow the data, not the config."""
         if self._fingerprint is None:
             h = hashlib.blake2b(digest_size=16)
             for split in SPLITS:
-                h.update(f"\x00{split}:{len(self.splits[split])}".encode())
-                _hash_texts(h, self.splits[split])
-                _hash_texts(h, (t for pair in (self.pairs or {}).get(split, []) for t in pair))
+                h.update(f"\x00{split}:{fingerprint_of(self.splits[split])}".encode())
+                pairs = [t for pair in (self.pairs or {}).get(split, []) for t in pair]
+                h.update(fingerprint_of(pairs).encode())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
-
-
-def _hash_texts(h: Any, texts: Iterable[str]) -> None:
-    """Feed ``texts`` to ``h``, each length-prefixed, so no two different sequences hash the same."""
-    for text in texts:
-        b = text.encode("utf-8")
-        h.update(len(b).to_bytes(8, "little") + b)
 
 
 Loader = Callable[..., Corpus]
@@ -123,6 +116,44 @@ def dataset_kind(source: str) -> str:
     return DATASETS.get(source).kind
 
 
+# Settings every dataset takes, read by the token cache and the batches rather than its loader:
+# max_tokens (a budget: the first N tokens of train, or {split: N}), workers (tokenizer
+# processes; null: one per core), doc_mask (attention kept within a document in training).
+TOKEN_PARAMS = ("max_tokens", "workers", "doc_mask")
+
+
+def loader_params(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` without the ``TOKEN_PARAMS``: what the dataset's loader takes."""
+    return {k: v for k, v in params.items() if k not in TOKEN_PARAMS}
+
+
+def token_budget(params: dict[str, Any]) -> dict[str, int | None]:
+    """``data.max_tokens`` checked, per split: an integer budgets train; a mapping, each split it
+    names; null, none."""
+    value = params.get("max_tokens")
+    if value is None or (not isinstance(value, dict) and not hasattr(value, "items")):
+        spec = {"train": value}
+    else:
+        spec = dict(value)
+        checks.known_keys("data.max_tokens", spec, SPLITS)
+    return {
+        split: checks.integer(
+            f"data.max_tokens.{split}" if len(spec) > 1 or split != "train" else "data.max_tokens",
+            spec.get(split),
+            low=1,
+            allow_none=True,
+        )
+        for split in SPLITS
+    }
+
+
+def check_token_params(params: dict[str, Any]) -> None:
+    """Refuse bad values of the ``TOKEN_PARAMS``, naming the setting and what is allowed."""
+    token_budget(params)
+    checks.integer("data.workers", params.get("workers"), low=1, high=256, allow_none=True)
+    checks.boolean("data.doc_mask", params.get("doc_mask", False))
+
+
 def check_dataset(
     source: str,
     params: dict[str, Any],
@@ -137,6 +168,8 @@ def check_dataset(
     Returns the tokens of the longest training row when the dataset's rows are shorter than
     seq_len (a synthetic task), else None."""
     dataset = DATASETS.get(source)
+    check_token_params(params)
+    params = loader_params(params)
     checks.takes_params("data", source, dataset.load, params)
     if (
         tokenizer is not None
@@ -157,7 +190,7 @@ def load_corpus(source: str, **params: Any) -> Corpus:
     """Load the dataset registered as `source`, passing `params` to its loader."""
     check_dataset(source, params)
     dataset = DATASETS[source]
-    corpus = dataset.load(**params)
+    corpus = dataset.load(**loader_params(params))
     if corpus.kind != dataset.kind:  # a programming error in the loader, not a user's
         raise ValueError(
             f"data {source!r} registered as kind {dataset.kind!r} gave a {corpus.kind!r} corpus"

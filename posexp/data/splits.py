@@ -16,6 +16,31 @@ def periodic_split(index: int, period: int) -> str:
     return "val" if r == period - 2 else "test" if r == period - 1 else "train"
 
 
+def carve_bounds(
+    n: int,
+    what: str,
+    hint: str | Callable[[], str],
+    fraction: float = 0.05,
+    need: tuple[str, ...] = ("val", "test"),
+) -> dict[str, tuple[int, int]]:
+    """(start, stop) of each split when the `need`ed splits are carved off the end of `n` units:
+    each gets `fraction` (at least one unit); see ``carve_tail``."""
+    k = max(1, round(fraction * n))
+    if n < len(need) * k + 1:
+        raise PosexpError(
+            f"{what} has only {n} document{'s' * (n != 1)}, too few to carve "
+            f"{'/'.join(need)} from it (at least {len(need) * k + 1}); "
+            f"{hint() if callable(hint) else hint}"
+        )
+    out: dict[str, tuple[int, int]] = {}
+    end = n
+    for split in reversed(sorted(need, key=("val", "test").index)):
+        out[split] = (end - k, end)
+        end -= k
+    out["train"] = (0, end)
+    return out
+
+
 def carve_tail(
     units: Sequence[T],
     what: str,
@@ -29,18 +54,5 @@ def carve_tail(
     test is the very end, val just before it, train the rest in the original order. ``hint``
     says what can fix too few units; a callable is asked only then (it may read files again).
     """
-    n = len(units)
-    k = max(1, round(fraction * n))
-    if n < len(need) * k + 1:
-        raise PosexpError(
-            f"{what} has only {n} document{'s' * (n != 1)}, too few to carve "
-            f"{'/'.join(need)} from it (at least {len(need) * k + 1}); "
-            f"{hint() if callable(hint) else hint}"
-        )
-    out: dict[str, list[T]] = {}
-    end = n
-    for split in reversed(sorted(need, key=("val", "test").index)):
-        out[split] = list(units[end - k : end])
-        end -= k
-    out["train"] = list(units[:end])
-    return out
+    bounds = carve_bounds(len(units), what, hint, fraction, need)
+    return {split: list(units[a:b]) for split, (a, b) in bounds.items()}

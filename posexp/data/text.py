@@ -1,11 +1,16 @@
-"""Local text files as a language-model corpus, read with ``datasets.load_dataset("text")``.
+"""Local text (or Parquet / JSON Lines / Arrow) files as a language-model corpus, streamed.
 
 ``files`` are the train files; ``val_files`` / ``test_files`` are optional. A split given no files
 is carved off the end of the train documents (5% each, at least one document; see
 ``posexp.data.splits.carve_tail``), so the split is fixed by the file contents and order.
 A document is a whole file (``sample_by="document"``), a blank-line separated paragraph
 (``"paragraph"``, the default) or a line (``"line"``); whitespace-only documents are dropped.
-Paths may be glob patterns (sorted, for a stable order).
+Paths may be glob patterns (sorted, for a stable order) or folders (their files, sorted). Files
+ending .parquet, .jsonl/.json (JSON Lines) or .arrow are tables: ``column`` of each row is a
+document. Nothing is read when the corpus loads: the documents stream from the files when the
+tokenizer is trained and the token cache is written (``posexp.data.documents``), so a cached run
+starts without reading them. The input check before a run reads a small corpus whole, and the
+start of a large one, so most bad files are refused before the run starts.
 """
 
 from __future__ import annotations
@@ -17,8 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posexp.data.documents import (
+    TABLE_SUFFIXES,
+    Documents,
+    TableDocuments,
+    TailSplit,
+    TextDocuments,
+    read_text_chunks,
+    table_batches,
+)
 from posexp.data.registry import Corpus, register_dataset
-from posexp.data.splits import carve_tail
 from posexp.errors import PosexpError, choose
 
 SAMPLE_BY = ("document", "paragraph", "line")
@@ -26,6 +39,9 @@ log = logging.getLogger("posexp")
 
 NO_FILES = "data.files is empty; set data.files=[path.txt,...] to existing text files"
 UNITS = {"document": "files", "paragraph": "blank-line separated paragraphs", "line": "lines"}
+# Below this many bytes in all, the input check reads the files whole, so every bad byte is
+# refused before a run starts; above, it reads the start of each (the rest as it streams).
+EAGER_BYTES = 64 << 20
 
 
 def split_hint(files: list[str], sample_by: str, need: tuple[str, ...]) -> str:
@@ -63,14 +79,37 @@ def resolve_files(files: str | Sequence[str] | None, key: str, read: bool = True
             out.extend(matches)
         elif Path(f).is_file():
             out.append(f)
+        elif Path(f).is_dir() and (inside := folder_files(f)):
+            out.extend(inside)
         elif Path(f).exists():
-            what = "a folder" if Path(f).is_dir() else "not a regular file"
+            what = "a folder with no data files" if Path(f).is_dir() else "not a regular file"
             raise PosexpError(f"data file {f!r} is {what} ({key} must list text files)")
         else:
             raise PosexpError(f"data file not found: {f!r} ({key} must list existing text files)")
     for f in out if read else ():
-        check_text_file(f, key)
+        probe_file(f, key)
     return out
+
+
+def folder_files(folder: str) -> list[str]:
+    """The files directly in ``folder``, sorted, skipping hidden ones (``.lock``, ``.cache``)."""
+    return sorted(
+        str(p) for p in Path(folder).iterdir() if p.is_file() and not p.name.startswith(".")
+    )
+
+
+def documents_of(files: list[str], sample_by: str, column: str, key: str) -> Documents:
+    """The documents of ``files``: text files by ``sample_by``; tables (all of one format) by
+    ``column``."""
+    kinds = {TABLE_SUFFIXES.get(Path(f).suffix.lower(), "text") for f in files}
+    if len(kinds) > 1:
+        raise PosexpError(
+            f"{key} mixes {' and '.join(sorted(kinds))} files; list files of one format "
+            f"(text, or tables: {', '.join(sorted(set(TABLE_SUFFIXES)))})"
+        )
+    if kinds == {"text"}:
+        return TextDocuments(files, sample_by, key)
+    return TableDocuments(files, column, key)
 
 
 FILE_KEYS = ("files", "val_files", "test_files")
@@ -96,57 +135,54 @@ def check_text(params: dict[str, Any], seq_len: int | None) -> None:
 
 
 def check_text_inputs(params: dict[str, Any]) -> None:
-    """The files data=text names exist (each job of a sweep checked before any starts); their
-    contents are read, and checked, when the run loads them."""
-    if not resolve_files(params.get("files", ()), "data.files", read=False):
+    """The files data=text names exist and hold text (each job of a sweep checked before any
+    starts): a small corpus is read whole; a large one, the start of each file (the rest is
+    checked as it streams)."""
+    train = resolve_files(params.get("files", ()), "data.files", read=False)
+    if not train:
         raise PosexpError(NO_FILES)
-    for split in ("val", "test"):
-        resolve_files(params.get(f"{split}_files"), f"data.{split}_files", read=False)
+    given = {
+        split: resolve_files(params.get(f"{split}_files"), f"data.{split}_files", read=False)
+        for split in ("val", "test")
+    }
+    column = params.get("column", "text")
+    listed = (("data.files", train), *((f"data.{s}_files", f) for s, f in given.items()))
+    small = sum(os.path.getsize(f) for _, fs in listed for f in fs) <= EAGER_BYTES
+    for key, files in listed:
+        for f in files:
+            probe_file(f, key, column)
+            if small and Path(f).suffix.lower() not in TABLE_SUFFIXES:
+                check_text_file(f, key)  # a bad byte anywhere is said before the run starts
+
+
+def probe_file(path: str, key: str, column: str = "text") -> None:
+    """Refuse, naming the file, one that is empty or holds only whitespace, or whose start is
+    binary (NUL bytes) or not UTF-8; a table, one without ``column``. Reads the first chunk, and
+    further only while it finds no text."""
+    if os.path.getsize(path) == 0:
+        raise PosexpError(f"data file {path!r} ({key}) is empty")
+    if Path(path).suffix.lower() in TABLE_SUFFIXES:
+        for _ in table_batches(path, column, key):
+            break  # the schema (and the first rows) are read: the column is there
+        return
+    for text, _, _ in read_text_chunks(path, key):
+        if text.strip():
+            return
+    raise PosexpError(f"data file {path!r} ({key}) holds only blank lines; give files with text")
 
 
 def check_text_file(path: str, key: str) -> None:
-    """Refuse, naming the file, one that is empty, binary (NUL bytes) or not UTF-8 text."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset, size = 0, 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            size += len(chunk)
-            nul = chunk.find(b"\0")
-            if nul >= 0:
-                raise PosexpError(
-                    f"data file {path!r} ({key}) looks binary: it has a NUL byte at "
-                    f"offset {offset + nul}; data=text reads UTF-8 text"
-                )
-            try:
-                decoder.decode(chunk)
-            except UnicodeDecodeError as e:
-                raise PosexpError(
-                    f"data file {path!r} ({key}) is not UTF-8: byte 0x{chunk[e.start]:02x} at offset "
-                    f"{offset + e.start}; convert it first, e.g. iconv -f latin1 -t utf-8"
-                ) from None
-            offset += len(chunk)
-        try:
-            decoder.decode(b"", final=True)
-        except UnicodeDecodeError:
-            raise PosexpError(
-                f"data file {path!r} ({key}) is not UTF-8: it ends inside a multi-byte character"
-            ) from None
-    if not size:
+    """Refuse, naming the file, one that is empty, binary (NUL bytes) or not UTF-8 text: the
+    whole file is read."""
+    if os.path.getsize(path) == 0:
         raise PosexpError(f"data file {path!r} ({key}) is empty")
+    for _ in read_text_chunks(path, key):
+        pass
 
 
 def read_documents(files: list[str], sample_by: str) -> list[str]:
-    """Documents of `files`, in file order, via the datasets "text" builder."""
-    import datasets
-
-    # Its "Generating train split" bars are noise beside posexp's own log ("tokenizing ...").
-    datasets.disable_progress_bars()
-    ds = datasets.load_dataset(
-        "text", data_files={"train": files}, sample_by=sample_by, split="train"
-    )
-    return [doc.strip() for doc in ds["text"] if doc.strip()]
+    """Documents of text `files`, in file order (read whole: for small corpora and advice)."""
+    return list(TextDocuments(files, sample_by))
 
 
 def say_overlaps(splits: dict[str, list[str]]) -> None:
@@ -177,30 +213,32 @@ def load_text(
     val_files: str | Sequence[str] | None = None,
     test_files: str | Sequence[str] | None = None,
     sample_by: str = "paragraph",
+    column: str = "text",
 ) -> Corpus:
-    """Documents from local text files; val/test missing files are carved from train
-    (``sample_by`` was checked by ``check_text``, which load_corpus runs first)."""
-    train = resolve_files(files, "data.files")
+    """Documents streamed from local files; val/test missing files are carved from the end of
+    train when first read (``sample_by`` was checked by ``check_text``, which load_corpus runs
+    first)."""
+    train = resolve_files(files, "data.files", read=False)
     if not train:
         raise PosexpError(NO_FILES)
     given = {
-        "val": resolve_files(val_files, "data.val_files"),
-        "test": resolve_files(test_files, "data.test_files"),
+        "val": resolve_files(val_files, "data.val_files", read=False),
+        "test": resolve_files(test_files, "data.test_files", read=False),
     }
+    for split, paths in {"train": train, **given}.items():
+        for path in paths:
+            probe_file(path, "data.files" if split == "train" else f"data.{split}_files", column)
     say_overlaps({"train": train, **given})
-    train_docs = read_documents(train, sample_by)
+    train_docs = documents_of(train, sample_by, column, "data.files")
     need = tuple(s for s in ("val", "test") if not given[s])
-    splits = (
-        carve_tail(train_docs, "data.files", lambda: split_hint(train, sample_by, need), need=need)
-        if need
-        else {"train": train_docs}
-    )
+    splits: dict[str, Sequence[str]] = {}
+    for split in ("train", *need) if need else ():
+        splits[split] = TailSplit(
+            train_docs, split, need, "data.files", lambda: split_hint(train, sample_by, need)
+        )
+    if not need:
+        splits["train"] = train_docs
     for split, paths in given.items():
         if paths:
-            splits[split] = read_documents(paths, sample_by)
-    for split, docs in splits.items():
-        if not docs:
-            raise PosexpError(
-                f"the {split} files of data=text contain no text; give non-empty files"
-            )
+            splits[split] = documents_of(paths, sample_by, column, f"data.{split}_files")
     return Corpus(splits=splits, kind="lm")

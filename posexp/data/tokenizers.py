@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,9 @@ SPECIALS = ("<pad>", "<bos>", "<eos>", "<sep>")
 # BPE of a text this project trains on ends far below the cap (KJV: ~20k), and a larger request
 # only makes the trainer reserve memory for it (10**9 asks for tens of GB, then panics).
 VOCAB_MIN, VOCAB_MAX = 256 + len(SPECIALS), 2**20
+# Text a BPE learns its merges from by default: the first 100 MB of the train split. Merges
+# settle long before that on natural text, and training time and memory grow with it.
+TRAIN_BYTES = 100_000_000
 
 log = logging.getLogger("posexp")
 
@@ -73,9 +76,21 @@ class Tokenizer(ABC):
 
     def encode_stream(self, docs: Sequence[str]) -> np.ndarray:
         """All `docs` encoded and concatenated, `eos_id` after each, as a 1-D `token_dtype` array."""
+        return self.encode_documents(docs)[0]
+
+    def encode_documents(self, docs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(``encode_stream(docs)``, each document's token count with its eos, int64)."""
         dtype = token_dtype(self.vocab_size)
-        parts = [np.asarray([*ids, self.eos_id], dtype=dtype) for ids in self.encode_batch(docs)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        encoded = self.encode_batch(docs)
+        lengths = np.fromiter((len(ids) + 1 for ids in encoded), np.int64, len(encoded))
+        tokens = np.empty(int(lengths.sum()), dtype)
+        at = 0
+        for ids in encoded:
+            tokens[at : at + len(ids)] = ids
+            at += len(ids)
+            tokens[at] = self.eos_id
+            at += 1
+        return tokens, lengths
 
 
 class ByteTokenizer(Tokenizer):
@@ -94,14 +109,13 @@ class ByteTokenizer(Tokenizer):
         """UTF-8 decode of the byte ids; broken sequences become U+FFFD."""
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
-    def encode_stream(self, docs: Sequence[str]) -> np.ndarray:
-        """Vectorised: one `np.frombuffer` per document instead of a Python loop per byte."""
-        eos = np.array([self.eos_id], dtype=np.uint16)
-        parts: list[np.ndarray] = []
-        for doc in docs:
-            parts.append(np.frombuffer(doc.encode("utf-8"), dtype=np.uint8))
-            parts.append(eos)
-        return np.concatenate(parts).astype(np.uint16) if parts else np.zeros(0, np.uint16)
+    def encode_documents(self, docs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised: the documents' bytes joined once, an eos inserted after each."""
+        encoded = [doc.encode("utf-8") for doc in docs]
+        sizes = np.fromiter((len(b) for b in encoded), np.int64, len(encoded))
+        data = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.uint16)
+        tokens = np.insert(data, np.cumsum(sizes), self.eos_id)
+        return tokens, sizes + 1
 
 
 class BpeTokenizer(Tokenizer):
@@ -129,12 +143,36 @@ class BpeTokenizer(Tokenizer):
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Encodes in parallel in Rust."""
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        """Encodes in parallel in Rust (without the character offsets, which nothing here uses)."""
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
 
-def train_bpe(texts: Sequence[str], vocab_size: int, path: Path) -> None:
-    """Train a byte-level BPE on `texts` and save it to `path` atomically."""
+def sample(texts: Iterable[str], max_bytes: int | None) -> Iterator[list[str]]:
+    """The first documents of ``texts`` up to ``max_bytes`` of UTF-8 (all when None), in batches:
+    what the BPE trainer reads, streamed."""
+    taken, batch = 0, []
+    for text in texts:
+        if max_bytes is not None and taken >= max_bytes:
+            break
+        size = len(text.encode("utf-8"))
+        if max_bytes is not None and taken + size > max_bytes:
+            text = text.encode("utf-8")[: max_bytes - taken].decode("utf-8", errors="ignore")
+            size = max_bytes - taken
+        taken += size
+        batch.append(text)
+        if len(batch) >= 1000:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def train_bpe(
+    texts: Iterable[str], vocab_size: int, path: Path, max_bytes: int | None = None
+) -> None:
+    """Train a byte-level BPE on the first ``max_bytes`` of ``texts`` (all when None), streamed,
+    and save it to `path` atomically."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -147,7 +185,7 @@ def train_bpe(texts: Sequence[str], vocab_size: int, path: Path) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    tok.train_from_iterator(sample(texts, max_bytes), trainer=trainer)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     os.close(fd)
@@ -191,13 +229,20 @@ def saved_bpe(path: Path) -> Tokenizer | None:
 
 
 @register_tokenizer("bpe")
-def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokenizer:
-    """Byte-level BPE trained on `corpus.splits["train"]`, cached by (that text, vocab, specials)."""
+def build_bpe(
+    corpus: Corpus, cache_dir: Path, vocab_size: int = 4096, train_bytes: int | None = TRAIN_BYTES
+) -> Tokenizer:
+    """Byte-level BPE trained on the first ``train_bytes`` of `corpus.splits["train"]` (all of
+    it when None), cached by (that text, vocab, sample size, specials)."""
     check_vocab_size(vocab_size)
+    check_train_bytes(train_bytes)
     # Keyed by the train documents alone (what it learns from), so two datasets with the same
     # training text (wyc2kjv and wyc2kjv_text) share one vocabulary and a run may start from the
     # other's weights.
-    key = json.dumps([corpus.train_text_fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"])
+    key = json.dumps(
+        [corpus.train_text_fingerprint(), vocab_size, SPECIALS, "bytelevel-v1"]
+        + ([] if train_bytes is None else [train_bytes])
+    )
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
     path = Path(cache_dir) / f"bpe-{vocab_size}-{digest}.json"
     tokenizer = saved_bpe(path)
@@ -207,13 +252,14 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
             if tokenizer is None:
                 docs = corpus.splits["train"]
                 log.info(
-                    "training a %d-token byte-level BPE on %s train documents (once; cached in %s)",
+                    "training a %d-token byte-level BPE on %s of the train documents "
+                    "(once; cached in %s)",
                     vocab_size,
-                    f"{len(docs):,}",
+                    "all" if train_bytes is None else f"the first {train_bytes / 1e6:g} MB",
                     path.parent,
                 )
                 started = time.perf_counter()
-                train_bpe(docs, vocab_size, path)
+                train_bpe(docs, vocab_size, path, train_bytes)
                 log.info("BPE trained in %.1fs", time.perf_counter() - started)
                 tokenizer = BpeTokenizer(path)
     if tokenizer.vocab_size < vocab_size:  # the training text ran out of pairs to merge
@@ -227,13 +273,20 @@ def build_bpe(corpus: Corpus, cache_dir: Path, vocab_size: int = 4096) -> Tokeni
     return tokenizer
 
 
+def check_train_bytes(value: Any) -> int | None:
+    """``tokenizer.train_bytes``: a positive number of bytes of text, or null for all of it."""
+    return checks.integer("tokenizer.train_bytes", value, low=1, allow_none=True)
+
+
 def check_vocab_size(value: Any) -> int:
     """``tokenizer.vocab_size`` in [VOCAB_MIN, VOCAB_MAX], else a one-line error naming the bounds."""
     return checks.integer("tokenizer.vocab_size", value, low=VOCAB_MIN, high=VOCAB_MAX)
 
 
 # Value checks of a tokenizer's parameters, run where the config is built (before any data work).
-PARAM_CHECKS: dict[str, dict[str, Callable[[Any], Any]]] = {"bpe": {"vocab_size": check_vocab_size}}
+PARAM_CHECKS: dict[str, dict[str, Callable[[Any], Any]]] = {
+    "bpe": {"vocab_size": check_vocab_size, "train_bytes": check_train_bytes}
+}
 # Tokenizers whose vocabulary is learned from the run's training text: the same settings on other
 # training text give other token ids, so a run started from another's weights must keep that text.
 LEARNED_VOCABULARY = frozenset({"bpe"})

@@ -24,7 +24,7 @@ from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
 from posexp.kernels import cpp_bias, flex, matmul_attention
 from posexp.kernels.choice import KernelChoice
-from posexp.model import near_far
+from posexp.model import doc_mask, near_far
 from posexp.pe import LogitTerm, PositionalEncoding
 
 # Queries are processed in chunks of this many when an additive bias goes through SDPA, so a long
@@ -202,6 +202,21 @@ def _matmul(c: AttentionCall) -> Attended:
     return matmul_attention.causal_attention(c.q, c.k, c.v, c.dropout, bias), None
 
 
+def _documents_runs(c: AttentionCall) -> bool:
+    docs = doc_mask.current()
+    return docs is not None and docs.shape[-1] == c.k.shape[2] == c.q.shape[2]
+
+
+def _documents(c: AttentionCall) -> Attended:
+    docs = doc_mask.current()
+    bias = c.pe.bias(c.q_pos, c.k_pos, c.q.dtype) if c.pe.has_bias else None
+    mm = c.kernels.causal == "matmul" and matmul_attention.applies(c.q)
+    y = doc_mask.attention(
+        c.q, c.k, c.v, docs, bias, c.dropout, matmul_attention.causal_attention if mm else None
+    )
+    return y, None
+
+
 def _bias_kernel(c: AttentionCall) -> Attended | None:
     assert c.bias_kernel is not None
     y = c.bias_kernel(c.q, c.k, c.v)  # None: no kernel could run it
@@ -210,7 +225,8 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 
 # In order, the first that takes a call and runs it: a training-free method's plan (blockwise
 # causal attention, then remapped positions), a logit term computed from the scores (CoPE), the
-# weights asked for (explicit softmax), a position bias inside a kernel (when the model built
+# documents of a doc-masked training row kept apart (``doc_mask``), the weights asked for
+# (explicit softmax), a position bias inside a kernel (when the model built
 # one), a bias constant past some distance split into near and far parts (``near_far``), the
 # matmul kernel where the run chose it for training in 16-bit
 # (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
@@ -222,6 +238,7 @@ BACKENDS: tuple[Backend, ...] = (
         lambda c: c.pe.logit_term is LogitTerm.FROM_SCORES,
         lambda c: content_attention(c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.need_weights),
     ),
+    Backend("documents", _documents_runs, _documents),
     Backend(
         "explicit",
         lambda c: c.need_weights,

@@ -9,6 +9,7 @@ import torch
 
 from posexp.config import RunConfig
 from posexp.data import LMBatches, eval_windows
+from posexp.data.tokens import window_documents
 from posexp.objectives.base import Autocast, mean_loss, register_objective
 from posexp.positions.pose import PoseBatches
 
@@ -34,10 +35,21 @@ class LanguageModeling:
             eval_windows(data.tokens["test"], t.seq_len, t.seq_len + 1, split="test")
         self.batch_size, self.device, self.autocast = t.batch_size, device, autocast
         self.last: dict[str, float] = {}
+        # data.doc_mask: each window's documents attend only within themselves (posexp.model.doc_mask)
+        starts = getattr(data.tokens, "starts", {}).get("train")
+        self.starts = starts if cfg.data.params.get("doc_mask") else None
+        self.seq_len = t.seq_len
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The random windows (or PoSE rows) for ``step`` (a pure function of seed and step)."""
         return self.batches.batch(step)
+
+    def documents(self, step: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """data.doc_mask: (document ids, positions restarting at each document) of the windows of
+        ``step``; None when documents are not masked."""
+        if self.starts is None or not isinstance(self.batches, LMBatches):
+            return None
+        return window_documents(self.starts, self.batches.window_starts(step), self.seq_len)
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
         """Validation loss and perplexity."""

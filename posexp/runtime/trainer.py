@@ -24,7 +24,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from posexp.config import RunConfig
-from posexp.model import GPT, ModelConfig
+from posexp.model import GPT, ModelConfig, doc_mask
 from posexp.objectives import Objective
 from posexp.positions.pose import filled_lengths, pose_positions
 from posexp.positions.randomized import random_positions
@@ -205,7 +205,13 @@ class Trainer:
             x, y, weight = distributed.shard(x_all, y_all)
             x, y = to_device(x, self.device), to_device(y, self.device)
             positions = self.positions(x_all.shape, x.shape[0], y_all)
-            with self.autocast():
+            ids = None  # data.doc_mask: the documents of each row, positions restarting in each
+            if (
+                docs := getattr(self.objective, "documents", lambda _: None)(self.step)
+            ) is not None:
+                ids, positions, _ = distributed.shard(*docs)
+                ids, positions = to_device(ids, self.device), to_device(positions, self.device)
+            with self.autocast(), doc_mask.documents(ids):
                 loss = self.model(x, y, positions)["loss"]
             (loss if weight is None else loss * weight).backward()
             loss = loss.detach()

@@ -13,6 +13,13 @@ from posexp.data import hub as hub_module
 from posexp.errors import PosexpError
 
 
+def read_all(corpus: Corpus) -> Corpus:
+    """Every document of every split read: where a streamed corpus meets its files' faults."""
+    for docs in corpus.splits.values():
+        list(docs)
+    return corpus
+
+
 def write_paragraphs(path: Path, n: int, tag: str = "p") -> Path:
     path.write_text("\n\n".join(f"{tag} {i} line a\n{tag} {i} line b" for i in range(n)) + "\n")
     return path
@@ -65,16 +72,32 @@ def test_text_errors_are_one_line_and_name_the_value(tmp_path: Path) -> None:
         match=r"only 1 document, too few .* \(at least 3\); give data.val_files and "
         r"data.test_files, or more text: at least 3 files \(",
     ):
-        load_corpus("text", files=[str(one)], sample_by="document")
+        read_all(load_corpus("text", files=[str(one)], sample_by="document"))
     # Already by line: a finer sample_by is no advice.
     with pytest.raises(
         PosexpError,
         match=r"data.test_files, or more text: at least 3 lines \(each of val/test gets the last "
         r"5%, at least one, and needs more tokens than train.seq_len\)$",
     ):
-        load_corpus("text", files=[str(one)], sample_by="line")
-    with pytest.raises(PosexpError, match=r"^data file '.*' is a folder \(data.files must"):
-        load_corpus("text", files=[str(tmp_path)])
+        read_all(load_corpus("text", files=[str(one)], sample_by="line"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        PosexpError, match=r"^data file '.*' is a folder with no data files \(data.files must"
+    ):
+        load_corpus("text", files=[str(tmp_path / "empty")])
+    # A folder with files reads them, sorted.
+    assert (
+        read_all(
+            load_corpus(
+                "text",
+                files=[str(tmp_path)],
+                sample_by="line",
+                val_files=[str(one)],
+                test_files=[str(one)],
+            )
+        ).splits["train"][0]
+        == "p 0 line a"
+    )
     with pytest.raises(PosexpError, match=r"^data file '/dev/null' is not a regular file"):
         load_corpus("text", files=["/dev/null"])
     with pytest.raises(PosexpError, match="sample_by 'lines'; allowed: document, line, paragraph"):
@@ -86,7 +109,7 @@ def test_a_finer_sample_by_is_advised_only_where_it_gives_enough_documents(tmp_p
     one_line = tmp_path / "one.txt"
     one_line.write_text("hello world\n")
     with pytest.raises(PosexpError) as e:
-        load_corpus("text", files=[str(one_line)])
+        read_all(load_corpus("text", files=[str(one_line)]))
     assert str(e.value).endswith(
         "give data.val_files and data.test_files, or more text: at least 3 blank-line "
         "separated paragraphs (each of val/test gets the last 5%, at least one, and needs more "
@@ -96,12 +119,12 @@ def test_a_finer_sample_by_is_advised_only_where_it_gives_enough_documents(tmp_p
     lines = tmp_path / "lines.txt"
     lines.write_text("".join(f"line {i}\n" for i in range(40)))
     with pytest.raises(PosexpError, match=r"data.test_files, or data.sample_by=line \(40 docu"):
-        load_corpus("text", files=[str(lines)])
+        read_all(load_corpus("text", files=[str(lines)]))
     # Only val carved: two documents are enough, and the advice names the one split asked for.
     two = tmp_path / "two.txt"
     two.write_text("a b\nc d\n")
     with pytest.raises(PosexpError, match=r"; give data.val_files, or data.sample_by=line \(2 "):
-        load_corpus("text", files=[str(two)], test_files=[str(lines)])
+        read_all(load_corpus("text", files=[str(two)], test_files=[str(lines)]))
 
 
 def assert_fast_one_line_offline_error(seconds: float) -> None:
@@ -188,7 +211,7 @@ def test_unreadable_text_files_are_named_with_the_reason(
 ) -> None:
     (tmp_path / "bad.txt").write_bytes(content)
     with pytest.raises(PosexpError, match=message):
-        load_corpus("text", files=[str(tmp_path / "bad.txt")])
+        read_all(load_corpus("text", files=[str(tmp_path / "bad.txt")]))
 
 
 def test_a_file_read_twice_is_said(tmp_path, caplog):

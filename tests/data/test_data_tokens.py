@@ -65,9 +65,9 @@ def test_bpe_trains_on_train_only_caches_and_round_trips(
     seen: list[list[str]] = []
     real_train = tok_module.train_bpe
 
-    def spy(texts, vocab_size, path):  # record what it trains on
+    def spy(texts, vocab_size, path, max_bytes):  # record what it trains on
         seen.append(list(texts))
-        real_train(texts, vocab_size, path)
+        real_train(seen[-1], vocab_size, path, max_bytes)
 
     monkeypatch.setattr(tok_module, "train_bpe", spy)
     tok = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300)
@@ -107,19 +107,20 @@ def test_token_cache_written_once_memmapped_and_keyed(
         assert arr.tolist() == tok.encode_stream(corpus.splits[split]).tolist()
         assert (arr == tok.eos_id).sum() == len(corpus.splits[split])
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) == 3 and not any(f.endswith(".tmp") for f in files)
+    # tokens and document starts per split; no shard folder or temp file left behind
+    assert len(files) == 6 and not any(f.endswith((".tmp", ".parts")) for f in files)
 
     def fail(*args):
         raise AssertionError("re-tokenized although cached")
 
-    monkeypatch.setattr(ByteTokenizer, "encode_stream", fail)
+    monkeypatch.setattr(ByteTokenizer, "encode_documents", fail)
     monkeypatch.setattr(ByteTokenizer, "encode", fail)
     again = tokenize_splits(corpus, tok, tmp_path, key="small/byte")
     assert all(np.array_equal(again[s], streams[s]) for s in streams)
     with pytest.raises(AssertionError, match="re-tokenized"):  # changed data: new cache entry
         tokenize_splits(small_corpus(extra=" z"), tok, tmp_path, key="small/byte")
-    with pytest.raises(AssertionError, match="re-tokenized"):  # changed key: new cache entry
-        tokenize_splits(corpus, tok, tmp_path, key="small/byte/v2")
+    # The key names the entry, the content keys it: other settings (data.workers) share it.
+    assert np.array_equal(tokenize_splits(corpus, tok, tmp_path, key="v2")["val"], streams["val"])
 
 
 @pytest.mark.parametrize(
@@ -137,6 +138,7 @@ def test_a_damaged_token_cache_is_set_aside_and_made_again(
     corpus, tok = small_corpus(), ByteTokenizer()
     want = tokenize_splits(corpus, tok, tmp_path, key="small/byte")["train"].tolist()
     (path,) = tmp_path.glob("*.train.npy")
+    assert not path.name.endswith(".starts.npy")
     bad = damage(path.read_bytes())
     path.write_bytes(bad)
     got = tokenize_splits(corpus, tok, tmp_path, key="small/byte")["train"]
@@ -208,3 +210,20 @@ def test_eval_windows_fixed_non_overlapping() -> None:
     assert x.shape == (12, 8)
     with pytest.raises(PosexpError, match="the val split has 5 tokens, too short"):
         eval_windows(tokens[:5], seq_len=8, n_tokens=100)
+
+
+def test_bpe_learns_from_the_first_train_bytes_only() -> None:
+    from posexp.data.tokenizers import sample
+
+    assert list(sample(["abc", "d\u00e9fg", "hi"], 6)) == [["abc", "d\u00e9"]]  # 3 + 3 bytes
+    assert list(sample(["abc", "d\u00e9fg"], 4)) == [["abc", "d"]]  # never half a character
+    assert list(sample(["abc", "d\u00e9fg"], None)) == [["abc", "d\u00e9fg"]]
+
+
+def test_train_bytes_keys_the_bpe_cache_and_bad_values_are_one_line(tmp_path: Path) -> None:
+    corpus = small_corpus()
+    some = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300, train_bytes=500)
+    every = build_tokenizer("bpe", corpus, tmp_path, vocab_size=300, train_bytes=None)
+    assert some.file != every.file and some.fingerprint != every.fingerprint
+    with pytest.raises(PosexpError, match=r"^tokenizer.train_bytes must be a positive integer"):
+        build_tokenizer("bpe", corpus, tmp_path, train_bytes=0)
