@@ -260,17 +260,33 @@ class AttentionConfig:
 
     backend: str
     causal: str
+    # Which keys every layer sees (part of the network, carried into ``ModelConfig``): a sliding
+    # window of W keys (the query's own included), the first N tokens always, and a learned
+    # per-head sink logit (gpt-oss). pe=layered may set them per layer.
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: bool = False
 
     @classmethod
     def from_dict(cls, value: Any) -> AttentionConfig:
-        """Validate ``attention.*``."""
+        """Validate ``attention.*`` (a run saved before window/sinks existed reads their defaults)."""
         from posexp.kernels.flex import BACKENDS
         from posexp.kernels.matmul_attention import CHOICES
 
-        d = _section("attention", value, cls)
+        given = dict(checks.mapping("attention", value))
+        given.setdefault("window", None)
+        given.setdefault("sinks", 0)
+        given.setdefault("sink_logit", False)
+        d = _section("attention", given, cls)
         choose("attention.backend", d["backend"], BACKENDS)
         choose("attention.causal", d["causal"], CHOICES)
-        return cls(backend=d["backend"], causal=d["causal"])
+        return cls(
+            backend=d["backend"],
+            causal=d["causal"],
+            window=positive_int("attention.window", d["window"], allow_none=True),
+            sinks=checks.integer("attention.sinks", d["sinks"], low=0),
+            sink_logit=checks.boolean("attention.sink_logit", d["sink_logit"]),
+        )
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ an ``AttentionPlan`` once per model from its params and the training length L0:
   other pair is rotated at the positions ``far(q_pos, k_pos)`` gives instead (a remapped relative
   distance, so only rotations take it);
 * ``query_scale``: a per-query multiplier of the logits, applied by scaling the query vector;
+* ``far_keys``: past the window only keys at positions below it stay visible (a Λ-shaped mask:
+  StreamingLLM, LM-Infinite);
 * ``block``: a query at position p sees only the keys of blocks ⌊p/block⌋ − 1 and ⌊p/block⌋
   (blockwise causal attention), through ``posexp.model.attention.block_local_attention``.
 
@@ -46,6 +48,9 @@ class AttentionPlan:
     far: FarPositions | None = None
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
     block: int | None = None
+    # Past ``window``, only keys at positions below this are seen (StreamingLLM's sinks,
+    # LM-Infinite's global branch): a Λ-shaped mask; None: every key is.
+    far_keys: int | None = None
 
     @property
     def remaps_positions(self) -> bool:

@@ -90,6 +90,11 @@ class AttentionCall:
     bias_kernel: BiasKernel | None = None
     dropout: float = 0.0
     kernels: KernelChoice = KernelChoice()
+    # The layer's local attention: its last ``window`` keys, the first ``sinks`` positions, a
+    # learned logit per head (H,) that absorbs mass (``windowed_attention``).
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: torch.Tensor | None = None
 
     def part(self, queries: slice, keys: slice) -> AttentionCall:
         """The same call over a slice of the queries and one of the keys (a chunk, a block)."""
@@ -173,6 +178,33 @@ def _remapped(c: AttentionCall) -> Attended:
     )
 
 
+def _windowed_runs(c: AttentionCall) -> bool:
+    # A window no wider than the farthest pair leaves attention as it is: the call goes on to
+    # the kernels of full attention, so a window >= L gives exactly their output.
+    if c.sink_logit is not None:
+        return True
+    if c.window is None:
+        return False
+    span = int(c.q_pos.max()) - int(c.k_pos.min()) + 1
+    return c.window < span
+
+
+def _windowed(c: AttentionCall) -> Attended:
+    return windowed_attention(
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.pe,
+        c.window,
+        c.sinks,
+        c.sink_logit,
+        c.dropout,
+        c.need_weights,
+    )
+
+
 def _near_far_runs(c: AttentionCall) -> bool:
     far = c.pe.far_bias() if c.pe.has_bias else None
     return far is not None and near_far.applies(c.q, c.k, c.v, c.q_pos, c.k_pos, far[1])
@@ -209,8 +241,8 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 
 
 # In order, the first that takes a call and runs it: a training-free method's plan (blockwise
-# causal attention, then remapped positions), a logit term computed from the scores (CoPE), the
-# weights asked for (explicit softmax), a position bias inside a kernel (when the model built
+# causal attention, then remapped positions), a logit term computed from the scores (CoPE), a
+# sliding window or a sink logit (banded, query block by query block), the weights asked for (explicit softmax), a position bias inside a kernel (when the model built
 # one), a bias constant past some distance split into near and far parts (``near_far``), the
 # matmul kernel where the run chose it for training in 16-bit
 # (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
@@ -222,6 +254,7 @@ BACKENDS: tuple[Backend, ...] = (
         lambda c: c.pe.logit_term is LogitTerm.FROM_SCORES,
         lambda c: content_attention(c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.need_weights),
     ),
+    Backend("windowed", _windowed_runs, _windowed),
     Backend(
         "explicit",
         lambda c: c.need_weights,
@@ -282,6 +315,85 @@ def sdpa_attention(
             )
         )
     return torch.cat(outputs, dim=2)
+
+
+def window_mask(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, sinks: int
+) -> torch.Tensor:
+    """True where query i may see key j: causally, and within the last ``window`` positions
+    (0 <= i - j < window) or at a position below ``sinks``; broadcastable to (B, H, Tq, Tk)."""
+    distance = q_pos[..., :, None] - k_pos[..., None, :]
+    allowed = distance >= 0
+    if window is not None:
+        near = distance < window
+        if sinks:
+            near = near | (k_pos[..., None, :] < sinks)
+        allowed = allowed & near
+    return allowed[:, None] if allowed.dim() == 3 else allowed
+
+
+def windowed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    window: int | None,
+    sinks: int = 0,
+    sink_logit: torch.Tensor | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention in which a query sees its last ``window`` keys and the first ``sinks``
+    positions (``window_mask``), the encoding's bias added, and with a per-head ``sink_logit``
+    (H,) an extra logit that takes part in the softmax and contributes no value (gpt-oss).
+
+    One block of ``QUERY_CHUNK`` queries at a time; where queries and keys share positions
+    0..T-1 a block gathers only the keys it may see (its sinks and its band of at most
+    window + block - 1 keys), so training and evaluation hold O(L·(W + N)) scores, not O(L²).
+    Without a sink logit or weights asked for, each block runs through SDPA with its mask."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and Tq == Tk
+    n_sinks = int((k_pos < sinks).sum()) if aligned and sinks and window is not None else 0
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    outputs = []
+    weights = q.new_zeros(*q.shape[:3], Tk) if need_weights else None
+    for start in range(0, Tq, QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, Tq)
+        qb, qp = q[:, :, start:end], q_pos[..., start:end]
+        if aligned:
+            low = max(n_sinks, start - window + 1) if window is not None else 0
+            idx = torch.cat([torch.arange(n_sinks), torch.arange(low, end)]).to(k.device)
+            kb, vb, kp = k.index_select(2, idx), v.index_select(2, idx), k_pos[idx]
+        else:
+            idx, kb, vb, kp = None, k, v, k_pos
+        allowed = window_mask(qp, kp, window, sinks)
+        bias = pe.bias(qp, kp, q.dtype) if pe.has_bias else None
+        if sink_logit is None and not need_weights:
+            mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+            outputs.append(
+                F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
+            )
+            continue
+        scores = (qb * scale) @ kb.transpose(-2, -1)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        if sink_logit is not None:
+            sink = sink_logit.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+            probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+        else:
+            probs = scores.softmax(dim=-1)
+        if weights is not None:
+            if idx is None:
+                weights[:, :, start:end] = probs
+            else:
+                weights[:, :, start:end].index_copy_(-1, idx, probs.to(weights.dtype))
+        if dropout:
+            probs = F.dropout(probs, dropout)
+        outputs.append(probs.to(vb.dtype) @ vb)
+    return torch.cat(outputs, dim=2), weights
 
 
 def explicit_attention(

@@ -87,6 +87,28 @@ class PEContext:
         self.extension = self.extension.with_original_length(self.train_length)
 
 
+@dataclass(frozen=True)
+class LocalAttention:
+    """Which keys one layer's queries see: the last ``window`` keys (the query's own included;
+    None: every earlier key), the first ``sinks`` positions always, and whether a learned
+    per-head sink logit absorbs part of the attention mass (gpt-oss)."""
+
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise PosexpError(f"window must be a positive integer or null, got {self.window}")
+        if self.sinks < 0:
+            raise PosexpError(f"sinks must be an integer >= 0, got {self.sinks}")
+
+    @property
+    def changes_attention(self) -> bool:
+        """False when every layer sees every earlier key as plain softmax attention does."""
+        return self.window is not None or self.sink_logit
+
+
 class PositionOutOfRange(PosexpError):
     """A position the encoding cannot represent (past a learned table, past xPos's range).
 
@@ -241,6 +263,11 @@ class PositionalEncoding(nn.Module):
         """Kind ``content``: the additive logit term for queries ``q`` (B, H, Tq, d) given their
         scaled scores (B, H, Tq, Tk), -inf where the causal mask hides a key."""
         raise NotImplementedError
+
+    def local_attention(self, index: int) -> LocalAttention | None:
+        """Layer ``index``'s window and sinks when the encoding decides them (a layered pattern),
+        else None: the model's own (``attention.window``, ``attention.sinks``) apply."""
+        return None
 
     def layer(self, index: int) -> PositionalEncoding:
         """The encoding acting in layer ``index`` (0-based): itself, unless it has per-layer

@@ -32,6 +32,9 @@ def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
         pe_params=dict(run.pe.params),
         extension=run.extension,
         train_length=run.length0,
+        window=run.attention.window,
+        sinks=run.attention.sinks,
+        sink_logit=run.attention.sink_logit,
     )
 
 
