@@ -171,6 +171,13 @@ def _blockwise(c: AttentionCall) -> Attended:
     )
 
 
+def _classed(c: AttentionCall) -> Attended:
+    assert c.plan is not None
+    return classed_attention(
+        c.q, c.k, c.v, c.q_pos, c.k_pos, c.plan, c.pe.rotate_at, c.need_weights
+    )
+
+
 def _remapped(c: AttentionCall) -> Attended:
     assert c.plan is not None
     return remapped_attention(
@@ -248,6 +255,7 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 # (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
 BACKENDS: tuple[Backend, ...] = (
     Backend("blockwise", lambda c: c.plan is not None and c.plan.block is not None, _blockwise),
+    Backend("classed", lambda c: c.plan is not None and c.plan.classes is not None, _classed),
     Backend("remapped", lambda c: c.plan is not None and c.plan.remaps_positions, _remapped),
     Backend(
         "content",
@@ -455,6 +463,44 @@ def remapped_attention(
         own = q_own[:, :, start:end] @ k_own[:, :, band_from:k_end].transpose(-2, -1)
         band.copy_(torch.where(distance < window, own, band))
         band.masked_fill_(distance < 0, float("-inf"))
+        return scores.softmax(dim=-1)
+
+    return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
+
+
+def classed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    plan: AttentionPlan,
+    rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention over unrotated ``q``, ``k`` where each pair's class
+    (``plan.classes``) picks its score: class 0 rotated at the pair's own positions, class n at
+    ``plan.rotations[n - 1]``'s, class -1 hidden; one softmax, one chunk of queries at a time."""
+    assert plan.classes is not None
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    rotated = [(rotate_at(q, q_pos) * scale, rotate_at(k, k_pos))]
+    for positions in plan.rotations:
+        qp, kp = positions(q_pos, k_pos)
+        rotated.append((rotate_at(q, qp) * scale, rotate_at(k, kp)))
+
+    def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
+        qp, kp = q_pos[..., start:end], k_pos[..., :k_end]
+        kind = plan.classes(qp, kp)
+        kind = kind.masked_fill(~(kp[..., None, :] <= qp[..., :, None]), -1)
+        if kind.dim() == 3:  # per-row positions: a head axis
+            kind = kind[:, None]
+        scores = torch.full(
+            (*q.shape[:2], end - start, k_end), float("-inf"), dtype=q.dtype, device=q.device
+        )
+        for n, (qr, kr) in enumerate(rotated):
+            if bool((kind == n).any()):
+                own = qr[:, :, start:end] @ kr[:, :, :k_end].transpose(-2, -1)
+                scores = torch.where(kind == n, own, scores)
         return scores.softmax(dim=-1)
 
     return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
