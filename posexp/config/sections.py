@@ -266,6 +266,10 @@ class AttentionConfig:
     window: int | None = None
     sinks: int = 0
     sink_logit: bool = False
+    # Gated attention (headwise | elementwise) and Scalable-Softmax's initial s and b; null: off.
+    gate: str | None = None
+    ssmax: float | None = None
+    ssmax_bias: float | None = None
 
     @classmethod
     def from_dict(cls, value: Any) -> AttentionConfig:
@@ -277,6 +281,10 @@ class AttentionConfig:
         given.setdefault("window", None)
         given.setdefault("sinks", 0)
         given.setdefault("sink_logit", False)
+        for key in ("gate", "ssmax", "ssmax_bias"):
+            given.setdefault(key, None)
+        if given["gate"] is not None:
+            choose("attention.gate", given["gate"], ("headwise", "elementwise"))
         d = _section("attention", given, cls)
         choose("attention.backend", d["backend"], BACKENDS)
         choose("attention.causal", d["causal"], CHOICES)
@@ -286,6 +294,9 @@ class AttentionConfig:
             window=positive_int("attention.window", d["window"], allow_none=True),
             sinks=checks.integer("attention.sinks", d["sinks"], low=0),
             sink_logit=checks.boolean("attention.sink_logit", d["sink_logit"]),
+            gate=d["gate"],
+            ssmax=number("attention.ssmax", d["ssmax"], "any", allow_none=True),
+            ssmax_bias=number("attention.ssmax_bias", d["ssmax_bias"], "any", allow_none=True),
         )
 
 

@@ -24,6 +24,8 @@ from posexp.kernels.choice import DEFAULT as DEFAULT_KERNELS
 from posexp.kernels.choice import KernelChoice
 from posexp.model.attention import AttentionCall, BiasKernel, attend, bias_kernel_for
 from posexp.model.decoding import beam_search, sample_decode
+from posexp.model.gate import OutputGate
+from posexp.model.ssmax import QueryLengthScale
 from posexp.pe import (
     LocalAttention,
     LogitTerm,
@@ -55,6 +57,11 @@ class ModelConfig:
     window: int | None = None
     sinks: int = 0
     sink_logit: bool = False
+    # Gated attention ("headwise" / "elementwise", posexp/model/gate.py) and Scalable-Softmax's
+    # initial s and b (posexp/model/ssmax.py); None: off.
+    gate: str | None = None
+    ssmax: float | None = None
+    ssmax_bias: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -138,6 +145,12 @@ class CausalSelfAttention(nn.Module):
         self.window, self.sinks = local.window, local.sinks
         # gpt-oss's sink: one logit per head, zero at first (its initialisation is unpublished).
         self.sink_logit = nn.Parameter(torch.zeros(cfg.n_heads)) if local.sink_logit else None
+        self.gate = OutputGate(cfg.gate, cfg.d_model, cfg.n_heads) if cfg.gate else None
+        self.ssmax = (
+            QueryLengthScale(cfg.n_heads, cfg.ssmax, cfg.ssmax_bias)
+            if cfg.ssmax is not None
+            else None
+        )
         # A training-free extension method's change to attention (posexp/extension/attention.py).
         self.plan = plan
         self.query_scale = plan.query_scale if plan is not None else None
@@ -171,6 +184,9 @@ class CausalSelfAttention(nn.Module):
                 # A factor per query position: it commutes with the rotation.
                 scale = self.query_scale(q_pos).to(q.dtype)
                 q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
+            if self.ssmax is not None:
+                seen = None if self.window is None else self.window + self.sinks
+                q = self.ssmax(q, q_pos, seen)
             dropout = self.dropout * self.training
             y, weights = attend(
                 AttentionCall(
@@ -190,6 +206,8 @@ class CausalSelfAttention(nn.Module):
                     self.sink_logit,
                 )
             )
+        if self.gate is not None:
+            y = self.gate(y, x)
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
 
     def _rotated(

@@ -35,6 +35,9 @@ def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
         window=run.attention.window,
         sinks=run.attention.sinks,
         sink_logit=run.attention.sink_logit,
+        gate=run.attention.gate,
+        ssmax=run.attention.ssmax,
+        ssmax_bias=run.attention.ssmax_bias,
     )
 
 
