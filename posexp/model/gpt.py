@@ -145,10 +145,10 @@ class CausalSelfAttention(nn.Module):
         self.window, self.sinks = local.window, local.sinks
         # gpt-oss's sink: one logit per head, zero at first (its initialisation is unpublished).
         self.sink_logit = nn.Parameter(torch.zeros(cfg.n_heads)) if local.sink_logit else None
-        self.gate = OutputGate(cfg.gate, cfg.d_model, cfg.n_heads) if cfg.gate else None
+        self.gate = OutputGate(local.gate, cfg.d_model, cfg.n_heads) if local.gate else None
         self.ssmax = (
-            QueryLengthScale(cfg.n_heads, cfg.ssmax, cfg.ssmax_bias)
-            if cfg.ssmax is not None
+            QueryLengthScale(cfg.n_heads, local.ssmax, local.ssmax_bias)
+            if local.ssmax is not None
             else None
         )
         # A training-free extension method's change to attention (posexp/extension/attention.py).
@@ -245,6 +245,11 @@ def check_local(local: LocalAttention, pe: PositionalEncoding, plan: AttentionPl
     """Refuse a window or sink logit where the layer's attention is not the model's softmax over
     q·k (an encoding with attention of its own, or scores from scores) or a training-free method
     already decides which keys a query sees (one-line errors)."""
+    if local.ssmax is not None and pe.logit_term is LogitTerm.OWN:
+        raise PosexpError(
+            f"attention.ssmax cannot apply to pe={pe.name}: it computes its own attention; "
+            f"allowed: a PE of kind none, rotation, bias or content"
+        )
     if not local.changes_attention:
         return
     if pe.logit_term in (LogitTerm.OWN, LogitTerm.FROM_SCORES):
@@ -321,11 +326,13 @@ class GPT(nn.Module):
         self.pe = build_pe(cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers), **cfg.pe_params)
         plan = cfg.extension.attention_plan()  # training-free methods only, else None
         # A composition (iRoPE) applies the method in the layers whose encoding takes it.
-        model_local = LocalAttention(cfg.window, cfg.sinks, cfg.sink_logit)
+        model_local = LocalAttention(
+            cfg.window, cfg.sinks, cfg.sink_logit, cfg.gate, cfg.ssmax, cfg.ssmax_bias
+        )
         blocks = []
         for i in range(cfg.n_layers):
             layer_plan = plan if takes_extension(self.pe.layer(i), cfg.extension.method) else None
-            local = self.pe.local_attention(i) or model_local
+            local = self.pe.local_attention(i, model_local)
             check_local(local, self.pe.layer(i), layer_plan)
             blocks.append(Block(cfg, layer_plan, local))
         self.blocks = nn.ModuleList(blocks)

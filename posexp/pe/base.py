@@ -89,13 +89,17 @@ class PEContext:
 
 @dataclass(frozen=True)
 class LocalAttention:
-    """Which keys one layer's queries see: the last ``window`` keys (the query's own included;
-    None: every earlier key), the first ``sinks`` positions always, and whether a learned
-    per-head sink logit absorbs part of the attention mass (gpt-oss)."""
+    """One layer's attention options: the last ``window`` keys (the query's own included;
+    None: every earlier key), the first ``sinks`` positions always, whether a learned per-head
+    sink logit absorbs part of the attention mass (gpt-oss), an output ``gate`` (headwise,
+    elementwise) and Scalable-Softmax's initial ``ssmax`` s and ``ssmax_bias`` b (None: off)."""
 
     window: int | None = None
     sinks: int = 0
     sink_logit: bool = False
+    gate: str | None = None
+    ssmax: float | None = None
+    ssmax_bias: float | None = None
 
     def __post_init__(self) -> None:
         if self.window is not None and self.window < 1:
@@ -264,10 +268,10 @@ class PositionalEncoding(nn.Module):
         scaled scores (B, H, Tq, Tk), -inf where the causal mask hides a key."""
         raise NotImplementedError
 
-    def local_attention(self, index: int) -> LocalAttention | None:
-        """Layer ``index``'s window and sinks when the encoding decides them (a layered pattern),
-        else None: the model's own (``attention.window``, ``attention.sinks``) apply."""
-        return None
+    def local_attention(self, index: int, default: LocalAttention) -> LocalAttention:
+        """Layer ``index``'s attention options: the model's own (``default``, from
+        ``attention.*``) unless the encoding sets some per layer (a layered pattern)."""
+        return default
 
     def layer(self, index: int) -> PositionalEncoding:
         """The encoding acting in layer ``index`` (0-based): itself, unless it has per-layer

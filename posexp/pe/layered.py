@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from posexp import checks
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, choose
 from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.pe.base import (
     PE_REGISTRY,
@@ -233,6 +233,10 @@ class Layered(PositionalEncoding):
             extras.append(f"sinks {params['sinks']}")
         if params.get("sink_logit"):
             extras.append("sink logit")
+        if params.get("gate"):
+            extras.append(f"{params['gate']} gate")
+        if params.get("ssmax") is not None:
+            extras.append(f"SSMax {params['ssmax']:g}")
         return f"{text} ({', '.join(extras)})" if extras else text
 
     @classmethod
@@ -271,6 +275,9 @@ class Layered(PositionalEncoding):
         parse_windows(params.get("windows"))
         checks.integer("pe.sinks", params.get("sinks", 0), low=0)
         checks.boolean("pe.sink_logit", params.get("sink_logit", False))
+        if params.get("gate") is not None:
+            choose("pe.gate", params["gate"], ("headwise", "elementwise"))
+        checks.number("pe.ssmax", params.get("ssmax"), "any", allow_none=True)
         chunk = checks.positive_int("pe.chunk", params.get("chunk"), allow_none=True)
         checks.number("pe.temperature", params.get("temperature", 0.0), ">= 0")
         checks.positive_int("pe.floor_scale", params.get("floor_scale"), allow_none=True)
@@ -291,6 +298,8 @@ class Layered(PositionalEncoding):
         windows: Any = None,
         sinks: int = 0,
         sink_logit: bool = False,
+        gate: str | None = None,
+        ssmax: float | None = None,
     ) -> None:
         super().__init__(ctx)
         given = {k: v for k, v in locals().items() if k in self.settings()}  # the arguments
@@ -299,6 +308,7 @@ class Layered(PositionalEncoding):
         self.text = pattern_text(self.pattern)
         self.windows = parse_windows(windows)
         self.sinks, self.sink_logit = int(sinks), bool(sink_logit)
+        self.gate, self.ssmax = gate, ssmax
         need = [n for n in dict.fromkeys(self.pattern) if get_pe(n).needs_even_head_dim]
         if need and ctx.head_dim % 2:  # before a child is built with it
             others = [n for n in allowed_children() if not get_pe(n).needs_even_head_dim]
@@ -341,13 +351,21 @@ class Layered(PositionalEncoding):
         order = (LogitTerm.POSITION_BIAS, LogitTerm.FROM_SCORES, LogitTerm.OWN)
         self.logit_term = next((t for t in order if t in terms), LogitTerm.NONE)
 
-    def local_attention(self, index: int) -> LocalAttention | None:
-        """Layer ``index``'s window (``windows[index mod len(windows)]``, null: full attention),
-        the pattern's sinks and sink logit; None (the model's own) when the pattern sets none."""
-        if self.windows is None and not self.sink_logit:
-            return None
-        window = None if self.windows is None else self.windows[index % len(self.windows)]
-        return LocalAttention(window, self.sinks, self.sink_logit)
+    def local_attention(self, index: int, default: LocalAttention) -> LocalAttention:
+        """Layer ``index``'s options: the model's, with what the pattern sets in their place:
+        the window ``windows[index mod len(windows)]`` (null: full attention) and the sinks,
+        the sink logit, the gate and SSMax."""
+        changes: dict[str, Any] = {}
+        if self.windows is not None:
+            changes["window"] = self.windows[index % len(self.windows)]
+            changes["sinks"] = self.sinks
+        if self.sink_logit:
+            changes["sink_logit"] = True
+        if self.gate is not None:
+            changes["gate"] = self.gate
+        if self.ssmax is not None:
+            changes["ssmax"] = self.ssmax
+        return dataclasses.replace(default, **changes)
 
     def layer(self, index: int) -> PositionalEncoding:
         """The encoding acting in layer ``index``."""

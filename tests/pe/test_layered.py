@@ -429,3 +429,19 @@ def test_the_hybrid_presets_are_layered_windows(preset, windows, layers):
     assert cfg.pe.params["sink_logit"] == (preset == "gpt_oss")
     m = GPT(model_config(cfg, vocab_size=VOCAB))
     assert [b.attn.window for b in m.blocks] == [windows[i % len(windows)] for i in range(6)]
+
+
+def test_the_gated_and_ssmax_presets_set_every_layers_attention():
+    from posexp.runtime.build import model_config
+    from tests.helpers import run_config
+
+    gated = GPT(model_config(run_config("pe=gated"), vocab_size=VOCAB))
+    assert all(b.attn.gate is not None and b.attn.gate.kind == "elementwise" for b in gated.blocks)
+    ss = GPT(model_config(run_config("pe=ssmax"), vocab_size=VOCAB))
+    assert all(torch.allclose(b.attn.ssmax.s, torch.full((4,), 0.43)) for b in ss.blocks)
+    assert get_pe("layered").label_for({"layers": ["rope"], "gate": "elementwise"}) == (
+        "rope (elementwise gate)"
+    )
+    # The pattern's option wins over the model's, the model's holds elsewhere.
+    m = model(layers=["rope"], ssmax=0.5)
+    assert m.blocks[0].attn.ssmax.s[0].item() == 0.5 and m.blocks[0].attn.gate is None
