@@ -435,9 +435,9 @@ def test_the_gated_and_ssmax_presets_set_every_layers_attention():
     from posexp.runtime.build import model_config
     from tests.helpers import run_config
 
-    gated = GPT(model_config(run_config("pe=gated"), vocab_size=VOCAB))
+    gated = GPT(model_config(run_config("pe=gated_rope"), vocab_size=VOCAB))
     assert all(b.attn.gate is not None and b.attn.gate.kind == "elementwise" for b in gated.blocks)
-    ss = GPT(model_config(run_config("pe=ssmax"), vocab_size=VOCAB))
+    ss = GPT(model_config(run_config("pe=ssmax_rope"), vocab_size=VOCAB))
     assert all(torch.allclose(b.attn.ssmax.s, torch.full((4,), 0.43)) for b in ss.blocks)
     assert get_pe("layered").label_for({"layers": ["rope"], "gate": "elementwise"}) == (
         "rope (elementwise gate)"
