@@ -167,21 +167,45 @@ def chunked_attention(call: AttentionCall) -> Attended:
 def _blockwise(c: AttentionCall) -> Attended:
     assert c.plan is not None and c.plan.block is not None
     return block_local_attention(
-        c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.plan.block, c.need_weights
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.pe,
+        c.plan.block,
+        c.need_weights,
+        (c.window, c.sinks, c.sink_logit),
     )
 
 
 def _classed(c: AttentionCall) -> Attended:
     assert c.plan is not None
     return classed_attention(
-        c.q, c.k, c.v, c.q_pos, c.k_pos, c.plan, c.pe.rotate_at, c.need_weights
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.plan,
+        c.pe.rotate_at,
+        c.need_weights,
+        (c.window, c.sinks),
     )
 
 
 def _remapped(c: AttentionCall) -> Attended:
     assert c.plan is not None
     return remapped_attention(
-        c.q, c.k, c.v, c.q_pos, c.k_pos, c.plan, c.pe.rotate_at, c.need_weights
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.plan,
+        c.pe.rotate_at,
+        c.need_weights,
+        (c.window, c.sinks),
     )
 
 
@@ -432,6 +456,7 @@ def remapped_attention(
     plan: AttentionPlan,
     rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     need_weights: bool = False,
+    local: tuple[int | None, int] = (None, 0),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention over unrotated ``q``, ``k`` where pairs closer than ``plan.window`` are
     rotated at their positions and the others at ``plan.far``'s (Self-Extend, ReRoPE), in one
@@ -448,7 +473,8 @@ def remapped_attention(
     # The scale goes on the queries: one pass over (T, d) instead of one over each chunk's scores.
     q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
     q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
-    if not need_weights and near_far.applies(q, k, v, q_pos, k_pos):
+    windowed = local[0] is not None
+    if not need_weights and not windowed and near_far.applies(q, k, v, q_pos, k_pos):
         return near_far.attention(q_own, k_own, q_far, k_far, v, window), None
 
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
@@ -463,6 +489,9 @@ def remapped_attention(
         own = q_own[:, :, start:end] @ k_own[:, :, band_from:k_end].transpose(-2, -1)
         band.copy_(torch.where(distance < window, own, band))
         band.masked_fill_(distance < 0, float("-inf"))
+        if windowed:  # the layer's own window and sinks (attention.window) on top
+            seen = window_mask(q_pos[..., start:end], k_pos[..., :k_end], *local)
+            scores = scores.masked_fill(~seen, float("-inf"))
         return scores.softmax(dim=-1)
 
     return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
@@ -477,6 +506,7 @@ def classed_attention(
     plan: AttentionPlan,
     rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     need_weights: bool = False,
+    local: tuple[int | None, int] = (None, 0),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention over unrotated ``q``, ``k`` where each pair's class
     (``plan.classes``) picks its score: class 0 rotated at the pair's own positions, class n at
@@ -491,7 +521,7 @@ def classed_attention(
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
         qp, kp = q_pos[..., start:end], k_pos[..., :k_end]
         kind = plan.classes(qp, kp)
-        kind = kind.masked_fill(~(kp[..., None, :] <= qp[..., :, None]), -1)
+        kind = kind.masked_fill(~window_mask(qp, kp, *local).reshape(kind.shape), -1)
         if kind.dim() == 3:  # per-row positions: a head axis
             kind = kind[:, None]
         scores = torch.full(
@@ -515,6 +545,7 @@ def block_local_attention(
     pe: PositionalEncoding,
     block: int,
     need_weights: bool = False,
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention in which a query at position p sees only the keys of blocks
     ⌊p/block⌋ − 1 and ⌊p/block⌋ (Sun et al. 2022): one attention call (``attend``, no plan) per
@@ -540,8 +571,11 @@ def block_local_attention(
                 k_pos[ka:kz],
                 pe,
                 need_weights=need_weights,
+                window=local[0],
+                sinks=local[1],
+                sink_logit=local[2],
             )
-        )  # the kernel the encoding needs, within the block
+        )  # the kernel the encoding needs (and the layer's window), within the block
         outputs.append(y)
         if weights is not None:
             weights[:, :, qa:qz, ka:kz] = w

@@ -257,10 +257,11 @@ def check_local(local: LocalAttention, pe: PositionalEncoding, plan: AttentionPl
             f"attention.window/sink_logit cannot apply to pe={pe.name}: it computes its own "
             f"attention; allowed: a PE of kind none, rotation or bias"
         )
-    if plan is not None and (plan.block is not None or plan.remaps_positions):
+    if plan is not None and plan.remaps_positions and local.sink_logit:
         raise PosexpError(
-            "attention.window/sink_logit and a training-free method that chooses the keys "
-            "(blockwise, Self-Extend, ReRoPE, ...) cannot be combined; allowed: one of them"
+            "attention.sink_logit and a training-free method that remaps positions (Self-Extend, "
+            "ReRoPE, StreamingLLM, ...) cannot be combined; allowed: none, pi, ntk, yarn, ... "
+            "or logn and blockwise"
         )
 
 

@@ -199,3 +199,42 @@ def test_string_sizes_its_shift_by_the_evaluated_length():
 def test_bad_settings_are_one_line(method, params, message):
     with pytest.raises(PosexpError, match=message):
         ExtensionConfig(method, 1.0, 16, params).attention_plan()
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "distance"),
+    [
+        ("string", dict(shift=10, local=4), lambda i, j: string_distance(i, j, 10, 4)),
+        ("rerope", dict(window=8), lambda i, j: i - j if i - j < 8 else 8),
+    ],
+)
+def test_a_layer_window_and_sinks_hide_pairs_on_top_of_a_method(method, params, distance):
+    # attention.window W = 20 with 2 sinks: pairs farther than W hidden unless j < 2, the others
+    # scored as the method says.
+    T, W, S = 150, 20, 2
+    q, k, v = qkv(T, seed=4)
+    pe = rope(method, train_length=16, **params)
+    pos = torch.arange(T)
+    plan = pe.ctx.extension.attention_plan()
+    got, _ = attend(AttentionCall(q, k, v, pos, pos, pe, plan, window=W, sinks=S))
+    dist = [
+        [distance(i, j) if j <= i and (i - j < W or j < S) else HIDDEN for j in range(T)]
+        for i in range(T)
+    ]
+    torch.testing.assert_close(got, reference(q, k, v, dist), rtol=1e-6, atol=1e-6)
+
+
+def test_blockwise_attention_keeps_the_layers_window_within_each_block():
+    T, W = 40, 5
+    q, k, v = qkv(T, seed=5)
+    pe = rope("blockwise", train_length=16)  # blocks of 8: a query sees its block and the last
+    pos = torch.arange(T)
+    plan = pe.ctx.extension.attention_plan()
+    # Blockwise keeps the positions: the model rotates q and k before attention.
+    qr, kr = rotate_by(q, pos.double()), rotate_by(k, pos.double())
+    got, _ = attend(AttentionCall(qr, kr, v, pos, pos, pe, plan, window=W))
+    dist = [
+        [i - j if j <= i and i - j < W and j // 8 >= i // 8 - 1 else HIDDEN for j in range(T)]
+        for i in range(T)
+    ]
+    torch.testing.assert_close(got, reference(q, k, v, dist), rtol=1e-6, atol=1e-6)
