@@ -190,7 +190,7 @@ def _classed(c: AttentionCall) -> Attended:
         c.plan,
         c.pe.rotate_at,
         c.need_weights,
-        (c.window, c.sinks),
+        (c.window, c.sinks, c.sink_logit),
     )
 
 
@@ -205,7 +205,7 @@ def _remapped(c: AttentionCall) -> Attended:
         c.plan,
         c.pe.rotate_at,
         c.need_weights,
-        (c.window, c.sinks),
+        (c.window, c.sinks, c.sink_logit),
     )
 
 
@@ -364,6 +364,15 @@ def window_mask(
     return allowed[:, None] if allowed.dim() == 3 else allowed
 
 
+def softmax_with_sink(scores: torch.Tensor, sink_logit: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the keys of ``scores`` (B, H, Tq, Tk); with a per-head ``sink_logit`` (H,),
+    over the keys and one more logit that takes mass and gives no value (weights sum below 1)."""
+    if sink_logit is None:
+        return scores.softmax(dim=-1)
+    sink = sink_logit.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+    return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+
+
 def windowed_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -412,11 +421,7 @@ def windowed_attention(
         if bias is not None:
             scores = scores + bias
         scores = scores.masked_fill(~allowed, float("-inf"))
-        if sink_logit is not None:
-            sink = sink_logit.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
-            probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-        else:
-            probs = scores.softmax(dim=-1)
+        probs = softmax_with_sink(scores, sink_logit)
         if weights is not None:
             if idx is None:
                 weights[:, :, start:end] = probs
@@ -456,7 +461,7 @@ def remapped_attention(
     plan: AttentionPlan,
     rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     need_weights: bool = False,
-    local: tuple[int | None, int] = (None, 0),
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention over unrotated ``q``, ``k`` where pairs closer than ``plan.window`` are
     rotated at their positions and the others at ``plan.far``'s (Self-Extend, ReRoPE), in one
@@ -473,8 +478,13 @@ def remapped_attention(
     # The scale goes on the queries: one pass over (T, d) instead of one over each chunk's scores.
     q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
     q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
-    windowed = local[0] is not None
-    if not need_weights and not windowed and near_far.applies(q, k, v, q_pos, k_pos):
+    windowed, sink = local[0] is not None, local[2]
+    if (
+        not need_weights
+        and not windowed
+        and sink is None
+        and near_far.applies(q, k, v, q_pos, k_pos)
+    ):
         return near_far.attention(q_own, k_own, q_far, k_far, v, window), None
 
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
@@ -490,9 +500,9 @@ def remapped_attention(
         band.copy_(torch.where(distance < window, own, band))
         band.masked_fill_(distance < 0, float("-inf"))
         if windowed:  # the layer's own window and sinks (attention.window) on top
-            seen = window_mask(q_pos[..., start:end], k_pos[..., :k_end], *local)
+            seen = window_mask(q_pos[..., start:end], k_pos[..., :k_end], *local[:2])
             scores = scores.masked_fill(~seen, float("-inf"))
-        return scores.softmax(dim=-1)
+        return softmax_with_sink(scores, sink)
 
     return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
 
@@ -506,7 +516,7 @@ def classed_attention(
     plan: AttentionPlan,
     rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     need_weights: bool = False,
-    local: tuple[int | None, int] = (None, 0),
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention over unrotated ``q``, ``k`` where each pair's class
     (``plan.classes``) picks its score: class 0 rotated at the pair's own positions, class n at
@@ -521,7 +531,7 @@ def classed_attention(
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
         qp, kp = q_pos[..., start:end], k_pos[..., :k_end]
         kind = plan.classes(qp, kp)
-        kind = kind.masked_fill(~window_mask(qp, kp, *local).reshape(kind.shape), -1)
+        kind = kind.masked_fill(~window_mask(qp, kp, *local[:2]).reshape(kind.shape), -1)
         if kind.dim() == 3:  # per-row positions: a head axis
             kind = kind[:, None]
         scores = torch.full(
@@ -531,7 +541,7 @@ def classed_attention(
             if bool((kind == n).any()):
                 own = qr[:, :, start:end] @ kr[:, :, :k_end].transpose(-2, -1)
                 scores = torch.where(kind == n, own, scores)
-        return scores.softmax(dim=-1)
+        return softmax_with_sink(scores, local[2])
 
     return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
 

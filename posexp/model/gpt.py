@@ -241,10 +241,9 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
 
-def check_local(local: LocalAttention, pe: PositionalEncoding, plan: AttentionPlan | None) -> None:
+def check_local(local: LocalAttention, pe: PositionalEncoding) -> None:
     """Refuse a window or sink logit where the layer's attention is not the model's softmax over
-    q·k (an encoding with attention of its own, or scores from scores) or a training-free method
-    already decides which keys a query sees (one-line errors)."""
+    q·k (an encoding with attention of its own, or scores from scores); one-line errors."""
     if local.ssmax is not None and pe.logit_term is LogitTerm.OWN:
         raise PosexpError(
             f"attention.ssmax cannot apply to pe={pe.name}: it computes its own attention; "
@@ -256,12 +255,6 @@ def check_local(local: LocalAttention, pe: PositionalEncoding, plan: AttentionPl
         raise PosexpError(
             f"attention.window/sink_logit cannot apply to pe={pe.name}: it computes its own "
             f"attention; allowed: a PE of kind none, rotation or bias"
-        )
-    if plan is not None and plan.remaps_positions and local.sink_logit:
-        raise PosexpError(
-            "attention.sink_logit and a training-free method that remaps positions (Self-Extend, "
-            "ReRoPE, StreamingLLM, ...) cannot be combined; allowed: none, pi, ntk, yarn, ... "
-            "or logn and blockwise"
         )
 
 
@@ -334,7 +327,7 @@ class GPT(nn.Module):
         for i in range(cfg.n_layers):
             layer_plan = plan if takes_extension(self.pe.layer(i), cfg.extension.method) else None
             local = self.pe.local_attention(i, model_local)
-            check_local(local, self.pe.layer(i), layer_plan)
+            check_local(local, self.pe.layer(i))
             blocks.append(Block(cfg, layer_plan, local))
         self.blocks = nn.ModuleList(blocks)
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)

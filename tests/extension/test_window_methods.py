@@ -216,12 +216,30 @@ def test_a_layer_window_and_sinks_hide_pairs_on_top_of_a_method(method, params, 
     pe = rope(method, train_length=16, **params)
     pos = torch.arange(T)
     plan = pe.ctx.extension.attention_plan()
+    sink = torch.tensor([0.4, -0.7], dtype=torch.float64)
     got, _ = attend(AttentionCall(q, k, v, pos, pos, pe, plan, window=W, sinks=S))
+    with_sink, _ = attend(
+        AttentionCall(q, k, v, pos, pos, pe, plan, window=W, sinks=S, sink_logit=sink)
+    )
     dist = [
         [distance(i, j) if j <= i and (i - j < W or j < S) else HIDDEN for j in range(T)]
         for i in range(T)
     ]
     torch.testing.assert_close(got, reference(q, k, v, dist), rtol=1e-6, atol=1e-6)
+    # A sink logit on top: the output times σ(LSE - s) per head (the extra logit's mass).
+    scale = torch.stack([got_scale(q, k, dist, h, sink[h]) for h in range(2)], dim=1)
+    torch.testing.assert_close(with_sink, got * scale[..., None], rtol=1e-6, atol=1e-6)
+
+
+def got_scale(q, k, dist, h, s):
+    """σ(LSE_j z_ij - s) for head h, z over the seen keys at the reference's distances."""
+    r = torch.tensor(
+        [[0.0 if x is HIDDEN else float(x) for x in row] for row in dist], dtype=torch.float64
+    )
+    seen = torch.tensor([[x is not HIDDEN for x in row] for row in dist])
+    k_back = rotate_by(k[:, h, None, :, :], -r)
+    z = (q[:, h, :, None, :] * k_back).sum(-1) / math.sqrt(D)
+    return torch.sigmoid(z.masked_fill(~seen, float("-inf")).logsumexp(-1) - s)
 
 
 def test_blockwise_attention_keeps_the_layers_window_within_each_block():

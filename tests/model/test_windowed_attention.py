@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 from posexp.errors import PosexpError
-from posexp.extension import ExtensionConfig
 from posexp.model import GPT, ModelConfig
 from posexp.model import attention as attention_module
 from posexp.model.attention import QUERY_CHUNK, AttentionCall, attend
@@ -185,10 +184,6 @@ def test_the_sink_logit_is_a_trained_parameter_per_head():
         (dict(window=0), "window must be a positive integer"),
         (dict(window=4, sinks=-1), "sinks must be an integer >= 0"),
         (dict(window=4, pe="fox"), "cannot apply to pe=fox"),
-        (
-            dict(window=4, sink_logit=True, extension=ExtensionConfig("rerope", 1.0, 64)),
-            "attention.sink_logit and a training-free method that remaps positions",
-        ),
     ],
 )
 def test_bad_window_settings_are_one_line(kw, message):
