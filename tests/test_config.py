@@ -289,3 +289,26 @@ def test_eval_interval_null_gives_about_twenty_points_whatever_the_run_length(ma
         PosexpError, match=r"^train.eval_interval must be a positive integer or null, got 0$"
     ):
         RunConfig.from_dict(d)
+
+
+def test_the_fourth_wave_preset_composes_every_job(monkeypatch, tmp_path):
+    # Every job of the sweep composed and built as `posexp train -m` checks it before launching.
+    from posexp.cli.sweep_check import check_jobs
+    from posexp.commands.train import check_config
+    from posexp.config import from_composed
+
+    monkeypatch.chdir(tmp_path)
+    jobs = []
+
+    def build(cfg, overrides):
+        run = from_composed(cfg)
+        check_config(run)
+        jobs.append((run.pe.name, run.pe.params.get("windows"), run.seed))
+        assert run.model.n_layers == 6 and run.train.seq_len == 64
+        assert cfg.extrapolate.len == 1024  # 16x
+
+    check_jobs(["-m", "experiment=fourth_wave"], "train", build)
+    assert len(jobs) == 12 * 3 and {seed for _, _, seed in jobs} == {0, 1, 2}
+    windows = {str(w) for _, w, _ in jobs}
+    assert {"[32, None]", "[32, 32, 32, 32, 32, None]", "[None, 128, 128, 128]"} <= windows
+    assert {name for name, _, _ in jobs} >= {"none", "rope", "alibi", "layered", "pope", "fope"}

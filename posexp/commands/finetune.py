@@ -147,6 +147,9 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         )
     saved = OmegaConf.create(meta["config"])
     keys = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    # DroPE: another encoding on the same weights (checked against the parent's shapes when the
+    # run starts, posexp/runtime/weights.py), recalibrated at the parent's length.
+    pe_changed = _plain(OmegaConf.select(cfg, "pe")) != _plain(OmegaConf.select(saved, "pe"))
     for key in keys:
         root = key.split(".")[0].split("@")[0]
         if key in DATA_SIZES or (
@@ -157,6 +160,8 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             )
         ):
             continue  # the parent's own data source (finetune_args composes with it)
+        if root == "pe" and pe_changed:
+            continue
         if root in NETWORK_ROOTS:
             want, have = OmegaConf.select(cfg, root), OmegaConf.select(saved, root)
             if _plain(want) != _plain(have):
@@ -168,7 +173,7 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     # the network and data from the parent, and keep the parent's extra sections (extrapolate).
     merged = OmegaConf.create(_plain(cfg))
     for key, value in saved.items():
-        if key in NETWORK_ROOTS or key not in merged:
+        if (key in NETWORK_ROOTS and not (key == "pe" and pe_changed)) or key not in merged:
             merged[key] = value
     for key in DATA_SIZES:
         if key in keys:
@@ -191,6 +196,8 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     if checks.boolean("train.pose.enabled", merged.train.pose.enabled):
         window = task_window(saved.data, merged.data)
         extension = pose_lengths(merged, extension, l0, "extension.factor" in keys, window)
+    elif pe_changed:
+        recalibration(merged, saved, l0, "train.max_steps" in keys)
     else:
         if merged.train.seq_len is None:
             merged.train.seq_len = int(round(l0 * extension.factor))
@@ -202,6 +209,26 @@ def finetune_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
             )
     merged.extension = extension.to_dict()
     return merged
+
+
+# DroPE (Gelberg et al. 2025) from scratch: RoPE dropped after 14B of 16B tokens, then 2B tokens
+# of recalibration at the original length; here the same share of the parent's steps.
+RECALIBRATION_SHARE = 2 / 14
+
+
+def recalibration(merged: DictConfig, saved: DictConfig, l0: int, steps_given: bool) -> None:
+    """A fine-tune that changes the encoding (DroPE) recalibrates at the parent's length L0
+    (train.seq_len defaults to L0, never shorter) for 2/14 of the parent's steps unless
+    train.max_steps is given."""
+    if merged.train.seq_len is None:
+        merged.train.seq_len = l0
+    if merged.train.seq_len < l0:
+        raise PosexpError(
+            f"finetune with another pe recalibrates at the parent's training length {l0} or "
+            f"longer, got train.seq_len={merged.train.seq_len}; drop train.seq_len"
+        )
+    if not steps_given:
+        merged.train.max_steps = max(1, round(int(saved.train.max_steps) * RECALIBRATION_SHARE))
 
 
 def task_window(parent_data: Any, data: Any) -> int | None:

@@ -106,6 +106,12 @@ class RunConfig:
         )
         if data_params.get("doc_mask"):
             check_doc_mask(data_name, train.pose.enabled, positions.randomized, pe_name, pe_cls)
+            local = checks.mapping("attention", d.get("attention") or {})
+            if local.get("window") is not None or local.get("sinks") or local.get("sink_logit"):
+                raise PosexpError(
+                    "data.doc_mask=true does not apply here: attention.window/sinks/sink_logit "
+                    "keep a mask of their own; set data.doc_mask=false or leave them unset"
+                )
         ctx_length = train_length or train.seq_len
         # The positions the PE can represent (a learned table's rows, stretched by PI), for PoSE.
         limit = pe_cls.position_limit(pe_params, ctx_length)
@@ -274,7 +280,7 @@ def check_trainable(pe: str, method: str) -> None:
 
 
 def check_doc_mask(
-    source: str, pose: bool, randomized: bool, pe_name: str = "rope", pe_cls: Any = None
+    source: str, pose: bool, randomized: bool, pe_name: str, pe_cls: Any
 ) -> None:
     """data.doc_mask masks attention to the documents of a text corpus's training windows, with
     positions restarting at each: refused where the rows are not such windows, the positions
@@ -283,7 +289,8 @@ def check_doc_mask(
     from posexp.data import dataset_kind
     from posexp.pe import LogitTerm
 
-    own = pe_name == "layered" or getattr(pe_cls, "logit_term", LogitTerm.NONE) in (
+    # A per-layer pattern (it has a depth to check) may hold encodings of either kind.
+    own = hasattr(pe_cls, "check_depth") or getattr(pe_cls, "logit_term", LogitTerm.NONE) in (
         LogitTerm.FROM_SCORES,
         LogitTerm.OWN,
     )

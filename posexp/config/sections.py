@@ -260,6 +260,16 @@ class AttentionConfig:
 
     backend: str
     causal: str
+    # Which keys every layer sees (part of the network, carried into ``ModelConfig``): a sliding
+    # window of W keys (the query's own included), the first N tokens always, and a learned
+    # per-head sink logit (gpt-oss). pe=layered may set them per layer.
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: bool = False
+    # Gated attention (headwise | elementwise) and Scalable-Softmax's initial s and b; null: off.
+    gate: str | None = None
+    ssmax: float | None = None
+    ssmax_bias: float | None = None
 
     @classmethod
     def from_dict(cls, value: Any) -> AttentionConfig:
@@ -267,10 +277,22 @@ class AttentionConfig:
         from posexp.kernels.flex import BACKENDS
         from posexp.kernels.matmul_attention import CHOICES
 
-        d = _section("attention", value, cls)
+        given = dict(checks.mapping("attention", value))
+        if given.get("gate") is not None:
+            choose("attention.gate", given["gate"], ("headwise", "elementwise"))
+        d = _section("attention", given, cls)
         choose("attention.backend", d["backend"], BACKENDS)
         choose("attention.causal", d["causal"], CHOICES)
-        return cls(backend=d["backend"], causal=d["causal"])
+        return cls(
+            backend=d["backend"],
+            causal=d["causal"],
+            window=positive_int("attention.window", d["window"], allow_none=True),
+            sinks=checks.integer("attention.sinks", d["sinks"], low=0),
+            sink_logit=checks.boolean("attention.sink_logit", d["sink_logit"]),
+            gate=d["gate"],
+            ssmax=number("attention.ssmax", d["ssmax"], "any", allow_none=True),
+            ssmax_bias=number("attention.ssmax_bias", d["ssmax_bias"], "any", allow_none=True),
+        )
 
 
 @dataclass(frozen=True)

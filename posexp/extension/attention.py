@@ -8,6 +8,10 @@ an ``AttentionPlan`` once per model from its params and the training length L0:
   other pair is rotated at the positions ``far(q_pos, k_pos)`` gives instead (a remapped relative
   distance, so only rotations take it);
 * ``query_scale``: a per-query multiplier of the logits, applied by scaling the query vector;
+* ``classes`` and ``rotations``: the general form of ``far``: each pair falls in a class, kept
+  (0), rotated at one of several remapped positions (1, 2, ...), or hidden (-1): a Λ-shaped mask
+  (StreamingLLM, LM-Infinite), chunk-relative positions (Dual Chunk Attention), shifted ones
+  (STRING);
 * ``block``: a query at position p sees only the keys of blocks ⌊p/block⌋ − 1 and ⌊p/block⌋
   (blockwise causal attention), through ``posexp.model.attention.block_local_attention``.
 
@@ -46,11 +50,16 @@ class AttentionPlan:
     far: FarPositions | None = None
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None
     block: int | None = None
+    # Each pair's class (``classes(q_pos, k_pos)`` -> integer (Tq, Tk)): 0 keeps its positions,
+    # n >= 1 is rotated at ``rotations[n - 1](q_pos, k_pos)``, -1 is not seen (StreamingLLM,
+    # LM-Infinite, Dual Chunk Attention, STRING).
+    classes: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    rotations: tuple[FarPositions, ...] = ()
 
     @property
     def remaps_positions(self) -> bool:
-        """True when pairs past the window are rotated at other positions."""
-        return self.far is not None
+        """True when some pairs are rotated at other positions than their own."""
+        return self.far is not None or self.classes is not None
 
 
 def _unchanged(spec: RopeSpec) -> tuple[torch.Tensor, float]:

@@ -90,6 +90,11 @@ class AttentionCall:
     bias_kernel: BiasKernel | None = None
     dropout: float = 0.0
     kernels: KernelChoice = KernelChoice()
+    # The layer's local attention: its last ``window`` keys, the first ``sinks`` positions, a
+    # learned logit per head (H,) that absorbs mass (``windowed_attention``).
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: torch.Tensor | None = None
 
     def part(self, queries: slice, keys: slice) -> AttentionCall:
         """The same call over a slice of the queries and one of the keys (a chunk, a block)."""
@@ -162,14 +167,72 @@ def chunked_attention(call: AttentionCall) -> Attended:
 def _blockwise(c: AttentionCall) -> Attended:
     assert c.plan is not None and c.plan.block is not None
     return block_local_attention(
-        c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.plan.block, c.need_weights
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.pe,
+        c.plan.block,
+        c.need_weights,
+        (c.window, c.sinks, c.sink_logit),
+    )
+
+
+def _classed(c: AttentionCall) -> Attended:
+    assert c.plan is not None
+    return classed_attention(
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.plan,
+        c.pe.rotate_at,
+        c.need_weights,
+        (c.window, c.sinks, c.sink_logit),
     )
 
 
 def _remapped(c: AttentionCall) -> Attended:
     assert c.plan is not None
     return remapped_attention(
-        c.q, c.k, c.v, c.q_pos, c.k_pos, c.plan, c.pe.rotate_at, c.need_weights
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.plan,
+        c.pe.rotate_at,
+        c.need_weights,
+        (c.window, c.sinks, c.sink_logit),
+    )
+
+
+def _windowed_runs(c: AttentionCall) -> bool:
+    # A window no wider than the farthest pair leaves attention as it is: the call goes on to
+    # the kernels of full attention, so a window >= L gives exactly their output.
+    if c.sink_logit is not None:
+        return True
+    if c.window is None:
+        return False
+    span = int(c.q_pos.max()) - int(c.k_pos.min()) + 1
+    return c.window < span
+
+
+def _windowed(c: AttentionCall) -> Attended:
+    return windowed_attention(
+        c.q,
+        c.k,
+        c.v,
+        c.q_pos,
+        c.k_pos,
+        c.pe,
+        c.window,
+        c.sinks,
+        c.sink_logit,
+        c.dropout,
+        c.need_weights,
     )
 
 
@@ -224,20 +287,23 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 
 
 # In order, the first that takes a call and runs it: a training-free method's plan (blockwise
-# causal attention, then remapped positions), a logit term computed from the scores (CoPE), the
-# documents of a doc-masked training row kept apart (``doc_mask``), the weights asked for
-# (explicit softmax), a position bias inside a kernel (when the model built
+# causal attention, then remapped positions), a logit term computed from the scores (CoPE), a
+# sliding window or a sink logit (banded, query block by query block), the documents of a
+# doc-masked training row kept apart (``doc_mask``), the weights asked for (explicit softmax), a
+# position bias inside a kernel (when the model built
 # one), a bias constant past some distance split into near and far parts (``near_far``), the
 # matmul kernel where the run chose it for training in 16-bit
 # (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
 BACKENDS: tuple[Backend, ...] = (
     Backend("blockwise", lambda c: c.plan is not None and c.plan.block is not None, _blockwise),
+    Backend("classed", lambda c: c.plan is not None and c.plan.classes is not None, _classed),
     Backend("remapped", lambda c: c.plan is not None and c.plan.remaps_positions, _remapped),
     Backend(
         "content",
         lambda c: c.pe.logit_term is LogitTerm.FROM_SCORES,
         lambda c: content_attention(c.q, c.k, c.v, c.q_pos, c.k_pos, c.pe, c.need_weights),
     ),
+    Backend("windowed", _windowed_runs, _windowed),
     Backend("documents", _documents_runs, _documents),
     Backend(
         "explicit",
@@ -301,6 +367,90 @@ def sdpa_attention(
     return torch.cat(outputs, dim=2)
 
 
+def window_mask(
+    q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, sinks: int
+) -> torch.Tensor:
+    """True where query i may see key j: causally, and within the last ``window`` positions
+    (0 <= i - j < window) or at a position below ``sinks``; broadcastable to (B, H, Tq, Tk)."""
+    distance = q_pos[..., :, None] - k_pos[..., None, :]
+    allowed = distance >= 0
+    if window is not None:
+        near = distance < window
+        if sinks:
+            near = near | (k_pos[..., None, :] < sinks)
+        allowed = allowed & near
+    return allowed[:, None] if allowed.dim() == 3 else allowed
+
+
+def softmax_with_sink(scores: torch.Tensor, sink_logit: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the keys of ``scores`` (B, H, Tq, Tk); with a per-head ``sink_logit`` (H,),
+    over the keys and one more logit that takes mass and gives no value (weights sum below 1)."""
+    if sink_logit is None:
+        return scores.softmax(dim=-1)
+    sink = sink_logit.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+    return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+def windowed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    pe: PositionalEncoding,
+    window: int | None,
+    sinks: int = 0,
+    sink_logit: torch.Tensor | None = None,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention in which a query sees its last ``window`` keys and the first ``sinks``
+    positions (``window_mask``), the encoding's bias added, and with a per-head ``sink_logit``
+    (H,) an extra logit that takes part in the softmax and contributes no value (gpt-oss).
+
+    One block of ``QUERY_CHUNK`` queries at a time; where queries and keys share positions
+    0..T-1 a block gathers only the keys it may see (its sinks and its band of at most
+    window + block - 1 keys), so training and evaluation hold O(L·(W + N)) scores, not O(L²).
+    Without a sink logit or weights asked for, each block runs through SDPA with its mask."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and Tq == Tk
+    n_sinks = int((k_pos < sinks).sum()) if aligned and sinks and window is not None else 0
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    outputs = []
+    weights = q.new_zeros(*q.shape[:3], Tk) if need_weights else None
+    for start in range(0, Tq, QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, Tq)
+        qb, qp = q[:, :, start:end], q_pos[..., start:end]
+        if aligned:
+            low = max(n_sinks, start - window + 1) if window is not None else 0
+            idx = torch.cat([torch.arange(n_sinks), torch.arange(low, end)]).to(k.device)
+            kb, vb, kp = k.index_select(2, idx), v.index_select(2, idx), k_pos[idx]
+        else:
+            idx, kb, vb, kp = None, k, v, k_pos
+        allowed = window_mask(qp, kp, window, sinks)
+        bias = pe.bias(qp, kp, q.dtype) if pe.has_bias else None
+        if sink_logit is None and not need_weights:
+            mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+            outputs.append(
+                F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
+            )
+            continue
+        scores = (qb * scale) @ kb.transpose(-2, -1)
+        if bias is not None:
+            scores = scores + bias
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = softmax_with_sink(scores, sink_logit)
+        if weights is not None:
+            if idx is None:
+                weights[:, :, start:end] = probs
+            else:
+                weights[:, :, start:end].index_copy_(-1, idx, probs.to(weights.dtype))
+        if dropout:
+            probs = F.dropout(probs, dropout)
+        outputs.append(probs.to(vb.dtype) @ vb)
+    return torch.cat(outputs, dim=2), weights
+
+
 def explicit_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -329,6 +479,7 @@ def remapped_attention(
     plan: AttentionPlan,
     rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     need_weights: bool = False,
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention over unrotated ``q``, ``k`` where pairs closer than ``plan.window`` are
     rotated at their positions and the others at ``plan.far``'s (Self-Extend, ReRoPE), in one
@@ -345,7 +496,13 @@ def remapped_attention(
     # The scale goes on the queries: one pass over (T, d) instead of one over each chunk's scores.
     q_own, k_own = rotate_at(q, q_pos) * scale, rotate_at(k, k_pos)
     q_far, k_far = rotate_at(q, far_q_pos) * scale, rotate_at(k, far_k_pos)
-    if not need_weights and near_far.applies(q, k, v, q_pos, k_pos):
+    windowed, sink = local[0] is not None, local[2]
+    if (
+        not need_weights
+        and not windowed
+        and sink is None
+        and near_far.applies(q, k, v, q_pos, k_pos)
+    ):
         return near_far.attention(q_own, k_own, q_far, k_far, v, window), None
 
     def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
@@ -360,7 +517,49 @@ def remapped_attention(
         own = q_own[:, :, start:end] @ k_own[:, :, band_from:k_end].transpose(-2, -1)
         band.copy_(torch.where(distance < window, own, band))
         band.masked_fill_(distance < 0, float("-inf"))
-        return scores.softmax(dim=-1)
+        if windowed:  # the layer's own window and sinks (attention.window) on top
+            seen = window_mask(q_pos[..., start:end], k_pos[..., :k_end], *local[:2])
+            scores = scores.masked_fill(~seen, float("-inf"))
+        return softmax_with_sink(scores, sink)
+
+    return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
+
+
+def classed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_pos: torch.Tensor,
+    plan: AttentionPlan,
+    rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    need_weights: bool = False,
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal attention over unrotated ``q``, ``k`` where each pair's class
+    (``plan.classes``) picks its score: class 0 rotated at the pair's own positions, class n at
+    ``plan.rotations[n - 1]``'s, class -1 hidden; one softmax, one chunk of queries at a time."""
+    assert plan.classes is not None
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    rotated = [(rotate_at(q, q_pos) * scale, rotate_at(k, k_pos))]
+    for positions in plan.rotations:
+        qp, kp = positions(q_pos, k_pos)
+        rotated.append((rotate_at(q, qp) * scale, rotate_at(k, kp)))
+
+    def probabilities(start: int, end: int, k_end: int, aligned: bool) -> torch.Tensor:
+        qp, kp = q_pos[..., start:end], k_pos[..., :k_end]
+        kind = plan.classes(qp, kp)
+        kind = kind.masked_fill(~window_mask(qp, kp, *local[:2]).reshape(kind.shape), -1)
+        if kind.dim() == 3:  # per-row positions: a head axis
+            kind = kind[:, None]
+        scores = torch.full(
+            (*q.shape[:2], end - start, k_end), float("-inf"), dtype=q.dtype, device=q.device
+        )
+        for n, (qr, kr) in enumerate(rotated):
+            if bool((kind == n).any()):
+                own = qr[:, :, start:end] @ kr[:, :, :k_end].transpose(-2, -1)
+                scores = torch.where(kind == n, own, scores)
+        return softmax_with_sink(scores, local[2])
 
     return chunked_softmax(q, k, v, q_pos, k_pos, probabilities, need_weights)
 
@@ -374,6 +573,7 @@ def block_local_attention(
     pe: PositionalEncoding,
     block: int,
     need_weights: bool = False,
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention in which a query at position p sees only the keys of blocks
     ⌊p/block⌋ − 1 and ⌊p/block⌋ (Sun et al. 2022): one attention call (``attend``, no plan) per
@@ -399,8 +599,11 @@ def block_local_attention(
                 k_pos[ka:kz],
                 pe,
                 need_weights=need_weights,
+                window=local[0],
+                sinks=local[1],
+                sink_logit=local[2],
             )
-        )  # the kernel the encoding needs, within the block
+        )  # the kernel the encoding needs (and the layer's window), within the block
         outputs.append(y)
         if weights is not None:
             weights[:, :, qa:qz, ka:kz] = w

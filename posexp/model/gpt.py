@@ -24,7 +24,10 @@ from posexp.kernels.choice import DEFAULT as DEFAULT_KERNELS
 from posexp.kernels.choice import KernelChoice
 from posexp.model.attention import AttentionCall, BiasKernel, attend, bias_kernel_for
 from posexp.model.decoding import beam_search, sample_decode
+from posexp.model.gate import OutputGate
+from posexp.model.ssmax import QueryLengthScale
 from posexp.pe import (
+    LocalAttention,
     LogitTerm,
     PEContext,
     PositionalEncoding,
@@ -50,6 +53,15 @@ class ModelConfig:
     pe_params: dict[str, Any] = field(default_factory=dict)
     extension: ExtensionConfig = field(default_factory=ExtensionConfig)
     train_length: int = 256
+    # Every layer's local attention (``attention.*``; a layered pattern may set its own per layer).
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: bool = False
+    # Gated attention ("headwise" / "elementwise", posexp/model/gate.py) and Scalable-Softmax's
+    # initial s and b (posexp/model/ssmax.py); None: off.
+    gate: str | None = None
+    ssmax: float | None = None
+    ssmax_bias: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.extension, ExtensionConfig):
@@ -70,6 +82,7 @@ class ModelConfig:
                 f"heads={self.n_heads} does not divide d_model={self.d_model}; "
                 f"allowed: {', '.join(map(str, divisors))}"
             )
+        LocalAttention(self.window, int(self.sinks), bool(self.sink_logit))  # one-line errors
         if get_pe(self.pe).needs_even_head_dim and (self.d_model // self.n_heads) % 2:
             raise PosexpError(
                 f"pe={self.pe} needs an even head dim, got d_model/heads = "
@@ -120,9 +133,24 @@ class KVCache:
 class CausalSelfAttention(nn.Module):
     """Multi-head attention: 3·d² for Q/K/V plus d² for W^O, whatever the head count."""
 
-    def __init__(self, cfg: ModelConfig, plan: AttentionPlan | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        plan: AttentionPlan | None = None,
+        local: LocalAttention | None = None,
+    ) -> None:
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        local = local or LocalAttention()
+        self.window, self.sinks = local.window, local.sinks
+        # gpt-oss's sink: one logit per head, zero at first (its initialisation is unpublished).
+        self.sink_logit = nn.Parameter(torch.zeros(cfg.n_heads)) if local.sink_logit else None
+        self.gate = OutputGate(local.gate, cfg.d_model, cfg.n_heads) if local.gate else None
+        self.ssmax = (
+            QueryLengthScale(cfg.n_heads, local.ssmax, local.ssmax_bias)
+            if local.ssmax is not None
+            else None
+        )
         # A training-free extension method's change to attention (posexp/extension/attention.py).
         self.plan = plan
         self.query_scale = plan.query_scale if plan is not None else None
@@ -156,6 +184,9 @@ class CausalSelfAttention(nn.Module):
                 # A factor per query position: it commutes with the rotation.
                 scale = self.query_scale(q_pos).to(q.dtype)
                 q = q * (scale[:, None, :, None] if scale.dim() == 2 else scale[:, None])
+            if self.ssmax is not None:
+                seen = None if self.window is None else self.window + self.sinks
+                q = self.ssmax(q, q_pos, seen)
             dropout = self.dropout * self.training
             y, weights = attend(
                 AttentionCall(
@@ -170,8 +201,13 @@ class CausalSelfAttention(nn.Module):
                     bias_kernel,
                     dropout,
                     kernels,
+                    self.window,
+                    self.sinks,
+                    self.sink_logit,
                 )
             )
+        if self.gate is not None:
+            y = self.gate(y, x)
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights
 
     def _rotated(
@@ -205,6 +241,23 @@ class CausalSelfAttention(nn.Module):
         return q, k, v
 
 
+def check_local(local: LocalAttention, pe: PositionalEncoding) -> None:
+    """Refuse a window or sink logit where the layer's attention is not the model's softmax over
+    q·k (an encoding with attention of its own, or scores from scores); one-line errors."""
+    if local.ssmax is not None and pe.logit_term is LogitTerm.OWN:
+        raise PosexpError(
+            f"attention.ssmax cannot apply to pe={pe.name}: it computes its own attention; "
+            f"allowed: a PE of kind none, rotation, bias or content"
+        )
+    if not local.changes_attention:
+        return
+    if pe.logit_term in (LogitTerm.OWN, LogitTerm.FROM_SCORES):
+        raise PosexpError(
+            f"attention.window/sink_logit cannot apply to pe={pe.name}: it computes its own "
+            f"attention; allowed: a PE of kind none, rotation or bias"
+        )
+
+
 class MLP(nn.Module):
     """Position-wise feed-forward network with GELU."""
 
@@ -223,10 +276,15 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + Attn(LN(x)), then x + MLP(LN(x))."""
 
-    def __init__(self, cfg: ModelConfig, plan: AttentionPlan | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        plan: AttentionPlan | None = None,
+        local: LocalAttention | None = None,
+    ) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model, bias=False)
-        self.attn = CausalSelfAttention(cfg, plan)
+        self.attn = CausalSelfAttention(cfg, plan, local)
         self.ln2 = nn.LayerNorm(cfg.d_model, bias=False)
         self.mlp = MLP(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -262,10 +320,16 @@ class GPT(nn.Module):
         self.pe = build_pe(cfg.pe, PEContext(*shape, cfg.extension, cfg.n_layers), **cfg.pe_params)
         plan = cfg.extension.attention_plan()  # training-free methods only, else None
         # A composition (iRoPE) applies the method in the layers whose encoding takes it.
-        self.blocks = nn.ModuleList(
-            Block(cfg, plan if takes_extension(self.pe.layer(i), cfg.extension.method) else None)
-            for i in range(cfg.n_layers)
+        model_local = LocalAttention(
+            cfg.window, cfg.sinks, cfg.sink_logit, cfg.gate, cfg.ssmax, cfg.ssmax_bias
         )
+        blocks = []
+        for i in range(cfg.n_layers):
+            layer_plan = plan if takes_extension(self.pe.layer(i), cfg.extension.method) else None
+            local = self.pe.local_attention(i, model_local)
+            check_local(local, self.pe.layer(i))
+            blocks.append(Block(cfg, layer_plan, local))
+        self.blocks = nn.ModuleList(blocks)
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=False)
         self.lm_head = onednn_linear.Linear(cfg.d_model, cfg.vocab_size)
         self.lm_head.weight = self.tok_emb.weight

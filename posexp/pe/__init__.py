@@ -2,6 +2,7 @@
 
 from posexp.pe.base import (
     PE_REGISTRY,
+    LocalAttention,
     LogitTerm,
     PEContext,
     PositionalEncoding,
@@ -25,6 +26,7 @@ from posexp.pe.sinusoidal import sinusoidal_table  # noqa: E402
 
 __all__ = [
     "PE_REGISTRY",
+    "LocalAttention",
     "LogitTerm",
     "PEContext",
     "PositionOutOfRange",

@@ -87,6 +87,32 @@ class PEContext:
         self.extension = self.extension.with_original_length(self.train_length)
 
 
+@dataclass(frozen=True)
+class LocalAttention:
+    """One layer's attention options: the last ``window`` keys (the query's own included;
+    None: every earlier key), the first ``sinks`` positions always, whether a learned per-head
+    sink logit absorbs part of the attention mass (gpt-oss), an output ``gate`` (headwise,
+    elementwise) and Scalable-Softmax's initial ``ssmax`` s and ``ssmax_bias`` b (None: off)."""
+
+    window: int | None = None
+    sinks: int = 0
+    sink_logit: bool = False
+    gate: str | None = None
+    ssmax: float | None = None
+    ssmax_bias: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.window is not None and self.window < 1:
+            raise PosexpError(f"window must be a positive integer or null, got {self.window}")
+        if self.sinks < 0:
+            raise PosexpError(f"sinks must be an integer >= 0, got {self.sinks}")
+
+    @property
+    def changes_attention(self) -> bool:
+        """False when every layer sees every earlier key as plain softmax attention does."""
+        return self.window is not None or self.sink_logit
+
+
 class PositionOutOfRange(PosexpError):
     """A position the encoding cannot represent (past a learned table, past xPos's range).
 
@@ -241,6 +267,11 @@ class PositionalEncoding(nn.Module):
         """Kind ``content``: the additive logit term for queries ``q`` (B, H, Tq, d) given their
         scaled scores (B, H, Tq, Tk), -inf where the causal mask hides a key."""
         raise NotImplementedError
+
+    def local_attention(self, index: int, default: LocalAttention) -> LocalAttention:
+        """Layer ``index``'s attention options: the model's own (``default``, from
+        ``attention.*``) unless the encoding sets some per layer (a layered pattern)."""
+        return default
 
     def layer(self, index: int) -> PositionalEncoding:
         """The encoding acting in layer ``index`` (0-based): itself, unless it has per-layer

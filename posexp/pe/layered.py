@@ -7,6 +7,10 @@ single-PE model's one encoding acts in all of its: T5 keeps one table for its la
 gate per layer it acts in (numbered within them), and a rotation's tables are computed once
 per forward. An extension method is built into the children that take it only.
 
+Local attention per layer (``windows``, a list cycled like ``layers``: a window of W keys, or
+null for full attention; ``sinks``, ``sink_logit`` in every windowed layer) gives the local/global
+hybrids (gpt-oss, Gemma, SWAN-GPT, RNoPE-SWA); the model's attention applies it.
+
 Two extras of iRoPE, off by default, wrap the children through the existing hooks:
 
 * ``chunk``: a rotation layer's query at position p attends only to the keys of its own chunk,
@@ -29,10 +33,11 @@ import torch
 from torch import Tensor, nn
 
 from posexp import checks
-from posexp.errors import PosexpError
+from posexp.errors import PosexpError, choose
 from posexp.extension import EXTENSIONS, ExtensionConfig
 from posexp.pe.base import (
     PE_REGISTRY,
+    LocalAttention,
     LogitTerm,
     PEContext,
     PositionalEncoding,
@@ -81,6 +86,18 @@ def parse_layers(value: Any) -> tuple[str, ...]:
     if not names:
         raise PosexpError(f"pe.layers must name at least one PE, got {value!r}")
     return tuple(names)
+
+
+def parse_windows(value: Any) -> tuple[int | None, ...] | None:
+    """``pe.windows``: a list of windows (positive integers, null for full attention) repeated
+    cyclically over the layers, like ``pe.layers``; null: the model's ``attention.window``."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise PosexpError(
+            f"pe.windows must be a list of window sizes or nulls (e.g. [64, null]), got {value!r}"
+        )
+    return tuple(checks.positive_int("pe.windows", w, allow_none=True) for w in value)
 
 
 def allowed_children() -> list[str]:
@@ -218,6 +235,18 @@ class Layered(PositionalEncoding):
         ]
         if params.get("temperature") and params.get("floor_scale"):
             extras.append(f"floor {params['floor_scale']:g}")
+        if params.get("windows"):
+            extras.append(
+                "window " + "/".join("full" if w is None else str(w) for w in params["windows"])
+            )
+        if params.get("sinks"):
+            extras.append(f"sinks {params['sinks']}")
+        if params.get("sink_logit"):
+            extras.append("sink logit")
+        if params.get("gate"):
+            extras.append(f"{params['gate']} gate")
+        if params.get("ssmax") is not None:
+            extras.append(f"SSMax {params['ssmax']:g}")
         return f"{text} ({', '.join(extras)})" if extras else text
 
     @classmethod
@@ -267,6 +296,12 @@ class Layered(PositionalEncoding):
             settings = checks.mapping(f"pe.layer_params.{name}", per_child.get(name))
             checks.known_keys(f"pe.layer_params.{name}", settings, get_pe(name).settings())
             get_pe(name).check_params(settings, seq_len)
+        parse_windows(params.get("windows"))
+        checks.integer("pe.sinks", params.get("sinks", 0), low=0)
+        checks.boolean("pe.sink_logit", params.get("sink_logit", False))
+        if params.get("gate") is not None:
+            choose("pe.gate", params["gate"], ("headwise", "elementwise"))
+        checks.number("pe.ssmax", params.get("ssmax"), "any", allow_none=True)
         chunk = checks.positive_int("pe.chunk", params.get("chunk"), allow_none=True)
         checks.number("pe.temperature", params.get("temperature", 0.0), ">= 0")
         checks.positive_int("pe.floor_scale", params.get("floor_scale"), allow_none=True)
@@ -284,12 +319,20 @@ class Layered(PositionalEncoding):
         chunk: int | None = None,
         temperature: float = 0.0,
         floor_scale: int | None = None,
+        windows: Any = None,
+        sinks: int = 0,
+        sink_logit: bool = False,
+        gate: str | None = None,
+        ssmax: float | None = None,
     ) -> None:
         super().__init__(ctx)
         given = {k: v for k, v in locals().items() if k in self.settings()}  # the arguments
         self.check_params(given, ctx.train_length)
         self.pattern = parse_layers(layers)
         self.text = pattern_text(self.pattern)
+        self.windows = parse_windows(windows)
+        self.sinks, self.sink_logit = int(sinks), bool(sink_logit)
+        self.gate, self.ssmax = gate, ssmax
         need = [n for n in dict.fromkeys(self.pattern) if get_pe(n).needs_even_head_dim]
         if need and ctx.head_dim % 2:  # before a child is built with it
             others = [n for n in allowed_children() if not get_pe(n).needs_even_head_dim]
@@ -331,6 +374,22 @@ class Layered(PositionalEncoding):
         terms = {pe.logit_term for pe in self._layers}
         order = (LogitTerm.POSITION_BIAS, LogitTerm.FROM_SCORES, LogitTerm.OWN)
         self.logit_term = next((t for t in order if t in terms), LogitTerm.NONE)
+
+    def local_attention(self, index: int, default: LocalAttention) -> LocalAttention:
+        """Layer ``index``'s options: the model's, with what the pattern sets in their place:
+        the window ``windows[index mod len(windows)]`` (null: full attention) and the sinks,
+        the sink logit, the gate and SSMax."""
+        changes: dict[str, Any] = {}
+        if self.windows is not None:
+            changes["window"] = self.windows[index % len(self.windows)]
+            changes["sinks"] = self.sinks
+        if self.sink_logit:
+            changes["sink_logit"] = True
+        if self.gate is not None:
+            changes["gate"] = self.gate
+        if self.ssmax is not None:
+            changes["ssmax"] = self.ssmax
+        return dataclasses.replace(default, **changes)
 
     def layer(self, index: int) -> PositionalEncoding:
         """The encoding acting in layer ``index``."""

@@ -32,6 +32,12 @@ def model_config(run: RunConfig, vocab_size: int) -> ModelConfig:
         pe_params=dict(run.pe.params),
         extension=run.extension,
         train_length=run.length0,
+        window=run.attention.window,
+        sinks=run.attention.sinks,
+        sink_logit=run.attention.sink_logit,
+        gate=run.attention.gate,
+        ssmax=run.attention.ssmax,
+        ssmax_bias=run.attention.ssmax_bias,
     )
 
 

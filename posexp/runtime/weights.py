@@ -8,7 +8,10 @@ tokenized), so a mismatch is one line naming the first difference, not a late lo
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import MISSING
 from typing import Any
+
+import torch
 
 from posexp.config import RunConfig
 from posexp.data.registry import load_corpus
@@ -28,6 +31,34 @@ RUNTIME_FIELDS = frozenset({"dropout", "extension", "train_length"})
 NETWORK_FIELDS = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.name not in RUNTIME_FIELDS
 )
+
+
+# The encoding may change under the same weights (DroPE: RoPE dropped, ``posexp finetune pe=none``)
+# when every weight keeps its name and shape; ``check_same_weights`` decides.
+ENCODING_FIELDS = frozenset({"pe", "pe_params"})
+
+
+def weight_shapes(mcfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every saved tensor's name and shape for a network of ``mcfg`` (built with the RNG put
+    back, so checking draws no random numbers of the run's)."""
+    with torch.random.fork_rng(devices=[]):
+        return {k: tuple(t.shape) for k, t in GPT(mcfg).state_dict().items()}
+
+
+def check_same_weights(parent: dict[str, Any], mcfg: ModelConfig) -> None:
+    """Refuse an encoding change that alters the weights (a tensor added, dropped or reshaped),
+    in one line naming the first difference."""
+    theirs = weight_shapes(ModelConfig.from_dict(parent))
+    mine = weight_shapes(mcfg)
+    changed = sorted(set(theirs) ^ set(mine)) or sorted(k for k in theirs if theirs[k] != mine[k])
+    if changed:
+        key = changed[0]
+        was, now = theirs.get(key, "none"), mine.get(key, "none")
+        raise PosexpError(
+            f"pe={mcfg.pe} changes the weights of the parent's pe={parent.get('pe')} ({key}: "
+            f"{was} -> {now}); allowed: an encoding with the same weights (e.g. rope -> none, "
+            f"DroPE)"
+        )
 
 
 def saved_model_config(run: RunDir) -> ModelConfig:
@@ -72,13 +103,23 @@ def load_model(
 def check_same_network(parent: dict[str, Any], mcfg: ModelConfig) -> None:
     """Refuse to load a parent's weights into a network of another shape (one line, the first key)."""
     mine = mcfg.to_dict()
+    # A field added since the parent was saved has its default there (ModelConfig.from_dict).
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(ModelConfig) if f.default is not MISSING
+    }
+    encoding_changed = False
     for key in NETWORK_FIELDS:
-        if parent.get(key) != mine[key]:
+        theirs = parent.get(key, defaults.get(key))
+        if theirs != mine[key] and key in ENCODING_FIELDS:
+            encoding_changed = True
+        elif theirs != mine[key]:
             raise PosexpError(
                 f"parent run has {key}={parent.get(key)!r}, this run {key}={mine[key]!r}; "
                 f"a run started from another's weights keeps its network (model, pe, "
                 f"heads, tokenizer)"
             )
+    if encoding_changed:
+        check_same_weights(parent, mcfg)
 
 
 def check_start_weights(cfg: RunConfig) -> None:

@@ -102,7 +102,10 @@ def test_finetune_a_sweep_job_then_resume_it_like_any_run(parent, cache):
 
 
 BAD = {
-    "architecture override": (["pe=alibi"], "finetune keeps the parent's pe (pe=rope); drop pe="),
+    "an encoding with other weights": (
+        ["pe=learned"],
+        "pe=learned changes the weights of the parent's pe=rope (pe.table.weight: none -> (",
+    ),
     "model override": (
         ["model=small"],
         "finetune keeps the parent's model (model=tiny); drop model=",
@@ -143,6 +146,39 @@ def test_bad_finetune_is_one_line(parent, name, monkeypatch, capsys):
     assert len(lines) == 1 and message in lines[0], err
     assert "Traceback" not in err
     assert run_dirs(cwd) == before  # no run dir left behind
+
+
+def test_drope_drops_the_parents_rope_and_recalibrates_at_its_length(parent, cache):
+    cwd, run = parent
+    rel = str(run.relative_to(cwd))
+    steps = [a for a in FT if not a.startswith("train.max_steps")]
+    # lr ~0: the recalibrated weights are the parent's, so the model is the parent without RoPE.
+    posexp(
+        cwd,
+        cache,
+        "finetune",
+        "--run",
+        rel,
+        "pe=none",
+        "train.lr=1e-12",
+        "train.min_lr=1e-13",
+        *steps,
+    )
+    ft = run_dirs(cwd)[-1]
+    meta = read_meta(ft)
+    assert meta["model"]["pe"] == "none" and meta["config"]["parent"] == rel
+    assert meta["config"]["train"]["seq_len"] == 32  # the parent's length, not longer
+    assert meta["config"]["train"]["max_steps"] == 1  # round(6 x 2/14): DroPE's share
+    rope_model = load_model(RunDir(run), torch.device("cpu"))
+    drope = load_model(RunDir(ft), torch.device("cpu"))
+    idx = torch.randint(0, 200, (2, 24))
+    # DroPE's forward is the RoPE model's with every position at 0 (no rotation anywhere).
+    at_zero = rope_model(idx, positions=torch.zeros(24, dtype=torch.long))["logits"]
+    assert torch.allclose(drope(idx)["logits"], at_zero, atol=1e-5)
+    assert not torch.allclose(rope_model(idx)["logits"], at_zero, atol=1e-4)
+    # Any other encoding without weights of its own may take over too (ALiBi's slopes are fixed).
+    posexp(cwd, cache, "finetune", "--run", rel, "pe=alibi", *FT)
+    assert read_meta(run_dirs(cwd)[-1])["model"]["pe"] == "alibi"
 
 
 def test_a_parent_still_training_is_said_with_the_step_taken(parent, cache):

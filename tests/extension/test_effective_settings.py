@@ -30,6 +30,10 @@ def test_every_derived_default_is_declared():
         "ntk",
         "yarn",
         "longrope",
+        "streaming_llm",
+        "lm_infinite",
+        "dca",
+        "string",
     }
 
 

@@ -27,6 +27,10 @@ def test_registry_holds_the_seven_frequency_methods_and_the_training_free_ones()
         "rerope",
         "logn",
         "blockwise",
+        "streaming_llm",
+        "lm_infinite",
+        "dca",
+        "string",
     }
     assert {name for name, m in EXTENSIONS.items() if m.dynamic} == {"dynamic_ntk", "longrope"}
 

@@ -385,3 +385,81 @@ def test_a_pattern_longer_than_the_model_is_refused_before_it_is_spelt_out():
     # Counted, not listed: spelt out, this pattern took a minute and gigabytes.
     with pytest.raises(PosexpError, match=r"names 100,000,000 layers"):
         parse_layers("rope*100000000")
+
+
+# ---- local attention per layer: windows, sinks, the sink logit ----------------------------------
+
+
+def test_windows_repeat_over_the_layers_and_null_is_full_attention():
+    m = model(n_layers=6, layers=["rope"], windows=[8, 8, 8, 8, 8, None], sinks=2)
+    assert [b.attn.window for b in m.blocks] == [8, 8, 8, 8, 8, None]
+    assert all(b.attn.sinks == 2 and b.attn.sink_logit is None for b in m.blocks)
+    m = model(n_layers=4, layers=["rope"], windows=[4, None], sink_logit=True)
+    assert [b.attn.window for b in m.blocks] == [4, None, 4, None]
+    assert all(b.attn.sink_logit.shape == (4,) for b in m.blocks)
+
+
+def test_a_windowed_layer_attends_as_the_window_reference():
+    # A pattern [rope] windowed in layer 0 only gives the logits of a model whose attention
+    # option sets that window, when layer 1 is given the same (full) attention.
+    idx = torch.randint(0, VOCAB, (2, 24))
+    torch.manual_seed(0)
+    layered = model(layers=["rope"], windows=[5, None])
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, pe="rope", train_length=16, window=5
+    )
+    windowed = GPT(cfg).eval()
+    windowed.blocks[1].attn.window = None
+    layered.load_state_dict(windowed.state_dict(), strict=False)
+    assert torch.allclose(layered(idx)["logits"], windowed(idx)["logits"], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (dict(windows=[0, None]), "pe.windows must be a positive integer"),
+        (dict(windows="64"), "pe.windows must be a list"),
+        (dict(windows=[4], sinks=-1), "pe.sinks"),
+    ],
+)
+def test_bad_windows_are_one_line(params, message):
+    with pytest.raises(PosexpError, match=message):
+        model(**params)
+
+
+@pytest.mark.parametrize(
+    ("preset", "windows", "layers"),
+    [
+        ("gpt_oss", [32, None], ["rope"]),
+        ("gemma", [32, 32, 32, 32, 32, None], ["rope"]),
+        ("swan_gpt", [None, 128, 128, 128], ["none", "rope", "rope", "rope"]),
+        ("rnope_swa", [128, 128, 128, None], ["rope", "rope", "rope", "none"]),
+    ],
+)
+def test_the_hybrid_presets_are_layered_windows(preset, windows, layers):
+    from posexp.runtime.build import model_config
+    from tests.helpers import run_config
+
+    cfg = run_config(f"pe={preset}", "model.n_layers=6")
+    assert cfg.pe.name == "layered"
+    assert cfg.pe.params["windows"] == windows and cfg.pe.params["layers"] == layers
+    assert cfg.pe.params["sink_logit"] == (preset == "gpt_oss")
+    m = GPT(model_config(cfg, vocab_size=VOCAB))
+    assert [b.attn.window for b in m.blocks] == [windows[i % len(windows)] for i in range(6)]
+
+
+def test_the_gated_and_ssmax_presets_set_every_layers_attention():
+    from posexp.runtime.build import model_config
+    from tests.helpers import run_config
+
+    gated = GPT(model_config(run_config("pe=gated_rope"), vocab_size=VOCAB))
+    assert all(b.attn.gate is not None and b.attn.gate.kind == "elementwise" for b in gated.blocks)
+    ss = GPT(model_config(run_config("pe=ssmax_rope"), vocab_size=VOCAB))
+    assert all(torch.allclose(b.attn.ssmax.s, torch.full((4,), 0.43)) for b in ss.blocks)
+    assert get_pe("layered").label_for({"layers": ["rope"], "gate": "elementwise"}) == (
+        "rope (elementwise gate)"
+    )
+    # The pattern's option wins over the model's, the model's holds elsewhere.
+    m = model(layers=["rope"], ssmax=0.5)
+    assert m.blocks[0].attn.ssmax.s[0].item() == 0.5 and m.blocks[0].attn.gate is None

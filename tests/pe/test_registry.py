@@ -33,19 +33,28 @@ def test_declared_kind_decides_which_extension_methods_apply(pe):
     assert allowed[0] == "none"
     for method, m in EXTENSIONS.items():
         # Independent of accepted_extensions: the rule written out per kind.
+        # PoPE and FoPE turn q and k by tables of their own: logit methods only.
+        own_tables = pe in ("pope", "fope")
         expected = (
             m.acts_on == "nothing"
+            or (own_tables and m.acts_on == "logits")
             # Abacus's positions are places within numbers: no position scaling.
             or (
                 m.acts_on == "positions"
                 and cls.kind in ("embedding", "rotation")
                 and pe != "abacus"
+                and not own_tables
             )
-            or (m.acts_on == "frequencies" and cls.kind == "rotation")
+            or (m.acts_on == "frequencies" and cls.kind == "rotation" and not own_tables)
             # Attention of its own (FoX, stick-breaking, PaTH) takes no method.
             or (m.acts_on == "logits" and cls.kind != "attention")
             # xPos decays by the raw distance, so it declines remapped ones.
-            or (m.acts_on == "relative_positions" and cls.kind == "rotation" and pe != "xpos")
+            or (
+                m.acts_on == "relative_positions"
+                and cls.kind == "rotation"
+                and pe != "xpos"
+                and not own_tables
+            )
         )
         assert (method in allowed) == expected, (pe, method)
         if expected:

@@ -107,7 +107,17 @@ def test_rope_every_method_length_protocol(runs, cache):
         }
         assert r["tokens"] == 2048  # the same scored count at every length
         assert math.isclose(r["ppl"], math.exp(r["loss"]), rel_tol=1e-9)
-        unscaled = ("none", "dynamic_ntk", "rerope", "logn", "blockwise")  # ignore s: recorded as 1
+        # These ignore s: recorded as 1.
+        unscaled = (
+            "none",
+            "dynamic_ntk",
+            "rerope",
+            "logn",
+            "blockwise",
+            "streaming_llm",
+            "lm_infinite",
+            "dca",
+        )
         expected_factor = 1.0 if r["label"] in unscaled else r["length"] / 32
         assert r["factor"] == expected_factor
     by = {(r["label"], r["length"], r["protocol"]): r for r in recs}
@@ -116,11 +126,11 @@ def test_rope_every_method_length_protocol(runs, cache):
     slide, nonover = by["none", 32, "sliding"]["ppl"], by["none", 32, "nonoverlap"]["ppl"]
     assert slide == pytest.approx(nonover, rel=0.06) and slide < nonover * 1.01
     # At factor 1 every static method is plain RoPE, and so are Self-Extend (G = 1 at s = 1) and
-    # log scaling (every query within L0).
-    for m in ("pi", "ntk", "yarn", "llama3", "self_extend", "logn"):
+    # log scaling (every query within L0), StreamingLLM (S + W = L0) and LM-Infinite (W = L0).
+    for m in ("pi", "ntk", "yarn", "llama3", "self_extend", "logn", "streaming_llm", "lm_infinite"):
         # Self-Extend runs its own kernel (an explicit softmax, not SDPA): float32 rounding
         # differs by ~2e-5 of the ppl between the two (measured), so it gets 1e-4.
-        rel = 1e-4 if m == "self_extend" else 1e-5
+        rel = 1e-4 if m in ("self_extend", "streaming_llm", "lm_infinite") else 1e-5
         assert by[m, 32, "nonoverlap"]["ppl"] == pytest.approx(
             by["none", 32, "nonoverlap"]["ppl"], rel=rel
         )

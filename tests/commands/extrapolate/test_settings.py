@@ -70,7 +70,7 @@ def test_options_given_replace_the_preset_and_len_goes_with_lengths():
         ({"lengths": "64,,128"}, r"^--lengths has an empty item in '64,,128'; give integers"),
         (
             {"method": ""},
-            r"^--method has an empty name in ''; allowed: baked, blockwise, dynamic_ntk, ",
+            r"^--method has an empty name in ''; allowed: baked, blockwise, dca, dynamic_ntk, ",
         ),
         ({"method": ["none", ""]}, r"^--method has an empty name in \['none', ''\]; allowed: "),
         ({"len": 256, "lengths": "64,128"}, r"^--len and --lengths both given; use one"),
