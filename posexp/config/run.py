@@ -279,9 +279,7 @@ def check_trainable(pe: str, method: str) -> None:
         )
 
 
-def check_doc_mask(
-    source: str, pose: bool, randomized: bool, pe_name: str, pe_cls: Any
-) -> None:
+def check_doc_mask(source: str, pose: bool, randomized: bool, pe_name: str, pe_cls: Any) -> None:
     """data.doc_mask masks attention to the documents of a text corpus's training windows, with
     positions restarting at each: refused where the rows are not such windows, the positions
     are drawn otherwise (PoSE, randomized positions), or the encoding computes its attention

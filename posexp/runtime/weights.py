@@ -68,8 +68,9 @@ def saved_model_config(run: RunDir) -> ModelConfig:
 
 def check_tokenizer(run: RunDir, vocab_size: int) -> None:
     """Refuse a kept ``tokenizer.json`` that is not the one ``run``'s model trained with (copied
-    from another run): its vocabulary differs from the model's. A larger one gave ids past the
-    embedding (IndexError); a smaller one scored other text, silently."""
+    from another run): its vocabulary differs from the model's (a larger one gave ids past the
+    embedding, IndexError; a smaller one scored other text, silently), or, of the same size, its
+    sha256 is not the one the checkpoint recorded."""
     from posexp.data.tokenizers import saved_tokenizer
 
     if not run.tokenizer_file.is_file():
@@ -80,6 +81,13 @@ def check_tokenizer(run: RunDir, vocab_size: int) -> None:
             f"{str(run.tokenizer_file)!r} has a vocabulary of {kept:,} tokens and the run's "
             f"model {vocab_size:,}: it is not the tokenizer this run trained with (copied from "
             f"another run?); put the run's own back"
+        )
+    recorded = run.meta().get("tokenizer_sha256")
+    if recorded is not None and run.tokenizer_digest() != recorded:
+        raise PosexpError(
+            f"{str(run.tokenizer_file)!r} is not the tokenizer this run trained with: its sha256 "
+            f"differs from the one the checkpoint recorded ({recorded[:12]}); put the run's own "
+            f"back"
         )
 
 

@@ -106,6 +106,16 @@ class RunDir:
         """The learned tokenizer the run trained with (BPE runs; absent for bytes)."""
         return self.path / TOKENIZER
 
+    def tokenizer_digest(self) -> str | None:
+        """The sha256 of the kept ``tokenizer.json`` (None: the run keeps none): the identity the
+        checkpoint records, so a tokenizer copied in from another run is known for what it is."""
+        import hashlib
+
+        try:
+            return hashlib.sha256(self.tokenizer_file.read_bytes()).hexdigest()
+        except FileNotFoundError:
+            return None
+
     @property
     def provenance_file(self) -> Path:
         """Versions, machine and session times (``posexp.store.provenance``)."""

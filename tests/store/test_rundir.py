@@ -168,3 +168,25 @@ def test_a_tokenizer_from_another_run_is_refused_by_its_vocabulary(tmp_path, wor
     vocab = {f"w{i}": i for i in range(260)}
     Tokenizer(models.BPE(vocab=vocab, merges=[])).save(str(run.tokenizer_file))
     assert load_model(run, "cpu") is not None  # its own size: loaded
+
+
+def test_a_tokenizer_of_the_same_size_from_another_run_is_refused_by_its_digest(tmp_path):
+    # Same vocabulary size, other tokens: the size cannot tell them apart, the recorded sha256 can.
+    from tokenizers import Tokenizer, models
+
+    from posexp.runtime.weights import load_model
+    from posexp.store.checkpoint import save_checkpoint
+
+    model = make_run(tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    Tokenizer(models.BPE(vocab={f"a{i}": i for i in range(260)}, merges=[])).save(
+        str(run.tokenizer_file)
+    )
+    meta = {**run.meta(), "tokenizer_sha256": run.tokenizer_digest()}
+    save_checkpoint(run.path, model, meta)
+    assert load_model(run, "cpu") is not None  # its own tokenizer: loaded
+    Tokenizer(models.BPE(vocab={f"b{i}": i for i in range(260)}, merges=[])).save(
+        str(run.tokenizer_file)
+    )
+    with pytest.raises(PosexpError, match=r"is not the tokenizer this run trained with: its sha"):
+        load_model(run, "cpu")
