@@ -51,7 +51,7 @@ def test_shell_completion_answers_for_commands_and_each_commands_config(tmp_path
     ).stdout
     assert "-sc query=bash" in script and "hydra_bash_completion posexp" in script
     assert complete("posexp tr") == ["train"]
-    assert complete("posexp train pe=r") == ["pe=rope", "pe=rope_randomized"]
+    assert complete("posexp train pe=r") == ["pe=rnope_swa", "pe=rope", "pe=rope_randomized"]
     assert "extension=yarn" in complete("posexp finetune extension=")
     assert complete("posexp report ") == []  # no Hydra overrides for the other commands
 

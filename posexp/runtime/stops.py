@@ -365,9 +365,12 @@ class GracefulStop:
                     continue
                 if first_at is None:
                     first_at, first_signum = time.monotonic(), signum
-                    self.signum = self.signum or signum
                     if signum == signal.SIGINT and not self.started:
-                        continue  # a KeyboardInterrupt in the main thread (``_handle``)
+                        # A KeyboardInterrupt in the main thread (``_handle``). The flag stays
+                        # down: raised here first (the main thread busy in native code), it
+                        # would make that Ctrl-C wait for a loop that has not begun.
+                        continue
+                    self.signum = self.signum or signum
                     from posexp.runtime import distributed
 
                     if distributed.is_main():  # every torchrun rank gets it; one line says so

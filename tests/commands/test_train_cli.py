@@ -318,7 +318,9 @@ def test_a_second_resume_of_a_run_in_use_is_refused_and_writes_nothing(tmp_path,
 
 def test_ctrl_c_before_the_first_step_removes_the_new_run_dir(tmp_path, cache):
     run = tmp_path / "run"
-    # A new token cache: Ctrl-C while tokenizing, before any step (and any checkpoint).
+    # A new token cache: Ctrl-C while its BPE is learned, before any step (and any checkpoint).
+    # (Byte tokens of this corpus are cached in milliseconds: a Ctrl-C sent on that line could
+    # land after the first step.)
     proc, rest = signal_after(
         tmp_path,
         tmp_path / "new-cache",
@@ -326,11 +328,12 @@ def test_ctrl_c_before_the_first_step_removes_the_new_run_dir(tmp_path, cache):
             "train",
             "pe=rope",
             *TINY,
+            "tokenizer=bpe",
             "train.max_steps=2000",
             "train.checkpoint_interval=1000",
             f"hydra.run.dir={run}",
         ],
-        "tokenizing the",
+        "training a",
         signal.SIGINT,
     )
     assert proc.returncode == 130, rest

@@ -85,7 +85,7 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
         events.unlink()
     evaluate(study, cache, run, "--method", "none")
     events = EventAccumulator(str(run)).Reload()
-    assert [e.step for e in events.Scalars("extrapolate/nonoverlap/ppl/none")] == [32, 64, 128]
+    assert [e.step for e in events.Scalars("extrapolate/rope/nonoverlap/ppl/none")] == [32, 64, 128]
     assert sorted(r["method"] for r in records(run)) == sorted(r["method"] for r in recs)
 
 
