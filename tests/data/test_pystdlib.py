@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from posexp.data import check_dataset, load_corpus
+from posexp.data import ByteTokenizer, check_dataset, load_corpus, tokenize_splits
 from posexp.data.pystdlib import module_files, split_of, stdlib_root
 from posexp.errors import PosexpError
 from tests.helpers import run_config
@@ -75,6 +76,21 @@ def test_min_chars_leaves_out_short_modules(tmp_path) -> None:
     corpus = load_corpus("pystdlib", root=str(tmp_path), min_chars=400)
     lengths = [len(d) for docs in corpus.splits.values() for d in docs]
     assert min(lengths) >= 400 and len(lengths) == sum(1 for t in files.values() if len(t) >= 400)
+
+
+def test_the_token_cache_starts_each_module_where_its_bytes_begin(tmp_path) -> None:
+    make_tree(tmp_path / "lib", {f"m{i}.py": f"name_{i} = {i}\n" * (i + 2) for i in range(60)})
+    corpus = load_corpus("pystdlib", root=str(tmp_path / "lib"))
+    tok = ByteTokenizer()
+    cached = tokenize_splits(corpus, tok, tmp_path / "cache", key="pystdlib")
+    for split, docs in corpus.splits.items():
+        starts = cached.starts[split]
+        sizes = [len(d.encode()) + 1 for d in docs]  # each document, then its eos
+        assert starts.tolist() == np.cumsum([0, *sizes[:-1]]).tolist()
+        last = bytes(cached[split][starts[-1] : -1].astype(np.uint8)).decode()
+        assert last == docs[-1] and cached[split][-1] == tok.eos_id
+    names = sorted(p.name.split(".", 1)[1] for p in (tmp_path / "cache").glob("pystdlib-*.npy"))
+    assert names == [f"{s}.{kind}npy" for s in ("test", "train", "val") for kind in ("", "starts.")]
 
 
 @pytest.fixture(scope="module")
