@@ -26,10 +26,19 @@ def write_paragraphs(path: Path, n: int, tag: str = "p") -> Path:
 
 
 def test_registry_lists_datasets_and_rejects_unknown() -> None:
-    assert dataset_names() == ["hub", "kjv", "synthetic", "text", "wyc2kjv", "wyc2kjv_text"]
+    assert dataset_names() == [
+        "bible_books",
+        "hub",
+        "kjv",
+        "pystdlib",
+        "synthetic",
+        "text",
+        "wyc2kjv",
+        "wyc2kjv_text",
+    ]
     with pytest.raises(PosexpError) as e:
         load_corpus("wikitext")
-    allowed = "hub, kjv, synthetic, text, wyc2kjv, wyc2kjv_text"
+    allowed = "bible_books, hub, kjv, pystdlib, synthetic, text, wyc2kjv, wyc2kjv_text"
     assert str(e.value) == f"unknown data 'wikitext'; allowed: {allowed}"
     with pytest.raises(PosexpError, match="unknown parameter 'fils' for data 'text'"):
         load_corpus("text", fils=["a.txt"])
