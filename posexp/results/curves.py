@@ -305,7 +305,9 @@ def plot_accuracy(
                 label=f"training sizes ({train_sizes[0]}–{train_sizes[1]})",
             )
         ax.set_xticks(lengths, [f"{n:,}" for n in lengths], rotation=45 if len(lengths) > 8 else 0)
-        ax.set_ylim(-0.03, 1.03)
+        mine = [r.get(metric) for r in records if panel(r) == name and r.get(metric) is not None]
+        if all(0 <= v <= 1 for v in mine):  # a share; a gain in nats may leave [0, 1]
+            ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel(f"test size ({unit})")
         label = metric_of(next(r["protocol"] for r in records if panel(r) == name)).label
         ax.set_ylabel(label)

@@ -203,7 +203,8 @@ def evaluate_shared(
 
     def cut(plan: RunPlan) -> RunPlan:
         if needs_test_split(plan):
-            attach_work(plan, len(load_test_tokens(plan.cfg, data_cache, plan.run.tokenizer_file)))
+            test = load_test_tokens(plan.cfg, data_cache, plan.run.tokenizer_file)
+            attach_work(plan, len(test), test.starts)
         else:
             attach_work(plan)
         return plan

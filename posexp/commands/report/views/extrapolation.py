@@ -38,7 +38,7 @@ from posexp.commands.report.views.extrapolation_reading import (
 )
 from posexp.commands.report.views.findings import job_pe
 from posexp.extension import baseline_method
-from posexp.scoring import TEXT, scorer_names
+from posexp.scoring import TEXT, get_scorer, scorer_names
 
 
 def extrapolation_columns(ctx: ReportContext) -> list[Column]:
@@ -138,8 +138,11 @@ def render_extrapolation(ctx: ReportContext) -> str:
     columns = extrapolation_columns(ctx)
     train_lengths = {c.l0 for c in columns}
     l0 = train_lengths.pop() if len(train_lengths) == 1 else None
+    # The context-use scorers' curves over positions have a view of their own (context_use).
     protocols = [
-        p for p in scorer_names(TEXT) if any(p == k[0] for c in columns for k in c.records)
+        p
+        for p in scorer_names(TEXT)
+        if not get_scorer(p).lists and any(p == k[0] for c in columns for k in c.records)
     ]
     md = [
         "## Length extrapolation",
