@@ -1,6 +1,8 @@
 """The one plotting module for curves by length: a run's figures (`posexp eval-extrapolate`)
 and the report's draw their lines, ticks, gaps and legends here, each curve in the style the
-registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_CURVES`` a panel."""
+registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_CURVES`` a panel;
+the report's curves over positions in a document (context use) are drawn by ``plot_panels``
+too, with positions on the log x axis."""
 
 from __future__ import annotations
 
@@ -46,9 +48,10 @@ def same_decimals_formatter() -> Any:
 NARROW_SPAN = 3.0  # a y range narrower than this factor gets evenly spaced ticks
 
 
-def plain_log_axes(ax: Any, lengths: list[int]) -> None:
+def plain_log_axes(ax: Any, lengths: list[int], log_y: bool = True) -> None:
     """Log axes with the lengths themselves as x ticks and plain numbers on y (call it after
-    plotting: the y ticks follow the range plotted)."""
+    plotting: the y ticks follow the range plotted); ``log_y`` False keeps y linear (a loss
+    in nats, a gain that may fall below 0)."""
     from matplotlib.ticker import (
         FixedLocator,
         LogLocator,
@@ -61,6 +64,9 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n:,}" for n in lengths])
+    if not log_y:
+        ax.yaxis.set_major_formatter(same_decimals_formatter())
+        return
     ax.set_yscale("log")
     low, high = ax.dataLim.intervaly  # what is plotted already
     if 0 < low and high / low < NARROW_SPAN:
@@ -344,10 +350,15 @@ def plot_panels(
     ylabel: str,
     marks: list[tuple[int, str]] = (),
     per_row: int = 4,
+    xlabel: str = "evaluation length (tokens)",
+    log_y: bool = True,
+    zero_line: bool = False,
 ) -> Any:
     """Panels of curves against length (log-log, plain ticks), a shared y axis, at most
     ``per_row`` a row; a line breaks at a length of its panel it lacks, and its label names
-    them; ``marks``: (length, dash) of the grey vertical lines (the training lengths)."""
+    them; ``marks``: (length, dash) of the grey vertical lines (the training lengths). The
+    x axis may be another count on a log scale (``xlabel``: positions in a document), the y
+    axis linear (``log_y`` False), with a line at 0 (``zero_line``: a gain)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -390,10 +401,12 @@ def plot_panels(
         panel_title(ax, panel_.title)
         for n, dash in marks:
             ax.axvline(n, color="grey", linestyle=dash, linewidth=1)
+        if zero_line:
+            ax.axhline(0, color="grey", linewidth=0.8)
         if lengths:
-            plain_log_axes(ax, lengths)
+            plain_log_axes(ax, lengths, log_y)
         ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_xlabel(xlabel)
         legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
     for ax in flat[len(panels) :]:
         ax.set_visible(False)
