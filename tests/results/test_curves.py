@@ -201,3 +201,39 @@ def test_a_mixture_task_with_no_depth_every_cell_has_keeps_a_panel_per_depth():
         "niah_single, needle at depth 0.25",
         "niah_single, needle at depth 1",
     }
+
+
+def test_curves_over_positions_keep_a_linear_y_axis_that_may_cross_zero():
+    from posexp.results.curves import Curve, Panel, plot_panels
+    from posexp.results.style import pe_style
+
+    gain = Curve("RoPE", {128: -0.2, 256: 0.1, 512: 0.4}, pe_style("rope"), "-", {256: (0.0, 0.2)})
+    fig = plot_panels(
+        [Panel("gain", [gain])],
+        "t",
+        "gain (nats)",
+        marks=[(64, ":")],
+        xlabel="position in the document",
+        log_y=False,
+        zero_line=True,
+    )
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "linear" and ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "position in the document"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["128", "256", "512"]
+    flat = [line for line in ax.get_lines() if list(line.get_ydata()) == [0, 0]]
+    assert len(flat) == 1  # the zero line
+    assert ax.get_ylim()[0] < -0.2 < 0.4 < ax.get_ylim()[1]
+    ppl = Curve("RoPE", {128: 9.0, 256: 11.0}, pe_style("rope"), "-")
+    assert plot_panels([Panel("ppl", [ppl])], "t", "ppl").axes[0].get_yscale() == "log"
+
+
+def test_a_metric_outside_zero_to_one_is_not_clipped_to_it():
+    rows = [
+        {"protocol": "context_gain", "method": "none", "name": "none", "length": n, "gain": g}
+        for n, g in ((128, -0.4), (256, 1.6))
+    ]
+    ax = plot_accuracy(rows, (64, 64), "tokens", "t", "gain").axes[0]
+    assert ax.get_ylim()[0] < -0.4 and ax.get_ylim()[1] > 1.6
+    share = [{**r, "gain": 0.5} for r in rows]
+    assert plot_accuracy(share, (64, 64), "tokens", "t", "gain").axes[0].get_ylim() == (-0.03, 1.03)
