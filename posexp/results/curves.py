@@ -7,16 +7,27 @@ too, with positions on the log x axis."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from posexp.results.depths import panel
 from posexp.results.figures import panel_title
 from posexp.results.style import DASHES, MARKERS, Style, method_style
+from posexp.results.verdict import mean_std
 from posexp.scoring import SCORERS, metric_of
 
-__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "Curve", "Panel", "method_panels", "plot_panels"]
+__all__ = [
+    "DASHES",
+    "MARKERS",
+    "MOST_CURVES",
+    "Curve",
+    "Panel",
+    "bucket_bands",
+    "bucket_curve",
+    "method_panels",
+    "plot_panels",
+]
 MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
@@ -414,3 +425,49 @@ def plot_panels(
         row[0].set_ylabel(ylabel)
     figure_title(fig, title)
     return fig
+
+
+# ---- curves over position buckets (context use) --------------------------------------------
+
+
+def bucket_bands(per_seed: Sequence[Sequence[float | None]]) -> list[tuple[float, float, int]]:
+    """Per bucket, (mean, sample std, n) over the seeds that measured it (nan, nan, 0 for
+    none): the curves of one series, averaged over its seeds."""
+    width = max((len(c) for c in per_seed), default=0)
+    out = []
+    for i in range(width):
+        values = [
+            float(c[i])
+            for c in per_seed
+            if i < len(c) and isinstance(c[i], (int, float)) and math.isfinite(c[i])
+        ]
+        out.append((*mean_std(values), len(values)))
+    return out
+
+
+def bucket_curve(
+    label: str, edges: Sequence[int], per_seed: Sequence[Sequence[float | None]], style: Style
+) -> Curve:
+    """A curve over position buckets (each at its end: the most tokens of context in it) of the
+    seeds' mean, a band of one seed std either side where two or more seeds measured a bucket."""
+    ends = list(edges[1:])
+    bands = bucket_bands(per_seed)
+    points = {e: m for e, (m, _, n) in zip(ends, bands, strict=False) if n}
+    spread = {e: (m - s, m + s) for e, (m, s, n) in zip(ends, bands, strict=False) if n > 1}
+    return Curve(label, points, style, style.dash, spread)
+
+
+def plot_buckets(
+    panels: list[Panel], title: str, ylabel: str, l0s: Sequence[int], gain: bool = False
+) -> Any:
+    """Curves over position buckets in a document (log x, linear y; dotted: each L0; a line at
+    0 for a gain)."""
+    return plot_panels(
+        panels,
+        title,
+        ylabel,
+        marks=[(n, ":") for n in l0s],
+        xlabel="position in the document (bucket's end, log scale; dotted: L0)",
+        log_y=False,
+        zero_line=gain,
+    )

@@ -237,3 +237,19 @@ def test_a_metric_outside_zero_to_one_is_not_clipped_to_it():
     assert ax.get_ylim()[0] < -0.4 and ax.get_ylim()[1] > 1.6
     share = [{**r, "gain": 0.5} for r in rows]
     assert plot_accuracy(share, (64, 64), "tokens", "t", "gain").axes[0].get_ylim() == (-0.03, 1.03)
+
+
+def test_bucket_bands_average_the_seeds_that_measured_each_bucket():
+    import math
+    import statistics
+
+    import pytest
+
+    from posexp.results.curves import bucket_bands
+
+    bands = bucket_bands([[1.0, 2.0, None], [3.0, 4.0, 5.0], [2.0, math.nan, 6.0]])
+    assert [n for *_, n in bands] == [3, 2, 2]
+    assert bands[0][:2] == pytest.approx((2.0, 1.0))
+    assert bands[1][:2] == pytest.approx((3.0, statistics.stdev([2.0, 4.0])))
+    assert bands[2][:2] == pytest.approx((5.5, statistics.stdev([5.0, 6.0])))
+    assert math.isnan(bucket_bands([[None]])[0][0])

@@ -4,14 +4,13 @@ and its sentences, each computed from the numbers it shows."""
 from __future__ import annotations
 
 import csv
-import math
 import statistics
 from types import SimpleNamespace
 
 import pytest
 
 from posexp.commands.report.view import ReportContext
-from posexp.commands.report.views.context_use import bucket_bands, detect, render, series_of
+from posexp.commands.report.views.context_use import detect, render, series_of
 from posexp.results.style import pe_style
 
 EDGES = [0, 1, 2, 4, 8, 16, 32, 64, 128]
@@ -94,15 +93,6 @@ def ctx(tmp_path):
             ]
             jobs.append(job(pe, seed, records, tmp_path))
     return ReportContext(tmp_path, jobs, ["pe", "seed"])
-
-
-def test_bucket_bands_average_the_seeds_that_measured_each_bucket():
-    bands = bucket_bands([[1.0, 2.0, None], [3.0, 4.0, 5.0], [2.0, math.nan, 6.0]])
-    assert [n for *_, n in bands] == [3, 2, 2]
-    assert bands[0][:2] == pytest.approx((2.0, 1.0))
-    assert bands[1][:2] == pytest.approx((3.0, statistics.stdev([2.0, 4.0])))
-    assert bands[2][:2] == pytest.approx((5.5, statistics.stdev([5.0, 6.0])))
-    assert math.isnan(bucket_bands([[None]])[0][0])
 
 
 def test_series_take_the_longest_length_every_seed_scored(ctx):

@@ -13,7 +13,6 @@ those numbers and judged by the one rule of every comparison (``posexp.results.v
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from posexp.commands.report.view import ReportContext, md_table, register_report
 from posexp.commands.report.views.findings import job_pe
 from posexp.extension import baseline_method
 from posexp.pe.base import PEDisplay
+from posexp.results.curves import bucket_bands
 from posexp.results.verdict import compare, paired
 
 # protocol -> (the per-bucket field drawn, what it is, its headline field)
@@ -74,18 +74,6 @@ class Series:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def bucket_bands(per_seed: Sequence[Sequence[float | None]]) -> list[tuple[float, float, int]]:
-    """Per bucket, (mean, sample std, n) over the seeds that measured it (nan, nan, 0 for
-    none): the curves of one series, averaged over its seeds."""
-    width = max((len(c) for c in per_seed), default=0)
-    out = []
-    for i in range(width):
-        values = [float(c[i]) for c in per_seed if i < len(c) and _finite(c[i])]
-        mean, std = mean_std(values)
-        out.append((mean, std, len(values)))
-    return out
 
 
 def series_of(ctx: ReportContext, protocol: str) -> list[Series]:
@@ -164,10 +152,10 @@ def csv_rows(protocol: str, series: list[Series]) -> list[dict[str, Any]]:
     return rows
 
 
-def figure(ctx: ReportContext, protocol: str, series: list[Series]) -> Any:
+def figure(protocol: str, series: list[Series]) -> Any:
     """The protocol's curves of the models as trained (no extension), one colour per PE,
-    bands of one seed std, drawn by ``posexp.results.curves.plot_panels``."""
-    from posexp.results.curves import Curve, Panel, plot_panels
+    bands of one seed std (``posexp.results.curves``)."""
+    from posexp.results.curves import Panel, bucket_curve, plot_buckets
     from posexp.results.style import pe_style
 
     name, quantity, _ = CURVES[protocol]
@@ -175,24 +163,17 @@ def figure(ctx: ReportContext, protocol: str, series: list[Series]) -> Any:
     for s in series:
         if s.method != baseline_method():
             continue
-        bands = bucket_bands(s.per_seed(name))
-        ends = s.edges[1:]
-        points = {e: m for e, (m, _, n) in zip(ends, bands, strict=False) if n}
-        spread = {e: (m - sd, m + sd) for e, (m, sd, n) in zip(ends, bands, strict=False) if n > 1}
         n = len(s.records)
         style = pe_style(s.pe.name + (" randomized" if s.pe.randomized else ""))
         label = f"{s.label} at {s.length:,}" + (f" (n = {n})" if n > 1 else "")
-        curves.append(Curve(label, points, style, "-", spread))
-    l0s = sorted({s.l0 for s in series if s.l0})
+        curves.append(bucket_curve(label, s.edges, s.per_seed(name), style))
     what = "document position" if protocol == "doc_position" else "position past L0"
-    return plot_panels(
+    return plot_buckets(
         [Panel(f"{quantity} by {what}", curves)],
         f"Context use ({protocol}): seed mean per position bucket, band ± one seed std",
         quantity,
-        marks=[(n, ":") for n in l0s],
-        xlabel="position in the document (bucket's end, log scale; dotted: L0)",
-        log_y=False,
-        zero_line=protocol == "context_gain",
+        sorted({s.l0 for s in series if s.l0}),
+        gain=protocol == "context_gain",
     )
 
 
@@ -329,7 +310,7 @@ def render(ctx: ReportContext) -> str:
         rows += csv_rows(protocol, series)
         md += [f"### {protocol}", "", INTRO[protocol], ""]
         if any(s.method == baseline_method() for s in series):
-            fig = figure(ctx, protocol, series)
+            fig = figure(protocol, series)
             path = ctx.save_figure(fig, f"report_context_use_{protocol}.png")
             md += [f"![{protocol}]({path.name})", ""]
         md += [headline_table(protocol, series), ""]
