@@ -467,7 +467,40 @@ def plot_buckets(
         title,
         ylabel,
         marks=[(n, ":") for n in l0s],
-        xlabel="position in the document (bucket's end, log scale; dotted: L0)",
+        xlabel="position in document (bucket end; dotted: L0)",
         log_y=False,
         zero_line=gain,
+    )
+
+
+# The curve each context-use protocol draws: its per-bucket field and what that field is.
+CONTEXT_CURVES = {
+    "doc_position": ("position_loss", "loss (nats/token)"),
+    "context_gain": ("position_gain", "gain from the context past L0 (nats/token)"),
+}
+
+
+def plot_run_buckets(records: list[dict[str, Any]], protocol: str, l0: int, title: str) -> Any:
+    """One run's curves of a context-use ``protocol`` at the longest length it scored: one
+    line per method spec in the registry's style, at most ``MOST_CURVES`` a panel; None when
+    no record of it holds a curve."""
+    name, quantity = CONTEXT_CURVES[protocol]
+    mine = [r for r in records if r["protocol"] == protocol and r.get(name)]
+    if not mine:
+        return None
+    longest = max(r["length"] for r in mine)
+    at = {r["method"]: r for r in mine if r["length"] == longest}
+    names = names_of(list(at.values()))
+    panels = [
+        Panel(
+            f"{quantity} at length {longest:,}",
+            [
+                bucket_curve(m, at[m]["position_edges"], [at[m][name]], spec_style(m, names[m]))
+                for m in group
+            ],
+        )
+        for group in method_panels(list(at), names)
+    ]
+    return plot_buckets(
+        panels, f"{protocol}: {title}", quantity, [l0], gain=protocol == "context_gain"
     )

@@ -253,3 +253,34 @@ def test_bucket_bands_average_the_seeds_that_measured_each_bucket():
     assert bands[1][:2] == pytest.approx((3.0, statistics.stdev([2.0, 4.0])))
     assert bands[2][:2] == pytest.approx((5.5, statistics.stdev([5.0, 6.0])))
     assert math.isnan(bucket_bands([[None]])[0][0])
+
+
+def test_a_runs_context_use_figure_shows_each_method_at_the_longest_length():
+    from posexp.results.curves import plot_run_buckets
+    from posexp.results.style import method_style
+
+    def rec(method, length, loss):
+        edges = [0, 1, 2, 4][: len(loss) + 1]
+        return {
+            "protocol": "doc_position",
+            "method": method,
+            "name": method,
+            "length": length,
+            "position_edges": edges,
+            "position_loss": loss,
+        }
+
+    rows = [
+        rec("none", 2, [3.0, 2.0]),
+        rec("none", 4, [3.0, 2.0, 1.5]),
+        rec("pi", 4, [3.1, 2.1, 1.6]),
+    ]
+    fig = plot_run_buckets(rows, "doc_position", 2, "t")
+    ax = fig.axes[0]
+    drawn = {
+        line.get_label(): line for line in ax.get_lines() if line.get_label() in ("none", "pi")
+    }
+    assert list(drawn["none"].get_xdata()) == [1, 2, 4]
+    assert list(drawn["none"].get_ydata()) == [3.0, 2.0, 1.5]
+    assert drawn["pi"].get_color() == method_style("pi", "pi").color
+    assert plot_run_buckets(rows, "context_gain", 2, "t") is None
