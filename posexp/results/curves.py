@@ -6,6 +6,7 @@ too, with positions on the log x axis."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -364,12 +365,14 @@ def plot_panels(
     xlabel: str = "evaluation length (tokens)",
     log_y: bool = True,
     zero_line: bool = False,
+    share_y: bool = True,
 ) -> Any:
     """Panels of curves against length (log-log, plain ticks), a shared y axis, at most
     ``per_row`` a row; a line breaks at a length of its panel it lacks, and its label names
     them; ``marks``: (length, dash) of the grey vertical lines (the training lengths). The
     x axis may be another count on a log scale (``xlabel``: positions in a document), the y
-    axis linear (``log_y`` False), with a line at 0 (``zero_line``: a gain)."""
+    axis linear (``log_y`` False), with a line at 0 (``zero_line``: a gain), each panel its
+    own y range (``share_y`` False: a panel zoomed on part of the x range)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -384,7 +387,7 @@ def plot_panels(
         rows,
         cols,
         figsize=(4.2 * cols + (2.5 if count == 1 else 0), 4.6 * rows + 0.6),
-        sharey=True,
+        sharey=share_y,
         squeeze=False,
         layout="constrained",
     )
@@ -422,7 +425,8 @@ def plot_panels(
     for ax in flat[len(panels) :]:
         ax.set_visible(False)
     for row in axes:
-        row[0].set_ylabel(ylabel)
+        for ax in row if not share_y else row[:1]:
+            ax.set_ylabel(ylabel)
     figure_title(fig, title)
     return fig
 
@@ -458,10 +462,15 @@ def bucket_curve(
 
 
 def plot_buckets(
-    panels: list[Panel], title: str, ylabel: str, l0s: Sequence[int], gain: bool = False
+    panels: list[Panel],
+    title: str,
+    ylabel: str,
+    l0s: Sequence[int],
+    gain: bool = False,
+    share_y: bool = True,
 ) -> Any:
     """Curves over position buckets in a document (log x, linear y; dotted: each L0; a line at
-    0 for a gain)."""
+    0 for a gain; ``share_y`` False: each panel its own y range)."""
     return plot_panels(
         panels,
         title,
@@ -470,6 +479,17 @@ def plot_buckets(
         xlabel="position in document (bucket end; dotted: L0)",
         log_y=False,
         zero_line=gain,
+        share_y=share_y,
+    )
+
+
+def from_position(curve: Curve, start: int) -> Curve:
+    """``curve`` with only its buckets ending past ``start`` (a panel zoomed on the far
+    positions, where the first tokens' high loss would flatten the rest)."""
+    return dataclasses.replace(
+        curve,
+        points={x: y for x, y in curve.points.items() if x > start},
+        band={x: b for x, b in curve.band.items() if x > start},
     )
 
 

@@ -128,6 +128,13 @@ def test_the_figure_and_csv_show_seed_means_with_bands(ctx, tmp_path):
     assert max(ys) == pytest.approx(max(m + s for m, s in zip(means, stds, strict=True)))
     assert min(ys) == pytest.approx(min(m - s for m, s in zip(means, stds, strict=True)))
 
+    # the second panel zooms on the positions from L0 / 2 = 16 on, on its own y range
+    zoom = figures[0][1].axes[1]
+    (far,) = [line for line in zoom.get_lines() if line.get_label().startswith("RoPE")]
+    assert list(far.get_xdata()) == [32, 64, 128]
+    assert list(far.get_ydata()) == pytest.approx(means[-3:])
+    assert zoom.get_ylim()[1] < 4.5 < ax.get_ylim()[1]
+
     rows = list(csv.DictReader((tmp_path / "report_context_use.csv").open()))
     far = next(
         r for r in rows if r["pe"] == "rope" and r["method"] == "none" and r["bucket_start"] == "64"
@@ -150,7 +157,7 @@ def test_sentences_are_computed_from_the_numbers_under_the_verdict_rule(ctx):
     flat = [c[5] - c[7] for c in ALIBI]
     m, s = statistics.mean(flat), statistics.stdev(flat)
     assert f"ALiBi (length 128): the loss at positions 64–127 is {m:.3f} ± {s:.3f}" in md
-    assert "ALiBi is worse than RoPE in documents on loss at positions 64–127" in md
+    assert "ALiBi is worse than RoPE on loss at document positions 64–127" in md
     # context gain: RoPE's against no gain is decided, ALiBi's spread is its own seeds'
     gains = [0.5 + 0.015 * seed for seed in range(3)]
     g, gs = statistics.mean(gains), statistics.stdev(gains)

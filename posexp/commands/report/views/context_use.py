@@ -155,7 +155,7 @@ def csv_rows(protocol: str, series: list[Series]) -> list[dict[str, Any]]:
 def figure(protocol: str, series: list[Series]) -> Any:
     """The protocol's curves of the models as trained (no extension), one colour per PE,
     bands of one seed std (``posexp.results.curves``)."""
-    from posexp.results.curves import Panel, bucket_curve, plot_buckets
+    from posexp.results.curves import Panel, bucket_curve, from_position, plot_buckets
     from posexp.results.style import pe_style
 
     name, quantity, _ = CURVES[protocol]
@@ -168,12 +168,22 @@ def figure(protocol: str, series: list[Series]) -> Any:
         label = f"{s.label} at {s.length:,}" + (f" (n = {n})" if n > 1 else "")
         curves.append(bucket_curve(label, s.edges, s.per_seed(name), style))
     what = "document position" if protocol == "doc_position" else "position past L0"
+    l0s = sorted({s.l0 for s in series if s.l0})
+    panels = [Panel(f"{quantity} by {what}", curves)]
+    if protocol == "doc_position" and l0s:
+        # The first positions' loss is many times the rest: a second panel from L0 / 2 on
+        # shows the part that says whether the context past L0 is used.
+        start = l0s[0] // 2
+        panels.append(
+            Panel(f"the same from position {start:,} on", [from_position(c, start) for c in curves])
+        )
     return plot_buckets(
-        [Panel(f"{quantity} by {what}", curves)],
+        panels,
         f"Context use ({protocol}): seed mean per position bucket, band ± one seed std",
         quantity,
-        sorted({s.l0 for s in series if s.l0}),
+        l0s,
         gain=protocol == "context_gain",
+        share_y=False,
     )
 
 
@@ -214,11 +224,7 @@ def position_sentences(series: list[Series]) -> list[str]:
         where, b, sb = far_of[other]
         _, a, sa = far_of[labels[0]]
         if sa.length == sb.length:
-            out.append(
-                compare(
-                    other, b, labels[0], a, what=f"loss at positions {where}", where="in documents"
-                )
-            )
+            out.append(compare(other, b, labels[0], a, what=f"loss at document positions {where}"))
     return out
 
 
@@ -234,7 +240,7 @@ def gain_sentences(series: list[Series]) -> list[str]:
         mean, std = mean_std(g)
         share, share_std = mean_std(s.seeds_of("key_share"))
         spread = f" ± {std:.4f}" if len(g) > 1 else ""
-        key = f"{100 * share:.2f}%" + (f" ± {100 * share_std:.2f}%" if len(g) > 1 else "")
+        key = f"{100 * share:.3f}%" + (f" ± {100 * share_std:.3f}%" if len(g) > 1 else "")
         out.append(
             f"{s.label} (length {s.length:,}): tokens at positions {s.l0:,} and beyond gain "
             f"{mean:.4f}{spread} nats each from the context past L0 = {s.l0:,} (against no "
@@ -261,11 +267,13 @@ def headline_table(protocol: str, series: list[Series]) -> str:
     """Per series: length, documents, the headline and the key tokens, mean ± std over seeds."""
     head = CURVES[protocol][2]
 
-    def cell(values: list[float], digits: int, scale: float = 1.0) -> str:
+    def cell(values: list[float], digits: int, of: int, scale: float = 1.0) -> str:
+        """mean ± std of the seeds that measured it, and their count where not all did."""
         if not values:
             return "—"
         m, sd = mean_std([v * scale for v in values])
-        return f"{m:.{digits}f}" + (f" ± {sd:.{digits}f}" if len(values) > 1 else "")
+        text = f"{m:.{digits}f}" + (f" ± {sd:.{digits}f}" if len(values) > 1 else "")
+        return text + (f" (n = {len(values)})" if len(values) < of else "")
 
     header = ["series", "method", "length", "documents", head]
     if protocol == "context_gain":
@@ -274,9 +282,10 @@ def headline_table(protocol: str, series: list[Series]) -> str:
     for s in series:
         docs = sorted({int(r.get("documents") or 0) for r in s.records})
         row = [s.label, s.method, f"{s.length:,}", "/".join(map(str, docs))]
-        row.append(cell(s.seeds_of(head), 4 if head == "gain" else 2))
+        n = len(s.records)
+        row.append(cell(s.seeds_of(head), 4 if head == "gain" else 2, n))
         if protocol == "context_gain":
-            row += [cell(s.seeds_of("key_share"), 2, 100.0), cell(s.seeds_of("key_ppl"), 2)]
+            row += [cell(s.seeds_of("key_share"), 3, n, 100.0), cell(s.seeds_of("key_ppl"), 2, n)]
         rows.append(row)
     header.append("n")
     rows = [r + [str(len(s.records))] for r, s in zip(rows, series, strict=True)]
