@@ -166,3 +166,29 @@ def test_records_keep_lists_of_numbers_and_set_aside_bad_ones():
     # a list where a scorer declares none is still refused
     with pytest.raises(PosexpError, match=r"record\.documents must be a number"):
         Record.from_dict(doc_record(documents=[1, 2]))
+
+
+def test_the_context_use_protocols_run_end_to_end(tmp_path, cache):
+    from posexp.scoring.records import load
+    from posexp.store.rundir import RunDir
+    from tests.helpers import TINY, posexp, run_dirs
+
+    posexp(tmp_path, cache, "train", "pe=rope", *TINY)
+    (run,) = run_dirs(tmp_path)
+    args = ["--lengths", "32,64", "--method", "none", "--tokens", "256"]
+    posexp(
+        tmp_path, cache, "eval-extrapolate", "--run", str(run), *args, "--protocol",
+        "doc_position,context_gain",
+    )  # fmt: skip
+    recs = {(r.protocol, r.length): r for r in load(RunDir(run)).current}  # read back, checked
+    assert set(recs) == {(p, n) for p in ("doc_position", "context_gain") for n in (32, 64)}
+    doc = recs["doc_position", 64].values
+    assert doc["position_edges"] == log_edges(64) and doc["documents"] == 256 // 64
+    assert sum(doc["position_tokens"]) == doc["tokens"] == 64 * doc["documents"]
+    assert recs["context_gain", 32].note.endswith("no position past L0 = 32 in a window of 32")
+    gain = recs["context_gain", 64]
+    assert gain.stride == 16 and gain.values["position_edges"] == [32, 64]
+    assert gain.values["tokens"] == 32 * gain.values["documents"]
+    assert math.isfinite(gain.values["gain"])
+    for name in ("context_use_doc_position.png", "context_use_context_gain.png"):
+        assert (run / "eval" / name).is_file()
