@@ -22,13 +22,13 @@ from posexp.commands.report.view import ReportContext, md_table, register_report
 from posexp.commands.report.views.findings import job_pe
 from posexp.extension import baseline_method
 from posexp.pe.base import PEDisplay
-from posexp.results.curves import bucket_bands
+from posexp.results.curves import CONTEXT_CURVES, bucket_bands
 from posexp.results.verdict import compare, paired
 
 # protocol -> (the per-bucket field drawn, what it is, its headline field)
 CURVES = {
-    "doc_position": ("position_loss", "loss (nats/token)", "ppl"),
-    "context_gain": ("position_gain", "gain from the context past L0 (nats/token)", "gain"),
+    protocol: (*CONTEXT_CURVES[protocol], head)
+    for protocol, head in (("doc_position", "ppl"), ("context_gain", "gain"))
 }
 COLUMNS = [
     "protocol",
@@ -126,7 +126,7 @@ def bucket_text(lo: int, hi: int) -> str:
 
 def csv_rows(protocol: str, series: list[Series]) -> list[dict[str, Any]]:
     """The curves of ``series`` in long format: one row per series and bucket."""
-    name, quantity, _ = CURVES[protocol]
+    name = CURVES[protocol][0]
     rows = []
     for s in series:
         edges = s.edges
