@@ -1,20 +1,34 @@
 """The one plotting module for curves by length: a run's figures (`posexp eval-extrapolate`)
 and the report's draw their lines, ticks, gaps and legends here, each curve in the style the
-registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_CURVES`` a panel."""
+registry (``posexp.results.style``) gives its PE or method spec, at most ``MOST_CURVES`` a panel;
+the report's curves over positions in a document (context use) are drawn by ``plot_panels``
+too, with positions on the log x axis."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from posexp.results.depths import panel
 from posexp.results.figures import panel_title
 from posexp.results.style import DASHES, MARKERS, Style, method_style
+from posexp.results.verdict import mean_std
 from posexp.scoring import SCORERS, metric_of
 
-__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "Curve", "Panel", "method_panels", "plot_panels"]
+__all__ = [
+    "DASHES",
+    "MARKERS",
+    "MOST_CURVES",
+    "Curve",
+    "Panel",
+    "bucket_bands",
+    "bucket_curve",
+    "method_panels",
+    "plot_panels",
+]
 MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
@@ -46,9 +60,10 @@ def same_decimals_formatter() -> Any:
 NARROW_SPAN = 3.0  # a y range narrower than this factor gets evenly spaced ticks
 
 
-def plain_log_axes(ax: Any, lengths: list[int]) -> None:
+def plain_log_axes(ax: Any, lengths: list[int], log_y: bool = True) -> None:
     """Log axes with the lengths themselves as x ticks and plain numbers on y (call it after
-    plotting: the y ticks follow the range plotted)."""
+    plotting: the y ticks follow the range plotted); ``log_y`` False keeps y linear (a loss
+    in nats, a gain that may fall below 0)."""
     from matplotlib.ticker import (
         FixedLocator,
         LogLocator,
@@ -61,6 +76,9 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n:,}" for n in lengths])
+    if not log_y:
+        ax.yaxis.set_major_formatter(same_decimals_formatter())
+        return
     ax.set_yscale("log")
     low, high = ax.dataLim.intervaly  # what is plotted already
     if 0 < low and high / low < NARROW_SPAN:
@@ -305,7 +323,9 @@ def plot_accuracy(
                 label=f"training sizes ({train_sizes[0]}–{train_sizes[1]})",
             )
         ax.set_xticks(lengths, [f"{n:,}" for n in lengths], rotation=45 if len(lengths) > 8 else 0)
-        ax.set_ylim(-0.03, 1.03)
+        mine = [r.get(metric) for r in records if panel(r) == name and r.get(metric) is not None]
+        if all(0 <= v <= 1 for v in mine):  # a share; a gain in nats may leave [0, 1]
+            ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel(f"test size ({unit})")
         label = metric_of(next(r["protocol"] for r in records if panel(r) == name)).label
         ax.set_ylabel(label)
@@ -342,10 +362,17 @@ def plot_panels(
     ylabel: str,
     marks: list[tuple[int, str]] = (),
     per_row: int = 4,
+    xlabel: str = "evaluation length (tokens)",
+    log_y: bool = True,
+    zero_line: bool = False,
+    share_y: bool = True,
 ) -> Any:
     """Panels of curves against length (log-log, plain ticks), a shared y axis, at most
     ``per_row`` a row; a line breaks at a length of its panel it lacks, and its label names
-    them; ``marks``: (length, dash) of the grey vertical lines (the training lengths)."""
+    them; ``marks``: (length, dash) of the grey vertical lines (the training lengths). The
+    x axis may be another count on a log scale (``xlabel``: positions in a document), the y
+    axis linear (``log_y`` False), with a line at 0 (``zero_line``: a gain), each panel its
+    own y range (``share_y`` False: a panel zoomed on part of the x range)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -360,7 +387,7 @@ def plot_panels(
         rows,
         cols,
         figsize=(4.2 * cols + (2.5 if count == 1 else 0), 4.6 * rows + 0.6),
-        sharey=True,
+        sharey=share_y,
         squeeze=False,
         layout="constrained",
     )
@@ -388,14 +415,112 @@ def plot_panels(
         panel_title(ax, panel_.title)
         for n, dash in marks:
             ax.axvline(n, color="grey", linestyle=dash, linewidth=1)
+        if zero_line:
+            ax.axhline(0, color="grey", linewidth=0.8)
         if lengths:
-            plain_log_axes(ax, lengths)
+            plain_log_axes(ax, lengths, log_y)
         ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_xlabel(xlabel)
         legend_below(ax, columns=2 if len(ax.get_legend_handles_labels()[0]) > 4 else 1)
     for ax in flat[len(panels) :]:
         ax.set_visible(False)
     for row in axes:
-        row[0].set_ylabel(ylabel)
+        for ax in row if not share_y else row[:1]:
+            ax.set_ylabel(ylabel)
     figure_title(fig, title)
     return fig
+
+
+# ---- curves over position buckets (context use) --------------------------------------------
+
+
+def bucket_bands(per_seed: Sequence[Sequence[float | None]]) -> list[tuple[float, float, int]]:
+    """Per bucket, (mean, sample std, n) over the seeds that measured it (nan, nan, 0 for
+    none): the curves of one series, averaged over its seeds."""
+    width = max((len(c) for c in per_seed), default=0)
+    out = []
+    for i in range(width):
+        values = [
+            float(c[i])
+            for c in per_seed
+            if i < len(c) and isinstance(c[i], (int, float)) and math.isfinite(c[i])
+        ]
+        out.append((*mean_std(values), len(values)))
+    return out
+
+
+def bucket_curve(
+    label: str, edges: Sequence[int], per_seed: Sequence[Sequence[float | None]], style: Style
+) -> Curve:
+    """A curve over position buckets (each at its end: the most tokens of context in it) of the
+    seeds' mean, a band of one seed std either side where two or more seeds measured a bucket."""
+    ends = list(edges[1:])
+    bands = bucket_bands(per_seed)
+    points = {e: m for e, (m, _, n) in zip(ends, bands, strict=False) if n}
+    spread = {e: (m - s, m + s) for e, (m, s, n) in zip(ends, bands, strict=False) if n > 1}
+    return Curve(label, points, style, style.dash, spread)
+
+
+def plot_buckets(
+    panels: list[Panel],
+    title: str,
+    ylabel: str,
+    l0s: Sequence[int],
+    gain: bool = False,
+    share_y: bool = True,
+) -> Any:
+    """Curves over position buckets in a document (log x, linear y; dotted: each L0; a line at
+    0 for a gain; ``share_y`` False: each panel its own y range)."""
+    return plot_panels(
+        panels,
+        title,
+        ylabel,
+        marks=[(n, ":") for n in l0s],
+        xlabel="position in document (bucket end; dotted: L0)",
+        log_y=False,
+        zero_line=gain,
+        share_y=share_y,
+    )
+
+
+def from_position(curve: Curve, start: int) -> Curve:
+    """``curve`` with only its buckets ending past ``start`` (a panel zoomed on the far
+    positions, where the first tokens' high loss would flatten the rest)."""
+    return dataclasses.replace(
+        curve,
+        points={x: y for x, y in curve.points.items() if x > start},
+        band={x: b for x, b in curve.band.items() if x > start},
+    )
+
+
+# The curve each context-use protocol draws: its per-bucket field and what that field is.
+CONTEXT_CURVES = {
+    "doc_position": ("position_loss", "loss (nats/token)"),
+    "context_gain": ("position_gain", "gain from the context past L0 (nats/token)"),
+}
+
+
+def plot_run_buckets(records: list[dict[str, Any]], protocol: str, l0: int, title: str) -> Any:
+    """One run's curves of a context-use ``protocol`` at the longest length it scored: one
+    line per method spec in the registry's style, at most ``MOST_CURVES`` a panel; None when
+    no record of it holds a curve."""
+    name, quantity = CONTEXT_CURVES[protocol]
+    mine = [r for r in records if r["protocol"] == protocol and r.get(name)]
+    if not mine:
+        return None
+    longest = max(r["length"] for r in mine)
+    at = {r["method"]: r for r in mine if r["length"] == longest}
+    names = names_of(list(at.values()))
+    panels = [
+        Panel(
+            f"{quantity} at length {longest:,}",
+            [
+                bucket_curve(m, at[m]["position_edges"], [at[m][name]], spec_style(m, names[m]))
+                for m in group
+            ],
+        )
+        for group in method_panels(list(at), names)
+    ]
+    return plot_buckets(
+        panels, f"{protocol}: {title}", quantity, [l0], gain=protocol == "context_gain"
+    )

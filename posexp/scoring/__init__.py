@@ -24,7 +24,7 @@ from posexp.scoring.registry import (
 )
 
 # The built-in scorers in the order tables and plots show them; any other module follows.
-for _name in ("nonoverlap", "sliding", "exact_match"):
+for _name in ("nonoverlap", "sliding", "doc_position", "context_gain", "exact_match"):
     __import__(f"{__name__}.{_name}")
 discover(__name__, __path__, skip=("registry", "records", "text", "windows"))
 

@@ -48,11 +48,22 @@ def record_spec(d: dict[str, Any], where: str) -> MethodSpec:
     )
 
 
-def record_value(name: str, key: str, value: Any, declared: tuple[str, ...] = ()) -> Any:
-    """One of the scorer's fields, checked by what it is: a count, a measure, per-position, or
-    a number of a field the record's scorer declares (``declared``: a metric module's own)."""
+def record_value(
+    name: str,
+    key: str,
+    value: Any,
+    declared: tuple[str, ...] = (),
+    lists: tuple[str, ...] = (),
+) -> Any:
+    """One of the scorer's fields, checked by what it is: a count, a measure, per-position, a
+    list of numbers of a field the scorer declares a list (``lists``: a curve over buckets,
+    None where nothing was measured), or a number of a field it declares (``declared``)."""
     if value is None:
         return None
+    if key in lists:
+        if not isinstance(value, list) or not all(v is None or checks._is_number(v) for v in value):
+            raise PosexpError(f"{name} must be a list of numbers (or nulls), got {value!r}")
+        return value
     if key in COUNTS:
         return checks.integer(name, value, low=0)
     if key in MEASURES:
@@ -70,6 +81,7 @@ def record_value(name: str, key: str, value: Any, declared: tuple[str, ...] = ()
             raise PosexpError(f"{name} must be a number, got {value!r}")
         return value
     allowed = [*MEASURES, *COUNTS, "per_position", *(d for d in declared if d not in MEASURES)]
+    allowed += [d for d in lists if d not in allowed]
     raise PosexpError(
         f"{name}: not a field of an evaluation record; allowed: {', '.join(dict.fromkeys(allowed))}"
     )

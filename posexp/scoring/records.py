@@ -208,8 +208,9 @@ class Record:
         spec = record_spec(d, where)
         known = {*CELL_FIELDS, *KEY_EXTRA, *RUN_FIELDS, "metric", "settings", "checkpoint"}
         declared = SCORERS[protocol].fields if protocol in SCORERS else ()
+        lists = SCORERS[protocol].lists if protocol in SCORERS else ()
         values = {
-            k: record_value(f"{where}.{k}", k, v, declared)
+            k: record_value(f"{where}.{k}", k, v, declared, lists)
             for k, v in d.items()
             if k not in {*known, "baked", "spec"}
         }

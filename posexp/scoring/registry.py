@@ -54,6 +54,9 @@ class Work:
     size: int
     data: Any = None
     note: str = ""
+    # How far into the test split its windows read (an index past the last target): windows
+    # placed at documents' starts go past the first ``n_tokens`` targets the others score.
+    reach: int = 0
 
 
 @dataclass
@@ -83,6 +86,9 @@ class Scorer:
     # (model, work, scoring) -> {field: value} for every name in ``fields``.
     score: Callable[[Any, Work, Scoring], dict[str, Any]]
     uses_stride: bool = False  # the cell's stride changes its value (sliding windows)
+    # Fields holding a list of numbers (a curve over position buckets), None where unmeasured;
+    # the context-use view reads them, the length tables leave them out.
+    lists: tuple[str, ...] = ()
 
 
 SCORERS: Registry[Scorer] = Registry("protocol")
@@ -94,6 +100,8 @@ def register_scorer(scorer: Scorer) -> Scorer:
         raise ValueError(f"scorer {scorer.name!r}: kind must be {TEXT!r} or {TASK!r}")
     if scorer.metric.name not in scorer.fields:
         raise ValueError(f"scorer {scorer.name!r}: fields must include {scorer.metric.name!r}")
+    if not set(scorer.lists) <= set(scorer.fields):
+        raise ValueError(f"scorer {scorer.name!r}: lists must be among its fields")
     return SCORERS.add(scorer.name, scorer)
 
 

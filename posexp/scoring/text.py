@@ -83,6 +83,68 @@ def score_windows(
     return score
 
 
+@torch.no_grad()
+def window_losses(
+    model: Any,
+    tokens: torch.Tensor,
+    windows: Sequence[Window],
+    scoring: Scoring,
+) -> list[np.ndarray]:
+    """Per window of ``windows``, the cross-entropy (nats, float64) of each of its scored
+    targets (its last ``score``), in window order: the token-level losses that the context-use
+    scorers pair and bucket."""
+    model.eval()
+    out: list[np.ndarray | None] = [None] * len(windows)
+    by_length: dict[int, list[int]] = {}
+    for i, w in enumerate(windows):
+        by_length.setdefault(w.length, []).append(i)
+    for length, group in by_length.items():
+        per_batch = max(1, scoring.batch_tokens // length)
+        for at in range(0, len(group), per_batch):
+            batch = group[at : at + per_batch]
+            x = torch.stack([tokens[windows[i].begin : windows[i].end] for i in batch])
+            y = torch.stack([tokens[windows[i].begin + 1 : windows[i].end + 1] for i in batch])
+            x, y = x.to(scoring.device), y.to(scoring.device)
+            with scoring.autocast():
+                logits = model(x)["logits"]
+            losses = F.cross_entropy(
+                logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none"
+            ).view_as(y)
+            losses = losses.double().cpu().numpy()
+            for row, i in enumerate(batch):
+                out[i] = losses[row, length - windows[i].score :]
+            scoring.advance(length * len(batch))
+    return [a if a is not None else np.zeros(0) for a in out]
+
+
+def log_edges(length: int) -> list[int]:
+    """Edges of position buckets on a log scale over a window of ``length`` targets: 0, 1, 2,
+    4, ... up to ``length`` (bucket k holds positions edges[k] <= t < edges[k+1]; position t
+    is the target with t + 1 tokens of context)."""
+    edges, step = [0], 1
+    while step < length:
+        edges.append(step)
+        step *= 2
+    return [*edges, length]
+
+
+def bucket_sums(
+    positions: np.ndarray, values: np.ndarray, edges: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per bucket of ``edges``, the sum of ``values`` at ``positions`` in it and their count."""
+    index = np.searchsorted(np.asarray(edges), positions, side="right") - 1
+    n = len(edges) - 1
+    return (
+        np.bincount(index, weights=values, minlength=n)[:n],
+        np.bincount(index, minlength=n)[:n].astype(np.int64),
+    )
+
+
+def means(sums: np.ndarray, counts: np.ndarray) -> list[float | None]:
+    """sums / counts per bucket, rounded to 6 places, None where the count is 0."""
+    return [round(float(s / c), 6) if c else None for s, c in zip(sums, counts, strict=True)]
+
+
 def safe_exp(loss: float) -> float | None:
     """exp(loss), or None for a non-finite loss (JSON has no inf)."""
     if not math.isfinite(loss):
@@ -109,10 +171,27 @@ def bucket_edges(length: int) -> list[int]:
 
 @dataclass(frozen=True)
 class TextSource:
-    """What a text scorer cuts windows from: ``n_tokens`` targets of a ``test_size`` split."""
+    """What a text scorer cuts windows from: ``n_tokens`` targets of a ``test_size`` split,
+    where each of its documents begins (``starts``; None where the data keeps none), and the
+    length the run's positions were trained at (``train_length``, L0)."""
 
     n_tokens: int
     test_size: int
+    starts: np.ndarray | None = None
+    train_length: int | None = None
+
+
+@dataclass(frozen=True)
+class TestSplit:
+    """A run's test split: its tokens (1-D, memory-mapped) and where each document begins in
+    them (``starts``, int64, increasing from 0; document i is ``tokens[starts[i]:starts[i+1]]``,
+    its eos last)."""
+
+    tokens: np.ndarray
+    starts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.tokens)
 
 
 def check_windows_fit(lengths: list[int], test_size: int) -> None:

@@ -201,3 +201,86 @@ def test_a_mixture_task_with_no_depth_every_cell_has_keeps_a_panel_per_depth():
         "niah_single, needle at depth 0.25",
         "niah_single, needle at depth 1",
     }
+
+
+def test_curves_over_positions_keep_a_linear_y_axis_that_may_cross_zero():
+    from posexp.results.curves import Curve, Panel, plot_panels
+    from posexp.results.style import pe_style
+
+    gain = Curve("RoPE", {128: -0.2, 256: 0.1, 512: 0.4}, pe_style("rope"), "-", {256: (0.0, 0.2)})
+    fig = plot_panels(
+        [Panel("gain", [gain])],
+        "t",
+        "gain (nats)",
+        marks=[(64, ":")],
+        xlabel="position in the document",
+        log_y=False,
+        zero_line=True,
+    )
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "linear" and ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "position in the document"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["128", "256", "512"]
+    flat = [line for line in ax.get_lines() if list(line.get_ydata()) == [0, 0]]
+    assert len(flat) == 1  # the zero line
+    assert ax.get_ylim()[0] < -0.2 < 0.4 < ax.get_ylim()[1]
+    ppl = Curve("RoPE", {128: 9.0, 256: 11.0}, pe_style("rope"), "-")
+    assert plot_panels([Panel("ppl", [ppl])], "t", "ppl").axes[0].get_yscale() == "log"
+
+
+def test_a_metric_outside_zero_to_one_is_not_clipped_to_it():
+    rows = [
+        {"protocol": "context_gain", "method": "none", "name": "none", "length": n, "gain": g}
+        for n, g in ((128, -0.4), (256, 1.6))
+    ]
+    ax = plot_accuracy(rows, (64, 64), "tokens", "t", "gain").axes[0]
+    assert ax.get_ylim()[0] < -0.4 and ax.get_ylim()[1] > 1.6
+    share = [{**r, "gain": 0.5} for r in rows]
+    assert plot_accuracy(share, (64, 64), "tokens", "t", "gain").axes[0].get_ylim() == (-0.03, 1.03)
+
+
+def test_bucket_bands_average_the_seeds_that_measured_each_bucket():
+    import math
+    import statistics
+
+    import pytest
+
+    from posexp.results.curves import bucket_bands
+
+    bands = bucket_bands([[1.0, 2.0, None], [3.0, 4.0, 5.0], [2.0, math.nan, 6.0]])
+    assert [n for *_, n in bands] == [3, 2, 2]
+    assert bands[0][:2] == pytest.approx((2.0, 1.0))
+    assert bands[1][:2] == pytest.approx((3.0, statistics.stdev([2.0, 4.0])))
+    assert bands[2][:2] == pytest.approx((5.5, statistics.stdev([5.0, 6.0])))
+    assert math.isnan(bucket_bands([[None]])[0][0])
+
+
+def test_a_runs_context_use_figure_shows_each_method_at_the_longest_length():
+    from posexp.results.curves import plot_run_buckets
+    from posexp.results.style import method_style
+
+    def rec(method, length, loss):
+        edges = [0, 1, 2, 4][: len(loss) + 1]
+        return {
+            "protocol": "doc_position",
+            "method": method,
+            "name": method,
+            "length": length,
+            "position_edges": edges,
+            "position_loss": loss,
+        }
+
+    rows = [
+        rec("none", 2, [3.0, 2.0]),
+        rec("none", 4, [3.0, 2.0, 1.5]),
+        rec("pi", 4, [3.1, 2.1, 1.6]),
+    ]
+    fig = plot_run_buckets(rows, "doc_position", 2, "t")
+    ax = fig.axes[0]
+    drawn = {
+        line.get_label(): line for line in ax.get_lines() if line.get_label() in ("none", "pi")
+    }
+    assert list(drawn["none"].get_xdata()) == [1, 2, 4]
+    assert list(drawn["none"].get_ydata()) == [3.0, 2.0, 1.5]
+    assert drawn["pi"].get_color() == method_style("pi", "pi").color
+    assert plot_run_buckets(rows, "context_gain", 2, "t") is None

@@ -51,12 +51,13 @@ register_scorer(Scorer("top1", TEXT, TOP1, ("top1", "tokens"), cut, score))
 
 
 def test_protocols_are_the_registered_scorers():
-    assert scorer_names(TEXT) == ["nonoverlap", "sliding"]
+    assert scorer_names(TEXT) == ["nonoverlap", "sliding", "doc_position", "context_gain"]
     assert scorer_names(TASK) == ["exact_match", "string_match_all"]
     assert parse_protocols("both") == ["nonoverlap", "sliding"]
     assert parse_protocols("sliding,nonoverlap,sliding") == ["sliding", "nonoverlap"]
     with pytest.raises(
-        PosexpError, match=r"^unknown --protocol 'x'; allowed: nonoverlap, sliding, both$"
+        PosexpError,
+        match=r"^unknown --protocol 'x'; allowed: nonoverlap, sliding, doc_position, context_gain, both$",
     ):
         parse_protocols("nonoverlap,x")
     assert get_scorer("sliding").uses_stride and not get_scorer("nonoverlap").uses_stride

@@ -9,7 +9,8 @@ their scorers (``posexp/scoring``), and merges them into the records already kep
   evaluation's together; ``stale.json``: records of earlier weights, kept apart;
 * ``extrapolate.png``: the headline metric against length, one line per method spec, one panel
   per protocol (or key depth); ``per_position.json`` / ``.png``: loss by position at the
-  longest length (text runs);
+  longest length (text runs); ``context_use_<protocol>.png``: loss or gain by position in a
+  document at the longest length (``doc_position``, ``context_gain``);
 
 and TensorBoard scalars ``extrapolate/<protocol>/<metric>`` per method with the length as the
 step. The files always show every record of the current weights, written atomically.
@@ -203,7 +204,8 @@ def evaluate_shared(
 
     def cut(plan: RunPlan) -> RunPlan:
         if needs_test_split(plan):
-            attach_work(plan, len(load_test_tokens(plan.cfg, data_cache, plan.run.tokenizer_file)))
+            test = load_test_tokens(plan.cfg, data_cache, plan.run.tokenizer_file)
+            attach_work(plan, len(test), test.starts)
         else:
             attach_work(plan)
         return plan

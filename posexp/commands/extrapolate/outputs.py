@@ -20,7 +20,7 @@ from posexp.commands.extrapolate.tables import (
     sorted_rows,
 )
 from posexp.extension.spec import format_value
-from posexp.results.curves import plot_accuracy, plot_ppl
+from posexp.results.curves import CONTEXT_CURVES, plot_accuracy, plot_ppl, plot_run_buckets
 from posexp.results.depths import over_depths
 from posexp.results.positions import plot_per_position
 from posexp.scoring import metric_of
@@ -98,6 +98,12 @@ def write_outputs(
                 plot_per_position(curves, title), out / "per_position.png"
             )
             names += ["per_position.json", "per_position.png"]
+        for protocol in CONTEXT_CURVES:  # context use: curves over positions in a document
+            fig = plot_run_buckets(rows, protocol, plan.train_length, title)
+            if fig is not None:
+                name = f"context_use_{protocol}.png"
+                images[f"extrapolate/context_use_{protocol}"] = save_figure_atomic(fig, out / name)
+                names.append(name)
     # After the records are in place: the run's curves then never show cells it does not hold.
     write_tensorboard(plan.run_dir, display_rows(rows), images, plan.train_length, plan.pe)
     digest = records_digest(plan.run_dir)

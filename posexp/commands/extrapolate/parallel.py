@@ -355,7 +355,9 @@ def score_task(
             if needs_test_split(plan)
             else None
         )
-        attach_work(plan, None if test is None else len(test))
+        attach_work(
+            plan, None if test is None else len(test), None if test is None else test.starts
+        )
         items = [item for item in plan.todo if item.record.spec == label]
         device = resolve_device(settings.device)
         records: list[Record] = []

@@ -16,6 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from posexp import checks
 from posexp.commands.extrapolate.cells import (
     cell_extension,
@@ -401,13 +403,16 @@ class RunResult:
     seq_len: int | None = None  # the run's own training length, where it is not L0 (a fine-tune)
 
 
-def attach_work(plan: RunPlan, test_size: int | None = None) -> None:
+def attach_work(
+    plan: RunPlan, test_size: int | None = None, starts: np.ndarray | None = None
+) -> None:
     """Cut the work of every cell still to score: instances of a task run (a pure function of
-    data.seed), windows over the test split (its token count capped to the split) otherwise."""
+    data.seed), windows over the test split (its token count capped to the split; ``starts``:
+    where its documents begin, for the scorers that place windows at them) otherwise."""
     if plan.task is None:
         plan.n_tokens = say_capped_tokens(plan.run_dir, plan.n_tokens, test_size)
         check_windows_fit([i.record.length for i in plan.todo if i.scorer.kind == TEXT], test_size)
-        source: Any = TextSource(plan.n_tokens, test_size)
+        source: Any = TextSource(plan.n_tokens, test_size, starts, plan.train_length)
     else:
         source = plan.task
     for item in plan.todo:

@@ -34,13 +34,14 @@ from posexp.runtime.precision import autocast as precision_autocast
 from posexp.runtime.stops import held, interruptible
 from posexp.scoring import Scoring
 from posexp.scoring.records import Record, load, merged, merging
+from posexp.scoring.text import TestSplit
 
 
 def load_test_tokens(
     cfg: RunConfig, cache: dict[str, Data], tokenizer_file: Path | None = None
-) -> np.ndarray:
-    """The test split of a run's data, in the tokenizer the run kept (``tokenizer_file``) where
-    it kept one, loaded once per data/tokenizer config."""
+) -> TestSplit:
+    """The test split of a run's data (its tokens and document starts), in the tokenizer the
+    run kept (``tokenizer_file``) where it kept one, loaded once per data/tokenizer config."""
     kept = tokenizer_file if tokenizer_file is not None and tokenizer_file.is_file() else None
     key = data_key(cfg)
     if kept is not None:
@@ -50,12 +51,13 @@ def load_test_tokens(
     tokens = cache[key].tokens
     if "test" not in tokens:
         raise PosexpError(f"the run's data has no test split (splits: {', '.join(tokens)})")
-    return tokens["test"]
+    starts = getattr(tokens, "starts", {}).get("test")
+    return TestSplit(tokens["test"], np.zeros(1, np.int64) if starts is None else starts)
 
 
 def evaluate_plan(
     plan: RunPlan,
-    test: np.ndarray | None,
+    test: TestSplit | None,
     device: torch.device,
     batch_tokens: int,
     bar: Any,
@@ -89,7 +91,7 @@ def keep_before_stop(plan: RunPlan, records: list[Record]) -> None:
 def score_cells(
     plan: RunPlan,
     items: list[Any],
-    test: np.ndarray | None,
+    test: TestSplit | None,
     device: torch.device,
     batch_tokens: int,
     bar: Any,
@@ -109,6 +111,8 @@ def score_cells(
         bar.update(n)
 
     task = plan.task is not None
+    # The targets every cell reads: the first n_tokens, and the documents' windows past them.
+    reach = max([plan.n_tokens + 1, *(i.work.reach for i in items if i.work is not None)])
     scoring = Scoring(
         device,
         batch_tokens,
@@ -116,7 +120,7 @@ def score_cells(
         advance,
         tokens=None
         if test is None
-        else torch.from_numpy(np.asarray(test[: plan.n_tokens + 1]).astype(np.int64)),
+        else torch.from_numpy(np.asarray(test.tokens[:reach]).astype(np.int64)),
         tokenizer=build_tokenizer(
             plan.cfg.tokenizer.name, None, Path(plan.cfg.cache_dir), **plan.cfg.tokenizer.params
         )

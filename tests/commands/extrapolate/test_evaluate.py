@@ -256,7 +256,7 @@ BAD = {
     ),
     "bad protocol": (
         ["--protocol", "windows"],
-        "unknown --protocol 'windows'; allowed: nonoverlap, sliding, both",
+        "unknown --protocol 'windows'; allowed: nonoverlap, sliding, doc_position, context_gain, both",
     ),
     "baked on a plain run": (["--method", "baked"], "has no baked-in extension"),
     "depths on a language model": (

@@ -38,7 +38,7 @@ from posexp.commands.report.views.extrapolation_reading import (
 )
 from posexp.commands.report.views.findings import job_pe
 from posexp.extension import baseline_method
-from posexp.scoring import TEXT, scorer_names
+from posexp.scoring import SCORERS, TEXT, scorer_names
 
 
 def extrapolation_columns(ctx: ReportContext) -> list[Column]:
@@ -138,8 +138,11 @@ def render_extrapolation(ctx: ReportContext) -> str:
     columns = extrapolation_columns(ctx)
     train_lengths = {c.l0 for c in columns}
     l0 = train_lengths.pop() if len(train_lengths) == 1 else None
+    # The context-use scorers' curves over positions have a view of their own (context_use).
     protocols = [
-        p for p in scorer_names(TEXT) if any(p == k[0] for c in columns for k in c.records)
+        p
+        for p in scorer_names(TEXT)
+        if not _curve_protocol(p) and any(p == k[0] for c in columns for k in c.records)
     ]
     md = [
         "## Length extrapolation",
@@ -263,12 +266,22 @@ def ratio_table(columns: list[Column], protocol: str, lengths: list[int], l0: in
 
 
 def perplexity_jobs(jobs: list[Job]) -> list[Job]:
-    """Jobs with perplexity records (task runs' accuracy records have their own views)."""
+    """Jobs with perplexity records of windows (task runs' accuracy records and context-use
+    curves have their own views)."""
     return [
         j
         for j in jobs
-        if j.extrapolate and any(r.get("metric", "ppl") == "ppl" for r in j.extrapolate)
+        if j.extrapolate
+        and any(
+            r.get("metric", "ppl") == "ppl" and not _curve_protocol(r["protocol"])
+            for r in j.extrapolate
+        )
     ]
+
+
+def _curve_protocol(protocol: str) -> bool:
+    """True for a scorer whose records hold curves over positions (the context-use view's)."""
+    return protocol in SCORERS and bool(SCORERS[protocol].lists)
 
 
 register_report_view(
