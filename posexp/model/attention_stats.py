@@ -192,6 +192,7 @@ class AttentionStats:
                             **base,
                             **edges,
                             "sink_share": float(s.sink[h, b]) / count,
+                            "uniform": mean_inverse_keys(lo, hi),
                             "queries": count,
                         }
                     )
@@ -214,6 +215,12 @@ def mean_log_keys(lo: int, hi: int) -> float:
     spread evenly over every key a query sees (the figures' reference line)."""
     # sum_{i=lo}^{hi} log(i + 1) = log((hi + 1)!) - log(lo!)
     return (math.lgamma(hi + 2) - math.lgamma(lo + 1)) / (hi - lo + 1)
+
+
+def mean_inverse_keys(lo: int, hi: int) -> float:
+    """The mean of 1/(i + 1) over query positions lo..hi: the first token's share under
+    attention spread evenly over every key a query sees (the figures' reference line)."""
+    return sum(1.0 / (i + 1) for i in range(lo, hi + 1)) / (hi - lo + 1)
 
 
 @torch.no_grad()

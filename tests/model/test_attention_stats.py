@@ -14,6 +14,7 @@ from posexp.model.attention_stats import (
     attention_statistics,
     bucket_label,
     bucket_of,
+    mean_inverse_keys,
     mean_log_keys,
     n_buckets,
 )
@@ -45,9 +46,11 @@ def test_buckets_are_log2_ranges():
     assert bucket_label(4, length=12) == "8–11"
 
 
-def test_mean_log_keys_is_the_mean_of_log_i_plus_one():
+def test_the_uniform_references_are_means_over_the_bucket():
     assert mean_log_keys(0, 0) == 0.0
     assert mean_log_keys(4, 7) == pytest.approx((math.log(5 * 6 * 7 * 8)) / 4)
+    assert mean_inverse_keys(0, 0) == 1.0
+    assert mean_inverse_keys(2, 3) == pytest.approx((1 / 3 + 1 / 4) / 2)
 
 
 def uniform_last_k(B: int = 2, H: int = 3) -> torch.Tensor:

@@ -1,0 +1,200 @@
+"""Figures of where attention goes: one run's statistics at one length (mass by query–key
+distance, entropy and first-token share against query position, one panel per layer, one line
+per head and their mean), and a sweep's per-layer numbers with one colour per PE (the report).
+
+The rows are those ``posexp.model.attention_stats.AttentionStats.rows`` gives (or read back from
+its CSV); buckets sit at even steps on the x axis under their range labels (0, 1, 2–3, 4–7, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from posexp.results.figures import figure_title, legend_below, panel_title
+from posexp.results.style import pe_style
+from posexp.results.verdict import mean_std
+
+HEAD_MEAN = "#000000"
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _panels(n: int, per_row: int = 4) -> tuple[Any, list[Any]]:
+    plt = _pyplot()
+    cols = min(max(1, n), per_row)
+    rows = -(-max(1, n) // cols)
+    fig, axes = plt.subplots(
+        rows,
+        cols,
+        figsize=(4.0 * cols + 0.4, 3.9 * rows + 1.2),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat
+
+
+def _bucket_axis(ax: Any, labels: Sequence[str], xlabel: str) -> None:
+    ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 6 else 0, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, alpha=0.3)
+
+
+def plot_by_bucket(
+    rows: Sequence[Mapping[str, Any]],
+    value: str,
+    ylabel: str,
+    xlabel: str,
+    title: str,
+    reference: str | None = None,
+    reference_label: str = "",
+    ylim: tuple[float, float] | None = None,
+) -> Any:
+    """One panel per layer: ``value`` against the bucket, a thin line per head, the heads'
+    mean in black; ``reference``: a column drawn as a grey dashed line (the same in every
+    head), labelled ``reference_label``."""
+    import matplotlib
+
+    layers = sorted({int(r["layer"]) for r in rows})
+    heads = sorted({int(r["head"]) for r in rows})
+    cmap = matplotlib.colormaps["viridis"]
+    fig, axes = _panels(len(layers))
+    for ax, layer in zip(axes, layers, strict=False):
+        mine = [r for r in rows if int(r["layer"]) == layer]
+        buckets = sorted({int(r["bucket"]) for r in mine})
+        labels = [next(str(r["label"]) for r in mine if int(r["bucket"]) == b) for b in buckets]
+        per_head = {
+            h: [
+                float(next(r[value] for r in mine if int(r["head"]) == h and int(r["bucket"]) == b))
+                for b in buckets
+            ]
+            for h in heads
+        }
+        for h, ys in per_head.items():
+            shade = cmap(0.15 + 0.7 * h / max(1, len(heads) - 1))
+            ax.plot(
+                range(len(buckets)), ys, "-", color=shade, linewidth=1, alpha=0.8, label=f"head {h}"
+            )
+        mean = [sum(per_head[h][i] for h in heads) / len(heads) for i in range(len(buckets))]
+        ax.plot(
+            range(len(buckets)),
+            mean,
+            "-o",
+            color=HEAD_MEAN,
+            linewidth=2,
+            markersize=4,
+            label="mean of heads",
+        )
+        if reference is not None:
+            ref = [
+                float(next(r[reference] for r in mine if int(r["bucket"]) == b)) for b in buckets
+            ]
+            ax.plot(
+                range(len(buckets)), ref, "--", color="grey", linewidth=1.2, label=reference_label
+            )
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        _bucket_axis(ax, labels, xlabel)
+        panel_title(ax, f"layer {layer}")
+    axes[0].set_ylabel(ylabel)
+    for ax in axes[: len(layers)]:
+        if ax is axes[0] or len(layers) == 1:
+            legend_below(ax, columns=2 if len(heads) > 4 else 1)
+    figure_title(fig, title)
+    return fig
+
+
+def plot_distance(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+    """Attention mass by query–key distance bucket, averaged over the queries that reach it."""
+    return plot_by_bucket(
+        rows,
+        "mass_reachable",
+        "attention mass (mean over queries that reach the bucket)",
+        "query–key distance (tokens, log buckets)",
+        title,
+        ylim=(0.0, 1.02),
+    )
+
+
+def plot_entropy(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+    """Attention entropy (nats) against query position, with uniform attention's as reference."""
+    return plot_by_bucket(
+        rows,
+        "entropy",
+        "attention entropy (nats)",
+        "query position (tokens, log buckets)",
+        title,
+        reference="uniform",
+        reference_label="uniform over every key seen: log(i+1)",
+    )
+
+
+def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+    """The share of attention on the window's first token against query position."""
+    return plot_by_bucket(
+        rows,
+        "sink_share",
+        "share of attention on the first token",
+        "query position (tokens, log buckets)",
+        title,
+        reference="uniform",
+        reference_label="uniform over every key seen: 1/(i+1)",
+        ylim=(0.0, 1.02),
+    )
+
+
+def plot_layers_by_pe(
+    panels: Sequence[tuple[str, str, Mapping[str, Mapping[int, Sequence[float]]]]],
+    title: str,
+) -> Any:
+    """Panels of a number against the layer, one line per PE in its registered colour: the mean
+    over seeds with a band from the smallest to the largest seed. ``panels``: (title, y label,
+    {pe name: {layer: per-seed values}}); a PE's label says its seed count."""
+    from posexp.pe.base import describe_pe
+
+    fig, axes = _panels(len(panels), per_row=2)
+    for ax, (name, ylabel, by_pe) in zip(axes, panels, strict=False):
+        for pe, by_layer in by_pe.items():
+            style = pe_style(pe)
+            layers = sorted(by_layer)
+            means = [mean_std(list(by_layer[n]))[0] for n in layers]
+            seeds = min(len(by_layer[n]) for n in layers)
+            label = describe_pe(pe).label  # an unregistered name shows as itself
+            ax.plot(
+                layers,
+                means,
+                "-",
+                marker=style.marker,
+                color=style.color,
+                label=f"{label} (n = {seeds})",
+            )
+            if seeds > 1:
+                ax.fill_between(
+                    layers,
+                    [min(by_layer[n]) for n in layers],
+                    [max(by_layer[n]) for n in layers],
+                    color=style.color,
+                    alpha=0.15,
+                    linewidth=0,
+                )
+        ax.set_xlabel("layer")
+        ax.set_ylabel(ylabel)
+        layers_all = sorted({n for by_layer in by_pe.values() for n in by_layer})
+        ax.set_xticks(layers_all)
+        ax.set_ylim(bottom=0.0)
+        ax.grid(True, alpha=0.3)
+        panel_title(ax, name)
+        legend_below(ax, columns=2 if len(by_pe) > 4 else 1)
+    figure_title(fig, title)
+    return fig
