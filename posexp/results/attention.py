@@ -155,22 +155,20 @@ def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
 
 
 def plot_layers_by_pe(
-    panels: Sequence[tuple[str, str, Mapping[str, Mapping[int, Sequence[float]]]]],
+    panels: Sequence[tuple[str, str, Mapping[str, tuple[str, Mapping[int, Sequence[float]]]]]],
     title: str,
 ) -> Any:
-    """Panels of a number against the layer, one line per PE in its registered colour: the mean
-    over seeds with a band from the smallest to the largest seed. ``panels``: (title, y label,
-    {pe name: {layer: per-seed values}}); a PE's label says its seed count."""
-    from posexp.pe.base import describe_pe
-
-    fig, axes = _panels(len(panels), per_row=2)
-    for ax, (name, ylabel, by_pe) in zip(axes, panels, strict=False):
-        for pe, by_layer in by_pe.items():
+    """Panels of a number against the layer, one line per row of the sweep in its PE's
+    registered colour: the mean over seeds with a band from the smallest to the largest seed.
+    ``panels``: (title, y label, {row label: (pe name, {layer: per-seed values})}); a row's
+    legend entry says its seed count."""
+    fig, axes = _panels(len(panels), per_row=len(panels))
+    for ax, (name, ylabel, rows) in zip(axes, panels, strict=False):
+        for label, (pe, by_layer) in rows.items():
             style = pe_style(pe)
             layers = sorted(by_layer)
             means = [mean_std(list(by_layer[n]))[0] for n in layers]
             seeds = min(len(by_layer[n]) for n in layers)
-            label = describe_pe(pe).label  # an unregistered name shows as itself
             ax.plot(
                 layers,
                 means,
@@ -190,11 +188,10 @@ def plot_layers_by_pe(
                 )
         ax.set_xlabel("layer")
         ax.set_ylabel(ylabel)
-        layers_all = sorted({n for by_layer in by_pe.values() for n in by_layer})
-        ax.set_xticks(layers_all)
+        ax.set_xticks(sorted({n for _, by_layer in rows.values() for n in by_layer}))
         ax.set_ylim(bottom=0.0)
         ax.grid(True, alpha=0.3)
         panel_title(ax, name)
-        legend_below(ax, columns=2 if len(by_pe) > 4 else 1)
+        legend_below(ax, columns=2 if len(rows) > 4 else 1)
     figure_title(fig, title)
     return fig

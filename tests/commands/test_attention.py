@@ -1,0 +1,96 @@
+"""`posexp attention` on a tiny trained run, in-process: the lengths it picks, the CSVs (long
+format, every length in one table) and figures it writes, and its one-line refusals."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+
+import pytest
+from rich.console import Console
+
+from posexp.commands.attention import longest_evaluated, measure_run, plan_lengths
+from posexp.commands.train import run_training
+from posexp.errors import PosexpError
+from posexp.store.rundir import RunDir
+from tests.helpers import TINY, run_config
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, cache):
+    """A tiny byte-level rope run trained at 32 tokens (2 layers, 2 heads)."""
+    path = tmp_path_factory.mktemp("attention") / "run"
+    run_training(run_config(*TINY, f"cache_dir={cache}"), path)
+    return path
+
+
+def read(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def quiet():
+    return Console(file=io.StringIO(), width=200)
+
+
+def test_lengths_are_the_training_length_and_the_longest_asked_or_evaluated():
+    assert plan_lengths(32, 128, 64) == [32, 128]
+    assert plan_lengths(32, None, 256) == [32, 256]
+    assert plan_lengths(32, None, None) == [32]
+    assert plan_lengths(32, 32, None) == [32]
+
+
+def test_the_command_writes_long_tables_and_figures_at_both_lengths(run):
+    result = measure_run(run, length=64, windows=2, device="cpu", console=quiet())
+    folder = run / "attention"
+    assert result.lengths == [32, 64] and result.windows == {32: 2, 64: 2}
+    names = {p.name for p in folder.iterdir()}
+    for n in (32, 64):
+        for stat in ("distance", "entropy", "sink"):
+            assert {f"{stat}_L{n}.png", f"{stat}_L{n}.svg"} <= names
+    distance = read(folder / "distance.csv")
+    # 2 layers x 2 heads x buckets (6 up to 32 tokens, 7 up to 64)
+    assert len(distance) == 2 * 2 * 6 + 2 * 2 * 7
+    totals = defaultdict(float)
+    for r in distance:
+        totals[r["length"], r["layer"], r["head"]] += float(r["mass"])
+        assert int(r["queries"]) == 2 * (int(r["length"]) - int(r["low"]))
+    assert all(t == pytest.approx(1.0, abs=1e-6) for t in totals.values())  # rows sum to 1
+    sink = read(folder / "sink.csv")
+    assert all(float(r["sink_share"]) == pytest.approx(1.0) for r in sink if r["bucket"] == "0")
+    summary = read(folder / "summary.csv")
+    assert {(r["length"], r["far"]) for r in summary} == {("32", "32"), ("64", "32")}
+    assert all(r["far_mass"] == "" for r in summary if r["length"] == "32")  # nothing past L0
+    assert all(0 <= float(r["far_mass"]) <= 1 for r in summary if r["length"] == "64")
+
+
+def test_without_len_it_takes_the_longest_evaluated_length(run, monkeypatch):
+    from posexp.commands import attention
+
+    monkeypatch.setattr(attention, "longest_evaluated", lambda run: 48)
+    result = measure_run(run, windows=1, device="cpu", console=quiet())
+    assert result.lengths == [32, 48]
+    assert longest_evaluated(RunDir(run)) is None  # the run has no eval records
+
+
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        ({"windows": 0}, "--windows must be a positive integer, got 0"),
+        ({"batch_tokens": 0}, "--batch-tokens must be a positive integer, got 0"),
+        ({"length": 1}, "--len must be at least 2 tokens, got 1"),
+    ],
+)
+def test_bad_options_are_one_line_and_write_nothing(run, kw, says, tmp_path):
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(PosexpError, match=says):
+        measure_run(run, device="cpu", console=quiet(), **kw)
+    assert sorted(p.name for p in run.iterdir()) == before
+
+
+def test_a_length_longer_than_the_test_split_is_skipped_with_its_reason(run):
+    console = quiet()
+    result = measure_run(run, length=10**7, windows=1, device="cpu", console=console)
+    assert result.lengths == [32]
+    assert "length 10,000,000 skipped: the test split holds" in console.file.getvalue()
