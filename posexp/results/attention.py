@@ -123,7 +123,7 @@ def plot_distance(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
         "attention mass (mean over queries that reach the bucket)",
         "query–key distance (tokens, log buckets)",
         title,
-        ylim=(0.0, 1.02),
+        ylim=(-0.02, 1.02),
     )
 
 
@@ -150,7 +150,7 @@ def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
         title,
         reference="uniform",
         reference_label="uniform over every key seen: 1/(i+1)",
-        ylim=(0.0, 1.02),
+        ylim=(-0.02, 1.02),
     )
 
 
@@ -189,7 +189,6 @@ def plot_layers_by_pe(
         ax.set_xlabel("layer")
         ax.set_ylabel(ylabel)
         ax.set_xticks(sorted({n for _, by_layer in rows.values() for n in by_layer}))
-        ax.set_ylim(bottom=0.0)
         ax.grid(True, alpha=0.3)
         panel_title(ax, name)
         legend_below(ax, columns=2 if len(rows) > 4 else 1)
