@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posexp.results.figures import figure_title, legend_below, panel_title
+from posexp.results.figures import figure_title, panel_title
 from posexp.results.style import pe_style
 from posexp.results.verdict import mean_std
 
@@ -60,10 +60,11 @@ def plot_by_bucket(
     reference: str | None = None,
     reference_label: str = "",
     ylim: tuple[float, float] | None = None,
+    log_y: bool = False,
 ) -> Any:
     """One panel per layer: ``value`` against the bucket, a thin line per head, the heads'
     mean in black; ``reference``: a column drawn as a grey dashed line (the same in every
-    head), labelled ``reference_label``."""
+    head), labelled ``reference_label``; ``log_y``: a log scale (a zero drawn at the bottom)."""
     import matplotlib
 
     layers = sorted({int(r["layer"]) for r in rows})
@@ -103,14 +104,23 @@ def plot_by_bucket(
             ax.plot(
                 range(len(buckets)), ref, "--", color="grey", linewidth=1.2, label=reference_label
             )
+        if log_y:
+            ax.set_yscale("log", nonpositive="clip")
         if ylim is not None:
             ax.set_ylim(*ylim)
         _bucket_axis(ax, labels, xlabel)
         panel_title(ax, f"layer {layer}")
     axes[0].set_ylabel(ylabel)
-    for ax in axes[: len(layers)]:
-        if ax is axes[0] or len(layers) == 1:
-            legend_below(ax, columns=2 if len(heads) > 4 else 1)
+    # One legend for every panel, under them all: the heads and the lines are the same in each.
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncols=min(len(labels), 6),
+        fontsize=8,
+        frameon=False,
+    )
     figure_title(fig, title)
     return fig
 
@@ -141,7 +151,11 @@ def plot_entropy(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
 
 
 def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
-    """The share of attention on the window's first token against query position."""
+    """The share of attention on the window's first token against query position, on a log
+    scale: a share that stays far above 1/(i+1) at late queries (a sink) shows."""
+    # Down to a third of the smallest share drawn (a zero sits at the bottom), 1e-6 at least.
+    shown = [float(r[k]) for r in rows for k in ("sink_share", "uniform") if float(r[k]) > 0]
+    floor = max(1e-6, min(shown, default=1e-4) / 3)
     return plot_by_bucket(
         rows,
         "sink_share",
@@ -150,7 +164,8 @@ def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
         title,
         reference="uniform",
         reference_label="uniform over every key seen: 1/(i+1)",
-        ylim=(-0.02, 1.02),
+        ylim=(floor, 1.5),
+        log_y=True,
     )
 
 
@@ -191,6 +206,17 @@ def plot_layers_by_pe(
         ax.set_xticks(sorted({n for _, by_layer in rows.values() for n in by_layer}))
         ax.grid(True, alpha=0.3)
         panel_title(ax, name)
-        legend_below(ax, columns=2 if len(rows) > 4 else 1)
+    legend: dict[str, Any] = {}  # every row once, in the order first drawn
+    for ax in axes[: len(panels)]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    fig.legend(
+        list(legend.values()),
+        list(legend),
+        loc="outside lower center",
+        ncols=min(len(legend), 4),
+        fontsize=8,
+        frameon=False,
+    )
     figure_title(fig, title)
     return fig

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posexp.commands.report.jobs import Job
-from posexp.commands.report.view import ReportContext, fmt, md_table, register_report_view
+from posexp.commands.report.stats import decimals_for, mean_std_text
+from posexp.commands.report.view import ReportContext, md_table, register_report_view
 from posexp.errors import PosexpError
 from posexp.results.verdict import MIN_SEEDS, mean_std, paired
 
@@ -154,7 +155,7 @@ def render(ctx: ReportContext) -> str:
         for attr in ("far", "sink_l0", "sink_longest"):
             values = [v for a in members if (v := overall(getattr(a, attr))) is not None]
             m, s = mean_std(values)
-            cells.append(f"{fmt(m)} ± {fmt(s)}" if values else "—")
+            cells.append(mean_std_text(m, s, len(values), decimals_for(m, 3)))
         table.append(cells)
     reference = next(
         (label for label, m in groups.items() if m[0].pe == REFERENCE_PE), next(iter(groups))
