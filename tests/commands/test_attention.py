@@ -94,3 +94,17 @@ def test_a_length_longer_than_the_test_split_is_skipped_with_its_reason(run):
     result = measure_run(run, length=10**7, windows=1, device="cpu", console=console)
     assert result.lengths == [32]
     assert "length 10,000,000 skipped: the test split holds" in console.file.getvalue()
+
+
+def test_the_cli_measures_a_run_and_refuses_bad_input_in_one_line(run, cache, tmp_path):
+    from tests.helpers import posexp
+
+    proc = posexp(tmp_path, cache, "attention", "--run", str(run), "--len", "48", "--windows", "1")
+    assert str(run / "attention" / "distance_L48.png") in proc.stdout
+    bad = posexp(tmp_path, cache, "attention", "--run", str(run), "--windows", "0", check=False)
+    assert bad.returncode != 0
+    assert (
+        bad.stderr.strip().splitlines() == ["error: --windows must be a positive integer, got 0"]
+        or bad.stderr.strip().count("\n") == 0
+    )
+    assert "Traceback" not in bad.stderr

@@ -211,3 +211,14 @@ def test_the_model_is_put_back_in_the_mode_it_was_in():
     model = tiny("rope").train()
     attention_statistics(model, windows(), T, far=8)
     assert model.training
+
+
+def test_a_layer_that_gives_no_probabilities_is_one_line(monkeypatch):
+    from posexp.errors import PosexpError
+    from posexp.model import gpt
+
+    model = tiny("rope")
+    real = gpt.attend
+    monkeypatch.setattr(gpt, "attend", lambda call: (real(call)[0], None))
+    with pytest.raises(PosexpError, match="pe=rope in layer 0 gives no attention probabilities"):
+        model(windows()[0], on_attention=lambda i, w: None)
