@@ -69,6 +69,25 @@ def plan_lengths(train_length: int, length: int | None, evaluated: int | None) -
     return sorted({train_length, *([longest] if longest is not None else [])})
 
 
+def layer_bytes(length: int, batch: int, heads: int) -> int:
+    """About what measuring one layer holds at once: its scores, bias and probabilities
+    (float32, batch x heads x length² each) and one block of queries in float64 with its
+    bucket sums (``attention_stats``)."""
+    from posexp.model.attention_stats import QUERY_BLOCK
+
+    return 12 * batch * heads * length**2 + 24 * batch * heads * QUERY_BLOCK * length
+
+
+def fitting_batch(length: int, batch: int, heads: int, free: int | None) -> int:
+    """The largest batch up to ``batch`` whose layer fits in ``free`` bytes (None: unknown,
+    ``batch`` as asked); 0 when not even one window fits."""
+    if free is None:
+        return batch
+    while batch > 0 and layer_bytes(length, batch, heads) > free:
+        batch //= 2
+    return batch
+
+
 def window_batches(
     test: np.ndarray, length: int, windows: int, batch: int, device: torch.device
 ) -> Iterator[torch.Tensor]:
@@ -96,6 +115,7 @@ def measure_run(
     from posexp.data import dataset_kind
     from posexp.model.attention_stats import attention_statistics
     from posexp.runtime.device import resolve_device
+    from posexp.runtime.hardware import available_memory
     from posexp.runtime.weights import load_model, saved_model_config
     from posexp.store.files import check_writable
 
@@ -139,7 +159,16 @@ def measure_run(
                 skipped[n] = f"the test split holds {len(test):,} tokens, fewer than {n:,}"
                 continue
             count = min(windows, available)
-            batch = max(1, batch_tokens // n)
+            free = available_memory(torch_device.type)
+            batch = fitting_batch(n, min(count, max(1, batch_tokens // n)), mcfg.n_heads, free)
+            if batch == 0:
+                need = layer_bytes(n, 1, mcfg.n_heads) / 2**30
+                skipped[n] = (
+                    f"one layer's attention at {n:,} tokens needs about {need:.1f} GiB and "
+                    f"{torch_device.type} has {(free or 0) / 2**30:.1f} GiB free; allowed: a "
+                    f"shorter --len"
+                )
+                continue
             try:
                 stats = attention_statistics(
                     model,

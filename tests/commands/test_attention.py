@@ -105,3 +105,22 @@ def test_the_cli_measures_a_run_and_refuses_bad_input_in_one_line(run, cache, tm
     assert bad.returncode != 0
     assert bad.stderr.strip() == "error: --windows must be a positive integer, got 0"
     assert "Traceback" not in bad.stderr
+
+
+def test_batches_shrink_to_fit_and_a_length_that_cannot_fit_is_skipped(run, monkeypatch):
+    from posexp.commands import attention
+    from posexp.runtime import hardware
+
+    one = attention.layer_bytes(64, 1, 2)
+    assert attention.layer_bytes(64, 4, 2) == 4 * one
+    assert attention.fitting_batch(64, 8, 2, None) == 8
+    assert attention.fitting_batch(64, 8, 2, 5 * one) == 4
+    assert attention.fitting_batch(64, 8, 2, one - 1) == 0
+    # Room for one layer at 32 tokens, not at 64.
+    monkeypatch.setattr(hardware, "available_memory", lambda kind: attention.layer_bytes(32, 1, 2))
+    console = quiet()
+    result = measure_run(run, length=64, windows=1, device="cpu", console=console)
+    assert result.lengths == [32]
+    assert "length 64 skipped: one layer's attention at 64 tokens needs about" in (
+        console.file.getvalue()
+    )
