@@ -195,7 +195,7 @@ def measure_run(
             f"pe={mcfg.pe}, {mcfg.n_layers} layers, {mcfg.n_heads} heads, trained at "
             f"{mcfg.train_length:,} tokens"
         )
-        files = write_attention(run.path / FOLDER, measured, counts, title)
+        files = write_attention(run.path / FOLDER, measured, counts, title, mcfg.train_length)
     finally:
         run.unlock()
     for path in files:
@@ -209,9 +209,11 @@ def write_attention(
     measured: dict[int, dict[str, list[dict[str, Any]]]],
     windows: dict[int, int],
     title: str,
+    train_length: int | None = None,
 ) -> list[Path]:
     """The CSVs (every length in one long table per statistic) and the figures of each length,
-    written into a fresh folder swapped in as ``folder``; returns the final paths."""
+    written into a fresh folder swapped in as ``folder``, a dotted line at ``train_length``
+    where given; returns the final paths."""
     from posexp.results import attention as figures
     from posexp.store.files import save_figure_atomic, staged_dir, write_csv_atomic
 
@@ -230,6 +232,6 @@ def write_attention(
             for stat, plot in draw.items():
                 name = f"{stat}_L{n}.png"
                 heading = f"{FIGURES[stat]} at {n:,} tokens ({windows[n]} test windows); {title}"
-                save_figure_atomic(plot(measured[n][stat], heading), out / name)
+                save_figure_atomic(plot(measured[n][stat], heading, train_length), out / name)
                 names += [name, name.replace(".png", ".svg")]
     return [folder / name for name in names]

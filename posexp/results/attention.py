@@ -61,10 +61,12 @@ def plot_by_bucket(
     reference_label: str = "",
     ylim: tuple[float, float] | None = None,
     log_y: bool = False,
+    train_length: int | None = None,
 ) -> Any:
     """One panel per layer: ``value`` against the bucket, a thin line per head, the heads'
     mean in black; ``reference``: a column drawn as a grey dashed line (the same in every
-    head), labelled ``reference_label``; ``log_y``: a log scale (a zero drawn at the bottom)."""
+    head), labelled ``reference_label``; ``log_y``: a log scale (a zero drawn at the bottom);
+    ``train_length``: a dotted line where the values past the training length begin."""
     import matplotlib
 
     layers = sorted({int(r["layer"]) for r in rows})
@@ -104,6 +106,17 @@ def plot_by_bucket(
             ax.plot(
                 range(len(buckets)), ref, "--", color="grey", linewidth=1.2, label=reference_label
             )
+        edges = [
+            next((int(r["low"]), int(r["high"])) for r in mine if int(r["bucket"]) == b)
+            for b in buckets
+        ]
+        if train_length is not None and train_length <= edges[-1][1]:
+            # Between buckets when L0 opens one (a power of two), else inside its bucket.
+            at = next(i for i, (_, hi) in enumerate(edges) if hi >= train_length)
+            x = at - 0.5 if edges[at][0] == train_length else at
+            ax.axvline(
+                x, color="grey", linestyle=":", linewidth=1.2, label=f"L0 = {train_length:,}"
+            )
         if log_y:
             ax.set_yscale("log", nonpositive="clip")
         if ylim is not None:
@@ -117,7 +130,7 @@ def plot_by_bucket(
         handles,
         labels,
         loc="outside lower center",
-        ncols=min(len(labels), 6),
+        ncols=len(labels) if len(labels) <= 6 else -(-len(labels) // 2),
         fontsize=8,
         frameon=False,
     )
@@ -125,7 +138,9 @@ def plot_by_bucket(
     return fig
 
 
-def plot_distance(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+def plot_distance(
+    rows: Sequence[Mapping[str, Any]], title: str, train_length: int | None = None
+) -> Any:
     """Attention mass by query–key distance bucket, averaged over the queries that reach it."""
     return plot_by_bucket(
         rows,
@@ -134,10 +149,13 @@ def plot_distance(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
         "query–key distance (tokens, log buckets)",
         title,
         ylim=(-0.02, 1.02),
+        train_length=train_length,
     )
 
 
-def plot_entropy(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+def plot_entropy(
+    rows: Sequence[Mapping[str, Any]], title: str, train_length: int | None = None
+) -> Any:
     """Attention entropy (nats) against query position, with uniform attention's as reference."""
     return plot_by_bucket(
         rows,
@@ -147,10 +165,13 @@ def plot_entropy(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
         title,
         reference="uniform",
         reference_label="uniform over every key seen: log(i+1)",
+        train_length=train_length,
     )
 
 
-def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
+def plot_sink(
+    rows: Sequence[Mapping[str, Any]], title: str, train_length: int | None = None
+) -> Any:
     """The share of attention on the window's first token against query position, on a log
     scale: a share that stays far above 1/(i+1) at late queries (a sink) shows."""
     # Down to a third of the smallest share drawn (a zero sits at the bottom), 1e-6 at least.
@@ -166,6 +187,7 @@ def plot_sink(rows: Sequence[Mapping[str, Any]], title: str) -> Any:
         reference_label="uniform over every key seen: 1/(i+1)",
         ylim=(floor, 1.5),
         log_y=True,
+        train_length=train_length,
     )
 
 

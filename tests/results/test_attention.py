@@ -74,3 +74,18 @@ def test_a_sweep_figure_draws_each_pe_in_its_colour_with_its_seed_count():
     assert list(lines["RoPE (n = 3)"].get_ydata()) == pytest.approx([0.2, 0.2])
     assert text_overlaps(fig) == []
     plt.close(fig)
+
+
+def test_the_training_length_is_marked_where_its_bucket_begins(rows):
+    fig = plot_distance(rows["distance"], "a title", train_length=4)
+    for ax in visible_axes(fig):
+        (mark,) = [line for line in ax.get_lines() if line.get_label() == "L0 = 4"]
+        assert list(mark.get_xdata()) == [2.5, 2.5]  # between 2–3 (index 2) and 4–7 (index 3)
+    plt.close(fig)
+    fig = plot_entropy(rows["entropy"], "a title", train_length=6)  # inside 4–7
+    (mark,) = [line for line in visible_axes(fig)[0].get_lines() if line.get_label() == "L0 = 6"]
+    assert list(mark.get_xdata()) == [3, 3]
+    plt.close(fig)
+    fig = plot_sink(rows["sink"], "a title", train_length=64)  # past the window: no mark
+    assert not [line for line in visible_axes(fig)[0].get_lines() if "L0" in line.get_label()]
+    plt.close(fig)
