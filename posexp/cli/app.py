@@ -225,7 +225,9 @@ def eval_extrapolate(
 @says_interrupted
 def attention(
     run: str | None = typer.Option(
-        None, "--run", help="Run dir of a language-model run; default: the newest under outputs/."
+        None,
+        "--run",
+        help="Run dir of a language-model run, or a sweep dir (every job); default: the newest run under outputs/.",
     ),
     length: int | None = typer.Option(
         None,
@@ -247,9 +249,9 @@ def attention(
     Measured at the training length and a longer one on the run's test text; CSV and figures
     go to <run>/attention/.
     """
-    from posexp.commands.attention import measure_run
+    from posexp.commands.attention import measure_runs
 
-    measure_run(run, length, windows, device, batch_tokens)
+    measure_runs(run, length, windows, device, batch_tokens)
 
 
 @app.command(cls=Command)

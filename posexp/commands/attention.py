@@ -100,6 +100,16 @@ def window_batches(
         yield torch.as_tensor(np.stack(rows).astype(np.int64), device=device)
 
 
+def check_options(length: int | None, windows: int, batch_tokens: int) -> None:
+    """Refuse options no run could be measured with, in one line."""
+    if windows < 1:
+        raise PosexpError(f"--windows must be a positive integer, got {windows}")
+    if batch_tokens < 1:
+        raise PosexpError(f"--batch-tokens must be a positive integer, got {batch_tokens}")
+    if length is not None and length < 2:
+        raise PosexpError(f"--len must be at least 2 tokens, got {length}")
+
+
 def measure_run(
     run_dir: str | Path | None,
     length: int | None = None,
@@ -120,12 +130,7 @@ def measure_run(
     from posexp.store.files import check_writable
 
     console = console or stdout_console()
-    if windows < 1:
-        raise PosexpError(f"--windows must be a positive integer, got {windows}")
-    if batch_tokens < 1:
-        raise PosexpError(f"--batch-tokens must be a positive integer, got {batch_tokens}")
-    if length is not None and length < 2:
-        raise PosexpError(f"--len must be at least 2 tokens, got {length}")
+    check_options(length, windows, batch_tokens)
     run = RunDir.open_run(run_dir) if run_dir is not None else latest_run()
     if not run.has_checkpoint():
         raise PosexpError(f"{str(run.path)!r} has no checkpoint to measure (status {run.status()})")
@@ -235,3 +240,38 @@ def write_attention(
                 save_figure_atomic(plot(measured[n][stat], heading, train_length), out / name)
                 names += [name, name.replace(".png", ".svg")]
     return [folder / name for name in names]
+
+
+def measure_runs(
+    target: str | Path | None,
+    length: int | None = None,
+    windows: int = DEFAULT_WINDOWS,
+    device: str = "auto",
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    console: Any = None,
+) -> list[AttentionResult]:
+    """``measure_run`` for one run dir, or for every job of a sweep dir that has a checkpoint:
+    a job that cannot be measured is named with its reason and the others go on; the command
+    then ends non-zero, saying how many were skipped."""
+    from posexp.commands.console import stdout_console
+    from posexp.store.rundir import find_runs
+
+    console = console or stdout_console()
+    check_options(length, windows, batch_tokens)
+    if target is None or RunDir.open(target, "--run").is_run():
+        return [measure_run(target, length, windows, device, batch_tokens, console)]
+    runs = find_runs(target, need_checkpoint=True, what="--run")
+    results, skipped = [], []
+    for run in runs:
+        try:
+            results.append(measure_run(run.path, length, windows, device, batch_tokens, console))
+        except PosexpError as e:
+            skipped.append(run.path)
+            console.print(
+                f"{run.path}: skipped: {e}", soft_wrap=True, highlight=False, markup=False
+            )
+    if skipped:
+        raise PosexpError(
+            f"measured {len(results)} run(s); skipped {len(skipped)} (each named above)"
+        )
+    return results

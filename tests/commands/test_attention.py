@@ -124,3 +124,31 @@ def test_batches_shrink_to_fit_and_a_length_that_cannot_fit_is_skipped(run, monk
     assert "length 64 skipped: one layer's attention at 64 tokens needs about" in (
         console.file.getvalue()
     )
+
+
+def test_a_sweep_dir_measures_every_job_and_names_the_ones_it_skips(run, tmp_path, monkeypatch):
+    import shutil
+
+    from posexp.commands import attention
+
+    sweep = tmp_path / "sweep"
+    for name in ("a", "b"):
+        shutil.copytree(run, sweep / name, ignore=shutil.ignore_patterns("attention*"))
+    results = attention.measure_runs(sweep, windows=1, device="cpu", console=quiet())
+    assert [r.run_dir.name for r in results] == ["a", "b"]
+    assert all((sweep / n / "attention" / "summary.csv").is_file() for n in ("a", "b"))
+
+    real = attention.measure_run
+
+    def fails_on_a(path, *args):
+        if path.name == "a":
+            raise PosexpError("a broken job")
+        return real(path, *args)
+
+    monkeypatch.setattr(attention, "measure_run", fails_on_a)
+    console = quiet()
+    with pytest.raises(PosexpError, match=r"measured 1 run\(s\); skipped 1"):
+        attention.measure_runs(sweep, windows=1, device="cpu", console=console)
+    assert f"{sweep / 'a'}: skipped: a broken job" in console.file.getvalue()
+    with pytest.raises(PosexpError, match="--windows must be a positive integer"):
+        attention.measure_runs(sweep, windows=0, device="cpu", console=console)
