@@ -222,3 +222,39 @@ def test_a_layer_that_gives_no_probabilities_is_one_line(monkeypatch):
     monkeypatch.setattr(gpt, "attend", lambda call: (real(call)[0], None))
     with pytest.raises(PosexpError, match="pe=rope in layer 0 gives no attention probabilities"):
         model(windows()[0], on_attention=lambda i, w: None)
+
+
+def test_a_window_with_a_sink_token_spreads_over_the_window_and_token_0():
+    # Scores 0, the last K keys and position 0: a query i >= K sees K + 1 keys evenly.
+    model = tiny("none", window=K, sinks=1)
+    zero_queries_and_keys(model)
+    rows = attention_statistics(model, windows(), T, far=8).rows()
+    late = [r for r in rows["sink"] if r["low"] >= K]
+    assert late and all(r["sink_share"] == pytest.approx(1 / (K + 1), abs=1e-6) for r in late)
+    late = [r for r in rows["entropy"] if r["low"] >= K]
+    assert all(r["entropy"] == pytest.approx(math.log(K + 1), abs=1e-5) for r in late)
+    for r in rows["summary"]:  # queries 8..15 put only token 0's share at distance >= 8
+        assert r["far_mass"] == pytest.approx(1 / (K + 1), abs=1e-6)
+
+
+def test_stick_breaking_with_no_scores_halves_its_weight_at_each_step_back():
+    # z = 0: each key takes half of what nearer keys left, A_ij = 2^-(i-j) for j < i, and the
+    # query's own value the leftover 2^-i. Query i's entropy is log 2 · (2 - 2^(1-i)).
+    model = tiny("stick_breaking")
+    zero_queries_and_keys(model)
+    rows = attention_statistics(model, windows(), T, far=8).rows()
+    for r in by(rows["entropy"], layer=0):
+        lo, hi = r["low"], r["high"]
+        expected = sum(math.log(2) * (2 - 2 ** (1 - i)) for i in range(lo, hi + 1)) / (hi - lo + 1)
+        assert r["entropy"] == pytest.approx(expected, abs=1e-5)
+    for r in by(rows["sink"], layer=1):
+        lo, hi = r["low"], r["high"]
+        expected = sum(2.0**-i for i in range(lo, hi + 1)) / (hi - lo + 1)  # query 0: itself
+        assert r["sink_share"] == pytest.approx(expected, abs=1e-6)
+    dist = by(rows["distance"], layer=0, head=0)
+    # Summed over queries i: distance d >= 1 takes 2^-d from each of the T - d queries that
+    # reach it; distance 0 the leftovers 2^-i.
+    sums = [sum(2.0**-i for i in range(T))] + [0.0] * 4
+    for d in range(1, T):
+        sums[int(bucket_of(torch.tensor([d]))[0])] += (T - d) * 2.0**-d
+    assert [r["mass"] for r in dist] == pytest.approx([v / T for v in sums], abs=1e-6)
