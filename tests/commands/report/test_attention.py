@@ -88,3 +88,13 @@ def test_sentences_follow_the_verdict_rule():
     assert level.startswith("A and B are level on mass")
     more = sentence("mass", "A", [0.5, 0.51, 0.52], "B", [0.1, 0.11, 0.12])
     assert more.startswith("A has more mass than B")
+
+
+def test_longest_lengths_that_differ_are_said(tmp_path):
+    jobs = [job(tmp_path, "rope", 1, "uniform"), job(tmp_path, "alibi", 1, "diagonal")]
+    rows = [r for r in summary("uniform") if r["length"] == L0]  # alibi measured at L0 only
+    write_csv_atomic(jobs[1].path / "attention" / "summary.csv", rows)
+    out = tmp_path / "report"
+    out.mkdir()
+    text = render(ReportContext(out, jobs, ["pe", "seed"]))
+    assert "longest measured lengths differ (8, 32 tokens)" in text

@@ -107,8 +107,8 @@ def render(ctx: ReportContext) -> str:
             groups[ctx.label(job, exclude=("seed",))].append(a)
     if not groups:
         return "## Where attention goes\n\nNo job's `attention/summary.csv` could be read."
-    for members in groups.values():
-        members.sort(key=lambda a: a.seed)
+    for members in groups.values():  # seed order: the pairs of the verdict rule
+        members.sort(key=lambda a: (0, int(a.seed), "") if a.seed.isdigit() else (1, 0, a.seed))
     csv_rows = [
         {
             "row": label,
@@ -186,6 +186,13 @@ def render(ctx: ReportContext) -> str:
     ]
     if reading:
         lines += [f"Against {reference} (means over layers, seeds paired):", "", *reading, ""]
+    if len(longest) > 1:
+        lines += [
+            f"The jobs' longest measured lengths differ ({', '.join(f'{n:,}' for n in longest)} "
+            f"tokens): the mass beyond L0 and the share at the longest length mix lengths; "
+            f"`posexp attention --run <sweep> --len N` measures every job at one.",
+            "",
+        ]
     if unreadable:
         lines += [f"Not read (a damaged summary): {', '.join(unreadable)}.", ""]
     lines += [f"![where attention goes]({png.name})", "", f"Data: `{data.name}`."]
