@@ -223,6 +223,39 @@ def eval_extrapolate(
 
 @app.command(cls=Command)
 @says_interrupted
+def attention(
+    run: str | None = typer.Option(
+        None,
+        "--run",
+        help="Run dir of a language-model run, or a sweep dir (every job); default: the newest run under outputs/.",
+    ),
+    length: int | None = typer.Option(
+        None,
+        "--len",
+        help="The longer length measured besides the training length; default: the longest the run was evaluated at by eval-extrapolate.",
+    ),
+    windows: int = typer.Option(
+        8, "--windows", help="Test windows read at each length (non-overlapping, from the start)."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
+    batch_tokens: int = typer.Option(
+        4096,
+        "--batch-tokens",
+        help="Tokens per forward pass (one window at least); each layer holds batch x heads x length^2 weights while it runs.",
+    ),
+) -> None:
+    """Where a run's attention goes: mass by query-key distance, entropy and first-token share.
+
+    Measured at the training length and a longer one on the run's test text; CSV and figures
+    go to <run>/attention/.
+    """
+    from posexp.commands.attention import measure_runs
+
+    measure_runs(run, length, windows, device, batch_tokens)
+
+
+@app.command(cls=Command)
+@says_interrupted
 def methods(as_json: bool = typer.Option(False, "--json", help="Print it as JSON.")) -> None:
     """List every extension method with its settings, their defaults and what they allow."""
     from posexp.commands.methods import print_methods

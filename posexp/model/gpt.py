@@ -371,9 +371,19 @@ class GPT(nn.Module):
         positions: torch.Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        on_attention: Callable[[int, torch.Tensor], None] | None = None,
     ) -> dict[str, Any]:
-        """Logits (and loss if targets are given; -100 targets are ignored) for token ids (B, T)."""
+        """Logits (and loss if targets are given; -100 targets are ignored) for token ids (B, T).
+
+        ``need_weights``: every layer's attention probabilities (B, H, T, T) under
+        ``out["attention"]``. ``on_attention(layer, weights)``: each layer's probabilities handed
+        over as soon as that layer has run and then dropped, so no more than one layer's
+        (B, H, T, T) is held at a time (statistics at long lengths). Both take the explicit
+        softmax of each layer (``attend``'s weights: the encoding's bias, window, sinks and sink
+        logit, or the encoding's own attention, as the layer applies them)."""
         T = idx.shape[1]
+        if on_attention is not None:
+            need_weights = True
         from_zero = positions is None and (cache is None or cache.length == 0)
         if positions is None:
             # Python ints, so neither a GPU sync nor a torch.compile graph break is needed.
@@ -413,6 +423,14 @@ class GPT(nn.Module):
             x, w = block(
                 x, pe, positions, pe_state, layer_cache, need_weights, kernel, self.kernels
             )
+            if need_weights and w is None:
+                raise PosexpError(
+                    f"pe={pe.name} in layer {i} gives no attention probabilities "
+                    f"(its attention path returns none)"
+                )
+            if on_attention is not None:
+                on_attention(i, w)
+                continue
             weights.append(w)
         logits = self.lm_head(self.ln_f(x))
         out: dict[str, Any] = {"logits": logits}
@@ -420,7 +438,7 @@ class GPT(nn.Module):
             out["loss"] = F.cross_entropy(
                 logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100
             )
-        if need_weights:
+        if need_weights and on_attention is None:
             out["attention"] = weights
         return out
 
