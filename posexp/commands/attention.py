@@ -155,7 +155,7 @@ def measure_run(
     run.share("--run")
     try:
         torch_device = resolve_device(device)
-        test = load_test_tokens(cfg, {}, run.tokenizer_file)
+        test = load_test_tokens(cfg, {}, run.tokenizer_file).tokens
         model = load_model(run, torch_device)
         measured, counts, skipped = {}, {}, {}
         for n in lengths:
