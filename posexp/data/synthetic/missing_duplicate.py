@@ -1,7 +1,7 @@
 """missing_duplicate (Delétang et al. 2023's "missing duplicate string"; context-sensitive): a
 string written twice, ``ww``, with one symbol blanked out by ``_``; the answer is that symbol
-(``ab_aba`` -> ``b``). Size n is |w|, so the prompt has 2n symbols; the other copy always holds
-the blanked symbol, so every instance has one answer."""
+(``ab_aba`` -> ``a``: w = ``aba``). Size n is |w|, so the prompt has 2n symbols; the other copy
+always holds the blanked symbol, so every instance has one answer."""
 
 from __future__ import annotations
 
