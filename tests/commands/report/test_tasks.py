@@ -120,6 +120,40 @@ def test_the_summary_averages_each_seed_past_training_then_over_seeds():
     assert tied == "- **copy**: NoPE and RoPE are level past the training sizes (0.000)."
 
 
+def test_a_mixtures_parts_are_tables_of_their_own():
+    # data=chomsky: one run per PE scores every part; each part is a task of the report, never
+    # averaged with the others under the mixture's name.
+    from posexp.commands.report.views.tasks import collect, size_values
+
+    def mixture(pe, parts):
+        recs = [
+            record_view("none", metric="accuracy", length=n, accuracy=a, task=part)
+            for part, by_size in parts.items()
+            for n, a in by_size.items()
+        ]
+        return SimpleNamespace(
+            extrapolate=recs,
+            params={"data": "chomsky", "pe": pe},
+            settings={"data": "chomsky", "pe": pe},
+            config=SimpleNamespace(pe=SimpleNamespace(name=pe, params={})),
+        )
+
+    jobs = [
+        mixture("none", {"odd_first": {8: 1.0, 16: 0.2}, "bucket_sort": {8: 0.9, 16: 0.7}}),
+        mixture("rope", {"odd_first": {8: 1.0, 16: 0.6}, "bucket_sort": {8: 0.8, 16: 0.1}}),
+    ]
+    data = collect(size_values(jobs, by_pe))
+    assert data == {
+        "bucket_sort": {NOPE: {8: 0.9, 16: 0.7}, ROPE: {8: 0.8, 16: 0.1}},
+        "odd_first": {NOPE: {8: 1.0, 16: 0.2}, ROPE: {8: 1.0, 16: 0.6}},
+    }
+    seeds = seed_summary(jobs, 8, by_pe)
+    assert seeds == {
+        "odd_first": {NOPE: [0.2], ROPE: [0.6]},
+        "bucket_sort": {NOPE: [0.7], ROPE: pytest.approx([0.1])},
+    }
+
+
 def test_the_caption_names_one_seed_count_or_a_range():
     assert seeds_caption([3]) == "mean ± sample std over n = 3 seeds."
     assert seeds_caption([1, 3]) == "mean ± sample std over n = 1–3 seeds."

@@ -55,6 +55,12 @@ def task_label(job: Job) -> str:
     return str(job.params.get("data") or task_of(job))
 
 
+def record_task(job: Job, record: dict[str, Any]) -> str:
+    """The task a record scores: a mixture's part (``data=chomsky``: each part its own table),
+    else the job's task as swept."""
+    return str(record.get("task") or task_label(job))
+
+
 def train_sizes(job: Job) -> tuple[int, int]:
     """The job's training size range."""
     lo, hi = job.config.data.params.get("train_lengths", (1, 1))
@@ -87,7 +93,9 @@ def size_values(
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is not None:
-                sums.setdefault((task_label(job), key(job), r["length"]), []).append(r["accuracy"])
+                sums.setdefault((record_task(job, r), key(job), r["length"]), []).append(
+                    r["accuracy"]
+                )
     return sums
 
 
@@ -109,7 +117,7 @@ def unmeasured(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDispla
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is None and r.get("note"):
-                by_size = out.setdefault(task_label(job), {}).setdefault(key(job), {})
+                by_size = out.setdefault(record_task(job, r), {}).setdefault(key(job), {})
                 by_size[r["length"]] = str(r["note"])
     return out
 
@@ -141,13 +149,12 @@ def seed_summary(
     """task -> PE -> each seed's (job's) mean accuracy over the sizes past the training range."""
     out: dict[str, dict[PEDisplay, list[float]]] = {}
     for job in jobs:
-        values = [
-            r["accuracy"]
-            for r in task_records(job)
-            if r.get("accuracy") is not None and r["length"] > top
-        ]
-        if values:
-            per_pe = out.setdefault(task_label(job), {})
+        by_task: dict[str, list[float]] = {}
+        for r in task_records(job):
+            if r.get("accuracy") is not None and r["length"] > top:
+                by_task.setdefault(record_task(job, r), []).append(r["accuracy"])
+        for task, values in by_task.items():
+            per_pe = out.setdefault(task, {})
             per_pe.setdefault(key(job), []).append(sum(values) / len(values))
     return out
 
