@@ -206,9 +206,13 @@ def test_bad_settings_are_refused_in_one_line(task, options, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
-def test_a_size_below_the_smallest_is_refused():
+def test_sizes_outside_a_tasks_range_are_refused():
     with pytest.raises(PosexpError, match="needs sizes >= 2"):
         make_data("stack_manipulation", train_lengths=[1, 4])
+    data = make_data("modular_arithmetic", train_lengths=[1, 4], test_lengths=[2048, 2049])
+    assert len(data.examples("test", 2048, 1)[0][0]) == 2048
+    with pytest.raises(PosexpError, match="sizes <= 2048"):
+        data.examples("test", 2049, 1)
 
 
 # The mixture

@@ -20,6 +20,11 @@ import numpy as np
 
 from posexp.checks import integer
 from posexp.data.synthetic.base import Task, register_task
+from posexp.errors import PosexpError
+
+# Nesting grows with the size (about one bracket per 7 characters at 2,000); past this the
+# recursive draw would near Python's recursion limit.
+MAX_LENGTH = 2048
 
 
 @register_task("modular_arithmetic")
@@ -76,6 +81,10 @@ class ModularArithmetic(Task):
         self, rng: np.random.Generator, n: int, split: str, variant: float | None = None
     ) -> tuple[str, str]:
         """A random n-character expression and its value."""
+        if n > MAX_LENGTH:
+            raise PosexpError(
+                f"modular_arithmetic size {n} is too long to draw; allowed: sizes <= {MAX_LENGTH}"
+            )
         text, value = self.expr(rng, n)
         return text, str(value)
 

@@ -237,3 +237,27 @@ def test_a_pe_scored_at_fewer_sizes_breaks_its_line_there_and_the_legend_says_wh
         "ALiBi (not scored at 8, 12 in copy)",
         "training sizes 1–8",
     ]
+
+
+def test_a_mixtures_eight_tasks_are_drawn_in_rows_of_four_with_their_units(tmp_path):
+    from posexp.commands.report.views.tasks_plot import plot
+
+    names = ["binary_addition", "bucket_sort", "duplicate_string", "interlocked_pairing"]
+    names += ["missing_duplicate", "modular_arithmetic", "odd_first", "stack_manipulation"]
+    data = {t: {ROPE: {8: 1.0, 16: 0.5}} for t in names}
+    saved = {}
+    ctx = SimpleNamespace(
+        memo={}, jobs=[], save_figure=lambda fig, name: saved.setdefault("fig", fig) and tmp_path
+    )
+    plot(ctx, data, (1, 8))
+    axes = saved["fig"].axes
+    assert len(axes) == 8 and {ax.get_subplotspec().get_geometry()[:2] for ax in axes} == {(2, 4)}
+    labels = {ax.get_title(): ax.get_xlabel() for ax in axes}
+    assert labels["binary_addition"] == "test size (bits)"
+    assert labels["stack_manipulation"] == "test size (stack symbols + actions)"
+    # Five tasks: two rows, the three unused panels hidden; a name no task has keeps the old label.
+    saved.clear()
+    plot(ctx, {**{t: data[t] for t in names[:4]}, "addition_lsb": data[names[0]]}, (1, 8))
+    shown = [ax for ax in saved["fig"].axes if ax.get_visible()]
+    assert len(saved["fig"].axes) == 8 and len(shown) == 5
+    assert shown[-1].get_xlabel() == "test size (symbols / digits per operand)"
