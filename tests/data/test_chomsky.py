@@ -222,45 +222,61 @@ def chomsky(**options):
     return make_data("chomsky", train_lengths=[2, 8], test_lengths=[8, 40], **options)
 
 
+TAGS = {
+    "modular_arithmetic": "M",
+    "stack_manipulation": "S",
+    "duplicate_string": "D",
+    "missing_duplicate": "G",
+    "odd_first": "O",
+    "binary_addition": "P",
+    "bucket_sort": "K",
+    "interlocked_pairing": "I",
+}
+
+
+def solve_tagged(prompt: str) -> str:
+    """A mixture's prompt: the tag names the task, the rest is the task's prompt."""
+    (task,) = [name for name, tag in TAGS.items() if tag == prompt[0]]
+    return SOLVERS[task](prompt[1:])
+
+
 def test_the_mixture_draws_every_task_and_scores_each_apart():
     data = chomsky()
     assert set(data.task.parts) == set(SOLVERS)
-    for name in data.task.parts:
+    for name, part in data.task.parts.items():
+        # The tag is a symbol no task writes, so a tagged prompt names one task.
+        assert all(TAGS[name] not in TASKS[t]().prompt_symbols() for t in SOLVERS)
         for prompt, answer in data.examples("test", 40, 10, part=name):
-            assert answer == SOLVERS[name](prompt)  # the part's own instances, nothing else
-    # training rows come from every task: each prompt is told apart by its solver alone
+            assert prompt[0] == TAGS[name]  # the part's own instances, nothing else
+            assert answer == SOLVERS[name](prompt[1:])
+            assert len(prompt) == part.prompt_length(40) == 1 + TASKS[name]().prompt_length(40)
     rows = [r for step in range(20) for r in data.train_batch(0, step, 32)]
-    solved = Counter(
-        next(name for name, solve in SOLVERS.items() if is_instance(name, solve, p, a))
-        for p, a in rows
-    )
-    assert set(solved) == set(SOLVERS)
+    assert all(solve_tagged(p) == a for p, a in rows)
+    assert {p[0] for p, _ in rows} == set(TAGS.values())  # training draws every task
 
 
-def is_instance(name: str, solve, prompt: str, answer: str) -> bool:
-    try:
-        return solve(prompt) == answer and set(prompt) <= set(TASKS[name]().prompt_symbols())
-    except (AssertionError, ValueError, IndexError):
-        return False
+def test_tags_make_prompts_that_tasks_share_alone_unambiguous():
+    # Alone, duplicate_string and odd_first read the same prompts and answer differently.
+    dup, odd = chomsky().task.parts["duplicate_string"], chomsky().task.parts["odd_first"]
+    prompts = {p[1:] for p, _ in chomsky().examples("test", 12, 100, part="duplicate_string")}
+    alone = {p for p, _ in make_data("odd_first", test_lengths=[12]).examples("test", 12, 400)}
+    assert prompts & alone  # the same strings...
+    assert dup.prompt_symbols() != odd.prompt_symbols()  # ...told apart by the tag
 
 
 def test_the_mixture_bounds_every_row_it_can_draw():
     data = chomsky()
     t = data.task
-    longest = max(
-        len(p) + 1 + len(a) for p, a in (r for s in range(30) for r in data.train_batch(1, s, 32))
-    )
-    assert longest <= t.row_tokens(8) == data.longest_train_row() == 3 * 8 + 1
-    assert t.scored_row_tokens(40) == 3 * 40 + 1  # duplicate_string's row at 40
-    assert t.scored_row_tokens(1) == max(
-        p.row_tokens(1) for p in t.parts.values() if p.min_length <= 1
-    )
+    rows = [r for s in range(30) for r in data.train_batch(1, s, 32)]
+    assert max(len(p) + 1 + len(a) for p, a in rows) <= t.row_tokens(8)
+    assert t.row_tokens(8) == data.longest_train_row() == 1 + 3 * 8 + 1  # tag, w, sep, ww
+    assert t.scored_row_tokens(40) == 1 + 3 * 40 + 1  # duplicate_string's row at 40
 
 
 def test_the_mixture_passes_options_to_its_tasks_and_refuses_bad_ones():
     data = chomsky(tasks=["binary_addition"], task_options={"binary_addition": {"order": "msb"}})
     for prompt, answer in data.examples("test", 20, 20, part="binary_addition"):
-        assert answer == solve_binary_addition(prompt, "msb")
+        assert answer == solve_binary_addition(prompt[1:], "msb")
     for options, words in [
         ({"tasks": ["copy"]}, "'copy' is not a Chomsky-hierarchy task"),
         ({"tasks": ["odd_first", "odd_first"]}, "twice"),
