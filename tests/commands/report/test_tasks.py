@@ -261,3 +261,48 @@ def test_a_mixtures_eight_tasks_are_drawn_in_rows_of_four_with_their_units(tmp_p
     shown = [ax for ax in saved["fig"].axes if ax.get_visible()]
     assert len(saved["fig"].axes) == 8 and len(shown) == 5
     assert shown[-1].get_xlabel() == "test size (symbols / digits per operand)"
+
+
+def test_randomized_positions_get_a_verdict_on_the_average_over_tasks():
+    # Ruoss et al.'s claim is about the mean over tasks: per seed, every task's accuracy past the
+    # training sizes averaged, then randomized minus plain paired by seed.
+    from posexp.commands.report.views.tasks import randomized_verdicts
+
+    def run(pe, seed, by_task):
+        recs = [
+            record_view("none", metric="accuracy", length=n, accuracy=a, task=t)
+            for t, by_size in by_task.items()
+            for n, a in by_size.items()
+        ]
+        randomized = pe.endswith("_randomized")
+        name = pe.removesuffix("_randomized")
+        return SimpleNamespace(
+            extrapolate=recs,
+            params={"pe": pe},
+            config=SimpleNamespace(
+                seed=seed,
+                pe=SimpleNamespace(name=name, params={}),
+                positions=SimpleNamespace(randomized=randomized),
+            ),
+        )
+
+    def key(job):
+        return describe_pe(job.config.pe.name, job.config.positions.randomized)
+
+    jobs = []
+    for seed, (r, p) in enumerate([(0.5, 0.1), (0.6, 0.1), (0.7, 0.2)]):
+        # past size 8: odd_first r / p, copy r + 0.1 / p + 0.1 (size 8 itself never counts)
+        jobs.append(
+            run("rope_randomized", seed, {"odd_first": {8: 0.0, 16: r}, "copy": {16: r + 0.1}})
+        )
+        jobs.append(run("rope", seed, {"odd_first": {8: 1.0, 16: p}, "copy": {16: p + 0.1}}))
+    jobs.append(run("alibi", 0, {"odd_first": {16: 0.3}}))  # never run both ways: no line
+    (line,) = randomized_verdicts(jobs, 8, key)
+    # per seed, randomized 0.55, 0.65, 0.75; plain 0.15, 0.15, 0.25: differences 0.4, 0.5, 0.5
+    assert line.startswith(
+        "- **every task** (Ruoss et al.'s average): RoPE + randomized minus RoPE past the "
+        "training sizes, +0.467 (0.650 against 0.183): beyond seed noise"
+    )
+    assert randomized_verdicts(jobs[:2], 8, key)[0].endswith(
+        "n = 1: no verdict (it needs 3 seeds)."
+    )

@@ -20,7 +20,7 @@ from posexp.commands.report.views.findings import findings, job_pe, selects
 from posexp.commands.report.views.tasks_plot import ordered, plot
 from posexp.extension import baseline_method
 from posexp.pe.base import PEDisplay, describe_pe
-from posexp.results.verdict import rule
+from posexp.results.verdict import paired, rule
 
 
 def task_records(job: Job) -> list[dict[str, Any]]:
@@ -281,6 +281,42 @@ def randomized_comparison(
     return "; ".join(clauses)
 
 
+def randomized_verdicts(jobs: list[Job], top: int, key: Column = job_pe) -> list[str]:
+    """Ruoss et al.'s claim on average over tasks: per PE run both ways, each seed's accuracy past
+    the training sizes averaged over every task it was scored on, randomized minus plain,
+    seeds paired, with the verdict of the one rule ([] where no PE was run both ways)."""
+    per_seed: dict[PEDisplay, dict[int, float]] = {}
+    for job in jobs:
+        values = [
+            r["accuracy"]
+            for r in task_records(job)
+            if r.get("accuracy") is not None and r["length"] > top
+        ]
+        if values and job.config:
+            per_seed.setdefault(key(job), {})[int(job.config.seed)] = sum(values) / len(values)
+    out = []
+    for plain in ordered(p for p in per_seed if not p.randomized):
+        # The same column but for randomized positions (other swept settings in the label too).
+        label = plain.label.replace(
+            describe_pe(plain.name).label, describe_pe(plain.name, randomized=True).label, 1
+        )
+        randomized = next((p for p in per_seed if p.randomized and p.label == label), None)
+        if randomized is None:
+            continue
+        seeds = sorted(per_seed[plain].keys() & per_seed[randomized].keys())
+        if not seeds:
+            continue
+        a = [per_seed[randomized][s] for s in seeds]
+        b = [per_seed[plain][s] for s in seeds]
+        verdict = paired(a, b)
+        out.append(
+            f"- **every task** (Ruoss et al.'s average): {randomized.label} minus {plain.label} "
+            f"past the training sizes, {verdict.gap:+.3f} ({sum(a) / len(a):.3f} against "
+            f"{sum(b) / len(b):.3f}): {verdict.words()}."
+        )
+    return out
+
+
 def frontier(table: dict[Any, dict[int, float]], level: float = 0.5) -> dict[Any, int | None]:
     """Per PE, the largest test size answered with at least ``level`` accuracy."""
     return {
@@ -380,6 +416,7 @@ def render(ctx: ReportContext) -> str:
             if (blind := [p for p in by_pe if p not in summary.get(t, {})])
         ),
         *filter(None, (spread_sentence(t, seeds.get(t, {})) for t in summary)),
+        *randomized_verdicts(jobs, top[1], key),
         "",
     ]
     csv = ctx.write_csv(
