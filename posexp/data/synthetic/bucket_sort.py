@@ -5,11 +5,11 @@ function as ``sort``; kept as its own task so the Chomsky set has the paper's na
 from __future__ import annotations
 
 from posexp.data.synthetic.base import register_task
-from posexp.data.synthetic.symbols import BinaryStringTask
+from posexp.data.synthetic.symbols import SymbolStringTask
 
 
 @register_task("bucket_sort")
-class BucketSort(BinaryStringTask):
+class BucketSort(SymbolStringTask):
     """n symbols of ``symbols`` letters; the answer is them sorted (repeats kept)."""
 
     def __init__(self, symbols: int = 5) -> None:

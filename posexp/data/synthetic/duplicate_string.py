@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from posexp.data.synthetic.base import register_task
-from posexp.data.synthetic.symbols import BinaryStringTask
+from posexp.data.synthetic.symbols import SymbolStringTask
 
 
 @register_task("duplicate_string")
-class DuplicateString(BinaryStringTask):
+class DuplicateString(SymbolStringTask):
     """n symbols of a two-letter alphabet; the answer is them twice over."""
 
     def answer(self, prompt: str) -> str:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from posexp.data.synthetic.base import choice_string, register_task
-from posexp.data.synthetic.symbols import BinaryStringTask
+from posexp.data.synthetic.symbols import SymbolStringTask
 
 BLANK = "_"
 
 
 @register_task("missing_duplicate")
-class MissingDuplicate(BinaryStringTask):
+class MissingDuplicate(SymbolStringTask):
     """``ww`` with one of its 2n symbols replaced by ``_``; the answer is the symbol replaced."""
 
     unit = "symbols of w"

@@ -4,11 +4,11 @@ positions (1st, 3rd, ...), then those at even positions (``abcde`` -> ``acebd``)
 from __future__ import annotations
 
 from posexp.data.synthetic.base import register_task
-from posexp.data.synthetic.symbols import BinaryStringTask
+from posexp.data.synthetic.symbols import SymbolStringTask
 
 
 @register_task("odd_first")
-class OddFirst(BinaryStringTask):
+class OddFirst(SymbolStringTask):
     """n symbols; the answer is a permutation of them: odd positions first, then even ones."""
 
     def answer(self, prompt: str) -> str:

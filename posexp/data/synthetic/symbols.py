@@ -12,7 +12,7 @@ from posexp.checks import integer
 from posexp.data.synthetic.base import Task, choice_string
 
 
-class BinaryStringTask(Task):
+class SymbolStringTask(Task):
     """n random symbols of ``symbols`` letters; subclasses give ``answer`` and its length."""
 
     def __init__(self, symbols: int = 2) -> None:
