@@ -181,3 +181,27 @@ def test_the_passkey_script_stops_on_a_failed_step(tmp_path, cache, monkeypatch,
     )
     with pytest.raises(SystemExit, match=r"^stopped: `posexp train .*model=huge.*` failed$"):
         script.main()
+
+
+def test_chomsky_preset_scores_each_task_apart_into_the_report(tmp_path, cache):
+    sweep, report = sweep_into_report(
+        tmp_path,
+        cache,
+        "experiment=chomsky",
+        "pe=none,rope_randomized",
+        "seed=0",
+        "data.test_lengths=[8,12]",
+    )
+    parts = ["modular_arithmetic", "stack_manipulation", "duplicate_string", "missing_duplicate"]
+    parts += ["odd_first", "binary_addition", "bucket_sort", "interlocked_pairing"]
+    # One table per task of the mixture, never one for the mixture itself.
+    assert all(f"### {p}" in report for p in parts) and "### chomsky" not in report
+    assert "RoPE + randomized" in report and "NoPE" in report
+    rows = list(csv.DictReader((sweep / "report_length_generalization.csv").open()))
+    assert {(r["task"], r["size"]) for r in rows} == {(p, s) for p in parts for s in ("8", "12")}
+    (job,) = [d for d in sweep.iterdir() if d.name == "pe=rope_randomized"]
+    records = json.loads((job / "eval" / "extrapolate.json").read_text())
+    assert sorted((r["task"], r["length"]) for r in records) == sorted(
+        (p, n) for p in parts for n in (8, 12)
+    )
+    assert all(r["protocol"] == "exact_match" and r["examples"] == 5 for r in records)

@@ -31,7 +31,11 @@ def expected_answer(task: str, prompt: str, order: str = "msb") -> str:
 def test_every_listed_task_is_registered():
     ruler = {"niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery"}
     ruler |= {"variable_tracking", "common_words", "frequent_words", "ruler"}
-    assert set(TASKS) == {"copy", "reverse", "sort", "addition", "parity", "passkey", *ruler}
+    chomsky = {"modular_arithmetic", "stack_manipulation", "duplicate_string", "missing_duplicate"}
+    chomsky |= {"odd_first", "binary_addition", "bucket_sort", "interlocked_pairing", "chomsky"}
+    more = {"mqar", "babilong_qa1", "babilong_qa2", "babilong_qa3"}
+    basic = {"copy", "reverse", "sort", "addition", "parity", "passkey"}
+    assert set(TASKS) == basic | ruler | chomsky | more
 
 
 @pytest.mark.parametrize("task", SYMBOL_TASKS)

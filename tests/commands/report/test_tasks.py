@@ -120,6 +120,40 @@ def test_the_summary_averages_each_seed_past_training_then_over_seeds():
     assert tied == "- **copy**: NoPE and RoPE are level past the training sizes (0.000)."
 
 
+def test_a_mixtures_parts_are_tables_of_their_own():
+    # data=chomsky: one run per PE scores every part; each part is a task of the report, never
+    # averaged with the others under the mixture's name.
+    from posexp.commands.report.views.tasks import collect, size_values
+
+    def mixture(pe, parts):
+        recs = [
+            record_view("none", metric="accuracy", length=n, accuracy=a, task=part)
+            for part, by_size in parts.items()
+            for n, a in by_size.items()
+        ]
+        return SimpleNamespace(
+            extrapolate=recs,
+            params={"data": "chomsky", "pe": pe},
+            settings={"data": "chomsky", "pe": pe},
+            config=SimpleNamespace(pe=SimpleNamespace(name=pe, params={})),
+        )
+
+    jobs = [
+        mixture("none", {"odd_first": {8: 1.0, 16: 0.2}, "bucket_sort": {8: 0.9, 16: 0.7}}),
+        mixture("rope", {"odd_first": {8: 1.0, 16: 0.6}, "bucket_sort": {8: 0.8, 16: 0.1}}),
+    ]
+    data = collect(size_values(jobs, by_pe))
+    assert data == {
+        "bucket_sort": {NOPE: {8: 0.9, 16: 0.7}, ROPE: {8: 0.8, 16: 0.1}},
+        "odd_first": {NOPE: {8: 1.0, 16: 0.2}, ROPE: {8: 1.0, 16: 0.6}},
+    }
+    seeds = seed_summary(jobs, 8, by_pe)
+    assert seeds == {
+        "odd_first": {NOPE: [0.2], ROPE: [0.6]},
+        "bucket_sort": {NOPE: [0.7], ROPE: pytest.approx([0.1])},
+    }
+
+
 def test_the_caption_names_one_seed_count_or_a_range():
     assert seeds_caption([3]) == "mean ± sample std over n = 3 seeds."
     assert seeds_caption([1, 3]) == "mean ± sample std over n = 1–3 seeds."
@@ -203,3 +237,72 @@ def test_a_pe_scored_at_fewer_sizes_breaks_its_line_there_and_the_legend_says_wh
         "ALiBi (not scored at 8, 12 in copy)",
         "training sizes 1–8",
     ]
+
+
+def test_a_mixtures_eight_tasks_are_drawn_in_rows_of_four_with_their_units(tmp_path):
+    from posexp.commands.report.views.tasks_plot import plot
+
+    names = ["binary_addition", "bucket_sort", "duplicate_string", "interlocked_pairing"]
+    names += ["missing_duplicate", "modular_arithmetic", "odd_first", "stack_manipulation"]
+    data = {t: {ROPE: {8: 1.0, 16: 0.5}} for t in names}
+    saved = {}
+    ctx = SimpleNamespace(
+        memo={}, jobs=[], save_figure=lambda fig, name: saved.setdefault("fig", fig) and tmp_path
+    )
+    plot(ctx, data, (1, 8))
+    axes = saved["fig"].axes
+    assert len(axes) == 8 and {ax.get_subplotspec().get_geometry()[:2] for ax in axes} == {(2, 4)}
+    labels = {ax.get_title(): ax.get_xlabel() for ax in axes}
+    assert labels["binary_addition"] == "test size (bits)"
+    assert labels["stack_manipulation"] == "test size (stack symbols + actions)"
+    # Five tasks: two rows, the three unused panels hidden; a name no task has keeps the old label.
+    saved.clear()
+    plot(ctx, {**{t: data[t] for t in names[:4]}, "addition_lsb": data[names[0]]}, (1, 8))
+    shown = [ax for ax in saved["fig"].axes if ax.get_visible()]
+    assert len(saved["fig"].axes) == 8 and len(shown) == 5
+    assert shown[-1].get_xlabel() == "test size (symbols / digits per operand)"
+
+
+def test_randomized_positions_get_a_verdict_on_the_average_over_tasks():
+    # Ruoss et al.'s claim is about the mean over tasks: per seed, every task's accuracy past the
+    # training sizes averaged, then randomized minus plain paired by seed.
+    from posexp.commands.report.views.tasks import randomized_verdicts
+
+    def run(pe, seed, by_task):
+        recs = [
+            record_view("none", metric="accuracy", length=n, accuracy=a, task=t)
+            for t, by_size in by_task.items()
+            for n, a in by_size.items()
+        ]
+        randomized = pe.endswith("_randomized")
+        name = pe.removesuffix("_randomized")
+        return SimpleNamespace(
+            extrapolate=recs,
+            params={"pe": pe},
+            config=SimpleNamespace(
+                seed=seed,
+                pe=SimpleNamespace(name=name, params={}),
+                positions=SimpleNamespace(randomized=randomized),
+            ),
+        )
+
+    def key(job):
+        return describe_pe(job.config.pe.name, job.config.positions.randomized)
+
+    jobs = []
+    for seed, (r, p) in enumerate([(0.5, 0.1), (0.6, 0.1), (0.7, 0.2)]):
+        # past size 8: odd_first r / p, copy r + 0.1 / p + 0.1 (size 8 itself never counts)
+        jobs.append(
+            run("rope_randomized", seed, {"odd_first": {8: 0.0, 16: r}, "copy": {16: r + 0.1}})
+        )
+        jobs.append(run("rope", seed, {"odd_first": {8: 1.0, 16: p}, "copy": {16: p + 0.1}}))
+    jobs.append(run("alibi", 0, {"odd_first": {16: 0.3}}))  # never run both ways: no line
+    (line,) = randomized_verdicts(jobs, 8, key)
+    # per seed, randomized 0.55, 0.65, 0.75; plain 0.15, 0.15, 0.25: differences 0.4, 0.5, 0.5
+    assert line.startswith(
+        "- **every task** (Ruoss et al.'s average): RoPE + randomized minus RoPE past the "
+        "training sizes, +0.467 (0.650 against 0.183): beyond seed noise"
+    )
+    assert randomized_verdicts(jobs[:2], 8, key)[0].endswith(
+        "n = 1: no verdict (it needs 3 seeds)."
+    )

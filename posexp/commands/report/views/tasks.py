@@ -20,7 +20,7 @@ from posexp.commands.report.views.findings import findings, job_pe, selects
 from posexp.commands.report.views.tasks_plot import ordered, plot
 from posexp.extension import baseline_method
 from posexp.pe.base import PEDisplay, describe_pe
-from posexp.results.verdict import rule
+from posexp.results.verdict import paired, rule
 
 
 def task_records(job: Job) -> list[dict[str, Any]]:
@@ -55,6 +55,12 @@ def task_label(job: Job) -> str:
     return str(job.params.get("data") or task_of(job))
 
 
+def record_task(job: Job, record: dict[str, Any]) -> str:
+    """The task a record scores: a mixture's part (``data=chomsky``: each part its own table),
+    else the job's task as swept."""
+    return str(record.get("task") or task_label(job))
+
+
 def train_sizes(job: Job) -> tuple[int, int]:
     """The job's training size range."""
     lo, hi = job.config.data.params.get("train_lengths", (1, 1))
@@ -87,7 +93,9 @@ def size_values(
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is not None:
-                sums.setdefault((task_label(job), key(job), r["length"]), []).append(r["accuracy"])
+                sums.setdefault((record_task(job, r), key(job), r["length"]), []).append(
+                    r["accuracy"]
+                )
     return sums
 
 
@@ -109,7 +117,7 @@ def unmeasured(jobs: list[Job], key: Column = job_pe) -> dict[str, dict[PEDispla
     for job in jobs:
         for r in task_records(job):
             if r.get("accuracy") is None and r.get("note"):
-                by_size = out.setdefault(task_label(job), {}).setdefault(key(job), {})
+                by_size = out.setdefault(record_task(job, r), {}).setdefault(key(job), {})
                 by_size[r["length"]] = str(r["note"])
     return out
 
@@ -141,13 +149,12 @@ def seed_summary(
     """task -> PE -> each seed's (job's) mean accuracy over the sizes past the training range."""
     out: dict[str, dict[PEDisplay, list[float]]] = {}
     for job in jobs:
-        values = [
-            r["accuracy"]
-            for r in task_records(job)
-            if r.get("accuracy") is not None and r["length"] > top
-        ]
-        if values:
-            per_pe = out.setdefault(task_label(job), {})
+        by_task: dict[str, list[float]] = {}
+        for r in task_records(job):
+            if r.get("accuracy") is not None and r["length"] > top:
+                by_task.setdefault(record_task(job, r), []).append(r["accuracy"])
+        for task, values in by_task.items():
+            per_pe = out.setdefault(task, {})
             per_pe.setdefault(key(job), []).append(sum(values) / len(values))
     return out
 
@@ -274,6 +281,42 @@ def randomized_comparison(
     return "; ".join(clauses)
 
 
+def randomized_verdicts(jobs: list[Job], top: int, key: Column = job_pe) -> list[str]:
+    """Ruoss et al.'s claim on average over tasks: per PE run both ways, each seed's accuracy past
+    the training sizes averaged over every task it was scored on, randomized minus plain,
+    seeds paired, with the verdict of the one rule ([] where no PE was run both ways)."""
+    per_seed: dict[PEDisplay, dict[int, float]] = {}
+    for job in jobs:
+        values = [
+            r["accuracy"]
+            for r in task_records(job)
+            if r.get("accuracy") is not None and r["length"] > top
+        ]
+        if values and job.config:
+            per_seed.setdefault(key(job), {})[int(job.config.seed)] = sum(values) / len(values)
+    out = []
+    for plain in ordered(p for p in per_seed if not p.randomized):
+        # The same column but for randomized positions (other swept settings in the label too).
+        label = plain.label.replace(
+            describe_pe(plain.name).label, describe_pe(plain.name, randomized=True).label, 1
+        )
+        randomized = next((p for p in per_seed if p.randomized and p.label == label), None)
+        if randomized is None:
+            continue
+        seeds = sorted(per_seed[plain].keys() & per_seed[randomized].keys())
+        if not seeds:
+            continue
+        a = [per_seed[randomized][s] for s in seeds]
+        b = [per_seed[plain][s] for s in seeds]
+        verdict = paired(a, b)
+        out.append(
+            f"- **every task** (Ruoss et al.'s average): {randomized.label} minus {plain.label} "
+            f"past the training sizes, {verdict.gap:+.3f} ({sum(a) / len(a):.3f} against "
+            f"{sum(b) / len(b):.3f}): {verdict.words()}."
+        )
+    return out
+
+
 def frontier(table: dict[Any, dict[int, float]], level: float = 0.5) -> dict[Any, int | None]:
     """Per PE, the largest test size answered with at least ``level`` accuracy."""
     return {
@@ -373,6 +416,7 @@ def render(ctx: ReportContext) -> str:
             if (blind := [p for p in by_pe if p not in summary.get(t, {})])
         ),
         *filter(None, (spread_sentence(t, seeds.get(t, {})) for t in summary)),
+        *randomized_verdicts(jobs, top[1], key),
         "",
     ]
     csv = ctx.write_csv(

@@ -13,6 +13,17 @@ def ordered(pes: Any) -> list[PEDisplay]:
     return sorted(pes, key=lambda p: p.sort_key)
 
 
+PANELS_PER_ROW = 4
+
+
+def unit_of(task: str) -> str:
+    """What a size counts for ``task`` (its ``unit``), or "symbols / digits per operand" for a
+    name that is no registered task (a swept config such as ``addition_lsb``)."""
+    from posexp.data.synthetic import TASKS
+
+    return TASKS[task].unit if task in TASKS else "symbols / digits per operand"
+
+
 def plot(
     ctx: ReportContext, data: dict[str, dict[PEDisplay, dict[int, float]]], top: tuple[int, int]
 ) -> Any:
@@ -26,15 +37,17 @@ def plot(
     from posexp.results.curves import DASHES, MARKERS, gapped, gaps_note, not_scored
 
     tasks = list(data)
+    cols = min(len(tasks), PANELS_PER_ROW)  # a mixture's eight tasks: two rows, not one
+    rows = -(-len(tasks) // cols)
     # One style per PE across panels (tasks may have been run with different PEs), so that the
     # one legend holds for every panel.
     style = {pe: i for i, pe in enumerate(ordered({p for table in data.values() for p in table}))}
     # Tall enough for the legend beside the panels (one line per PE, and the training span).
     height = max(4.2, 0.27 * (len(style) + 1) + 1.2)
     fig, axes = plt.subplots(
-        1,
-        len(tasks),
-        figsize=(4.6 * len(tasks) + 2.4, height),
+        rows,
+        cols,
+        figsize=(4.6 * cols + 2.4, max(height, 4.2 * rows)),
         squeeze=False,
         sharey=True,
         layout="constrained",
@@ -42,7 +55,9 @@ def plot(
     colors = pe_colors(ctx)  # each PE's colour in every figure of the report
     lines: dict[PEDisplay, Any] = {}
     lacks: dict[PEDisplay, dict[str, list[int]]] = {}  # PE -> task -> sizes its line lacks
-    for ax, task in zip(axes[0], tasks, strict=True):
+    for ax in axes.flat[len(tasks) :]:
+        ax.set_visible(False)
+    for ax, task in zip(axes.flat, tasks, strict=False):
         sizes = sorted({n for by in data[task].values() for n in by})
         for pe in ordered(data[task]):
             i = style[pe]
@@ -65,9 +80,10 @@ def plot(
         ax.set_xticks(sizes)
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(task, fontsize=11)
-        ax.set_xlabel("test size (symbols / digits per operand)")
+        ax.set_xlabel(f"test size ({unit_of(task)})")
         ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("exact-match accuracy")
+    for row in axes:
+        row[0].set_ylabel("exact-match accuracy")
     # One entry per PE for every panel, naming the sizes its line lacks (in which task, where
     # the tasks differ), then the shaded span.
     drawn = [pe for pe in style if pe in lines]
