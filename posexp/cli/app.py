@@ -164,7 +164,7 @@ def eval_extrapolate(
     protocol: str | None = typer.Option(
         None,
         "--protocol",
-        help="Scoring protocols, comma-separated: nonoverlap | sliding | both (default nonoverlap).",
+        help="Scoring protocols, comma-separated: nonoverlap | sliding | both | doc_position | context_gain (default nonoverlap).",
     ),
     stride: int | None = typer.Option(
         None, "--stride", help="Sliding-window stride; default training length / 2."
@@ -183,6 +183,11 @@ def eval_extrapolate(
         False,
         "--force",
         help="Rescore the cells asked for even where they are measured on these weights (others are kept).",
+    ),
+    attention: bool | None = typer.Option(
+        None,
+        "--attention/--no-attention",
+        help="Also measure where attention goes (as `posexp attention`) at the training length and the longest length, for runs not yet measured there; default the preset's extrapolate.attention.",
     ),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | mps"),
     batch_tokens: int = typer.Option(
@@ -216,6 +221,7 @@ def eval_extrapolate(
         "stride": stride,
         "tokens": tokens,
         "depths": depths,
+        "attention": attention,
     }
     knobs = ExtrapolateConfig.from_dict(options, prefix="--")
     evaluate_runs(run, Settings(knobs, device, batch_tokens, force, workers, threads))

@@ -62,6 +62,17 @@ def longest_evaluated(run: RunDir) -> int | None:
     return max(lengths, default=None)
 
 
+def measured_lengths(run_dir: Path) -> set[int]:
+    """The lengths ``<run>/attention/summary.csv`` holds; empty when absent or unreadable."""
+    import csv
+
+    try:
+        with open(run_dir / FOLDER / "summary.csv", newline="") as fh:
+            return {int(row["length"]) for row in csv.DictReader(fh)}
+    except (OSError, KeyError, ValueError):
+        return set()
+
+
 def plan_lengths(train_length: int, length: int | None, evaluated: int | None) -> list[int]:
     """The training length and the longest one asked for (``--len``), else the longest
     evaluated; one of them when they are equal or nothing longer is known."""

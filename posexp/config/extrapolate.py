@@ -32,6 +32,8 @@ class ExtrapolateConfig:
     stride: int | None = None
     tokens: int | None = None
     depths: list[float] | None = None  # passkey, niah_*: key depths to score, not data.depths
+    # Also measure where attention goes (posexp attention) at L0 and the longest length.
+    attention: bool | None = None
 
     @classmethod
     def from_dict(cls, value: Any, prefix: str = "extrapolate.") -> ExtrapolateConfig:
@@ -63,6 +65,9 @@ class ExtrapolateConfig:
             factor=None if factor is None else check_factor(factor, prefix + "factor"),
             tokens=count("tokens"),
             depths=cls._depths(prefix + "depths", d.get("depths")),
+            attention=None
+            if d.get("attention") is None
+            else checks.boolean(prefix + "attention", d["attention"]),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -152,3 +152,35 @@ def test_a_sweep_dir_measures_every_job_and_names_the_ones_it_skips(run, tmp_pat
     assert f"{sweep / 'a'}: skipped: a broken job" in console.file.getvalue()
     with pytest.raises(PosexpError, match="--windows must be a positive integer"):
         attention.measure_runs(sweep, windows=0, device="cpu", console=console)
+
+
+def test_eval_extrapolate_with_attention_measures_the_longest_evaluated_length_once(
+    run, tmp_path
+):
+    import shutil
+
+    from posexp.commands.extrapolate.evaluate import evaluate_runs
+    from posexp.commands.extrapolate.plan import Settings
+    from posexp.config import ExtrapolateConfig
+
+    path = tmp_path / "run"
+    shutil.copytree(run, path, ignore=shutil.ignore_patterns("attention"))
+    asked = ExtrapolateConfig.from_dict(
+        {"lengths": "32,64", "method": "none", "tokens": 128, "attention": True}, prefix="--"
+    )
+    evaluate_runs(path, Settings(asked, "cpu"), console=quiet(), tables=False)
+    summary = path / "attention" / "summary.csv"
+    assert {r["length"] for r in read(summary)} == {"32", "64"}
+    before = summary.stat().st_mtime_ns
+    evaluate_runs(path, Settings(asked, "cpu"), console=quiet(), tables=False)
+    assert summary.stat().st_mtime_ns == before  # measured there already: not again
+    plain = ExtrapolateConfig.from_dict({"lengths": "32,128", "method": "none"}, prefix="--")
+    evaluate_runs(path, Settings(plain, "cpu"), console=quiet(), tables=False)
+    assert {r["length"] for r in read(summary)} == {"32", "64"}  # not asked: not measured
+
+
+def test_a_non_boolean_attention_knob_is_one_line():
+    from posexp.config import ExtrapolateConfig
+
+    with pytest.raises(PosexpError, match="extrapolate.attention must be true or false, got 'yes'"):
+        ExtrapolateConfig.from_dict({"attention": "yes"})

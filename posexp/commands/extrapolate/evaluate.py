@@ -77,8 +77,33 @@ def evaluate_runs(
     finally:
         for run in runs:
             run.unlock()
+    measure_attention(results, settings, console, skipped)
     skipped.raise_if_any(len(results))
     return results
+
+
+def measure_attention(
+    results: list[RunResult], settings: Settings, console: Any, skipped: JobFailures
+) -> None:
+    """Where attention goes (``posexp attention``) for each evaluated run whose knobs ask for it
+    (``--attention`` or a preset's ``extrapolate.attention``) and that is not yet measured at
+    its longest evaluated length; a run that cannot be measured is named, the others go on."""
+    from posexp.commands.attention import measure_run, measured_lengths
+
+    for result in results:
+        run = RunDir(result.run_dir)
+        if not settings.for_run(run.config()).attention or not result.records:
+            continue
+        longest = max(int(r["length"]) for r in result.records)
+        if longest in measured_lengths(run.path):
+            continue
+        skipped.guard(
+            run.path,
+            lambda run=run, n=longest: measure_run(
+                run.path, n, device=settings.device, console=console
+            ),
+            several=len(results) > 1,
+        )
 
 
 class PartlyEvaluated(PosexpError):
