@@ -10,6 +10,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from posexp.commands.extrapolate.outputs import tag_label
 from posexp.extension.spec import parse_specs
 from tests.helpers import TINY, posexp, snapshot
 
@@ -70,7 +71,9 @@ def test_a_grid_built_in_two_calls_ends_in_one_table_plot_and_tensorboard(study,
     # One line per spec in the figure, one tag per spec in the run's own TensorBoard run.
     events = EventAccumulator(str(run)).Reload()
     for label in labels:
-        steps = [e.step for e in events.Scalars(f"extrapolate/rope/nonoverlap/ppl/{label}")]
+        steps = [
+            e.step for e in events.Scalars(f"extrapolate/rope/nonoverlap/ppl/{tag_label(label)}")
+        ]
         assert steps == [32, 64, 128]
     assert all(label in second.stdout for label in labels)  # the printed table: the union
     # Asked again, nothing is scored and nothing is written.
