@@ -91,7 +91,8 @@ def grid_sections(ctx: ReportContext, summary: pd.DataFrame) -> list[str]:
             "",
             f"### Grid: {title}",
             "",
-            "Each cell: mean ± sample std over the seeds (n); `*` marks the method's default.",
+            "Each cell: mean ± sample std over the seeds (n); `*` marks a setting's default, bold the "
+            "cell of the method's defaults.",
             grid_markdown(grid),
             "",
             f"![{title}]({figure.name})",
