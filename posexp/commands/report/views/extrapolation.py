@@ -51,9 +51,12 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
             tuple(natural_order(swept_value(j, k)) for k in ctx.swept),
         ),
     )
+    from posexp.commands.report.views.results import lineage_labels
+
+    tuned = lineage_labels(ctx)  # a fine-tune: named by what it changed from its parent
     groups: dict[tuple[Any, str], list[Job]] = {}
     for job in jobs:
-        rest = ctx.rest(job, exclude=("pe", "seed"))
+        rest = tuned.get(str(job.path)) or ctx.rest(job, exclude=("pe", "seed"))
         groups.setdefault((job_pe(job), rest), []).append(job)
     pes = [pe for pe, _ in groups]
     columns = []
