@@ -14,7 +14,17 @@ from posexp.results.figures import panel_title
 from posexp.results.style import DASHES, MARKERS, Style, method_style
 from posexp.scoring import SCORERS, metric_of
 
-__all__ = ["DASHES", "MARKERS", "MOST_CURVES", "Curve", "Panel", "method_panels", "plot_panels"]
+__all__ = [
+    "DASHES",
+    "MARKERS",
+    "MOST_CURVES",
+    "Curve",
+    "Guide",
+    "Panel",
+    "method_panels",
+    "plot_panels",
+    "plot_scores",
+]
 MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
 
@@ -326,6 +336,8 @@ class Curve:
     style: Style
     dash: Any
     band: dict[int, tuple[float, float]] = field(default_factory=dict)
+    errors: dict[int, float] = field(default_factory=dict)  # the seeds' std, drawn as bars
+    note: str = ""  # said after the label in a shared legend (after the lengths it lacks)
 
 
 @dataclass
@@ -397,5 +409,109 @@ def plot_panels(
         ax.set_visible(False)
     for row in axes:
         row[0].set_ylabel(ylabel)
+    figure_title(fig, title)
+    return fig
+
+
+@dataclass(frozen=True)
+class Guide:
+    """A reference drawn across every panel and named in the legend: a vertical line at
+    ``at[0]`` (``kind`` "x"), a horizontal one (``"y"``), or a shaded span of x (``"span"``,
+    ``at`` its two ends)."""
+
+    kind: str
+    at: tuple[float, ...]
+    label: str
+    dash: str = "--"
+
+
+def plot_scores(
+    panels: list[Panel],
+    title: str,
+    ylabel: str,
+    xlabel: str,
+    guides: list[Guide] = (),
+    log_x: bool = False,
+    width: float = 4.6,
+) -> Any:
+    """Scores in [0, 1] (accuracy, a task score) against size or length: panels in one row
+    sharing y, x ticks at the sizes measured (log base 2 where ``log_x``, plain numbers), a line
+    broken where it lacks a size, the seeds' std as error bars, ``guides`` (training sizes,
+    a threshold) on every panel; one legend beside the panels, an entry per curve label that
+    names the sizes its lines lack (in which panel, where they differ)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posexp.results.figures import figure_title
+
+    count = max(1, len(panels))
+    labels = list(dict.fromkeys(c.label for p in panels for c in p.curves))
+    height = max(4.2, 0.27 * (len(labels) + len(guides)) + 1.2)  # the legend fits beside
+    fig, axes = plt.subplots(
+        1,
+        count,
+        figsize=(width * count + 2.4, height),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
+    handles: dict[str, Any] = {}
+    lacks: dict[str, dict[str, list[int]]] = {}  # curve label -> panel -> sizes it lacks
+    notes: dict[str, str] = {}
+    guide_handles: dict[str, Any] = {}
+    for ax, panel_ in zip(axes[0], panels, strict=False):
+        sizes = sorted({n for c in panel_.curves for n in c.points})
+        for c in panel_.curves:
+            if not c.points:  # measured at no size (the table says why): no line
+                continue
+            xs, ys, missing = gapped(c.points, sizes)
+            look = {
+                "marker": c.style.marker,
+                "color": c.style.color,
+                "linestyle": c.dash,
+                "label": c.label + not_scored(missing) + c.note,  # this panel's own gaps
+            }
+            if c.errors:
+                errors = [c.errors.get(n, math.nan) for n in xs]
+                drawn = ax.errorbar(xs, ys, yerr=errors, capsize=3, **look)
+            else:
+                (drawn,) = ax.plot(xs, ys, **look)
+            handles.setdefault(c.label, drawn)
+            lacks.setdefault(c.label, {})[panel_.title] = missing
+            notes.setdefault(c.label, c.note)
+        for g in guides:
+            if g.kind == "span":
+                made = ax.axvspan(g.at[0], g.at[1], color="grey", alpha=0.12)
+            elif g.kind == "y":
+                made = ax.axhline(g.at[0], color="grey", linestyle=g.dash, linewidth=1)
+            else:
+                made = ax.axvline(g.at[0], color="grey", linestyle=g.dash, linewidth=1)
+            guide_handles.setdefault(g.label, made)
+        if log_x:
+            ax.set_xscale("log", base=2)
+            ax.minorticks_off()
+        if sizes:
+            ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+        ax.set_ylim(-0.03, 1.03)
+        if len(panels) > 1 or panel_.title:
+            ax.set_title(panel_.title, fontsize=11 if len(panels) > 1 else 10)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel(ylabel)
+    shown = [label for label in labels if label in handles]
+    texts = [
+        label
+        + (gaps_note(lacks[label]) if len(panels) > 1 else not_scored(*lacks[label].values()))
+        + notes[label]
+        for label in shown
+    ]
+    fig.legend(
+        [handles[label] for label in shown] + list(guide_handles.values()),
+        texts + list(guide_handles),
+        loc="outside right center",
+        fontsize=9 if len(panels) > 1 else 8,
+    )
     figure_title(fig, title)
     return fig
