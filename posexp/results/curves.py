@@ -72,8 +72,10 @@ def plain_log_axes(ax: Any, lengths: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{n:,}" for n in lengths])
     ax.set_yscale("log")
-    low, high = ax.dataLim.intervaly  # what is plotted already
-    if 0 < low and high / low < NARROW_SPAN:
+    # What is plotted already: numpy floats, (inf, -inf) for a panel with no finite value (every
+    # cell past a learned table), whose ratio is inf / inf (numpy's "invalid value" warning).
+    low, high = (float(v) for v in ax.dataLim.intervaly)
+    if math.isfinite(low) and math.isfinite(high) and 0 < low and high / low < NARROW_SPAN:
         # A narrow range (ppl 11.5-20): a log locator would label only 15 and 20, so the ticks
         # are evenly spaced numbers inside it instead, several of them.
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))

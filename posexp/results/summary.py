@@ -91,6 +91,8 @@ def cell_text(mean: float, std: float, n: int, digits: int = 2) -> str:
         return "–"
     if n == 1:
         return f"{mean:.{digits}f}"
+    if math.isinf(mean) or math.isnan(std):  # a diverged seed: no spread to state
+        return f"{mean:.{digits}f} (n = {n})"
     return f"{mean:.{digits}f} ± {std:.{digits}f} (n = {n})"
 
 

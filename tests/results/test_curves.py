@@ -201,3 +201,29 @@ def test_a_mixture_task_with_no_depth_every_cell_has_keeps_a_panel_per_depth():
         "niah_single, needle at depth 0.25",
         "niah_single, needle at depth 1",
     }
+
+
+def test_a_panel_with_no_finite_value_draws_without_a_numpy_warning():
+    # Every cell of a panel past a learned table (no number): its y range was (inf, -inf), and
+    # the tick choice divided them ("invalid value encountered in scalar divide" in reports).
+    import math
+    import warnings
+
+    from posexp.results.curves import Curve, Guide, Panel, plot_panels, plot_scores
+    from posexp.results.style import method_style
+
+    style = method_style("none")
+    measured = Curve("none", {64: 10.0, 128: 12.0}, style, "-")
+    empty = Curve("yarn", {64: math.nan, 128: math.nan}, style, "-")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_panels([Panel("a", [measured]), Panel("b", [empty])], "t", "ppl")
+        scores = plot_scores(
+            [Panel("copy", [Curve("rope", {4: 1.0}, style, "-")]), Panel("sort", [])],
+            "t",
+            "accuracy",
+            "size",
+            [Guide("span", (1, 4), "training sizes")],
+        )
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
+    assert len(scores.axes) == 2
