@@ -280,7 +280,7 @@ def baseline_metrics(
     """``eval/<metric>_x<ratio>`` -> (value, step): the unextended model's (method ``none``)
     first protocol at each length (its first row holding that length), named by its multiple of the training length, at the training
     step of the weights it scored (the step axis of every other scalar in the run; the length is
-    in the name). Records without a checkpoint (older ones) stand at step 0."""
+    in the name); a view without a checkpoint (a hand-made one) stands at step 0."""
     base = [
         r
         for r in records

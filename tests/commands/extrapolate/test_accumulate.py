@@ -109,17 +109,6 @@ def test_two_specs_of_one_cell_score_it_once_and_keep_it_under_both(study, cache
     assert (
         at_48[spelled]["ppl"] == first["ppl"] and at_48[spelled]["scored_at"] == first["scored_at"]
     )
-    # Records written before posexp filled nulls in hold null there: they still match.
-    path = run / "eval" / "extrapolate.json"
-    older = records(run)
-    for r in older:
-        if r["label"] == "self_extend(group=2)":
-            r["settings"]["window"] = None
-    path.write_text(json.dumps(older))
-    again = posexp(
-        study, cache, "eval-extrapolate", "--run", str(run), "--method", "self_extend(group=2)", *at
-    )
-    assert "all 1 cells already measured on these weights, scoring none" in again.stdout
 
 
 def test_force_rescores_just_the_cells_asked_for(study, cache):
