@@ -435,12 +435,14 @@ def plot_scores(
     guides: list[Guide] = (),
     log_x: bool = False,
     width: float = 4.6,
+    order: list[str] | None = None,
 ) -> Any:
     """Scores in [0, 1] (accuracy, a task score) against size or length: panels in one row
     sharing y, x ticks at the sizes measured (log base 2 where ``log_x``, plain numbers), a line
     broken where it lacks a size, the seeds' std as error bars, ``guides`` (training sizes,
     a threshold) on every panel; one legend beside the panels, an entry per curve label that
-    names the sizes its lines lack (in which panel, where they differ)."""
+    names the sizes its lines lack (in which panel, where they differ), in ``order`` (curve
+    labels) where given, else as the panels first hold them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -449,7 +451,7 @@ def plot_scores(
     from posexp.results.figures import figure_title
 
     count = max(1, len(panels))
-    labels = list(dict.fromkeys(c.label for p in panels for c in p.curves))
+    labels = list(dict.fromkeys([*(order or []), *(c.label for p in panels for c in p.curves)]))
     height = max(4.2, 0.27 * (len(labels) + len(guides)) + 1.2)  # the legend fits beside
     fig, axes = plt.subplots(
         1,

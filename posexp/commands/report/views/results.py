@@ -39,17 +39,16 @@ def lineage_labels(ctx: ReportContext) -> dict[str, str]:
 
     if "lineage" in ctx.memo:
         return ctx.memo["lineage"]
-    shown = {job.path.resolve(): job for job in ctx.jobs}
-    out = {}
-    for job in ctx.jobs:
-        config = job.config
-        if config and config.parent not in (None, "", "None"):
-            where = Path(str(config.parent)).resolve()
-            try:  # the parent's config: read once where the report shows it too
-                parent = shown[where].config if where in shown else RunDir(where).config()
-            except (PosexpError, OSError):  # the parent moved or lost its config
-                parent = None
-            out[str(job.path)] = finetune_label(config, parent)
+    out: dict[str, str] = {}
+    tuned = [j for j in ctx.jobs if j.config and j.config.parent not in (None, "", "None")]
+    shown = {job.path.resolve(): job for job in ctx.jobs} if tuned else {}
+    for job in tuned:
+        where = Path(str(job.config.parent)).resolve()
+        try:  # the parent's config: read once where the report shows it too
+            parent = shown[where].config if where in shown else RunDir(where).config()
+        except (PosexpError, OSError):  # the parent moved or lost its config
+            parent = None
+        out[str(job.path)] = finetune_label(job.config, parent)
     ctx.memo["lineage"] = out
     return out
 

@@ -40,5 +40,7 @@ def plot(
         "exact-match accuracy",
         "test size (symbols / digits per operand)",
         [Guide("span", (top[0], top[1]), f"training sizes {top[0]}–{top[1]}")],
+        # one legend for every panel: each PE of any task, in the order the PEs declare
+        order=[pe.label for pe in ordered({pe for table in data.values() for pe in table})],
     )
     return ctx.save_figure(fig, "report_length_generalization.png")
