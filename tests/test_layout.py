@@ -206,3 +206,8 @@ def test_the_report_draws_through_the_results_library_not_eval_extrapolate():
     assert "posexp.results.curves" in GRAPH["posexp.commands.report.views.extrapolation_plot"]
     glue = MODULES["posexp.commands.report.views.extrapolation_plot"].read_text()
     assert "matplotlib" not in glue  # it builds the curves; results.curves draws them
+    # the length-generalization and RULER figures too: their views build curves, never draw
+    for view in ("tasks_plot", "ruler"):
+        source = MODULES[f"posexp.commands.report.views.{view}"].read_text()
+        assert "posexp.results.curves" in GRAPH[f"posexp.commands.report.views.{view}"]
+        assert not any(f".{draw}(" in source for draw in ("plot", "errorbar", "axvspan"))

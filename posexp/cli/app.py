@@ -68,6 +68,7 @@ def train(ctx: typer.Context) -> None:
 
 @app.command(cls=Command)
 @says_interrupted
+@stops_as_interrupt()  # SIGTERM as Ctrl-C: a generation inside one long forward ends at once
 def generate(
     prompts: list[str] = typer.Argument(
         ..., help="Texts: sources to translate (pairs run) or to continue (lm run)."

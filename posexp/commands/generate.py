@@ -23,6 +23,7 @@ from posexp.config import RunConfig
 from posexp.errors import PosexpError
 from posexp.model.generation import TokenProgress, generate_ids
 from posexp.runtime.kernel_choice import evaluation_kernels
+from posexp.runtime.stops import interruptible
 
 if TYPE_CHECKING:
     from posexp.store.rundir import RunDir
@@ -276,21 +277,25 @@ def generate_text(
         length_penalty = cfg.translate.length_penalty
     generator = torch.Generator(device=dev).manual_seed(seed)
     progress = TokenProgress(len(ids) * max_new_tokens, items=len(ids))
+    # Off the main thread where a stop can end it (`posexp generate`): one forward over a long
+    # prompt is one torch call, deaf to Ctrl-C and SIGTERM until it returns.
+    decode = functools.partial(
+        generate_ids,
+        model,
+        ids,
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        eos_id=tokenizer.eos_id,
+        batch_size=batch_size,
+        device=dev,
+        generator=generator,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        on_step=progress.update,
+    )
     with progress:
-        new = generate_ids(
-            model,
-            ids,
-            max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            eos_id=tokenizer.eos_id,
-            batch_size=batch_size,
-            device=dev,
-            generator=generator,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            on_step=progress.update,
-        )
+        new = interruptible(decode, tick=progress.waiting)
     if kind in ANSWERING:
         return [tokenizer.decode(n) for n in new]
     return [tokenizer.decode([*p, *n]) for p, n in zip(ids, new, strict=True)]

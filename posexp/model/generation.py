@@ -143,7 +143,7 @@ class TokenProgress:
         )
         self.desc, self.total, self.done, self.next_line = desc, total, 0, total / 10
         self.plain = self.bar.disable and total >= self.PLAIN_MIN
-        self.last_line = time.monotonic()
+        self.last_line = self.started = time.monotonic()
 
     def line(self) -> str:
         """Where the generation is, as a plain line says it."""
@@ -161,6 +161,20 @@ class TokenProgress:
             print(self.line(), file=sys.stderr, flush=True)
             while self.next_line <= self.done:
                 self.next_line += self.total / 10
+
+    def waiting(self) -> None:
+        """While a decoding step runs (a long prompt's first forward takes minutes and ends no
+        step): the bar's clock moves on a terminal; without one, a plain line at least every
+        ``PLAIN_EVERY_S`` seconds that says what it is doing. Safe to call often."""
+        now = time.monotonic()
+        if now - self.last_line < self.PLAIN_EVERY_S:
+            return
+        self.last_line = now
+        if not self.bar.disable:
+            self.bar.refresh()
+            return
+        doing = "reading the prompts" if self.done == 0 else "decoding"
+        print(f"{self.line()} ({doing}, {now - self.started:.0f} s)", file=sys.stderr, flush=True)
 
     def __enter__(self) -> TokenProgress:
         return self

@@ -23,11 +23,13 @@ __all__ = [
     "MARKERS",
     "MOST_CURVES",
     "Curve",
+    "Guide",
     "Panel",
     "bucket_bands",
     "bucket_curve",
     "method_panels",
     "plot_panels",
+    "plot_scores",
 ]
 MOST_CURVES = 8  # a panel with more lines than this cannot be read: more panels instead
 PANELS_PER_ROW = 3  # accuracy plots: panels (key depths) per row
@@ -80,8 +82,10 @@ def plain_log_axes(ax: Any, lengths: list[int], log_y: bool = True) -> None:
         ax.yaxis.set_major_formatter(same_decimals_formatter())
         return
     ax.set_yscale("log")
-    low, high = ax.dataLim.intervaly  # what is plotted already
-    if 0 < low and high / low < NARROW_SPAN:
+    # What is plotted already: numpy floats, (inf, -inf) for a panel with no finite value (every
+    # cell past a learned table), whose ratio is inf / inf (numpy's "invalid value" warning).
+    low, high = (float(v) for v in ax.dataLim.intervaly)
+    if math.isfinite(low) and math.isfinite(high) and 0 < low and high / low < NARROW_SPAN:
         # A narrow range (ppl 11.5-20): a log locator would label only 15 and 20, so the ticks
         # are evenly spaced numbers inside it instead, several of them.
         ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
@@ -346,6 +350,8 @@ class Curve:
     style: Style
     dash: Any
     band: dict[int, tuple[float, float]] = field(default_factory=dict)
+    errors: dict[int, float] = field(default_factory=dict)  # the seeds' std, drawn as bars
+    note: str = ""  # said after the label in a shared legend (after the lengths it lacks)
 
 
 @dataclass
@@ -354,6 +360,7 @@ class Panel:
 
     title: str
     curves: list[Curve]
+    xlabel: str = ""  # its own x label, where panels measure size in different units
 
 
 def plot_panels(
@@ -524,3 +531,116 @@ def plot_run_buckets(records: list[dict[str, Any]], protocol: str, l0: int, titl
     return plot_buckets(
         panels, f"{protocol}: {title}", quantity, [l0], gain=protocol == "context_gain"
     )
+
+
+@dataclass(frozen=True)
+class Guide:
+    """A reference drawn across every panel and named in the legend: a vertical line at
+    ``at[0]`` (``kind`` "x"), a horizontal one (``"y"``), or a shaded span of x (``"span"``,
+    ``at`` its two ends)."""
+
+    kind: str
+    at: tuple[float, ...]
+    label: str
+    dash: str = "--"
+
+
+def plot_scores(
+    panels: list[Panel],
+    title: str,
+    ylabel: str,
+    xlabel: str,
+    guides: list[Guide] = (),
+    log_x: bool = False,
+    width: float = 4.6,
+    order: list[str] | None = None,
+    per_row: int | None = None,
+) -> Any:
+    """Scores in [0, 1] (accuracy, a task score) against size or length: panels in one row
+    sharing y, x ticks at the sizes measured (log base 2 where ``log_x``, plain numbers), a line
+    broken where it lacks a size, the seeds' std as error bars, ``guides`` (training sizes,
+    a threshold) on every panel; one legend beside the panels, an entry per curve label that
+    names the sizes its lines lack (in which panel, where they differ), in ``order`` (curve
+    labels) where given, else as the panels first hold them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from posexp.results.figures import figure_title
+
+    count = max(1, len(panels))
+    cols = min(count, per_row or count)  # a mixture's eight tasks: two rows of four, not one
+    rows = -(-count // cols)
+    labels = list(dict.fromkeys([*(order or []), *(c.label for p in panels for c in p.curves)]))
+    height = max(4.2, 0.27 * (len(labels) + len(guides)) + 1.2)  # the legend fits beside
+    fig, grid = plt.subplots(
+        rows,
+        cols,
+        figsize=(width * cols + 2.4, max(height, 4.2 * rows)),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
+    for ax in grid.flat[count:]:
+        ax.set_visible(False)
+    axes = [list(grid.flat)]  # panels in reading order
+    handles: dict[str, Any] = {}
+    lacks: dict[str, dict[str, list[int]]] = {}  # curve label -> panel -> sizes it lacks
+    notes: dict[str, str] = {}
+    guide_handles: dict[str, Any] = {}
+    for ax, panel_ in zip(axes[0], panels, strict=False):
+        sizes = sorted({n for c in panel_.curves for n in c.points})
+        for c in panel_.curves:
+            if not c.points:  # measured at no size (the table says why): no line
+                continue
+            xs, ys, missing = gapped(c.points, sizes)
+            look = {
+                "marker": c.style.marker,
+                "color": c.style.color,
+                "linestyle": c.dash,
+                "label": c.label + not_scored(missing) + c.note,  # this panel's own gaps
+            }
+            if c.errors:
+                errors = [c.errors.get(n, math.nan) for n in xs]
+                drawn = ax.errorbar(xs, ys, yerr=errors, capsize=3, **look)
+            else:
+                (drawn,) = ax.plot(xs, ys, **look)
+            handles.setdefault(c.label, drawn)
+            lacks.setdefault(c.label, {})[panel_.title] = missing
+            notes.setdefault(c.label, c.note)
+        for g in guides:
+            if g.kind == "span":
+                made = ax.axvspan(g.at[0], g.at[1], color="grey", alpha=0.12)
+            elif g.kind == "y":
+                made = ax.axhline(g.at[0], color="grey", linestyle=g.dash, linewidth=1)
+            else:
+                made = ax.axvline(g.at[0], color="grey", linestyle=g.dash, linewidth=1)
+            guide_handles.setdefault(g.label, made)
+        if log_x:
+            ax.set_xscale("log", base=2)
+            ax.minorticks_off()
+        if sizes:
+            ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+        ax.set_ylim(-0.03, 1.03)
+        if len(panels) > 1 or panel_.title:
+            ax.set_title(panel_.title, fontsize=11 if len(panels) > 1 else 10)
+        ax.set_xlabel(panel_.xlabel or xlabel)
+        ax.grid(True, alpha=0.3)
+    for row in grid:
+        row[0].set_ylabel(ylabel)
+    shown = [label for label in labels if label in handles]
+    texts = [
+        label
+        + (gaps_note(lacks[label]) if len(panels) > 1 else not_scored(*lacks[label].values()))
+        + notes[label]
+        for label in shown
+    ]
+    fig.legend(
+        [handles[label] for label in shown] + list(guide_handles.values()),
+        texts + list(guide_handles),
+        loc="outside right center",
+        fontsize=9 if len(panels) > 1 else 8,
+    )
+    figure_title(fig, title)
+    return fig

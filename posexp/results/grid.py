@@ -2,6 +2,12 @@
 specs (``self_extend(group=2|4,window=8|16)``), a table and a heat map of setting × setting at
 each length multiple, each cell the mean ± std over seeds with n, the method's defaults marked.
 
+A method's defaults are those its settings declare (``posexp.extension.settings``), at their
+effective values for the multiple's factor s and L0 (self_extend's window L0 / 4, its group the
+smallest that reaches the length): a head is marked where its value is the default, the cell
+whose every setting is the default is framed (heat map) or bold (table), and a default that
+the grid does not hold is said in words.
+
 Rows and columns are the settings' values in numeric order; a third varying setting splits the
 grid into one per value of it (named in the title).
 """
@@ -35,7 +41,7 @@ class Grid:
     columns: str  # the setting along the columns
     fixed: tuple[tuple[str, Any], ...]  # the other varying settings, at one value each
     cells: pd.DataFrame  # the summary's rows of this grid
-    defaults: dict[str, Any]
+    defaults: dict[str, Any]  # the method's declared defaults (None: the value s and L0 give)
 
     @property
     def title(self) -> str:
@@ -69,18 +75,64 @@ class Grid:
             texts[i][j] = cell_text(c["mean"], c["std"], c["n"], 3 if self.metric != "ppl" else 2)
         return means, texts
 
-    def label(self, name: str, value: Any) -> str:
-        """A row or column head: the value, marked when it is the method's default."""
-        mark = DEFAULT_MARK if _hashable(self.defaults.get(name)) == _hashable(value) else ""
+    def defaults_at(self, x_l0: float) -> dict[str, Any]:
+        """The method's defaults at one multiple, each null at the value it stands for there
+        (the factor s and L0 of the grid's cells at that multiple); {} for a method no longer
+        registered."""
+        from posexp.extension.registry import effective_params, get_extension
+
+        at = self.cells[self.cells["x_l0"] == x_l0]
+        if at.empty or not self.defaults:
+            return {}
+        first = at.iloc[0]
+        try:
+            method = get_extension(self.method)
+            return effective_params(method, self.defaults, float(first["factor"]), int(first["l0"]))
+        except Exception:  # a method no longer registered: no default to mark
+            return {}
+
+    def default_cell(self, x_l0: float) -> tuple[int, int] | None:
+        """(row, column) of the cell whose every setting is the method's default at this
+        multiple, None where the grid does not hold it."""
+        defaults = self.defaults_at(x_l0)
+        if not defaults:
+            return None
+        rows, cols = self.axis(self.rows), self.axis(self.columns)
+        at = self.cells[self.cells["x_l0"] == x_l0]
+        for settings in at["settings"]:
+            if all(_hashable(settings.get(k)) == _hashable(v) for k, v in defaults.items()):
+                i = [_hashable(v) for v in rows].index(_hashable(settings[self.rows]))
+                j = [_hashable(v) for v in cols].index(_hashable(settings[self.columns]))
+                return i, j
+        return None
+
+    def defaults_text(self, x_l0: float) -> str:
+        """The defaults of the grid's settings at this multiple: ``group=3, window=16``."""
+        defaults = self.defaults_at(x_l0)
+        names = [self.rows, self.columns, *(n for n, _ in self.fixed)]
+        return ", ".join(f"{n}={_text(defaults[n])}" for n in names if n in defaults)
+
+    def label(self, name: str, value: Any, x_l0: float | None = None) -> str:
+        """A row or column head: the value, marked when it is the method's default (at the
+        multiple ``x_l0``, where a null default stands for a value that depends on it)."""
+        defaults = self.defaults if x_l0 is None else self.defaults_at(x_l0)
+        default = defaults.get(name)
+        mark = (
+            DEFAULT_MARK if default is not None and _hashable(default) == _hashable(value) else ""
+        )
         return f"{name}={_text(value)}{mark}"
 
     def table(self, x_l0: float) -> pd.DataFrame:
-        """The grid at one multiple as a table of cell texts."""
+        """The grid at one multiple as a table of cell texts (the default cell in bold)."""
         _, texts = self.values(x_l0)
+        cell = self.default_cell(x_l0)
+        if cell is not None:
+            i, j = cell
+            texts[i][j] = f"**{texts[i][j]}**"
         return pd.DataFrame(
             texts,
-            index=[self.label(self.rows, v) for v in self.axis(self.rows)],
-            columns=[self.label(self.columns, v) for v in self.axis(self.columns)],
+            index=[self.label(self.rows, v, x_l0) for v in self.axis(self.rows)],
+            columns=[self.label(self.columns, v, x_l0) for v in self.axis(self.columns)],
         )
 
 
@@ -137,10 +189,18 @@ def grid_markdown(grid: Grid, pe_label: str | None = None) -> str:
     lines = []
     for x in grid.multiples():
         table = grid.table(x)
+        length = int(grid.cells[grid.cells["x_l0"] == x]["length"].iloc[0])
+        defaults = grid.defaults_text(x)
+        where = (
+            ""
+            if not defaults
+            else f"; the defaults ({defaults}) in bold"
+            if grid.default_cell(x) is not None
+            else f"; the defaults ({defaults}) are not in the grid"
+        )
         lines += [
             "",
-            f"At {x:g}× L0 ({int(grid.cells[grid.cells['x_l0'] == x]['length'].iloc[0]):,} "
-            "tokens):",
+            f"At {x:g}× L0 ({length:,} tokens{where}):",
             "",
             "| " + " | ".join([f"{grid.rows} \\\\ {grid.columns}", *table.columns]) + " |",
             "|" + "|".join([":--", *["--:"] * len(table.columns)]) + "|",
@@ -169,6 +229,7 @@ def heat_map(grid: Grid, title: str) -> Any:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
 
     from posexp.results.figures import figure_title, panel_title
 
@@ -215,20 +276,34 @@ def heat_map(grid: Grid, title: str) -> Any:
                     fontsize=7,
                     color="black" if light else "white",
                 )
-        columns = [grid.label(grid.columns, v) for v in grid.axis(grid.columns)]
+        columns = [grid.label(grid.columns, v, x) for v in grid.axis(grid.columns)]
         ax.set_xticks(range(n_cols), columns, fontsize=8)
         ax.set_yticks(
-            range(n_rows), [grid.label(grid.rows, v) for v in grid.axis(grid.rows)], fontsize=8
+            range(n_rows), [grid.label(grid.rows, v, x) for v in grid.axis(grid.rows)], fontsize=8
         )
+        cell = grid.default_cell(x)
+        if cell is not None:  # the method's defaults: a frame around their cell
+            i, j = cell
+            ax.add_patch(
+                Rectangle(
+                    (j - 0.47, i - 0.47), 0.94, 0.94, fill=False, edgecolor="red", linewidth=2.2
+                )
+            )
         length = int(grid.cells[grid.cells["x_l0"] == x]["length"].iloc[0])
-        panel_title(ax, f"{x:g}× L0 ({length:,} tokens)")
+        defaults = grid.defaults_text(x)
+        note = f"\ndefault {defaults}: not in the grid" if defaults and cell is None else ""
+        panel_title(ax, f"{x:g}× L0 ({length:,} tokens){note}")
         _colorbar(fig, image, ax, grid.metric)
     for ax in list(axes.flat)[len(multiples) :]:
         ax.set_visible(False)
     marked = any(
-        grid.label(n, v).endswith(DEFAULT_MARK)
+        grid.label(n, v, x).endswith(DEFAULT_MARK)
+        for x in multiples
         for n in (grid.rows, grid.columns)
         for v in grid.axis(n)
     )
-    figure_title(fig, title + (f"; {DEFAULT_MARK}: the method's default" if marked else ""))
+    framed = any(grid.default_cell(x) is not None for x in multiples)
+    key = [f"{DEFAULT_MARK}: the method's default"] if marked else []
+    key += ["framed: the default cell"] if framed else []
+    figure_title(fig, title + "".join(f"; {k}" for k in key))
     return fig

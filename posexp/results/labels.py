@@ -7,12 +7,17 @@ settings (one key per thing a reader compares: ``extension`` is ``yarn x4``, not
 factor apart); ``run_labels`` names a list of runs by the settings that vary among them, in a
 fixed order, each in a short form (``rope h8 s1``). The report, its plots, ``posexp runs`` and
 TensorBoard all name runs through here, so one run reads the same everywhere.
+``finetune_label`` names a fine-tune (any run with ``parent=``) by what it changed from its
+parent: ``rope → pe=none (DroPE) ft 200 steps``, ``yarn(factor=4) L256 ft 200 steps``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from posexp.config.run import RunConfig
 
 # Config keys that never name a run: where it lives, how it ran, or copies of other keys.
 PLUMBING_PREFIXES = ("hydra.", "placement.", "attention.")
@@ -243,3 +248,51 @@ def run_labels(
             label = f"{label} ({fallback[i]})" if fallback else f"{label} #{seen[label]}"
         out.append(label)
     return out
+
+
+def pe_text(config: RunConfig) -> str:
+    """A run's encoding as a label shows it: its name, a per-layer composition by its pattern."""
+    if "layers" in config.pe.params:
+        return composition_text(config.pe.params["layers"])
+    return config.pe.name
+
+
+def extension_spec(config: RunConfig) -> str:
+    """A run's trained-in extension as a method spec (``yarn(factor=4)``); ``none`` without."""
+    from posexp.extension.spec import spec_of
+
+    ext = config.extension
+    if ext.method == "none":
+        return "none"
+    try:
+        return spec_of(ext.method, dict(ext.params), ext.factor).label
+    except Exception:  # a method no longer registered: its name and factor
+        return extension_text(ext.method, ext.factor)
+
+
+# Fine-tuning to no encoding from one (Gelberg et al. 2025: RoPE dropped, then recalibrated).
+NO_ENCODING = "none"
+
+
+def finetune_label(child: RunConfig, parent: RunConfig | None) -> str:
+    """What a fine-tune changed relative to its parent, from the two saved configs, in this
+    order: the encoding (``rope → pe=none``, ``(DroPE)`` when it drops one), the extension
+    trained in as its spec (``yarn(factor=4)``, ``ext none`` where the parent had one), the
+    training length (``L256``), PoSE's target (``PoSE 1024``), then the steps (``ft 200
+    steps``). A learning rate or a schedule that fine-tuning sets is not named. Without the
+    parent's config (moved or unreadable), the fine-tune's own extension and steps only."""
+    parts = []
+    if parent is not None and pe_text(child) != pe_text(parent):
+        dropped = child.pe.name == NO_ENCODING and parent.pe.name != NO_ENCODING
+        parts.append(f"{pe_text(parent)} → pe={pe_text(child)}" + (" (DroPE)" if dropped else ""))
+    mine = extension_spec(child)
+    theirs = None if parent is None else extension_spec(parent)
+    if mine != theirs and not (mine == "none" and theirs is None):
+        parts.append("ext none" if mine == "none" else mine)
+    if parent is not None and child.train.seq_len != parent.train.seq_len:
+        parts.append(part("train.seq_len", child.train.seq_len))
+    pose = child.train.pose
+    if pose.enabled and not (parent is not None and parent.train.pose == pose):
+        parts.append(f"PoSE {pose.target_length}" if pose.target_length else "PoSE")
+    parts.append(f"ft {child.train.max_steps} steps")
+    return " ".join(parts)

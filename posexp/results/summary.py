@@ -56,7 +56,7 @@ def spec_order(frame: pd.DataFrame) -> dict[str, tuple]:
 def summarize(frame: pd.DataFrame, changed: dict[str, str] | None = None) -> pd.DataFrame:
     """The primary values of ``frame`` over seeds: one row per (PE, lineage, spec, cell) with
     ``mean``, ``std`` (sample), ``n``, ``values`` and ``seeds`` (in seed order), ``order`` (the
-    spec's sort key) and ``settings``."""
+    spec's sort key), ``settings`` and ``factor``."""
     if frame.empty:
         return pd.DataFrame(columns=[*ROW, *CELL, "metric", "mean", "std", "n", "values"])
     frame = frame[frame["primary"]].copy()
@@ -73,6 +73,7 @@ def summarize(frame: pd.DataFrame, changed: dict[str, str] | None = None) -> pd.
             {
                 **{k: first[k] for k in keys},
                 "settings": first["settings"],
+                "factor": first["factor"],
                 "mean": mean,
                 "std": std,
                 "n": len(values),
@@ -90,6 +91,8 @@ def cell_text(mean: float, std: float, n: int, digits: int = 2) -> str:
         return "–"
     if n == 1:
         return f"{mean:.{digits}f}"
+    if math.isinf(mean) or math.isnan(std):  # a diverged seed: no spread to state
+        return f"{mean:.{digits}f} (n = {n})"
     return f"{mean:.{digits}f} ± {std:.{digits}f} (n = {n})"
 
 

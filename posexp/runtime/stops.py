@@ -134,9 +134,12 @@ def still_running() -> bool:
     return not all(done.is_set() for done in _abandoned)
 
 
-def interruptible(fn: Callable[..., Any], *args: Any) -> Any:
+def interruptible(
+    fn: Callable[..., Any], *args: Any, tick: Callable[[], None] | None = None
+) -> Any:
     """``fn(*args)``, where a stop can interrupt it: in a thread of its own, the main thread
-    waiting in short waits between which Python runs the stop's handler.
+    waiting in short waits between which Python runs the stop's handler (and ``tick``, which
+    can say that the call still runs: a prompt's forward shows no step for minutes).
 
     A handler runs only between two bytecodes of the main thread, so one long torch call (a
     forward over a million tokens takes minutes) would keep the command deaf to stops until it
@@ -166,7 +169,8 @@ def interruptible(fn: Callable[..., Any], *args: Any) -> Any:
     try:  # from the start: a stop may come while the thread starts
         threading.Thread(target=run, name="posexp-interruptible", daemon=True).start()
         while not finished.wait(0.1):  # the stop's handler raises here
-            pass
+            if tick is not None:
+                tick()
     except BaseException:
         _abandoned.append(finished)
         raise

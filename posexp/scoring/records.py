@@ -65,10 +65,13 @@ class Checkpoint:
         return {"step": self.step, "sha256": self.sha256}
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> Checkpoint | None:
-        """From JSON (None: a record written before records named their checkpoint)."""
+    def from_dict(cls, data: Any, where: str) -> Checkpoint:
+        """From JSON; every record names the weights it scored."""
         if data is None:
-            return None
+            raise PosexpError(
+                f"{where}.checkpoint is missing: a record names the weights it scored (a run "
+                "evaluated before posexp 0.1.0 must be evaluated again)"
+            )
         d = checks.mapping(f"{where}.checkpoint", data)
         step = checks.integer(f"{where}.checkpoint.step", d.get("step"), low=0)
         sha = d.get("sha256")
@@ -315,7 +318,7 @@ class Stored:
     """A run's records as stored, split by the weights they scored."""
 
     current: list[Record]  # of the run's current checkpoint
-    stale: list[Record]  # of earlier checkpoints (or of none named: written by an older posexp)
+    stale: list[Record]  # of earlier checkpoints
     checkpoint: Checkpoint
     damaged: list[str] = field(default_factory=list)  # files read in part (force): kept as .bak
     superseded: int = 0  # records in extrapolate.json of earlier weights: moved to stale.json

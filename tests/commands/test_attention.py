@@ -154,9 +154,7 @@ def test_a_sweep_dir_measures_every_job_and_names_the_ones_it_skips(run, tmp_pat
         attention.measure_runs(sweep, windows=0, device="cpu", console=console)
 
 
-def test_eval_extrapolate_with_attention_measures_the_longest_evaluated_length_once(
-    run, tmp_path
-):
+def test_eval_extrapolate_with_attention_measures_the_longest_evaluated_length_once(run, tmp_path):
     import shutil
 
     from posexp.commands.extrapolate.evaluate import evaluate_runs

@@ -237,3 +237,78 @@ def test_a_task_prompt_in_symbols_the_task_never_uses_is_refused(tmp_path, cache
         "allowed: a, b, c, d, e, f, g, h, i, j"
     )
     assert "Traceback" not in proc.stderr
+
+
+def tiny_lm(path, cache):
+    """A checkpoint as `posexp train` writes it (untrained weights)."""
+    mcfg = ModelConfig(
+        vocab_size=260, d_model=32, n_layers=1, n_heads=2, pe="rope", train_length=64
+    )
+    config = run_config(f"cache_dir={cache}").to_dict()
+    save_checkpoint(path, GPT(mcfg), {"step": 0, "model": mcfg.to_dict(), "config": config})
+
+
+def test_a_stop_ends_a_generation_inside_one_long_forward(tmp_path, cache, monkeypatch):
+    # A forward over a long prompt is one torch call: Ctrl-C and SIGTERM waited until it
+    # returned. Here a forward that never returns by itself: the stop must still end it.
+    import os
+    import signal
+
+    from posexp.runtime import stops
+
+    tiny_lm(tmp_path / "lm", cache)
+    r, w = os.pipe()
+    forward = GPT.forward
+
+    sent = []
+
+    def stuck_forward(self, *args, **kwargs):
+        if not sent:  # one stop, in the first forward (the prompt's)
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.read(r, 1)  # returns only once released
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", stuck_forward)
+    # this test's stop is not remembered as the one a later stop could be the echo of
+    monkeypatch.setattr(stops, "_first", [(0, -stops.ECHO_S)])
+    try:
+        with stops.stops_as_interrupt(), pytest.raises(stops.Terminated):
+            generate_text(tmp_path / "lm", ["And God said"], 5, device="cpu")
+        assert stops.still_running()  # the command ends with os._exit (says_interrupted)
+    finally:
+        os.write(w, b"x")  # the abandoned forward finishes
+        os.close(w)
+
+
+def test_a_long_forward_is_not_silent_without_a_terminal(tmp_path, cache, monkeypatch, capsys):
+    import os
+
+    from posexp.model.generation import TokenProgress
+    from posexp.runtime import stops
+
+    tiny_lm(tmp_path / "lm", cache)
+    r, w = os.pipe()
+    forward, waiting = GPT.forward, TokenProgress.waiting
+
+    def slow_forward(self, *args, **kwargs):
+        os.read(r, 1)  # the prompt's forward ends once a progress line was printed
+        return forward(self, *args, **kwargs)
+
+    def waited(self):
+        printed = self.last_line
+        waiting(self)
+        if self.last_line != printed:
+            os.write(w, b"x" * 64)
+
+    monkeypatch.setattr(GPT, "forward", slow_forward)
+    monkeypatch.setattr(TokenProgress, "waiting", waited)
+    monkeypatch.setattr(TokenProgress, "PLAIN_EVERY_S", 0.0)
+    capsys.readouterr()
+    with stops.stops_as_interrupt():
+        out = generate_text(tmp_path / "lm", ["And"], 3, device="cpu")
+    os.close(r)
+    os.close(w)
+    assert out[0].startswith("And")
+    err = capsys.readouterr().err
+    assert "generate (1 prompt): 0 of at most 3 new tokens (reading the prompts, " in err

@@ -284,3 +284,29 @@ def test_a_runs_context_use_figure_shows_each_method_at_the_longest_length():
     assert list(drawn["none"].get_ydata()) == [3.0, 2.0, 1.5]
     assert drawn["pi"].get_color() == method_style("pi", "pi").color
     assert plot_run_buckets(rows, "context_gain", 2, "t") is None
+
+
+def test_a_panel_with_no_finite_value_draws_without_a_numpy_warning():
+    # Every cell of a panel past a learned table (no number): its y range was (inf, -inf), and
+    # the tick choice divided them ("invalid value encountered in scalar divide" in reports).
+    import math
+    import warnings
+
+    from posexp.results.curves import Curve, Guide, Panel, plot_panels, plot_scores
+    from posexp.results.style import method_style
+
+    style = method_style("none")
+    measured = Curve("none", {64: 10.0, 128: 12.0}, style, "-")
+    empty = Curve("yarn", {64: math.nan, 128: math.nan}, style, "-")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_panels([Panel("a", [measured]), Panel("b", [empty])], "t", "ppl")
+        scores = plot_scores(
+            [Panel("copy", [Curve("rope", {4: 1.0}, style, "-")]), Panel("sort", [])],
+            "t",
+            "accuracy",
+            "size",
+            [Guide("span", (1, 4), "training sizes")],
+        )
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 2
+    assert len(scores.axes) == 2

@@ -142,3 +142,28 @@ def test_pe_irope_is_named_by_its_pattern_in_tensorboard():
 
     settings = hparam_dict(run_config("pe=irope", "model=small"))
     assert settings["pe"] == "rope*3+none" and settings["pe.chunk"] == 64
+
+
+def test_a_fine_tune_is_named_by_what_it_changed_from_its_parent():
+    from dataclasses import replace
+
+    from posexp.config.sections import NamedConfig
+    from posexp.extension import ExtensionConfig
+    from posexp.results.labels import finetune_label
+    from tests.helpers import run_config
+
+    parent = run_config("model=tiny", "pe=rope", "train.seq_len=64", "train.max_steps=600")
+    yarn = ExtensionConfig(method="yarn", factor=4.0, original_length=64)
+    longer = replace(parent.train, seq_len=256, max_steps=200)
+    tuned = replace(parent, extension=yarn, train=longer, parent="runs/a", train_length=64)
+    assert finetune_label(tuned, parent) == "yarn(factor=4) L256 ft 200 steps"
+    # DroPE: the encoding dropped on the same weights, at the parent's length
+    shorter = replace(parent.train, max_steps=30)
+    drope = replace(parent, pe=NamedConfig("none"), train=shorter, parent="runs/a")
+    assert finetune_label(drope, parent) == "rope → pe=none (DroPE) ft 30 steps"
+    # a parent trained with the extension: the extension is not a change
+    tuned_parent = replace(parent, extension=yarn, train=longer)
+    assert finetune_label(tuned, tuned_parent) == "ft 200 steps"
+    # a fine-tune back to no extension says so; a parent no longer there: its own config only
+    assert finetune_label(replace(parent, train=shorter), tuned_parent).startswith("ext none")
+    assert finetune_label(tuned, None) == "yarn(factor=4) ft 200 steps"

@@ -51,3 +51,11 @@ def test_a_fine_tune_is_its_own_row_labelled_by_what_it_changed():
     table = main_table(summary, "nonoverlap", "ppl")
     assert list(table.index) == ["rope", "rope [ft yarn x4]"]
     assert table.loc["rope [ft yarn x4]", "128 (2×)"] == "12.00"
+
+
+def test_a_diverged_cell_states_no_spread():
+    from posexp.results.summary import cell_text
+    from posexp.results.verdict import mean_std
+
+    assert cell_text(*mean_std([float("inf"), float("inf")]), 2) == "inf (n = 2)"
+    assert cell_text(*mean_std([1.0, 3.0]), 2) == "2.00 ± 1.41 (n = 2)"

@@ -17,7 +17,6 @@ from typing import Any
 
 from posexp.errors import PosexpError
 from posexp.extension import ExtensionConfig, get_extension
-from posexp.extension.registry import effective_params
 from posexp.extension.spec import BAKED, MethodSpec, spec_of
 from posexp.pe import accepted_extensions
 from posexp.scoring.records import Record, Stored
@@ -28,30 +27,6 @@ log = logging.getLogger("posexp")
 def cell_of(record: Record) -> tuple:
     """What a record measured, whatever spec asked for it (``Record.cell``)."""
     return record.cell
-
-
-def effective_stored(stored: Stored, train_length: int, baked: ExtensionConfig | None) -> Stored:
-    """``stored`` with null settings filled in as this run's evaluation fills them: at the
-    record's factor and L0 (the baked-in extension's own for baked records)."""
-
-    def effective(record: Record) -> Record:
-        if all(v is not None for v in record.settings.values()):
-            return record
-        if record.spec.baked:
-            if baked is None or baked.original_length is None:
-                return record
-            factor, length = baked.factor, baked.original_length
-        else:
-            factor, length = record.factor, train_length
-        method = get_extension(record.method)  # a record names a known method (checked read)
-        filled = effective_params(method, record.settings, factor, length)
-        return dataclasses.replace(record, settings=filled)
-
-    return dataclasses.replace(
-        stored,
-        current=[effective(r) for r in stored.current],
-        stale=[effective(r) for r in stored.stale],
-    )
 
 
 def with_copies(items: Iterable[Any], records: list[Record]) -> list[Record]:

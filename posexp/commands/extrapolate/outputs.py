@@ -233,9 +233,20 @@ def write_tensorboard(
     write_event_file(run_dir, EVAL_EVENTS, fill)
 
 
+def tag_label(label: str) -> str:
+    """A method's label as it stands in a TensorBoard tag: its brackets square,
+    ``yarn[factor=4]``.
+
+    TensorBoard's custom-scalars chart names each curve ``<tag> (<run>)`` and takes the run back
+    from the first ``(`` of that name: a round bracket in a tag yields no run, hence no colour,
+    and the chart draws no line at all (the Scalars tab, which keeps the two apart, draws them)."""
+    return label.replace("(", "[").replace(")", "]")
+
+
 def curve_points(records: list[dict[str, Any]], pe: str = "") -> dict[str, list[tuple[int, float]]]:
     """``extrapolate/[<pe>/]<protocol>[_<task>][_depthD]/<metric>/<method>`` -> (length, value)
-    by length; the cells without a number (past a learned table) are left out."""
+    by length, the method as :func:`tag_label` writes it; the cells without a number (past a
+    learned table) are left out."""
     root = f"extrapolate/{pe}" if pe else "extrapolate"
     curves: dict[str, list[tuple[int, float]]] = {}
     for r in records:
@@ -244,7 +255,8 @@ def curve_points(records: list[dict[str, Any]], pe: str = "") -> dict[str, list[
             continue
         depth = "" if r.get("depth") is None else f"_depth{r['depth']:g}"
         part = "" if r.get("task") is None else f"_{r['task']}"
-        tag = f"{root}/{r['protocol']}{part}{depth}/{r.get('metric') or 'ppl'}/{r['method']}"
+        metric = r.get("metric") or "ppl"
+        tag = f"{root}/{r['protocol']}{part}{depth}/{metric}/{tag_label(r['method'])}"
         curves.setdefault(tag, []).append((r["length"], float(value)))
     return {tag: sorted(points) for tag, points in curves.items()}
 
@@ -274,7 +286,7 @@ def baseline_metrics(
     """``eval/<metric>_x<ratio>`` -> (value, step): the unextended model's (method ``none``)
     first protocol at each length (its first row holding that length), named by its multiple of the training length, at the training
     step of the weights it scored (the step axis of every other scalar in the run; the length is
-    in the name). Records without a checkpoint (older ones) stand at step 0."""
+    in the name); a view without a checkpoint (a hand-made one) stands at step 0."""
     base = [
         r
         for r in records

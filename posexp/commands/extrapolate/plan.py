@@ -23,7 +23,6 @@ from posexp.commands.extrapolate.cells import (
     cell_extension,
     cell_of,
     check_cell_extensions,
-    effective_stored,
     method_specs,
     say_capped_tokens,
     say_other_token_counts,
@@ -203,11 +202,6 @@ class RunPlan:
         the record of the same cell under another label (``todo`` scored it once)."""
         return with_copies(self.items, records)
 
-    def effective(self, stored: Stored) -> Stored:
-        """``stored`` with each record's settings at their effective values (records written
-        before posexp kept them so hold null for a default), so its cells match this plan's."""
-        return effective_stored(stored, self.train_length, self.baked)
-
 
 def find_runs(target: Path | str | Sequence[Path | str] | None) -> list[RunDir]:
     """The run dir itself, every job of a sweep dir (with or without a checkpoint), or the newest run."""
@@ -327,9 +321,7 @@ def plan_run(run: RunDir, settings: Settings, n_runs: int) -> RunPlan:
     if unfinished:
         log.warning("%s: %s; its records say so", run_dir, unfinished)
     precision = recorded_precision(meta, resolve_device(settings.device))
-    stored = effective_stored(
-        load(run, checkpoint_of(run), force=settings.force), train_length, baked
-    )
+    stored = load(run, checkpoint_of(run), force=settings.force)
     specs = method_specs(s.method, pe, baked.method != "none", s.factor, pe_params)
     items: list[Item] = []
     dropped: list[str] = []

@@ -171,7 +171,7 @@ def write_merged(plan: RunPlan, new: list[Record]) -> RunResult:
     A stop waits for the files (cut inside an import, e.g. matplotlib's, it would leave the
     module half imported, and the write of the cells kept at the stop would fail on it)."""
     with held(), merging(plan.run):
-        stored = plan.effective(load(plan.run, plan.checkpoint, force=plan.force))
+        stored = load(plan.run, plan.checkpoint, force=plan.force)
         records = plan.with_copies(merged(stored, new))
         files = write_outputs(plan, records, stored.stale, stored.damaged)
     return RunResult(

@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.custom_scalar import layout_pb2
 from torch.utils.tensorboard import SummaryWriter
 
-from posexp.commands.extrapolate.outputs import EVAL_EVENTS, write_tensorboard
+from posexp.commands.extrapolate.outputs import EVAL_EVENTS, tag_label, write_tensorboard
 from posexp.commands.extrapolate.tables import display_rows
 
 
@@ -184,3 +184,37 @@ def test_each_pe_s_methods_are_the_curves_of_one_chart(tmp_path):
     assert list(alibi) == ["alibi: ppl by evaluation length, nonoverlap (every method)"]
     events = EventAccumulator(str(tmp_path / "rope0")).Reload()
     assert "extrapolate/rope/nonoverlap/ppl/pi" in events.Tags()["scalars"]
+
+
+def frontend_run(tag, run):
+    """The run TensorBoard's custom-scalars chart takes back from a curve it names
+    ``<tag> (<run>)``: what lies between the first ``(`` and the closing one (its rule, in
+    webfiles' index.js); a curve whose run is not a run gets no colour and no line."""
+    found = re.search(r"\((.*)\)$", f"{tag} ({run})")
+    return found and found.group(1)
+
+
+def test_every_chart_s_regex_finds_the_tags_written_and_each_curve_its_run(tmp_path):
+    methods = ["none", "yarn(factor=2)", "yarn(factor=4)", "self_extend(group=2,window=16)"]
+    rows = [record(m, n, ppl(m, n), p) for m in methods for n in (32, 64) for p in ("nonoverlap",)]
+    rows += [{**record("none", 64, 3.0, "passkey"), "depth": 0.5, "metric": "accuracy"}]
+    rows[-1]["accuracy"] = 0.5
+    write_tensorboard(tmp_path, display_rows(rows), {}, train_length=32, pe="rope")
+    events = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0}).Reload()
+    written = [t for t in events.Tags()["scalars"] if t.startswith("extrapolate/")]
+    charts = [(c.title, list(c.multiline.tag)) for k in layout(tmp_path).category for c in k.chart]
+    # TensorBoard's server matches a chart's regexes with Python's re.search
+    shown = {
+        t: [title for title, regexes in charts for x in regexes if re.search(x, t)] for t in written
+    }
+    assert all(len(titles) == 1 for titles in shown.values()), shown
+    assert len(written) == len(methods) + 1 and len(charts) == 2
+    for tag in written:
+        assert frontend_run(tag, "rope0") == "rope0", tag
+    assert "extrapolate/rope/nonoverlap/ppl/yarn[factor=2]" in written
+    assert frontend_run("extrapolate/rope/nonoverlap/ppl/yarn(factor=2)", "rope0") != "rope0"
+
+
+def test_a_tag_s_method_keeps_its_spec_with_square_brackets():
+    assert tag_label("self_extend(group=2,window=16)") == "self_extend[group=2,window=16]"
+    assert tag_label("none") == "none"

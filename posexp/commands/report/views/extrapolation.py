@@ -51,15 +51,19 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
             tuple(natural_order(swept_value(j, k)) for k in ctx.swept),
         ),
     )
+    from posexp.commands.report.views.results import lineage_labels
+
+    tuned = lineage_labels(ctx)  # a fine-tune: named by what it changed from its parent
     groups: dict[tuple[Any, str], list[Job]] = {}
     for job in jobs:
-        rest = ctx.rest(job, exclude=("pe", "seed"))
+        rest = tuned.get(str(getattr(job, "path", ""))) or ctx.rest(job, exclude=("pe", "seed"))
         groups.setdefault((job_pe(job), rest), []).append(job)
     pes = [pe for pe, _ in groups]
     columns = []
     for (pe, extra), seeds in groups.items():
         base, key = pe.label, pe.name + (" randomized" if pe.randomized else "")
-        if pes.count(pe) > 1 and extra:  # several columns per PE: name them by the rest
+        # several columns per PE: name them by the rest; a fine-tune always by its change
+        if extra and (pes.count(pe) > 1 or str(getattr(seeds[0], "path", "")) in tuned):
             base, key = f"{base} [{extra}]", f"{key} [{extra}]"
         # Records of one cell that differ in sample size, stride or precision are different
         # measurements: each is its own series (column), as in eval-extrapolate's tables.

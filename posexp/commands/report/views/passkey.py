@@ -15,7 +15,7 @@ from typing import Any
 
 from posexp.commands.report.depth_maps import depth_maps
 from posexp.commands.report.jobs import Job
-from posexp.commands.report.stats import beyond_noise, mean_std, mean_std_text, paired_differences
+from posexp.commands.report.stats import mean_std, mean_std_text
 from posexp.commands.report.view import ReportContext, md_table, register_report_view
 from posexp.commands.report.views.tasks import task_view
 from posexp.extension import baseline_method
@@ -27,6 +27,7 @@ from posexp.results.depths import (
     depths_note,
     depths_phrase,
 )
+from posexp.results.verdict import compare
 
 VIEW = "passkey"  # the view a task names as its report_view (posexp/data/synthetic)
 Cell = dict[tuple[float, int], dict[int, float]]  # (depth, size) -> seed -> accuracy
@@ -171,11 +172,16 @@ def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[s
                 f"seed{'s' * (len(seeds) != 1)}): nothing to compare."
             )
             continue
-        gap, std, n = paired_differences([mine[s] for s in seeds], [base[s] for s in seeds])
-        out.append(
-            f"- At {length_text}, {label} minus {base_label}: {gap:+.2f} "
-            f"({beyond_noise(gap, [std], n)})."
+        sentence = compare(
+            label,
+            [mine[s] for s in seeds],
+            base_label,
+            [base[s] for s in seeds],
+            what="accuracy",
+            lower_is_better=False,
+            where=f"at {length_text}",
         )
+        out.append(f"- {sentence}")
     return out
 
 

@@ -16,7 +16,6 @@ is the longest context, in tokens, up to which every tested length meets the thr
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -177,46 +176,37 @@ def plot_average(
     marks: dict[str, list[int]],
 ) -> Any:
     """Task average against context length, one line per row with seed spread; the threshold.
-    ``marks``: row -> sizes whose average is of other depths (``MARK``), named in its legend."""
-    import matplotlib
+    ``marks``: row -> sizes whose average is of other depths (``MARK``), named in its legend;
+    drawn by ``posexp.results.curves``."""
+    from posexp.results.curves import Curve, Guide, Panel, plot_scores
+    from posexp.results.style import Style
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from posexp.results.curves import gapped, not_scored
-
-    fig, ax = plt.subplots(figsize=(8.5, 4.8), layout="constrained")
-    # The sizes some row has a task average at (a mixture has none below a task's smallest size).
-    sizes = sorted({s for by_size in averages.values() for s, v in by_size.items() if v})
-    xs = [context[s] for s in sizes]
-    for row, by_size in averages.items():
+    curves = []
+    for i, (row, by_size) in enumerate(averages.items()):
         stats = {context[s]: mean_std(list(v.values())) for s, v in by_size.items() if v}
-        at, means, lacks = gapped({x: m for x, (m, _) in stats.items()}, xs)
-        ax.errorbar(
-            at,
-            means,
-            yerr=[stats.get(x, (0.0, math.nan))[1] for x in at],
-            marker="o",
-            capsize=3,
-            label=row + not_scored(lacks) + marked_note(marks.get(row, []), context),
+        curves.append(
+            Curve(
+                row,
+                {x: m for x, (m, _) in stats.items()},
+                Style(f"C{i % 10}", "o", "-"),
+                "-",
+                errors={x: sd for x, (_, sd) in stats.items()},
+                note=marked_note(marks.get(row, []), context),
+            )
         )
-    ax.axhline(
-        threshold,
-        color="grey",
-        linestyle="--",
-        linewidth=1,
-        label=f"effective-length threshold ({threshold:.2f})",
+    guides = [
+        Guide("y", (threshold,), f"effective-length threshold ({threshold:.2f})"),
+        Guide("x", (l0,), f"training length ({l0:,})", ":"),
+    ]
+    fig = plot_scores(
+        [Panel("", curves)],
+        f"RULER-style tasks: mean score by context length ({n_text})",
+        "RULER score, mean over tasks",
+        "context length (tokens)",
+        guides,
+        log_x=True,
+        width=6.1,
     )
-    ax.axvline(l0, color="grey", linestyle=":", linewidth=1, label=f"training length ({l0:,})")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [f"{x:,}" for x in xs])
-    ax.minorticks_off()
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("context length (tokens)")
-    ax.set_ylabel("RULER score, mean over tasks")
-    ax.set_title(f"RULER-style tasks: mean score by context length ({n_text})", fontsize=10)
-    ax.grid(True, alpha=0.3)
-    fig.legend(loc="outside right center", fontsize=8)
     return ctx.save_figure(fig, "report_ruler.png")
 
 
