@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.kernels import cpp_bias, flex, matmul_attention
+from posexp.kernels import cpp_bias, flex, lse_attention, matmul_attention
 from posexp.kernels.choice import KernelChoice
 from posexp.model import doc_mask, near_far
 from posexp.pe import LogitTerm, PositionalEncoding
@@ -95,6 +95,24 @@ class AttentionCall:
     window: int | None = None
     sinks: int = 0
     sink_logit: torch.Tensor | None = None
+
+    @property
+    def local(self) -> tuple[int | None, int, torch.Tensor | None]:
+        """The layer's window, sinks and sink logit, as the kernels of the methods take them."""
+        return (self.window, self.sinks, self.sink_logit)
+
+    @property
+    def aligned(self) -> bool:
+        """Queries and keys at the same positions, shared by the batch (training, evaluation)."""
+        return (
+            self.q_pos.dim() == 1 and self.k_pos.dim() == 1 and self.q.shape[2] == self.k.shape[2]
+        )
+
+    @property
+    def span(self) -> int:
+        """How far apart the farthest query and key are, plus one: a window this wide or wider
+        hides nothing."""
+        return int(self.q_pos.max()) - int(self.k_pos.min()) + 1
 
     def part(self, queries: slice, keys: slice) -> AttentionCall:
         """The same call over a slice of the queries and one of the keys (a chunk, a block)."""
@@ -175,7 +193,7 @@ def _blockwise(c: AttentionCall) -> Attended:
         c.pe,
         c.plan.block,
         c.need_weights,
-        (c.window, c.sinks, c.sink_logit),
+        c.local,
     )
 
 
@@ -190,7 +208,7 @@ def _classed(c: AttentionCall) -> Attended:
         c.plan,
         c.pe.rotate_at,
         c.need_weights,
-        (c.window, c.sinks, c.sink_logit),
+        c.local,
     )
 
 
@@ -205,7 +223,7 @@ def _remapped(c: AttentionCall) -> Attended:
         c.plan,
         c.pe.rotate_at,
         c.need_weights,
-        (c.window, c.sinks, c.sink_logit),
+        c.local,
     )
 
 
@@ -214,10 +232,24 @@ def _windowed_runs(c: AttentionCall) -> bool:
     # the kernels of full attention, so a window >= L gives exactly their output.
     if c.sink_logit is not None:
         return True
-    if c.window is None:
-        return False
-    span = int(c.q_pos.max()) - int(c.k_pos.min()) + 1
-    return c.window < span
+    return c.window is not None and c.window < c.span
+
+
+def _banded_runs(c: AttentionCall) -> bool:
+    # A method's window and sinks (StreamingLLM, LM-Infinite) over a whole sequence, the layer's
+    # own window (if any) hiding nothing more.
+    return (
+        c.plan is not None
+        and c.plan.window_sinks is not None
+        and not c.need_weights
+        and c.aligned
+        and (c.window is None or c.window >= c.span)
+    )
+
+
+def _banded(c: AttentionCall) -> Attended:
+    assert c.plan is not None
+    return banded_classes(c.q, c.k, c.v, c.q_pos, c.plan, c.pe.rotate_at, c.sink_logit), None
 
 
 def _windowed(c: AttentionCall) -> Attended:
@@ -287,7 +319,8 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 
 
 # In order, the first that takes a call and runs it: a training-free method's plan (blockwise
-# causal attention, then remapped positions), a logit term computed from the scores (CoPE), a
+# causal attention, a window plus sinks over a whole sequence, pairs by class, then remapped
+# positions), a logit term computed from the scores (CoPE), a
 # sliding window or a sink logit (banded, query block by query block), the documents of a
 # doc-masked training row kept apart (``doc_mask``), the weights asked for (explicit softmax), a
 # position bias inside a kernel (when the model built
@@ -296,6 +329,7 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 # (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
 BACKENDS: tuple[Backend, ...] = (
     Backend("blockwise", lambda c: c.plan is not None and c.plan.block is not None, _blockwise),
+    Backend("banded", _banded_runs, _banded),
     Backend("classed", lambda c: c.plan is not None and c.plan.classes is not None, _classed),
     Backend("remapped", lambda c: c.plan is not None and c.plan.remaps_positions, _remapped),
     Backend(
@@ -411,9 +445,18 @@ def windowed_attention(
     One block of ``QUERY_CHUNK`` queries at a time; where queries and keys share positions
     0..T-1 a block gathers only the keys it may see (its sinks and its band of at most
     window + block - 1 keys), so training and evaluation hold O(L·(W + N)) scores, not O(L²).
-    Without a sink logit or weights asked for, each block runs through SDPA with its mask."""
+    Without a sink logit or weights asked for, each block runs through SDPA with its mask; with
+    a sink logit, through the same kernel returning its log-sum-exp, rescaled by
+    σ(lse − sink) (``lse_attention``); a full layer (no window) without a bias in one call."""
     Tq, Tk = q.shape[2], k.shape[2]
     aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and Tq == Tk
+    if aligned and not need_weights and sink_logit is not None:
+        if window is None and not pe.has_bias:
+            out, lse = lse_attention.attention_lse(q, k, v, causal=True, dropout=dropout)
+            return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
+        bias = (lambda qp, kp: pe.bias(qp, kp, q.dtype)) if pe.has_bias else None
+        out, lse = banded_attention_lse(q, k, v, q_pos, bias, window, sinks, dropout)
+        return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
     n_sinks = int((k_pos < sinks).sum()) if aligned and sinks and window is not None else 0
     scale = 1.0 / math.sqrt(q.shape[-1])
     outputs = []
@@ -422,9 +465,7 @@ def windowed_attention(
         end = min(start + QUERY_CHUNK, Tq)
         qb, qp = q[:, :, start:end], q_pos[..., start:end]
         if aligned:
-            low = max(n_sinks, start - window + 1) if window is not None else 0
-            idx = torch.cat([torch.arange(n_sinks), torch.arange(low, end)]).to(k.device)
-            kb, vb, kp = k.index_select(2, idx), v.index_select(2, idx), k_pos[idx]
+            idx, kb, vb, kp = _block_keys(k, v, k_pos, start, end, window, n_sinks)
         else:
             idx, kb, vb, kp = None, k, v, k_pos
         allowed = window_mask(qp, kp, window, sinks)
@@ -449,6 +490,91 @@ def windowed_attention(
             probs = F.dropout(probs, dropout)
         outputs.append(probs.to(vb.dtype) @ vb)
     return torch.cat(outputs, dim=2), weights
+
+
+def _block_keys(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_pos: torch.Tensor,
+    start: int,
+    end: int,
+    window: int | None,
+    n_sinks: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The keys queries ``start:end`` (aligned positions) may see: the first ``n_sinks`` and the
+    band from the first query's ``window``-th last key to the block's end; their indices, keys,
+    values and positions (the band a slice, not a copy, where there are no sinks)."""
+    low = max(n_sinks, start - window + 1) if window is not None else 0
+    if not n_sinks:
+        idx = torch.arange(low, end, device=k.device)
+        return idx, k[:, :, low:end], v[:, :, low:end], k_pos[low:end]
+    idx = torch.cat([torch.arange(n_sinks), torch.arange(low, end)]).to(k.device)
+    return idx, k.index_select(2, idx), v.index_select(2, idx), k_pos[idx]
+
+
+def banded_attention_lse(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    bias: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+    window: int | None,
+    sinks: int = 0,
+    dropout: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal attention over queries and keys at the same positions ``pos`` (T,) in which a
+    query sees its last ``window`` keys (None: all) and the first ``sinks`` positions, with
+    ``bias(q_pos, k_pos)`` added (if given); the output and its log-sum-exp (B, H, T). One block of
+    ``QUERY_CHUNK`` queries at a time over only the keys it may see: O(T·(W + N)) scores."""
+    T = q.shape[2]
+    n_sinks = int((pos < sinks).sum()) if sinks and window is not None else 0
+    outputs, lses = [], []
+    for start in range(0, T, QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, T)
+        qp = pos[start:end]
+        _, kb, vb, kp = _block_keys(k, v, pos, start, end, window, n_sinks)
+        allowed = window_mask(qp, kp, window, sinks)
+        mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
+        if bias is not None:
+            mask = mask + bias(qp, kp)
+        mask = mask.masked_fill(~allowed, float("-inf"))
+        out, lse = lse_attention.attention_lse(q[:, :, start:end], kb, vb, mask, dropout=dropout)
+        outputs.append(out)
+        lses.append(lse)
+    return torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
+
+
+def banded_classes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    plan: AttentionPlan,
+    rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    sink_logit: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``classed_attention`` for a plan whose classes are a window and sinks
+    (``plan.window_sinks`` = (W, S)), over unrotated ``q``, ``k`` at the same positions ``pos``:
+    the band of the last W keys rotated at their own positions (``banded_attention_lse``, with
+    its log-sum-exp), the first S keys outside it rotated at ``plan.rotations[0]``'s positions
+    and scored apart, joined in one softmax (``lse_attention.merge_extra_logits``) with the
+    layer's ``sink_logit``, if any. O(T·(W + S)) scores, where the classes would be O(T²)."""
+    assert plan.window_sinks is not None
+    window, sinks = plan.window_sinks
+    out, lse = banded_attention_lse(rotate_at(q, pos), rotate_at(k, pos), v, pos, None, window)
+    keys = (pos < sinks).nonzero().flatten()
+    distance = pos[:, None] - pos[None, keys]
+    if not bool((distance >= window).any()):  # every sink is inside every query's band
+        if sink_logit is None:
+            return out
+        return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit)
+    q_pos_far, k_pos_far = plan.rotations[0](pos, pos)
+    q_far = rotate_at(q, q_pos_far) / math.sqrt(q.shape[-1])
+    k_far = rotate_at(k.index_select(2, keys), k_pos_far[keys])
+    scores = (q_far @ k_far.transpose(-2, -1)).masked_fill(distance < window, float("-inf"))
+    return lse_attention.merge_extra_logits(
+        out, lse, scores, v.index_select(2, keys), sink_logit=sink_logit
+    )
 
 
 def explicit_attention(
