@@ -96,6 +96,8 @@ def attention_lse(
     if flash_runs(q, mask, dropout):
         if mask is not None:
             mask = mask.to(q.dtype)
+            if mask.dim() == 3:  # (H, Tq, Tk): the kernel takes 2 or 4 dims
+                mask = mask.unsqueeze(0)
         out, lse = _FlashWithLse.apply(q, k, v, mask, causal, scale)
         return out, lse.to(_at_least_fp32(q.dtype))
     scores = (q @ k.transpose(-2, -1)).to(_at_least_fp32(q.dtype)) * scale

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
@@ -189,3 +190,122 @@ def test_the_sink_logit_is_a_trained_parameter_per_head():
 def test_bad_window_settings_are_one_line(kw, message):
     with pytest.raises(PosexpError, match=message):
         GPT(ModelConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, **kw))
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the most elements any op's output had (forward and backward alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def explicit(q, k, v, pe, **kw):
+    """The written-out path of the same call (weights asked for: the softmax is explicit)."""
+    return attend(call(q, k, v, pe, need_weights=True, **kw))[0]
+
+
+@pytest.mark.parametrize("pe_name", ["rope", "alibi"])
+@pytest.mark.parametrize(
+    ("window", "sinks"), [(None, 0), (40, 0), (40, 4), (QUERY_CHUNK + 3, 2), (1, 3)]
+)
+def test_the_sink_logit_fast_path_equals_the_explicit_one_forward_and_backward(
+    pe_name, window, sinks
+):
+    T = 2 * QUERY_CHUNK + 7  # three query blocks, the last one partial
+    pe = pe_of(pe_name)
+    q, k, v = qkv(T, seed=11)
+    s = torch.tensor([0.8, -1.5])
+    g = torch.randn(2, 2, T, 8, generator=torch.Generator().manual_seed(1))
+    grads = []
+    for path in (attend, explicit):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, s)]
+        kw = dict(window=window, sinks=sinks, sink_logit=leaves[3])
+        y = path(call(*leaves[:3], pe, **kw)) if path is attend else path(*leaves[:3], pe, **kw)
+        if path is attend:
+            y = y[0]
+        (y * g).sum().backward()
+        grads.append([y.detach()] + [t.grad for t in leaves])
+    for fast, slow in zip(*grads, strict=True):
+        assert torch.allclose(fast, slow, atol=2e-5), (fast - slow).abs().max()
+
+
+def test_the_sink_logit_fast_path_matches_the_row_by_row_reference():
+    T = QUERY_CHUNK + 9
+    q, k, v = qkv(T, seed=4)
+    s = torch.tensor([0.2, 1.1])
+    got, _ = attend(call(q, k, v, pe_of("none"), window=20, sinks=3, sink_logit=s))
+    assert torch.allclose(got, reference(q, k, v, 20, 3, sink_logit=s), atol=1e-5)
+
+
+def methods_plan(name: str, **params):
+    from posexp.extension.attention import AttentionSpec
+    from posexp.extension.methods.lm_infinite import lm_infinite
+    from posexp.extension.methods.streaming_llm import streaming_llm
+
+    method = {"streaming_llm": streaming_llm, "lm_infinite": lm_infinite}[name]
+    return method(AttentionSpec(factor=4.0, original_length=64), **params)
+
+
+METHODS = [
+    ("streaming_llm", dict(sinks=4, window=40)),
+    ("streaming_llm", dict(sinks=0, window=QUERY_CHUNK + 5)),
+    ("lm_infinite", dict(window=33, cap=50, sinks=4)),
+    ("lm_infinite", dict(window=64, cap=64, sinks=2)),
+]
+
+
+@pytest.mark.parametrize(("name", "params"), METHODS)
+def test_a_methods_declared_window_and_sinks_are_its_classes(name, params):
+    plan = methods_plan(name, **params)
+    window, sinks = plan.window_sinks
+    pos = torch.arange(300)
+    distance = pos[:, None] - pos[None, :]
+    causal = distance >= 0
+    want = torch.where(distance < window, 0, torch.where(pos[None, :] < sinks, 1, -1))
+    assert torch.equal(plan.classes(pos, pos)[causal], want[causal])
+
+
+@pytest.mark.parametrize(("name", "params"), METHODS)
+@pytest.mark.parametrize("with_sink_logit", [False, True])
+def test_a_window_and_sinks_method_equals_its_per_class_path(name, params, with_sink_logit):
+    T = 2 * QUERY_CHUNK + 7
+    plan = methods_plan(name, **params)
+    pe = pe_of("rope")
+    q, k, v = qkv(T, seed=9)
+    s = torch.tensor([0.4, -0.6]) if with_sink_logit else None
+    pos = torch.arange(T)
+    got, _ = attend(AttentionCall(q, k, v, pos, pos, pe, plan, sink_logit=s))
+    want, _ = attention_module.classed_attention(
+        q, k, v, pos, pos, plan, pe.rotate_at, local=(None, 0, s)
+    )
+    assert torch.allclose(got, want, atol=2e-5), (got - want).abs().max()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(window=32, sinks=4),
+        dict(window=32, sinks=4, sink_logit=torch.tensor([0.5, -0.5])),
+        dict(plan=methods_plan("streaming_llm", sinks=4, window=32)),
+        dict(plan=methods_plan("lm_infinite", window=32, cap=64, sinks=4)),
+    ],
+)
+def test_windowed_paths_never_hold_an_l_by_l_tensor(kw):
+    # O(L·W): at L = 1,536 no op (forward or backward) makes a tensor of L² elements per head
+    # pair, while the largest a block needs is its queries times its sinks and band.
+    T, window = 12 * QUERY_CHUNK, 32
+    pe = pe_of("rope")
+    leaves = [t.requires_grad_() for t in qkv(T, seed=0)]
+    with LargestTensor() as seen:
+        y, _ = attend(call(*leaves, pe, **kw))
+        y.sum().backward()
+    assert seen.largest < T * T
+    assert seen.largest <= 2 * 2 * max(QUERY_CHUNK * (4 + window + QUERY_CHUNK), T * 8)
