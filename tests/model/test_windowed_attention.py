@@ -9,6 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
+from posexp.model import gpt as gpt_module
 from posexp.model import attention as attention_module
 from posexp.model.attention import QUERY_CHUNK, AttentionCall, attend
 from posexp.pe import PEContext, build_pe
@@ -309,3 +310,31 @@ def test_windowed_paths_never_hold_an_l_by_l_tensor(kw):
         y.sum().backward()
     assert seen.largest < T * T
     assert seen.largest <= 2 * 2 * max(QUERY_CHUNK * (4 + window + QUERY_CHUNK), T * 8)
+
+
+@pytest.mark.parametrize("kw", [dict(window=5, sinks=2), dict(window=7)])
+def test_kv_cache_decoding_keeps_only_the_window_and_sinks(kw):
+    # Token by token past 6 windows: the logits are the full forward's, and no layer holds more
+    # than its sinks, the keys still in reach, and the window of evicted ones it waits for.
+    m = model(**kw)
+    T = 6 * kw["window"] + 3
+    idx = torch.randint(0, 40, (2, T))
+    full = m(idx)["logits"]
+    cache = m.new_cache()
+    steps, held = [], []
+    for t in range(T):
+        steps.append(m(idx[:, t : t + 1], cache=cache)["logits"])
+        held.append(max(layer["k_len"] for layer in cache.layers))
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+    bound = kw.get("sinks", 0) + 2 * kw["window"]
+    assert max(held) <= bound < T
+    for layer in cache.layers:
+        pos = layer["pos"][: layer["pos_len"]]
+        assert set(range(kw.get("sinks", 0))) <= set(pos.tolist())  # the sinks stay
+        assert pos.max() == T - 1
+
+
+def test_a_cache_with_per_row_positions_is_left_whole():
+    cache = {"k": torch.zeros(1, 1, 9, 2), "pos": torch.arange(9)[None], "pos_len": 9}
+    gpt_module.drop_unseen_keys(cache, 2, 0, 8)
+    assert cache["pos_len"] == 9
