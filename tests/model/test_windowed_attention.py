@@ -9,8 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from posexp.errors import PosexpError
 from posexp.model import GPT, ModelConfig
-from posexp.model import gpt as gpt_module
 from posexp.model import attention as attention_module
+from posexp.model import gpt as gpt_module
 from posexp.model.attention import QUERY_CHUNK, AttentionCall, attend
 from posexp.pe import PEContext, build_pe
 
