@@ -451,6 +451,8 @@ def windowed_attention(
     Tq, Tk = q.shape[2], k.shape[2]
     aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and Tq == Tk
     if aligned and not need_weights and sink_logit is not None:
+        if window is not None and window >= int(q_pos.max() - q_pos.min()) + 1:
+            window = None  # it hides nothing: one causal call
         if window is None and not pe.has_bias:
             out, lse = lse_attention.attention_lse(q, k, v, causal=True, dropout=dropout)
             return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None

@@ -338,3 +338,14 @@ def test_a_cache_with_per_row_positions_is_left_whole():
     cache = {"k": torch.zeros(1, 1, 9, 2), "pos": torch.arange(9)[None], "pos_len": 9}
     gpt_module.drop_unseen_keys(cache, 2, 0, 8)
     assert cache["pos_len"] == 9
+
+
+@pytest.mark.parametrize("pe_name", ["rope", "alibi"])
+def test_a_window_at_least_the_length_with_a_sink_logit_equals_the_full_layers_exactly(pe_name):
+    T = QUERY_CHUNK + 20
+    q, k, v = qkv(T, seed=8)
+    s, pe = torch.tensor([0.3, -0.2]), pe_of(pe_name)
+    full, _ = attend(call(q, k, v, pe, sink_logit=s))
+    for window in (T, T + 1):
+        windowed, _ = attend(call(q, k, v, pe, window=window, sinks=2, sink_logit=s))
+        assert torch.equal(windowed, full)
