@@ -460,6 +460,7 @@ def windowed_attention(
         out, lse = banded_attention_lse(q, k, v, q_pos, bias, window, sinks, dropout)
         return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
     n_sinks = int((k_pos < sinks).sum()) if aligned and sinks and window is not None else 0
+    masks = BlockMasks(q_pos if aligned else None, window, sinks)
     scale = 1.0 / math.sqrt(q.shape[-1])
     outputs = []
     weights = q.new_zeros(*q.shape[:3], Tk) if need_weights else None
@@ -470,7 +471,7 @@ def windowed_attention(
             idx, kb, vb, kp = _block_keys(k, v, k_pos, start, end, window, n_sinks)
         else:
             idx, kb, vb, kp = None, k, v, k_pos
-        allowed = window_mask(qp, kp, window, sinks)
+        allowed = masks.get(qp, kp, None)
         bias = pe.bias(qp, kp, q.dtype) if pe.has_bias else None
         if sink_logit is None and not need_weights:
             mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
@@ -492,6 +493,36 @@ def windowed_attention(
             probs = F.dropout(probs, dropout)
         outputs.append(probs.to(vb.dtype) @ vb)
     return torch.cat(outputs, dim=2), weights
+
+
+class BlockMasks:
+    """The masks of one call's query blocks (``window_mask``: boolean, or additive 0/-inf in a
+    float dtype). Where the positions are 0..T-1 and a window is set, a block's mask depends
+    only on its number of queries and of keys (the sinks, then a band ending at the block's
+    end), so each shape is built once, not once per block."""
+
+    def __init__(self, pos: torch.Tensor | None, window: int | None, sinks: int) -> None:
+        self.window, self.sinks = window, sinks
+        self.reuse = (
+            window is not None
+            and pos is not None
+            and pos.dim() == 1
+            and torch.equal(pos, torch.arange(pos.numel(), device=pos.device))
+        )
+        self.built: dict[tuple[int, int, torch.dtype | None], torch.Tensor] = {}
+
+    def get(self, qp: torch.Tensor, kp: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+        """The mask of queries at ``qp`` over keys at ``kp``; additive in ``dtype`` if given."""
+        key = (qp.shape[-1], kp.shape[-1], dtype)
+        mask = self.built.get(key) if self.reuse else None
+        if mask is None:
+            mask = window_mask(qp, kp, self.window, self.sinks)
+            if dtype is not None:
+                hidden = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+                mask = hidden.masked_fill(~mask, float("-inf"))
+            if self.reuse:
+                self.built[key] = mask
+        return mask
 
 
 def _block_keys(
@@ -530,16 +561,16 @@ def banded_attention_lse(
     ``QUERY_CHUNK`` queries at a time over only the keys it may see: O(T·(W + N)) scores."""
     T = q.shape[2]
     n_sinks = int((pos < sinks).sum()) if sinks and window is not None else 0
+    masks = BlockMasks(pos, window, sinks)
     outputs, lses = [], []
     for start in range(0, T, QUERY_CHUNK):
         end = min(start + QUERY_CHUNK, T)
         qp = pos[start:end]
         _, kb, vb, kp = _block_keys(k, v, pos, start, end, window, n_sinks)
-        allowed = window_mask(qp, kp, window, sinks)
-        mask = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
-        if bias is not None:
-            mask = mask + bias(qp, kp)
-        mask = mask.masked_fill(~allowed, float("-inf"))
+        if bias is None:
+            mask = masks.get(qp, kp, q.dtype)
+        else:
+            mask = bias(qp, kp).masked_fill(~window_mask(qp, kp, window, sinks), float("-inf"))
         out, lse = lse_attention.attention_lse(q[:, :, start:end], kb, vb, mask, dropout=dropout)
         outputs.append(out)
         lses.append(lse)
