@@ -4,7 +4,9 @@ The kernels: torch's SDPA (with an encoding's position bias added one chunk of q
 time), FlexAttention (``posexp/kernels/flex.py``: the bias inside the kernel), the explicit softmax
 that also returns the weights (attention maps, and the reference the tests compare SDPA
 against), the softmax over scores with a term computed from them (CoPE), the two-position
-attention of the training-free methods that remap relative positions, and blockwise causal
+attention of the training-free methods that remap relative positions, windows and sinks one
+block of queries at a time over the keys it may see (a sink logit and a method's sinks joined
+through the kernel's log-sum-exp, ``posexp/kernels/lse_attention.py``), and blockwise causal
 attention (its blocks are the method's; query chunks are this module's unit of work, and
 FlexAttention's tiles are its own). Which one runs follows from what the encoding adds to the
 logits (``PositionalEncoding.logit_term``), the training-free method's plan, whether the
