@@ -213,12 +213,14 @@ def explicit(q, k, v, pe, **kw):
     return attend(call(q, k, v, pe, need_weights=True, **kw))[0]
 
 
+WINDOWS = [(40, 0), (40, 4), (QUERY_CHUNK + 3, 2), (1, 3)]
+FAST_CASES = [(None, 0, True)] + [(w, n, logit) for w, n in WINDOWS for logit in (True, False)]
+
+
 @pytest.mark.parametrize("pe_name", ["rope", "alibi"])
-@pytest.mark.parametrize(
-    ("window", "sinks"), [(None, 0), (40, 0), (40, 4), (QUERY_CHUNK + 3, 2), (1, 3)]
-)
-def test_the_sink_logit_fast_path_equals_the_explicit_one_forward_and_backward(
-    pe_name, window, sinks
+@pytest.mark.parametrize(("window", "sinks", "with_sink_logit"), FAST_CASES)
+def test_the_windowed_fast_paths_equal_the_explicit_one_forward_and_backward(
+    pe_name, window, sinks, with_sink_logit
 ):
     T = 2 * QUERY_CHUNK + 7  # three query blocks, the last one partial
     pe = pe_of(pe_name)
@@ -228,12 +230,12 @@ def test_the_sink_logit_fast_path_equals_the_explicit_one_forward_and_backward(
     grads = []
     for path in (attend, explicit):
         leaves = [t.clone().requires_grad_() for t in (q, k, v, s)]
-        kw = dict(window=window, sinks=sinks, sink_logit=leaves[3])
+        kw = dict(window=window, sinks=sinks, sink_logit=leaves[3] if with_sink_logit else None)
         y = path(call(*leaves[:3], pe, **kw)) if path is attend else path(*leaves[:3], pe, **kw)
         if path is attend:
             y = y[0]
         (y * g).sum().backward()
-        grads.append([y.detach()] + [t.grad for t in leaves])
+        grads.append([y.detach()] + [t.grad for t in leaves[: 3 + with_sink_logit]])
     for fast, slow in zip(*grads, strict=True):
         assert torch.allclose(fast, slow, atol=2e-5), (fast - slow).abs().max()
 
