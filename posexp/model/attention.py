@@ -455,7 +455,8 @@ def windowed_attention(
     if aligned and not need_weights and sink_logit is not None:
         if window is not None and window >= int(q_pos.max() - q_pos.min()) + 1:
             window = None  # it hides nothing: one causal call
-        if window is None and not pe.has_bias:
+        if window is None and not pe.has_bias and lse_attention.flash_runs(q, None, dropout):
+            # One causal kernel call; written out, it would hold (T, T) scores: blocks instead.
             out, lse = lse_attention.attention_lse(q, k, v, causal=True, dropout=dropout)
             return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
         bias = (lambda qp, kp: pe.bias(qp, kp, q.dtype)) if pe.has_bias else None

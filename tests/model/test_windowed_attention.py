@@ -351,3 +351,16 @@ def test_a_window_at_least_the_length_with_a_sink_logit_equals_the_full_layers_e
     for window in (T, T + 1):
         windowed, _ = attend(call(q, k, v, pe, window=window, sinks=2, sink_logit=s))
         assert torch.equal(windowed, full)
+
+
+@pytest.mark.parametrize("window", [None, 32])
+def test_the_written_out_sink_logit_path_never_holds_an_l_by_l_tensor(window):
+    # float64 has no flash kernel (as a GPU has none here): the blocks are written out, each
+    # over at most its own end's keys.
+    T = 12 * QUERY_CHUNK
+    leaves = [t.double().requires_grad_() for t in qkv(T, seed=0)]
+    s = torch.tensor([0.5, -0.5], dtype=torch.float64)
+    with LargestTensor() as seen:
+        y, _ = attend(call(*leaves, pe_of("rope"), window=window, sink_logit=s))
+        y.sum().backward()
+    assert seen.largest <= 2 * 2 * QUERY_CHUNK * T < T * T
