@@ -73,16 +73,6 @@ def test_window_and_sinks_match_a_direct_masked_softmax(pe_name, T, window, sink
     assert torch.allclose(weights.sum(-1), torch.ones(2, 2, T), atol=1e-5)
 
 
-def test_the_worked_mask_l6_w3():
-    # Row 5 sees {3, 4, 5}, row 1 sees {0, 1}.
-    pos = torch.arange(6)
-    mask = attention_module.window_mask(pos, pos, 3, 0)
-    assert mask[5].nonzero().flatten().tolist() == [3, 4, 5]
-    assert mask[1].nonzero().flatten().tolist() == [0, 1]
-    with_sink = attention_module.window_mask(pos, pos, 3, 1)
-    assert with_sink[5].nonzero().flatten().tolist() == [0, 3, 4, 5]
-
-
 def test_a_window_of_one_returns_each_tokens_own_value():
     q, k, v = qkv(9)
     got, _ = attend(call(q, k, v, pe_of("rope"), window=1))
