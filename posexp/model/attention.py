@@ -435,6 +435,7 @@ def windowed_attention(
     σ(lse − sink) (``lse_attention``); a full layer (no window) without a bias in one call."""
     Tq, Tk = q.shape[2], k.shape[2]
     aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and Tq == Tk
+    bias_of = (lambda qp, kp: pe.bias(qp, kp, q.dtype)) if pe.has_bias else None
     if aligned and not need_weights and sink_logit is not None:
         if window is not None and window >= int(q_pos.max() - q_pos.min()) + 1:
             window = None  # it hides nothing: one causal call
@@ -442,11 +443,12 @@ def windowed_attention(
             # One causal kernel call; written out, it would hold (T, T) scores: blocks instead.
             out, lse = lse_attention.attention_lse(q, k, v, causal=True, dropout=dropout)
             return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
-        bias = (lambda qp, kp: pe.bias(qp, kp, q.dtype)) if pe.has_bias else None
-        out, lse = banded_attention_lse(q, k, v, q_pos, bias, window, sinks, dropout, QUERY_CHUNK)
+        out, lse = banded_attention_lse(
+            q, k, v, q_pos, bias_of, window, sinks, dropout, QUERY_CHUNK, pe.bias_by_distance
+        )
         return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
     n_sinks = int((k_pos < sinks).sum()) if aligned and sinks and window is not None else 0
-    masks = BlockMasks(q_pos if aligned else None, window, sinks)
+    masks = BlockMasks(q_pos if aligned else None, window, sinks, bias_of, pe.bias_by_distance)
     scale = 1.0 / math.sqrt(q.shape[-1])
     outputs = []
     weights = q.new_zeros(*q.shape[:3], Tk) if need_weights else None
@@ -457,18 +459,16 @@ def windowed_attention(
             idx, kb, vb, kp = block_keys(k, v, k_pos, start, end, window, n_sinks)
         else:
             idx, kb, vb, kp = None, k, v, k_pos
-        allowed = masks.get(qp, kp, None)
-        bias = pe.bias(qp, kp, q.dtype) if pe.has_bias else None
         if sink_logit is None and not need_weights:
-            mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+            mask = masks.get(qp, kp, None if bias_of is None else q.dtype)
             outputs.append(
                 F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
             )
             continue
         scores = (qb * scale) @ kb.transpose(-2, -1)
-        if bias is not None:
-            scores = scores + bias
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        if bias_of is not None:
+            scores = scores + bias_of(qp, kp)
+        scores = scores.masked_fill(~masks.get(qp, kp, None), float("-inf"))
         probs = softmax_with_sink(scores, sink_logit)
         if weights is not None:
             if idx is None:

@@ -37,32 +37,51 @@ def softmax_with_sink(scores: torch.Tensor, sink_logit: torch.Tensor | None) -> 
     return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
 
 
-class BlockMasks:
-    """The masks of one call's query blocks (``window_mask``: boolean, or additive 0/-inf in a
-    float dtype). Where the positions are 0..T-1 and a window is set, a block's mask depends
-    only on its number of queries and of keys (the sinks, then a band ending at the block's
-    end), so each shape is built once, not once per block."""
+Bias = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (q_pos, k_pos) -> additive
 
-    def __init__(self, pos: torch.Tensor | None, window: int | None, sinks: int) -> None:
-        self.window, self.sinks = window, sinks
+
+class BlockMasks:
+    """The masks of one call's query blocks: ``window_mask`` (boolean), or additive in a float
+    dtype, 0 or -inf plus ``bias`` (if any). Where the positions are 0..T-1 and a window is
+    set, a block's mask depends only on its number of queries and of keys (the sinks, then a
+    band ending at the block's end), as does a bias read by distance alone
+    (``bias_by_distance``) where there are no sinks, so each shape is built once, not once
+    per block."""
+
+    def __init__(
+        self,
+        pos: torch.Tensor | None,
+        window: int | None,
+        sinks: int,
+        bias: Bias | None = None,
+        bias_by_distance: bool = False,
+    ) -> None:
+        self.window, self.sinks, self.bias = window, sinks, bias
         self.reuse = (
             window is not None
             and pos is not None
             and pos.dim() == 1
             and torch.equal(pos, torch.arange(pos.numel(), device=pos.device))
         )
+        # A sink's distance from the block's queries grows with the block: its bias differs.
+        self.bias_reused = bias is None or (bias_by_distance and not sinks)
         self.built: dict[tuple[int, int, torch.dtype | None], torch.Tensor] = {}
 
     def get(self, qp: torch.Tensor, kp: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-        """The mask of queries at ``qp`` over keys at ``kp``; additive in ``dtype`` if given."""
+        """The mask of queries at ``qp`` over keys at ``kp``: boolean, or additive in ``dtype``
+        with the bias."""
         key = (qp.shape[-1], kp.shape[-1], dtype)
-        mask = self.built.get(key) if self.reuse else None
+        keep = self.reuse and (dtype is None or self.bias_reused)
+        mask = self.built.get(key) if keep else None
         if mask is None:
             mask = window_mask(qp, kp, self.window, self.sinks)
             if dtype is not None:
-                hidden = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-                mask = hidden.masked_fill(~mask, float("-inf"))
-            if self.reuse:
+                if self.bias is None:
+                    additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+                else:
+                    additive = self.bias(qp, kp).to(dtype)
+                mask = additive.masked_fill(~mask, float("-inf"))
+            if keep:
                 self.built[key] = mask
         return mask
 
@@ -92,28 +111,27 @@ def banded_attention_lse(
     k: torch.Tensor,
     v: torch.Tensor,
     pos: torch.Tensor,
-    bias: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+    bias: Bias | None,
     window: int | None,
     sinks: int = 0,
     dropout: float = 0.0,
     block: int = 128,
+    bias_by_distance: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal attention over queries and keys at the same positions ``pos`` (T,) in which a
     query sees its last ``window`` keys (None: all) and the first ``sinks`` positions, with
-    ``bias(q_pos, k_pos)`` added (if given); the output and its log-sum-exp (B, H, T). One
+    ``bias(q_pos, k_pos)`` added (if given; ``bias_by_distance``: it depends on i - j alone);
+    the output and its log-sum-exp (B, H, T). One
     ``block`` of queries at a time over only the keys it may see: O(T·(W + N)) scores."""
     T = q.shape[2]
     n_sinks = int((pos < sinks).sum()) if sinks and window is not None else 0
-    masks = BlockMasks(pos, window, sinks)
+    masks = BlockMasks(pos, window, sinks, bias, bias_by_distance)
     outputs, lses = [], []
     for start in range(0, T, block):
         end = min(start + block, T)
         qp = pos[start:end]
         _, kb, vb, kp = block_keys(k, v, pos, start, end, window, n_sinks)
-        if bias is None:
-            mask = masks.get(qp, kp, q.dtype)
-        else:
-            mask = bias(qp, kp).masked_fill(~window_mask(qp, kp, window, sinks), float("-inf"))
+        mask = masks.get(qp, kp, q.dtype)
         out, lse = lse_attention.attention_lse(q[:, :, start:end], kb, vb, mask, dropout=dropout)
         outputs.append(out)
         lses.append(lse)

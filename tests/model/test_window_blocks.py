@@ -50,3 +50,23 @@ def test_masks_are_not_kept_where_positions_are_not_0_to_t():
     assert not window_blocks.BlockMasks(torch.arange(5) + 3, 2, 0).reuse
     assert not window_blocks.BlockMasks(torch.arange(5), None, 0).reuse
     assert not window_blocks.BlockMasks(None, 2, 0).reuse
+
+
+@pytest.mark.parametrize("sinks", [0, 3])
+def test_a_bias_by_distance_is_kept_with_the_masks_only_without_sinks(sinks):
+    T, block, window = 4 * 128 + 7, 128, 40
+    pos = torch.arange(T)
+
+    def bias(qp, kp):  # ALiBi's form, one slope: depends on i - j alone
+        return -0.5 * (qp[:, None] - kp[None, :]).float()
+
+    masks = window_blocks.BlockMasks(pos, window, sinks, bias, bias_by_distance=True)
+    assert masks.bias_reused is (sinks == 0)
+    k = pos.view(1, 1, T, 1)
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        _, _, _, kp = window_blocks.block_keys(k, k, pos, start, end, window, sinks)
+        qp = pos[start:end]
+        hidden = ~window_blocks.window_mask(qp, kp, window, sinks)
+        want = bias(qp, kp).masked_fill(hidden, float("-inf"))
+        assert torch.equal(masks.get(qp, kp, torch.float32), want)

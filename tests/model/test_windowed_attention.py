@@ -59,7 +59,10 @@ def test_a_window_at_least_the_length_equals_full_attention_exactly(pe_name, T):
 
 
 @pytest.mark.parametrize("pe_name", ["none", "alibi"])
-@pytest.mark.parametrize(("T", "window", "sinks"), [(6, 3, 0), (11, 4, 2), (300, 40, 4)])
+# 4 blocks of 128 and a partial one: several blocks share one shape of mask.
+@pytest.mark.parametrize(
+    ("T", "window", "sinks"), [(6, 3, 0), (11, 4, 2), (300, 40, 4), (4 * QUERY_CHUNK + 7, 40, 4)]
+)
 def test_window_and_sinks_match_a_direct_masked_softmax(pe_name, T, window, sinks):
     q, k, v = qkv(T, seed=T)
     pe = pe_of(pe_name)
@@ -212,7 +215,7 @@ FAST_CASES = [(None, 0, True)] + [(w, n, logit) for w, n in WINDOWS for logit in
 def test_the_windowed_fast_paths_equal_the_explicit_one_forward_and_backward(
     pe_name, window, sinks, with_sink_logit
 ):
-    T = 2 * QUERY_CHUNK + 7  # three query blocks, the last one partial
+    T = 4 * QUERY_CHUNK + 7  # five query blocks, the last one partial
     pe = pe_of(pe_name)
     q, k, v = qkv(T, seed=11)
     s = torch.tensor([0.8, -1.5])
