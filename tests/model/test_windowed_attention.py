@@ -357,3 +357,25 @@ def test_the_written_out_sink_logit_path_never_holds_an_l_by_l_tensor(window):
         y, _ = attend(call(*leaves, pe_of("rope"), window=window, sink_logit=s))
         y.sum().backward()
     assert seen.largest <= 2 * 2 * QUERY_CHUNK * T < T * T
+
+
+def test_kv_cache_decoding_with_streaming_llm_keeps_only_its_sinks_and_window():
+    from posexp.extension import ExtensionConfig
+
+    torch.manual_seed(0)
+    ext = ExtensionConfig("streaming_llm", 1.0, 16, dict(sinks=2, window=5))
+    m = GPT(
+        ModelConfig(
+            vocab_size=30, d_model=32, n_layers=2, n_heads=2, train_length=16, extension=ext
+        )
+    ).eval()
+    T = 40
+    idx = torch.randint(0, 30, (2, T))
+    full = m(idx)["logits"]
+    cache = m.new_cache()
+    steps, held = [], []
+    for t in range(T):
+        steps.append(m(idx[:, t : t + 1], cache=cache)["logits"])
+        held.append(max(layer["k_len"] for layer in cache.layers))
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+    assert max(held) <= 2 + 2 * 5 < T
