@@ -245,20 +245,16 @@ def _windowed_runs(c: AttentionCall) -> bool:
 
 
 def _banded_runs(c: AttentionCall) -> bool:
-    # A method's window and sinks (StreamingLLM, LM-Infinite) over a whole sequence, the layer's
-    # own window (if any) hiding nothing more.
+    # A method's window and sinks (StreamingLLM, LM-Infinite) over a whole sequence, under the
+    # layer's own window, sinks and sink logit.
     return (
-        c.plan is not None
-        and c.plan.window_sinks is not None
-        and not c.need_weights
-        and c.aligned
-        and (c.window is None or c.window >= c.span)
+        c.plan is not None and c.plan.window_sinks is not None and not c.need_weights and c.aligned
     )
 
 
 def _banded(c: AttentionCall) -> Attended:
     assert c.plan is not None
-    return banded_classes(c.q, c.k, c.v, c.q_pos, c.plan, c.pe.rotate_at, c.sink_logit), None
+    return banded_classes(c.q, c.k, c.v, c.q_pos, c.plan, c.pe.rotate_at, c.local), None
 
 
 def _windowed(c: AttentionCall) -> Attended:
@@ -488,29 +484,41 @@ def banded_classes(
     pos: torch.Tensor,
     plan: AttentionPlan,
     rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    sink_logit: torch.Tensor | None = None,
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
 ) -> torch.Tensor:
     """``classed_attention`` for a plan whose classes are a window and sinks
-    (``plan.window_sinks`` = (W, S)), over unrotated ``q``, ``k`` at the same positions ``pos``:
-    the band of the last W keys rotated at their own positions (``banded_attention_lse``, with
-    its log-sum-exp), the first S keys outside it rotated at ``plan.rotations[0]``'s positions
-    and scored apart, joined in one softmax (``lse_attention.merge_extra_logits``) with the
-    layer's ``sink_logit``, if any. O(T·(W + S)) scores, where the classes would be O(T²)."""
+    (``plan.window_sinks`` = (W, S)), over unrotated ``q``, ``k`` at the same positions ``pos``,
+    under the layer's ``local`` window, sinks and sink logit: the band of keys both windows
+    keep, rotated at their own positions (``banded_attention_lse``, with its log-sum-exp); the
+    first keys (the method's sinks, the layer's) wherever else either keeps them, scored
+    apart (at their own positions within W, at ``plan.rotations[0]``'s beyond); joined in one
+    softmax with the sink logit (``lse_attention.merge_extra_logits``). O(T·(W + S)) scores,
+    where the classes would be O(T²)."""
     assert plan.window_sinks is not None
     window, sinks = plan.window_sinks
-    out, lse = banded_attention_lse(
-        rotate_at(q, pos), rotate_at(k, pos), v, pos, None, window, block=QUERY_CHUNK
-    )
-    keys = (pos < sinks).nonzero().flatten()
+    layer_window, layer_sinks, sink_logit = local
+    band = window if layer_window is None else min(window, layer_window)
+    q_own, k_own = rotate_at(q, pos), rotate_at(k, pos)
+    out, lse = banded_attention_lse(q_own, k_own, v, pos, None, band, block=QUERY_CHUNK)
+    first = max(sinks, layer_sinks) if layer_window is not None else sinks
+    keys = (pos < first).nonzero().flatten()
     distance = pos[:, None] - pos[None, keys]
-    if not bool((distance >= window).any()):  # every sink is inside every query's band
+    seen = (distance >= band) & ((distance < window) | (pos[keys] < sinks))
+    if layer_window is not None:
+        seen &= (distance < layer_window) | (pos[keys] < layer_sinks)
+    if not bool(seen.any()):  # the band holds every key anyone sees
         if sink_logit is None:
             return out
         return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit)
+    scale = 1.0 / math.sqrt(q.shape[-1])
     q_pos_far, k_pos_far = plan.rotations[0](pos, pos)
-    q_far = rotate_at(q, q_pos_far) / math.sqrt(q.shape[-1])
+    q_far = rotate_at(q, q_pos_far) * scale
     k_far = rotate_at(k.index_select(2, keys), k_pos_far[keys])
-    scores = (q_far @ k_far.transpose(-2, -1)).masked_fill(distance < window, float("-inf"))
+    scores = q_far @ k_far.transpose(-2, -1)
+    if bool((seen & (distance < window)).any()):  # a layer's sink within the method's window
+        own = (q_own * scale) @ k_own.index_select(2, keys).transpose(-2, -1)
+        scores = torch.where(distance < window, own, scores)
+    scores = scores.masked_fill(~seen, float("-inf"))
     return lse_attention.merge_extra_logits(
         out, lse, scores, v.index_select(2, keys), sink_logit=sink_logit
     )

@@ -269,18 +269,27 @@ def test_a_methods_declared_window_and_sinks_are_its_classes(name, params):
     assert torch.equal(plan.classes(pos, pos)[causal], want[causal])
 
 
+# The layer's own window and sinks on top: none, narrower than the method's, wider, with
+# more sinks than the method keeps, and a window of one.
+LAYER_LOCAL = [(None, 0), (20, 2), (60, 6), (QUERY_CHUNK + 9, 0), (1, 0)]
+
+
 @pytest.mark.parametrize(("name", "params"), METHODS)
 @pytest.mark.parametrize("with_sink_logit", [False, True])
-def test_a_window_and_sinks_method_equals_its_per_class_path(name, params, with_sink_logit):
+@pytest.mark.parametrize(("layer_window", "layer_sinks"), LAYER_LOCAL)
+def test_a_window_and_sinks_method_equals_its_per_class_path(
+    name, params, with_sink_logit, layer_window, layer_sinks
+):
     T = 2 * QUERY_CHUNK + 7
     plan = methods_plan(name, **params)
     pe = pe_of("rope")
     q, k, v = qkv(T, seed=9)
     s = torch.tensor([0.4, -0.6]) if with_sink_logit else None
     pos = torch.arange(T)
-    got, _ = attend(AttentionCall(q, k, v, pos, pos, pe, plan, sink_logit=s))
+    local = dict(window=layer_window, sinks=layer_sinks, sink_logit=s)
+    got, _ = attend(AttentionCall(q, k, v, pos, pos, pe, plan, **local))
     want, _ = attention_module.classed_attention(
-        q, k, v, pos, pos, plan, pe.rotate_at, local=(None, 0, s)
+        q, k, v, pos, pos, plan, pe.rotate_at, local=(layer_window, layer_sinks, s)
     )
     assert torch.allclose(got, want, atol=2e-5), (got - want).abs().max()
 
@@ -292,6 +301,7 @@ def test_a_window_and_sinks_method_equals_its_per_class_path(name, params, with_
         dict(window=32, sinks=4, sink_logit=torch.tensor([0.5, -0.5])),
         dict(plan=methods_plan("streaming_llm", sinks=4, window=32)),
         dict(plan=methods_plan("lm_infinite", window=32, cap=64, sinks=4)),
+        dict(window=16, sinks=2, plan=methods_plan("streaming_llm", sinks=4, window=32)),
     ],
 )
 def test_windowed_paths_never_hold_an_l_by_l_tensor(kw):
