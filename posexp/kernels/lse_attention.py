@@ -6,14 +6,14 @@ Why: the softmax over the keys of one kernel call and a few more logits z_n with
     out' = (e^lse · out + Σ e^z_n · u_n) / (e^lse + Σ e^z_n),
 
 so a sink logit s (no value) is ``out · sigmoid(lse - s)`` and StreamingLLM's sinks, scored at
-their own rotation, join a banded attention without an (L, L) score tensor. On the CPU the
+the method's positions, join a banded attention without an (L, L) score tensor. On the CPU the
 kernel is the one SDPA runs (torch's flash attention for the CPU, which returns the
 log-sum-exp); its backward ignores a gradient on the log-sum-exp, so ``_FlashWithLse`` folds it
 in: d lse_i / d s_ij = p_ij adds g_i·p_ij to dS_ij = p_ij (dO_i·v_j − D_i), i.e. replaces
 D_i = dO_i·out_i by D_i − g_i. The backward op computes D from the ``out`` and ``grad_out`` it is
 handed, so one extra head column does it exactly: v gets a 0, ``out`` gets −g_i, ``grad_out``
-gets 1 (and q, k a 0, which leaves the scores alone). Elsewhere (a GPU, dropout, a bias that
-is trained) the block is written out, which the callers keep to O(block × keys).
+gets 1 (and q, k a 0, which leaves the scores alone). Elsewhere (a GPU, float64, dropout, a
+bias that is trained) the block is written out, which the callers keep to O(block × keys).
 """
 
 from __future__ import annotations
