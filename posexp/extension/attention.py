@@ -11,7 +11,7 @@ an ``AttentionPlan`` once per model from its params and the training length L0:
 * ``classes`` and ``rotations``: the general form of ``far``: each pair falls in a class, kept
   (0), rotated at one of several remapped positions (1, 2, ...), or hidden (-1): a Λ-shaped mask
   (StreamingLLM, LM-Infinite), chunk-relative positions (Dual Chunk Attention), shifted ones
-  (STRING);
+  (STRING); ``window_sinks`` declares classes that are a window plus sinks, for a faster kernel;
 * ``block``: a query at position p sees only the keys of blocks ⌊p/block⌋ − 1 and ⌊p/block⌋
   (blockwise causal attention), through ``posexp.model.attention.block_local_attention``.
 
@@ -55,6 +55,10 @@ class AttentionPlan:
     # LM-Infinite, Dual Chunk Attention, STRING).
     classes: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     rotations: tuple[FarPositions, ...] = ()
+    # (W, S) where ``classes`` is exactly a window and sinks: class 0 for 0 <= i - j < W, class 1
+    # for a key at a position below S outside it, -1 else (StreamingLLM, LM-Infinite). A kernel
+    # then attends over the band and the S sinks apart, in O(L·(W + S)) (``banded_classes``).
+    window_sinks: tuple[int, int] | None = None
 
     @property
     def remaps_positions(self) -> bool:

@@ -4,7 +4,9 @@ The kernels: torch's SDPA (with an encoding's position bias added one chunk of q
 time), FlexAttention (``posexp/kernels/flex.py``: the bias inside the kernel), the explicit softmax
 that also returns the weights (attention maps, and the reference the tests compare SDPA
 against), the softmax over scores with a term computed from them (CoPE), the two-position
-attention of the training-free methods that remap relative positions, and blockwise causal
+attention of the training-free methods that remap relative positions, windows and sinks one
+block of queries at a time over the keys it may see (a sink logit and a method's sinks joined
+through the kernel's log-sum-exp, ``posexp/kernels/lse_attention.py``), and blockwise causal
 attention (its blocks are the method's; query chunks are this module's unit of work, and
 FlexAttention's tiles are its own). Which one runs follows from what the encoding adds to the
 logits (``PositionalEncoding.logit_term``), the training-free method's plan, whether the
@@ -22,9 +24,16 @@ import torch.nn.functional as F
 
 from posexp.errors import PosexpError
 from posexp.extension.attention import AttentionPlan
-from posexp.kernels import cpp_bias, flex, matmul_attention
+from posexp.kernels import cpp_bias, flex, lse_attention, matmul_attention
 from posexp.kernels.choice import KernelChoice
 from posexp.model import doc_mask, near_far
+from posexp.model.window_blocks import (
+    BlockMasks,
+    banded_attention_lse,
+    block_keys,
+    softmax_with_sink,
+    window_mask,
+)
 from posexp.pe import LogitTerm, PositionalEncoding
 
 # Queries are processed in chunks of this many when an additive bias goes through SDPA, so a long
@@ -95,6 +104,24 @@ class AttentionCall:
     window: int | None = None
     sinks: int = 0
     sink_logit: torch.Tensor | None = None
+
+    @property
+    def local(self) -> tuple[int | None, int, torch.Tensor | None]:
+        """The layer's window, sinks and sink logit, as the kernels of the methods take them."""
+        return (self.window, self.sinks, self.sink_logit)
+
+    @property
+    def aligned(self) -> bool:
+        """Queries and keys at the same positions, shared by the batch (training, evaluation)."""
+        return (
+            self.q_pos.dim() == 1 and self.k_pos.dim() == 1 and self.q.shape[2] == self.k.shape[2]
+        )
+
+    @property
+    def span(self) -> int:
+        """How far apart the farthest query and key are, plus one: a window this wide or wider
+        hides nothing."""
+        return int(self.q_pos.max()) - int(self.k_pos.min()) + 1
 
     def part(self, queries: slice, keys: slice) -> AttentionCall:
         """The same call over a slice of the queries and one of the keys (a chunk, a block)."""
@@ -175,7 +202,7 @@ def _blockwise(c: AttentionCall) -> Attended:
         c.pe,
         c.plan.block,
         c.need_weights,
-        (c.window, c.sinks, c.sink_logit),
+        c.local,
     )
 
 
@@ -190,7 +217,7 @@ def _classed(c: AttentionCall) -> Attended:
         c.plan,
         c.pe.rotate_at,
         c.need_weights,
-        (c.window, c.sinks, c.sink_logit),
+        c.local,
     )
 
 
@@ -205,7 +232,7 @@ def _remapped(c: AttentionCall) -> Attended:
         c.plan,
         c.pe.rotate_at,
         c.need_weights,
-        (c.window, c.sinks, c.sink_logit),
+        c.local,
     )
 
 
@@ -214,10 +241,20 @@ def _windowed_runs(c: AttentionCall) -> bool:
     # the kernels of full attention, so a window >= L gives exactly their output.
     if c.sink_logit is not None:
         return True
-    if c.window is None:
-        return False
-    span = int(c.q_pos.max()) - int(c.k_pos.min()) + 1
-    return c.window < span
+    return c.window is not None and c.window < c.span
+
+
+def _banded_runs(c: AttentionCall) -> bool:
+    # A method's window and sinks (StreamingLLM, LM-Infinite) over a whole sequence, under the
+    # layer's own window, sinks and sink logit.
+    return (
+        c.plan is not None and c.plan.window_sinks is not None and not c.need_weights and c.aligned
+    )
+
+
+def _banded(c: AttentionCall) -> Attended:
+    assert c.plan is not None
+    return banded_classes(c.q, c.k, c.v, c.q_pos, c.plan, c.pe.rotate_at, c.local), None
 
 
 def _windowed(c: AttentionCall) -> Attended:
@@ -287,7 +324,8 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 
 
 # In order, the first that takes a call and runs it: a training-free method's plan (blockwise
-# causal attention, then remapped positions), a logit term computed from the scores (CoPE), a
+# causal attention, a window plus sinks over a whole sequence, pairs by class, then remapped
+# positions), a logit term computed from the scores (CoPE), a
 # sliding window or a sink logit (banded, query block by query block), the documents of a
 # doc-masked training row kept apart (``doc_mask``), the weights asked for (explicit softmax), a
 # position bias inside a kernel (when the model built
@@ -296,6 +334,7 @@ def _bias_kernel(c: AttentionCall) -> Attended | None:
 # (``posexp/kernels/matmul_attention.py``), else SDPA (the bias, if any, added chunk by chunk).
 BACKENDS: tuple[Backend, ...] = (
     Backend("blockwise", lambda c: c.plan is not None and c.plan.block is not None, _blockwise),
+    Backend("banded", _banded_runs, _banded),
     Backend("classed", lambda c: c.plan is not None and c.plan.classes is not None, _classed),
     Backend("remapped", lambda c: c.plan is not None and c.plan.remaps_positions, _remapped),
     Backend(
@@ -367,30 +406,6 @@ def sdpa_attention(
     return torch.cat(outputs, dim=2)
 
 
-def window_mask(
-    q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None, sinks: int
-) -> torch.Tensor:
-    """True where query i may see key j: causally, and within the last ``window`` positions
-    (0 <= i - j < window) or at a position below ``sinks``; broadcastable to (B, H, Tq, Tk)."""
-    distance = q_pos[..., :, None] - k_pos[..., None, :]
-    allowed = distance >= 0
-    if window is not None:
-        near = distance < window
-        if sinks:
-            near = near | (k_pos[..., None, :] < sinks)
-        allowed = allowed & near
-    return allowed[:, None] if allowed.dim() == 3 else allowed
-
-
-def softmax_with_sink(scores: torch.Tensor, sink_logit: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the keys of ``scores`` (B, H, Tq, Tk); with a per-head ``sink_logit`` (H,),
-    over the keys and one more logit that takes mass and gives no value (weights sum below 1)."""
-    if sink_logit is None:
-        return scores.softmax(dim=-1)
-    sink = sink_logit.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
-    return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
-
-
 def windowed_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -411,10 +426,25 @@ def windowed_attention(
     One block of ``QUERY_CHUNK`` queries at a time; where queries and keys share positions
     0..T-1 a block gathers only the keys it may see (its sinks and its band of at most
     window + block - 1 keys), so training and evaluation hold O(L·(W + N)) scores, not O(L²).
-    Without a sink logit or weights asked for, each block runs through SDPA with its mask."""
+    Without a sink logit or weights asked for, each block runs through SDPA with its mask; with
+    a sink logit, through the same kernel returning its log-sum-exp, rescaled by
+    σ(lse − sink) (``lse_attention``); a full layer (no window) without a bias in one call."""
     Tq, Tk = q.shape[2], k.shape[2]
     aligned = q_pos.dim() == 1 and k_pos.dim() == 1 and Tq == Tk
+    bias_of = (lambda qp, kp: pe.bias(qp, kp, q.dtype)) if pe.has_bias else None
+    if aligned and not need_weights and sink_logit is not None:
+        if window is not None and window >= int(q_pos.max() - q_pos.min()) + 1:
+            window = None  # it hides nothing: one causal call
+        if window is None and not pe.has_bias and lse_attention.flash_runs(q, None, dropout):
+            # One causal kernel call; written out, it would hold (T, T) scores: blocks instead.
+            out, lse = lse_attention.attention_lse(q, k, v, causal=True, dropout=dropout)
+            return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
+        out, lse = banded_attention_lse(
+            q, k, v, q_pos, bias_of, window, sinks, dropout, QUERY_CHUNK, pe.bias_by_distance
+        )
+        return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit), None
     n_sinks = int((k_pos < sinks).sum()) if aligned and sinks and window is not None else 0
+    masks = BlockMasks(q_pos if aligned else None, window, sinks, bias_of, pe.bias_by_distance)
     scale = 1.0 / math.sqrt(q.shape[-1])
     outputs = []
     weights = q.new_zeros(*q.shape[:3], Tk) if need_weights else None
@@ -422,23 +452,19 @@ def windowed_attention(
         end = min(start + QUERY_CHUNK, Tq)
         qb, qp = q[:, :, start:end], q_pos[..., start:end]
         if aligned:
-            low = max(n_sinks, start - window + 1) if window is not None else 0
-            idx = torch.cat([torch.arange(n_sinks), torch.arange(low, end)]).to(k.device)
-            kb, vb, kp = k.index_select(2, idx), v.index_select(2, idx), k_pos[idx]
+            idx, kb, vb, kp = block_keys(k, v, k_pos, start, end, window, n_sinks)
         else:
             idx, kb, vb, kp = None, k, v, k_pos
-        allowed = window_mask(qp, kp, window, sinks)
-        bias = pe.bias(qp, kp, q.dtype) if pe.has_bias else None
         if sink_logit is None and not need_weights:
-            mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+            mask = masks.get(qp, kp, None if bias_of is None else q.dtype)
             outputs.append(
                 F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, dropout_p=dropout)
             )
             continue
         scores = (qb * scale) @ kb.transpose(-2, -1)
-        if bias is not None:
-            scores = scores + bias
-        scores = scores.masked_fill(~allowed, float("-inf"))
+        if bias_of is not None:
+            scores = scores + bias_of(qp, kp)
+        scores = scores.masked_fill(~masks.get(qp, kp, None), float("-inf"))
         probs = softmax_with_sink(scores, sink_logit)
         if weights is not None:
             if idx is None:
@@ -449,6 +475,53 @@ def windowed_attention(
             probs = F.dropout(probs, dropout)
         outputs.append(probs.to(vb.dtype) @ vb)
     return torch.cat(outputs, dim=2), weights
+
+
+def banded_classes(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos: torch.Tensor,
+    plan: AttentionPlan,
+    rotate_at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    local: tuple[int | None, int, torch.Tensor | None] = (None, 0, None),
+) -> torch.Tensor:
+    """``classed_attention`` for a plan whose classes are a window and sinks
+    (``plan.window_sinks`` = (W, S)), over unrotated ``q``, ``k`` at the same positions ``pos``,
+    under the layer's ``local`` window, sinks and sink logit: the band of keys both windows
+    keep, rotated at their own positions (``banded_attention_lse``, with its log-sum-exp); the
+    first keys (the method's sinks, the layer's) wherever else either keeps them, scored
+    apart (at their own positions within W, at ``plan.rotations[0]``'s beyond); joined in one
+    softmax with the sink logit (``lse_attention.merge_extra_logits``). O(T·(W + S)) scores,
+    where the classes would be O(T²)."""
+    assert plan.window_sinks is not None
+    window, sinks = plan.window_sinks
+    layer_window, layer_sinks, sink_logit = local
+    band = window if layer_window is None else min(window, layer_window)
+    q_own, k_own = rotate_at(q, pos), rotate_at(k, pos)
+    out, lse = banded_attention_lse(q_own, k_own, v, pos, None, band, block=QUERY_CHUNK)
+    first = max(sinks, layer_sinks) if layer_window is not None else sinks
+    keys = (pos < first).nonzero().flatten()
+    distance = pos[:, None] - pos[None, keys]
+    seen = (distance >= band) & ((distance < window) | (pos[keys] < sinks))
+    if layer_window is not None:
+        seen &= (distance < layer_window) | (pos[keys] < layer_sinks)
+    if not bool(seen.any()):  # the band holds every key anyone sees
+        if sink_logit is None:
+            return out
+        return lse_attention.merge_extra_logits(out, lse, sink_logit=sink_logit)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    q_pos_far, k_pos_far = plan.rotations[0](pos, pos)
+    q_far = rotate_at(q, q_pos_far) * scale
+    k_far = rotate_at(k.index_select(2, keys), k_pos_far[keys])
+    scores = q_far @ k_far.transpose(-2, -1)
+    if bool((seen & (distance < window)).any()):  # a layer's sink within the method's window
+        own = (q_own * scale) @ k_own.index_select(2, keys).transpose(-2, -1)
+        scores = torch.where(distance < window, own, scores)
+    scores = scores.masked_fill(~seen, float("-inf"))
+    return lse_attention.merge_extra_logits(
+        out, lse, scores, v.index_select(2, keys), sink_logit=sink_logit
+    )
 
 
 def explicit_attention(

@@ -130,6 +130,32 @@ class KVCache:
     memo: dict[str, Any] = field(default_factory=dict)  # what the PE carries between steps
 
 
+# What a layer's cache holds when nothing but its keys, values and positions is cached: the one
+# layout ``drop_unseen_keys`` may thin out.
+_PLAIN_CACHE = {"k", "v", "pos", "k_len", "v_len", "pos_len"}
+
+
+def drop_unseen_keys(cache: dict[str, Any], window: int, sinks: int, last: int) -> None:
+    """Evict from a windowed layer's ``cache`` the keys no later query can see: positions at
+    most ``last - window`` (``last``: the latest query's) and not below ``sinks``. Done once
+    ``window`` of them have piled up, so generation holds O(W + N) keys and each key is moved
+    O(1) times on average. Left alone: per-row positions, or state an encoding keeps per key."""
+    pos = cache.get("pos")
+    if pos is None or pos.dim() != 1 or not set(cache) <= _PLAIN_CACHE:
+        return
+    n = cache["pos_len"]
+    held = pos[:n]
+    keep = (held > last - window) | (held < sinks)
+    if n - int(keep.sum()) < window:
+        return
+    idx = keep.nonzero().flatten()
+    for key in ("k", "v", "pos"):
+        dim = 2 if cache[key].dim() == 4 else cache[key].dim() - 1
+        kept = cache[key].narrow(dim, 0, n).index_select(dim, idx)
+        cache[key].narrow(dim, 0, idx.numel()).copy_(kept)
+        cache[f"{key}_len"] = idx.numel()
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head attention: 3·d² for Q/K/V plus d² for W^O, whatever the head count."""
 
@@ -155,6 +181,11 @@ class CausalSelfAttention(nn.Module):
         self.plan = plan
         self.query_scale = plan.query_scale if plan is not None else None
         self.remaps_positions = plan is not None and plan.remaps_positions
+        # The windows (and their sinks) that hide a key from every later query: the layer's, a
+        # method's (StreamingLLM, LM-Infinite); generation evicts such keys from the cache.
+        self.evictions = [(self.window, self.sinks)] if self.window is not None else []
+        if plan is not None and plan.window_sinks is not None:
+            self.evictions.append(plan.window_sinks)
         self.qkv = onednn_linear.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = onednn_linear.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
@@ -206,6 +237,8 @@ class CausalSelfAttention(nn.Module):
                     self.sink_logit,
                 )
             )
+            for window, sinks in self.evictions if cache is not None else ():
+                drop_unseen_keys(cache, window, sinks, int(q_pos.max()))
         if self.gate is not None:
             y = self.gate(y, x)
         return self.out(y.transpose(1, 2).reshape(B, T, C)), weights

@@ -61,7 +61,7 @@ def lm_infinite(
     def capped(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return q_pos.clamp(max=d_cap), torch.zeros_like(k_pos)
 
-    return AttentionPlan(classes=classes, rotations=(capped,))
+    return AttentionPlan(classes=classes, rotations=(capped,), window_sinks=(w, sinks))
 
 
 register_attention_method(

@@ -48,7 +48,7 @@ def streaming_llm(
     def slots(q_pos: torch.Tensor, k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return q_pos.clamp(max=last_slot), k_pos
 
-    return AttentionPlan(classes=classes, rotations=(slots,))
+    return AttentionPlan(classes=classes, rotations=(slots,), window_sinks=(w, sinks))
 
 
 register_attention_method(
