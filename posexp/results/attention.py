@@ -27,7 +27,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _panels(n: int, per_row: int = 4) -> tuple[Any, list[Any]]:
+def _panels(n: int, per_row: int = 4, sharey: bool = True) -> tuple[Any, list[Any]]:
     plt = _pyplot()
     cols = min(max(1, n), per_row)
     rows = -(-max(1, n) // cols)
@@ -35,7 +35,7 @@ def _panels(n: int, per_row: int = 4) -> tuple[Any, list[Any]]:
         rows,
         cols,
         figsize=(4.0 * cols + 0.4, 3.9 * rows + 1.2),
-        sharey=True,
+        sharey=sharey,
         squeeze=False,
         layout="constrained",
     )
@@ -191,15 +191,20 @@ def plot_sink(
     )
 
 
+LOG_FLOOR = 1e-6  # the lowest share a log panel shows
+
+
 def plot_layers_by_pe(
     panels: Sequence[tuple[str, str, Mapping[str, tuple[str, Mapping[int, Sequence[float]]]]]],
     title: str,
+    log_y: Sequence[bool] = (),
 ) -> Any:
     """Panels of a number against the layer, one line per row of the sweep in its PE's
     registered colour: the mean over seeds with a band from the smallest to the largest seed.
     ``panels``: (title, y label, {row label: (pe name, {layer: per-seed values})}); a row's
-    legend entry says its seed count."""
-    fig, axes = _panels(len(panels), per_row=len(panels))
+    legend entry says its seed count. ``log_y[i]``: panel i on a log y axis of its own (shares
+    of attention far below the others' scale)."""
+    fig, axes = _panels(len(panels), per_row=len(panels), sharey=not any(log_y))
     for ax, (name, ylabel, rows) in zip(axes, panels, strict=False):
         for label, (pe, by_layer) in rows.items():
             style = pe_style(pe)
@@ -224,6 +229,12 @@ def plot_layers_by_pe(
                     linewidth=0,
                 )
         ax.set_xlabel("layer")
+        if len(log_y) > axes.index(ax) and log_y[axes.index(ax)]:
+            # Shares far below a millionth (FoX, stick-breaking: 1e-40) would stretch the axis
+            # over dozens of decades; they sit on its floor instead.
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=LOG_FLOOR)
+            ylabel = f"{ylabel} (floor {LOG_FLOOR:g})"
         ax.set_ylabel(ylabel)
         ax.set_xticks(sorted({n for _, by_layer in rows.values() for n in by_layer}))
         ax.grid(True, alpha=0.3)

@@ -77,7 +77,12 @@ def plain_log_axes(ax: Any, lengths: list[int], log_y: bool = True) -> None:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticklabels([f"{n:,}" for n in lengths])
+    # Beyond eight ticks the labels of neighbouring doublings meet ("5121,024"): slanted.
+    ax.set_xticklabels(
+        [f"{n:,}" for n in lengths],
+        rotation=45 if len(lengths) > 8 else 0,
+        ha="right" if len(lengths) > 8 else "center",
+    )
     if not log_y:
         ax.yaxis.set_major_formatter(same_decimals_formatter())
         return

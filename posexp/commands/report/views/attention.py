@@ -95,16 +95,39 @@ def sentence(what: str, label: str, values: list[float], ref: str, ref_values: l
     return f"{label} has {more} {what} than {ref} ({numbers}: {verdict.words()})."
 
 
+def share_text(m: float, s: float, n: int) -> str:
+    """``m ± s`` to 3 significant digits; a share below 0.001 in powers of ten (1.4e-14), where
+    fixed decimals would run to fifteen places."""
+    import math
+
+    if n == 0 or math.isnan(m):
+        return "–"
+    if abs(m) >= 1e-3 or m == 0:
+        return mean_std_text(m, s, n, decimals_for(m, 3))
+    return f"{m:.2e}" if n == 1 else f"{m:.2e} ± {s:.1e}"
+
+
 def render(ctx: ReportContext) -> str:
     """The section's Markdown, its CSV and its figure."""
     from posexp.results.attention import plot_layers_by_pe
 
     measured = [(j, read_summary(j)) for j in attention_jobs(ctx.jobs)]
     unreadable = [j.name for j, a in measured if a is None]
+    from posexp.commands.report.views.findings import job_pe
+
     groups: dict[str, list[JobAttention]] = defaultdict(list)
+    order: dict[str, tuple] = {}
     for job, a in measured:
         if a is not None:
-            groups[ctx.label(job, exclude=("seed",))].append(a)
+            # The PE as every other view shows it ("ALiBi"), then the other varying settings.
+            pe = job_pe(job) if job.config else None
+            rest = ctx.rest(job, ("seed", "pe"))
+            label = (pe.label if pe else ctx.label(job, exclude=("seed", "pe"))) + (
+                f" · {rest}" if rest else ""
+            )
+            groups[label].append(a)
+            order[label] = (pe.sort_key if pe else (10**6, "", False), rest)
+    groups = defaultdict(list, sorted(groups.items(), key=lambda kv: order[kv[0]]))
     if not groups:
         return "## Where attention goes\n\nNo job's `attention/summary.csv` could be read."
     for members in groups.values():  # seed order: the pairs of the verdict rule
@@ -145,8 +168,11 @@ def render(ctx: ReportContext) -> str:
         ("first-token share at L0", "share of attention on token 0", series("sink_l0")),
         (f"first-token share at {at}", "share of attention on token 0", series("sink_longest")),
     ]
+    log_y = [p[0].startswith("first-token") for p in panels if p[2]]
     panels = [p for p in panels if p[2]]
-    fig = plot_layers_by_pe(panels, "Where attention goes: mean over heads, band over seeds")
+    fig = plot_layers_by_pe(
+        panels, "Where attention goes: mean over heads, band over seeds", log_y=log_y
+    )
     png = ctx.save_figure(fig, "report_attention.png")
 
     table = []
@@ -155,7 +181,7 @@ def render(ctx: ReportContext) -> str:
         for attr in ("far", "sink_l0", "sink_longest"):
             values = [v for a in members if (v := overall(getattr(a, attr))) is not None]
             m, s = mean_std(values)
-            cells.append(mean_std_text(m, s, len(values), decimals_for(m, 3)))
+            cells.append(share_text(m, s, len(values)))
         table.append(cells)
     reference = next(
         (label for label, m in groups.items() if m[0].pe == REFERENCE_PE), next(iter(groups))

@@ -169,7 +169,7 @@ def figure(protocol: str, series: list[Series]) -> Any:
         curves.append(bucket_curve(label, s.edges, s.per_seed(name), style))
     what = "document position" if protocol == "doc_position" else "position past L0"
     l0s = sorted({s.l0 for s in series if s.l0})
-    panels = [Panel(f"{quantity} by {what}", curves)]
+    panels = [Panel(f"{quantity.split(' (')[0]} by {what}", curves)]  # units: on the y axis
     if protocol == "doc_position" and l0s:
         # The first positions' loss is many times the rest: a second panel from L0 / 2 on
         # shows the part that says whether the context past L0 is used.
