@@ -97,7 +97,8 @@ start_slurmdbd() {
 write_conf() {
   local host cpus mem accounting=accounting_storage/none
   host=$(hostname -s)
-  cpus=$(nproc)
+  # nproc reads OMP_NUM_THREADS (coreutils): under OMP_NUM_THREADS=1 the node would have 1 CPU.
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   mem=$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) - 1024 ))
   refuse_foreign "$CONF"
   with_accounting && accounting=accounting_storage/slurmdbd
@@ -159,7 +160,7 @@ start() {
   alive slurmd || slurmd
   for _ in $(seq 1 120); do  # the node registers within seconds; give it a minute
     if [[ $(sinfo -h -o '%T' 2>/dev/null | head -1) == idle ]]; then
-      echo "slurm_local: node $(hostname -s) idle ($(nproc) CPUs) in partition local; conf $CONF"
+      echo "slurm_local: node $(hostname -s) idle ($(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) CPUs) in partition local; conf $CONF"
       if with_accounting; then
         echo "slurm_local: accounting on (slurmdbd, MariaDB on 127.0.0.1:$DB_PORT): sacct answers"
       else
