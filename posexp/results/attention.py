@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from posexp.results.figures import figure_title, panel_title
-from posexp.results.style import pe_style
+from posexp.results.style import Style, pe_style
 from posexp.results.verdict import mean_std
 
 HEAD_MEAN = "#000000"
@@ -207,7 +207,7 @@ def plot_layers_by_pe(
     fig, axes = _panels(len(panels), per_row=len(panels), sharey=not any(log_y))
     for ax, (name, ylabel, rows) in zip(axes, panels, strict=False):
         for label, (pe, by_layer) in rows.items():
-            style = pe_style(pe)
+            style = pe if isinstance(pe, Style) else pe_style(pe)
             layers = sorted(by_layer)
             means = [mean_std(list(by_layer[n]))[0] for n in layers]
             seeds = min(len(by_layer[n]) for n in layers)

@@ -15,6 +15,7 @@ import colorsys
 import zlib
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 DASHES = ("-", "--", "-.", ":")
@@ -84,6 +85,24 @@ def pe_style(name: str) -> Style:
     names = sorted(PE_REGISTRY.names(), key=lambda n: describe_pe(n).sort_key)
     index = names.index(name) if name in names else _digest(name)
     return Style(PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)], "-")
+
+
+def display_style(pe: Any) -> Style:
+    """The style of an encoding as a report shows it (a ``PEDisplay``): its registered name's,
+    randomized positions apart; but where its settings make it another design (a layered
+    pattern such as gpt-oss's windows and sinks, an attention option), from its label, so that
+    seven presets of ``pe=layered`` are seven styles, the same in every figure."""
+    from posexp.pe.base import describe_pe
+
+    name = pe.name + (" randomized" if pe.randomized else "")
+    if pe.label == describe_pe(pe.name, pe.randomized).label:
+        return pe_style(name)
+    d = _digest(pe.label)
+    return Style(
+        PALETTE[d % len(PALETTE)],
+        MARKERS[(d // len(PALETTE)) % len(MARKERS)],
+        ("-", "--", "-.")[(d // (len(PALETTE) * len(MARKERS))) % 3],
+    )
 
 
 def _shade(color: str, amount: float) -> str:

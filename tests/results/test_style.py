@@ -73,3 +73,23 @@ def test_a_method_with_more_specs_than_a_panel_fills_panels_of_its_own():
     names = {s: s.split("(")[0] for s in specs}  # the test's own: records carry the name
     panels = method_panels(specs, names)
     assert [len(p) for p in panels] == [8, 4]
+
+
+def test_layered_presets_get_a_style_each_and_plain_encodings_keep_theirs():
+    from posexp.pe.base import PEDisplay, describe_pe
+    from posexp.results.style import display_style, pe_style
+
+    assert display_style(describe_pe("rope")) == pe_style("rope")
+    assert display_style(describe_pe("rope", randomized=True)) == pe_style("rope randomized")
+    labels = [
+        "rope (window 32/full, sink logit)",
+        "rope (window 32/32/32/32/32/full)",
+        "none+rope*3 (window full/128/128/128)",
+        "rope*3+none (window 128/128/128/full)",
+        "rope*3+none (chunk 64, temperature 0.1)",
+        "rope (elementwise gate)",
+        "rope (SSMax 0.43)",
+    ]
+    styles = [display_style(PEDisplay("layered", False, label, 0, "")) for label in labels]
+    assert len(set(styles)) == len(labels)  # seven presets of pe=layered: seven looks
+    assert styles == [display_style(PEDisplay("layered", False, x, 0, "")) for x in labels]

@@ -14,6 +14,7 @@ import csv
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.stats import decimals_for, mean_std_text
@@ -114,9 +115,11 @@ def render(ctx: ReportContext) -> str:
     measured = [(j, read_summary(j)) for j in attention_jobs(ctx.jobs)]
     unreadable = [j.name for j, a in measured if a is None]
     from posexp.commands.report.views.findings import job_pe
+    from posexp.results.style import display_style
 
     groups: dict[str, list[JobAttention]] = defaultdict(list)
     order: dict[str, tuple] = {}
+    styles: dict[str, Any] = {}  # a row's style (a layered preset's own, not layered's)
     for job, a in measured:
         if a is not None:
             # The PE as every other view shows it ("ALiBi"), then the other varying settings.
@@ -127,6 +130,7 @@ def render(ctx: ReportContext) -> str:
             )
             groups[label].append(a)
             order[label] = (pe.sort_key if pe else (10**6, "", False), rest)
+            styles[label] = display_style(pe) if pe else a.pe
     groups = defaultdict(list, sorted(groups.items(), key=lambda kv: order[kv[0]]))
     if not groups:
         return "## Where attention goes\n\nNo job's `attention/summary.csv` could be read."
@@ -158,7 +162,7 @@ def render(ctx: ReportContext) -> str:
                 for layer, v in getattr(a, attr).items():
                     by_layer[layer].append(v)
             if by_layer:
-                out[label] = (members[0].pe, dict(by_layer))
+                out[label] = (styles[label], dict(by_layer))
         return out
 
     longest = sorted({a.longest for m in groups.values() for a in m})

@@ -156,7 +156,7 @@ def figure(protocol: str, series: list[Series]) -> Any:
     """The protocol's curves of the models as trained (no extension), one colour per PE,
     bands of one seed std (``posexp.results.curves``)."""
     from posexp.results.curves import Panel, bucket_curve, from_position, plot_buckets
-    from posexp.results.style import pe_style
+    from posexp.results.style import display_style
 
     name, quantity, _ = CURVES[protocol]
     curves = []
@@ -164,7 +164,7 @@ def figure(protocol: str, series: list[Series]) -> Any:
         if s.method != baseline_method():
             continue
         n = len(s.records)
-        style = pe_style(s.pe.name + (" randomized" if s.pe.randomized else ""))
+        style = display_style(s.pe)
         label = f"{s.label} at {s.length:,}" + (f" (n = {n})" if n > 1 else "")
         curves.append(bucket_curve(label, s.edges, s.per_seed(name), style))
     what = "document position" if protocol == "doc_position" else "position past L0"

@@ -86,7 +86,7 @@ def shape_sentences(columns: list[Column], protocol: str, l0: int) -> list[str]:
     if tuned:
         out.append(
             f"{', '.join(tuned)} {'is' if len(tuned) == 1 else 'are'} not set beside "
-            f"{paper['cite']}: fine-tuned at a longer length, while the paper's models were "
+            f"{paper['cite']}: fine-tuned from another run, while the paper's models were "
             "trained from scratch at one length, without extension."
         )
     return out

@@ -25,7 +25,7 @@ from posexp.results.curves import (
     plot_panels,
     spec_style,
 )
-from posexp.results.style import Style, method_style, pe_style
+from posexp.results.style import Style, display_style, method_style, pe_style
 
 
 def _points(c: Column, protocol: str) -> list[tuple[int, float]]:
@@ -119,7 +119,7 @@ def column_style(c: Column) -> Style:
     """The registry's style of a column's encoding (randomized positions: a style of their own)."""
     if c.pe is None:
         return pe_style(c.label)
-    return pe_style(c.pe.name + (" randomized" if c.pe.randomized else ""))
+    return display_style(c.pe)
 
 
 def curve_of(c: Column, protocol: str, label: str, style: Style, dash: Any, band: bool) -> Curve:

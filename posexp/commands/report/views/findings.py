@@ -45,13 +45,11 @@ def job_pe(job: Job) -> PEDisplay:
 def pe_colors(ctx: Any) -> dict[PEDisplay, str]:
     """One colour per encoding of the report, the same in every figure of it and of every
     other report and run: the style registry's (posexp.results.style)."""
-    from posexp.results.style import pe_style
+    from posexp.results.style import display_style
 
     if "pe_colors" not in ctx.memo:
         pes = {job_pe(j) for j in ctx.jobs if j.config}
-        ctx.memo["pe_colors"] = {
-            pe: pe_style(pe.name + (" randomized" if pe.randomized else "")).color for pe in pes
-        }
+        ctx.memo["pe_colors"] = {pe: display_style(pe).color for pe in pes}
     return ctx.memo["pe_colors"]
 
 

@@ -30,10 +30,10 @@ def plot(
     """One panel per task, accuracy against size, one line per PE (in the style registry's
     colour, marker and dash), training sizes shaded; drawn by ``posexp.results.curves``."""
     from posexp.results.curves import Curve, Guide, Panel, plot_scores
-    from posexp.results.style import pe_style
+    from posexp.results.style import display_style
 
     def style(pe: PEDisplay) -> Any:
-        return pe_style(pe.name + (" randomized" if pe.randomized else ""))
+        return display_style(pe)
 
     panels = [
         Panel(
