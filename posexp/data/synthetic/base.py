@@ -34,6 +34,9 @@ class Task:
     # True when prompts and answers are numbers written in digits (encodings that read digit
     # tokens, such as Abacus, apply only to these).
     numeric: ClassVar[bool] = False
+    # The accuracy of guessing: a yes/no answer 0.5, a residue mod 5 0.2; reports count a task
+    # as learned only well above it.
+    chance: ClassVar[float] = 0.0
     # Values of the task's one evaluation variable besides length (passkey: key depth).
     variants: tuple[float, ...] = ()
     # The report view that shows its runs (posexp/commands/report/views), so no view names a task.

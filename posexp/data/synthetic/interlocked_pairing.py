@@ -24,6 +24,7 @@ class InterlockedPairing(Task):
     """u (n symbols of a, b) then v (n of c, d); the answer says whether v = h(u)."""
 
     unit = "symbols of u"
+    chance = 0.5  # yes or no
 
     def prompt_symbols(self) -> str:
         """The four letters."""

@@ -18,6 +18,7 @@ class MissingDuplicate(SymbolStringTask):
     """``ww`` with one of its 2n symbols replaced by ``_``; the answer is the symbol replaced."""
 
     unit = "symbols of w"
+    chance = 0.5  # one of two symbols
 
     def prompt_symbols(self) -> str:
         """The letters and the blank."""

@@ -32,6 +32,7 @@ class ModularArithmetic(Task):
     """An n-character expression over digits below ``modulus``; the answer is its value mod it."""
 
     unit = "characters"
+    chance = 0.2  # a residue mod 5
 
     def __init__(self, modulus: int = 5) -> None:
         self.modulus = integer("data.modulus", modulus, 2, 10)

@@ -306,3 +306,18 @@ def test_randomized_positions_get_a_verdict_on_the_average_over_tasks():
     assert randomized_verdicts(jobs[:2], 8, key)[0].endswith(
         "n = 1: no verdict (it needs 3 seeds)."
     )
+
+
+def test_a_task_counts_as_learned_only_halfway_from_its_chance_to_perfect():
+    from posexp.commands.report.views.tasks import learned_bar, unlearned_sentences, unlearned_tasks
+
+    assert learned_bar("interlocked_pairing") == 0.75  # yes / no: chance 0.5
+    assert learned_bar("modular_arithmetic") == 0.6  # a residue mod 5: chance 0.2
+    assert learned_bar("copy") == 0.5  # no guessing: the plain bar
+    data = {
+        "missing_duplicate": {"NoPE": {8: 0.65, 16: 0.5}},  # at chance + a little: not learned
+        "copy": {"NoPE": {8: 0.65, 16: 0.1}},
+    }
+    assert unlearned_tasks(data, (1, 8)) == {"missing_duplicate"}
+    (line,) = unlearned_sentences(data, (1, 8))
+    assert "0.65 (below 0.75, halfway from chance 0.5 to 1)" in line

@@ -75,7 +75,14 @@ def column_key(ctx: ReportContext) -> Column:
     (a sweep over ``pe.max_distance`` gets one column per value, not a mean over them). A
     single run's overrides are its settings, listed once above the tables, not a column name."""
     # The task's own settings (data.*) name its table already.
-    skip = ("seed", "pe", "pe.randomized", *(k for k in ctx.swept if k.startswith("data")))
+    # pe.max_position is the range randomized positions are drawn from: part of "randomized".
+    skip = (
+        "seed",
+        "pe",
+        "pe.randomized",
+        "pe.max_position",
+        *(k for k in ctx.swept if k.startswith("data")),
+    )
 
     def key(job: Job) -> PEDisplay:
         pe = job_pe(job)
@@ -281,16 +288,19 @@ def randomized_comparison(
     return "; ".join(clauses)
 
 
-def randomized_verdicts(jobs: list[Job], top: int, key: Column = job_pe) -> list[str]:
+def randomized_verdicts(
+    jobs: list[Job], top: int, key: Column = job_pe, skip: frozenset[str] = frozenset()
+) -> list[str]:
     """Ruoss et al.'s claim on average over tasks: per PE run both ways, each seed's accuracy past
-    the training sizes averaged over every task it was scored on, randomized minus plain,
-    seeds paired, with the verdict of the one rule ([] where no PE was run both ways)."""
+    the training sizes averaged over every task it was scored on (but the tasks in ``skip``,
+    which no PE learned), randomized minus plain, seeds paired, with the verdict of the one rule
+    ([] where no PE was run both ways)."""
     per_seed: dict[PEDisplay, dict[int, float]] = {}
     for job in jobs:
         values = [
             r["accuracy"]
             for r in task_records(job)
-            if r.get("accuracy") is not None and r["length"] > top
+            if r.get("accuracy") is not None and r["length"] > top and r.get("task") not in skip
         ]
         if values and job.config:
             per_seed.setdefault(key(job), {})[int(job.config.seed)] = sum(values) / len(values)
@@ -310,7 +320,8 @@ def randomized_verdicts(jobs: list[Job], top: int, key: Column = job_pe) -> list
         b = [per_seed[plain][s] for s in seeds]
         verdict = paired(a, b)
         out.append(
-            f"- **every task** (Ruoss et al.'s average): {randomized.label} minus {plain.label} "
+            f"- **{'every task' if not skip else 'every task some PE learned'}** (Ruoss et al.'s "
+            f"average): {randomized.label} minus {plain.label} "
             f"past the training sizes, {verdict.gap:+.3f} ({sum(a) / len(a):.3f} against "
             f"{sum(b) / len(b):.3f}): {verdict.words()}."
         )
@@ -408,7 +419,8 @@ def render(ctx: ReportContext) -> str:
         "Reading the tables:",
         "",
         *unlearned_sentences(data, top),
-        *reading(summary),
+        # A task no PE learned at the trained sizes ranks nothing past them.
+        *reading({t: v for t, v in summary.items() if t not in unlearned_tasks(data, top)}),
         *(
             f"- **{t}**: {names(blind)} could not be measured past the training sizes (see the "
             "note under its table)."
@@ -416,7 +428,7 @@ def render(ctx: ReportContext) -> str:
             if (blind := [p for p in by_pe if p not in summary.get(t, {})])
         ),
         *filter(None, (spread_sentence(t, seeds.get(t, {})) for t in summary)),
-        *randomized_verdicts(jobs, top[1], key),
+        *randomized_verdicts(jobs, top[1], key, frozenset(unlearned_tasks(data, top))),
         "",
     ]
     csv = ctx.write_csv(
@@ -432,20 +444,44 @@ def render(ctx: ReportContext) -> str:
 LEARNED = 0.5  # a task some PE answers this often at the trained sizes was learned
 
 
+def learned_bar(task: str) -> float:
+    """The accuracy at the trained sizes that counts ``task`` as learned: ``LEARNED``, or
+    halfway from its chance (a task's declared guessing accuracy) to 1, whichever is higher."""
+    from posexp.data.synthetic import TASKS
+
+    chance = TASKS[task].chance if task in TASKS else 0.0
+    return max(LEARNED, (1 + chance) / 2)
+
+
+def best_trained(table: dict[Any, dict[int, float]], top: tuple[int, int]) -> float | None:
+    """The best accuracy any PE reaches at a trained size, None when none was measured."""
+    trained = [v for by in table.values() for n, v in by.items() if top[0] <= n <= top[1]]
+    return max(trained) if trained else None
+
+
+def unlearned_tasks(data: dict[str, dict[Any, dict[int, float]]], top: tuple[int, int]) -> set[str]:
+    """The tasks no PE learned even at the trained sizes (``learned_bar``)."""
+    return {
+        task
+        for task, table in data.items()
+        if (best := best_trained(table, top)) is not None and best < learned_bar(task)
+    }
+
+
 def unlearned_sentences(
     data: dict[str, dict[Any, dict[int, float]]], top: tuple[int, int]
 ) -> list[str]:
     """A warning per task that no PE learned even at the trained sizes: its tables then say
     nothing about length generalization."""
     out = []
-    for task, table in data.items():
-        trained = [v for by in table.values() for n, v in by.items() if top[0] <= n <= top[1]]
-        if trained and max(trained) < LEARNED:
-            out.append(
-                f"- **{task}**: no PE learned the task: the best accuracy at the trained sizes "
-                f"is {max(trained):.2f} (below {LEARNED:g}), so its tables say nothing about "
-                f"length generalization; train longer."
-            )
+    for task in [t for t in data if t in unlearned_tasks(data, top)]:
+        best, bar = best_trained(data[task], top), learned_bar(task)
+        out.append(
+            f"- **{task}**: no PE learned the task: the best accuracy at the trained sizes "
+            f"is {best:.2f} (below {bar:g}"
+            + (f", halfway from chance {2 * bar - 1:g} to 1" if bar > LEARNED else "")
+            + "), so its tables say nothing about length generalization; train longer."
+        )
     return out
 
 
