@@ -76,12 +76,20 @@ def _digest(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
+RANDOMIZED = " randomized"  # how callers name an encoding's randomized-position variant
+
+
 @cache
 def pe_style(name: str) -> Style:
     """The style of the encoding registered as ``name`` (``rope``, ``alibi``), from its declared
     order among the registered encodings; an unknown name, from a hash of it."""
     from posexp.pe.base import PE_REGISTRY, describe_pe
 
+    if name.endswith(RANDOMIZED) and name[: -len(RANDOMIZED)] in PE_REGISTRY:
+        # Randomized positions: the encoding's own marker in a lighter tone, dashed, so that a
+        # figure pairs "RoPE" with "RoPE + randomized" and no other encoding takes their look.
+        plain = pe_style(name[: -len(RANDOMIZED)])
+        return Style(_shade(plain.color, 0.15), plain.marker, "--")
     names = sorted(PE_REGISTRY.names(), key=lambda n: describe_pe(n).sort_key)
     index = names.index(name) if name in names else _digest(name)
     return Style(PALETTE[index % len(PALETTE)], MARKERS[index % len(MARKERS)], "-")

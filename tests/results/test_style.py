@@ -93,3 +93,14 @@ def test_layered_presets_get_a_style_each_and_plain_encodings_keep_theirs():
     styles = [display_style(PEDisplay("layered", False, label, 0, "")) for label in labels]
     assert len(set(styles)) == len(labels)  # seven presets of pe=layered: seven looks
     assert styles == [display_style(PEDisplay("layered", False, x, 0, "")) for x in labels]
+
+
+def test_a_randomized_variant_pairs_with_its_encoding_and_takes_no_other_encodings_look():
+    from posexp.pe.base import PE_REGISTRY
+    from posexp.results.style import pe_style
+
+    plain, randomized = pe_style("t5"), pe_style("t5 randomized")
+    assert randomized.marker == plain.marker and randomized.color != plain.color
+    assert randomized.dash == "--"
+    others = {pe_style(n) for n in PE_REGISTRY.names()}
+    assert all(pe_style(f"{n} randomized") not in others for n in PE_REGISTRY.names())
