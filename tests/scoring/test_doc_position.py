@@ -14,7 +14,7 @@ import torch
 from posexp.errors import PosexpError
 from posexp.extension.spec import MethodSpec
 from posexp.scoring import Scoring, get_scorer
-from posexp.scoring.records import Record
+from posexp.scoring.records import Checkpoint, Record
 from posexp.scoring.text import TextSource, log_edges
 from posexp.scoring.windows import long_documents, short_context
 
@@ -141,6 +141,7 @@ def doc_record(**values) -> dict:
         factor=1.0,
         sample_size=640,
         metric="ppl",
+        checkpoint=Checkpoint(300, "ffff000011112222"),
         values={
             "ppl": 3.0,
             "loss": 1.1,

@@ -24,7 +24,7 @@ from posexp.results.verdict import MIN_SEEDS, mean_std, paired
 
 VIEW = "attention"
 SUMMARY = Path("attention") / "summary.csv"
-REFERENCE_PE = "rope"
+REFERENCE_FAMILY = "rotary"  # the rows are compared with the first rotary encoding's
 
 
 @dataclass
@@ -115,6 +115,7 @@ def render(ctx: ReportContext) -> str:
     measured = [(j, read_summary(j)) for j in attention_jobs(ctx.jobs)]
     unreadable = [j.name for j, a in measured if a is None]
     from posexp.commands.report.views.findings import job_pe
+    from posexp.pe.base import describe_pe
     from posexp.results.style import display_style
 
     groups: dict[str, list[JobAttention]] = defaultdict(list)
@@ -188,7 +189,8 @@ def render(ctx: ReportContext) -> str:
             cells.append(share_text(m, s, len(values)))
         table.append(cells)
     reference = next(
-        (label for label, m in groups.items() if m[0].pe == REFERENCE_PE), next(iter(groups))
+        (label for label, m in groups.items() if describe_pe(m[0].pe).family == REFERENCE_FAMILY),
+        next(iter(groups)),
     )
     reading = []
     for what, attr in (
