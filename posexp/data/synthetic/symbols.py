@@ -1,6 +1,6 @@
-"""Shared piece of the Chomsky-hierarchy string tasks (Delétang et al. 2023; Ruoss et al. 2023):
-prompts of n symbols from a small alphabet (two letters by default, as the papers' binary
-strings), the answer a function of the prompt. No task is registered here."""
+"""Shared piece of the tasks whose prompt is n random symbols and whose answer is a function of
+it: copy, reverse and sort, and the Chomsky-hierarchy string tasks (Delétang et al. 2023; Ruoss
+et al. 2023; two letters by default, as the papers' binary strings). No task is registered here."""
 
 from __future__ import annotations
 
