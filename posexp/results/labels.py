@@ -108,13 +108,26 @@ def composition_text(layers: Any) -> str:
         return value_text(layers)
 
 
+def design_text(flat: Mapping[str, Any]) -> str:
+    """A per-layer composition as reports show it, with what else makes it a design (windows,
+    sinks, gates: ``rope (window 32/full, sink logit)``), so that two presets of one pattern
+    read apart; its pattern alone where its settings cannot be read."""
+    from posexp.pe.base import describe_pe
+
+    params = {k[3:]: v for k, v in flat.items() if k.startswith("pe.") and k != "pe.name"}
+    try:
+        return describe_pe(str(flat.get("pe.name")), False, params).label
+    except Exception:  # noqa: BLE001  a failed job's half-written overrides: its pattern
+        return composition_text(flat["pe.layers"])
+
+
 def run_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that say what a run is, from its flattened config (``{"train.lr": ...}``)."""
     out: dict[str, Any] = {}
     if "pe.name" in flat:
         out["pe"] = flat["pe.name"]
     if "pe.layers" in flat:
-        out["pe"] = composition_text(flat["pe.layers"])
+        out["pe"] = design_text(flat)
     if "extension.method" in flat:
         out["extension"] = extension_text(flat["extension.method"], flat.get("extension.factor"))
     if "model.name" in flat:

@@ -2,11 +2,13 @@
 figure of every report and run.
 
 A style is derived from the name alone, never from the order of plotting, so a curve keeps its
-look when a figure shows fewer or more curves. PEs take their colour from their declared order
-(posexp/pe), so the encodings of one study never share one; a method takes its colour from the
-method registry's order (all ``yarn(...)`` specs are one hue, ``self_extend(...)`` another),
-and a spec's settings pick its shade, marker and dash from a hash of its label, so the specs
-of one method differ in marker and dash within that hue. No extension is black, solid, circles.
+look when a figure shows fewer or more curves. Each registered PE takes a hue of its own from
+its declared order (posexp/pe); a design made from one by its settings (a preset of
+``pe=layered``) takes a hue and marker from a hash of its label, in hues no registered PE uses.
+A method takes its colour from the method registry's order (all ``yarn(...)`` specs are one
+hue, ``self_extend(...)`` another), and a spec's settings pick its shade, marker and dash from a
+hash of its label, so the specs of one method differ in marker and dash within that hue. No
+extension is black, solid, circles.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from typing import Any
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 DASHES = ("-", "--", "-.", ":")
-# Colour-blind-friendlier tab10 first, then tab20's darker tones: 18 distinct hues.
+# Colour-blind-friendlier tab10 first, then tab20b/c's darker tones: 20 hues, one for each
+# registered encoding (tests/results/test_style.py holds them apart).
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -36,9 +39,27 @@ PALETTE = (
     "#8c6d31",
     "#843c39",
     "#7b4173",
-    "#3182bd",
-    "#e6550d",
-    "#31a354",
+    "#e7ba52",
+    "#6b6ecf",
+    "#b5cf6b",
+    "#d6616b",
+    "#ce6dbd",
+)
+# Designs built from a registered encoding by its settings (the presets of pe=layered) draw from
+# hues of their own, so a design never takes the look of an encoding it sits beside.
+DESIGN_PALETTE = (
+    "#1b9e77",
+    "#d95f02",
+    "#7570b3",
+    "#e7298a",
+    "#66a61e",
+    "#e6ab02",
+    "#a6761d",
+    "#0067a5",
+    "#be0032",
+    "#604e97",
+    "#008856",
+    "#666666",
 )
 # Methods draw from colours of their own, none of them grey (no extension is black beside them)
 # and none of them an encoding's tab10 tone, so a method never reads as a PE of another panel.
@@ -60,6 +81,9 @@ METHOD_PALETTE = (
     "#6b8e23",
 )
 NONE_STYLE_COLOR = "#000000"
+# Prefixed to a design's label before hashing: with it, the shipped presets of pe=layered take
+# seven different hues of DESIGN_PALETTE (tests/results/test_style.py holds them to that).
+DESIGN_SALT = "14"
 
 
 @dataclass(frozen=True)
@@ -105,11 +129,11 @@ def display_style(pe: Any) -> Style:
     name = pe.name + (" randomized" if pe.randomized else "")
     if pe.label == describe_pe(pe.name, pe.randomized).label:
         return pe_style(name)
-    d = _digest(pe.label)
+    d = _digest(DESIGN_SALT + pe.label)
     return Style(
-        PALETTE[d % len(PALETTE)],
-        MARKERS[(d // len(PALETTE)) % len(MARKERS)],
-        ("-", "--", "-.")[(d // (len(PALETTE) * len(MARKERS))) % 3],
+        DESIGN_PALETTE[d % len(DESIGN_PALETTE)],
+        MARKERS[(d // len(DESIGN_PALETTE)) % len(MARKERS)],
+        ("-", "-.")[(d // (len(DESIGN_PALETTE) * len(MARKERS))) % 2],
     )
 
 

@@ -94,10 +94,14 @@ def test_the_backend_is_chosen_in_one_place(backend, device, grad, dropout, expe
     assert flex.use_flex(backend, torch.device(device), grad, dropout) is expected
 
 
-# Every length up to 136, where the bug lived (below 128, 8 mod 16) and the padding acts, then
-# lengths past it on each side of a vector and of a block (each length compiles afresh: 299
-# lengths took 78 s of CI at one vector width).
-LENGTHS = [*range(2, 137), 152, 200, 255, 256, 257, 300]
+# Where the bug lived (below 128, 8 mod 16, where the padding acts) with both neighbours of
+# each, every length up to 17, then lengths on each side of a vector and of a block up to 300
+# (each length compiles afresh: every length to 136 took 53 s of CI over the two widths).
+BUGGY = range(8, 137, 16)
+LENGTHS = sorted(
+    {*range(2, 18), *(t + d for t in BUGGY for d in (-1, 0, 1)), 31, 32, 33, 63, 64, 65}
+    | {127, 128, 129, 152, 200, 255, 256, 257, 300}
+)
 
 
 @pytest.mark.parametrize("simdlen", [None, 256])  # this CPU's vectors, and AVX2's 8 floats

@@ -141,7 +141,14 @@ def test_pe_irope_is_named_by_its_pattern_in_tensorboard():
     from tests.helpers import run_config
 
     settings = hparam_dict(run_config("pe=irope", "model=small"))
-    assert settings["pe"] == "rope*3+none" and settings["pe.chunk"] == 64
+    # its pattern, then what else makes it a design (so gemma and gpt-oss, both of pattern
+    # "rope", read apart)
+    assert settings["pe"].startswith("rope*3+none") and settings["pe.chunk"] == 64
+    assert settings["pe"] == "rope*3+none (chunk 64, temperature 0.1)"
+    gemma, gpt_oss = (
+        hparam_dict(run_config(f"pe={p}", "model=small")) for p in ("gemma", "gpt_oss")
+    )
+    assert gemma["pe"] != gpt_oss["pe"] and gemma["pe"].startswith("rope (window 32/")
 
 
 def test_a_fine_tune_is_named_by_what_it_changed_from_its_parent():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -93,6 +95,32 @@ def test_layered_presets_get_a_style_each_and_plain_encodings_keep_theirs():
     styles = [display_style(PEDisplay("layered", False, label, 0, "")) for label in labels]
     assert len(set(styles)) == len(labels)  # seven presets of pe=layered: seven looks
     assert styles == [display_style(PEDisplay("layered", False, x, 0, "")) for x in labels]
+
+
+def test_every_registered_encoding_has_a_colour_of_its_own_and_no_design_takes_one(monkeypatch):
+    from pathlib import Path
+
+    from posexp.commands.report.views.findings import job_pe
+    from posexp.pe.base import PE_REGISTRY
+    from posexp.results.style import display_style, pe_style
+    from tests.helpers import run_config
+
+    configs = Path(__file__).resolve().parents[2] / "configs" / "pe"
+    shipped = [n for n in PE_REGISTRY.names() if (configs / f"{n}.yaml").is_file()]
+    pe_style.cache_clear()  # as a fresh process has them: no encoding other tests registered
+    monkeypatch.setattr(PE_REGISTRY, "names", lambda: list(shipped))
+    registered = {pe_style(n).color for n in shipped}
+    assert len(shipped) >= 20 and len(registered) == len(shipped)  # NoPE's blue is not PATH's
+    presets = [p.stem for p in sorted(configs.glob("*.yaml")) if "- layered" in p.read_text()]
+    assert {"gpt_oss", "rnope_swa", "swan_gpt", "gemma"} <= set(presets)
+    looks = []
+    for name in presets:  # each shipped design as a report shows it
+        config = run_config("model=small", f"pe={name}")
+        style = display_style(job_pe(SimpleNamespace(pe=config.pe.name, config=config)))
+        assert style.color not in registered, (name, style)  # RNoPE-SWA is not NoPE's blue
+        looks.append(style.color)
+    assert len(set(looks)) == len(presets)  # seven designs, seven hues
+    pe_style.cache_clear()
 
 
 def test_a_randomized_variant_pairs_with_its_encoding_and_takes_no_other_encodings_look():

@@ -265,11 +265,6 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
         return None
     if len(points) < 2:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     label = METRIC_LABELS.get(key, metric_name(key))
     names = ["\n".join(textwrap.wrap(name, 44)) or "?" for name, _, _ in points]
     values = [v for _, v, _ in points]
@@ -277,11 +272,25 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     pes = [job_pe(j) if getattr(j.config, "pe", None) else None for _, _, j in points]
     shared = pe_colors(ctx) if None not in pes and len(set(pes)) > 1 else {}
     colors = [shared.get(pe, "tab:blue") for pe in pes]
-    digits = column_decimals([float(v) for v in values]) or 0
-    lines = sum(n.count("\n") + 1 for n in names)
-    fig, ax = plt.subplots(
-        figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(points)), layout="constrained"
+    shown = repr((label, names, values, colors))
+    return ctx.figure(
+        "report_runs.png",
+        shown,
+        lambda: draw_runs(label, names, [float(v) for v in values], colors),
     )
+
+
+def draw_runs(label: str, names: list[str], values: list[float], colors: list[str]) -> Any:
+    """The runs figure: one dot per run, down the y axis, on a zoomed x axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    digits = column_decimals(values) or 0
+    lines = sum(n.count("\n") + 1 for n in names)
+    # Tall figures (many runs) lay out by hand: constrained layout collapses past ~40 rows.
+    fig, ax = plt.subplots(figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(values)))
     # Runs down the y axis (their labels stay readable), points on a zoomed x axis: the
     # differences between runs are what a reader compares, not the distance from 0.
     ys = list(range(len(values)))[::-1]
@@ -303,4 +312,5 @@ def runs_plot(ctx: ReportContext, jobs: list[Job]) -> Path | None:
     ax.set_xlabel(label + (" (axis not from 0)" if low - pad > 0 else ""))
     ax.set_title(f"Final {label} per run", fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
-    return ctx.save_figure(fig, "report_runs.png")
+    fig.tight_layout()
+    return fig

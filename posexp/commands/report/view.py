@@ -16,10 +16,15 @@ from typing import Any
 
 from posexp.commands.report.jobs import Job
 from posexp.registry import Registry
-from posexp.results.labels import distinguishing, run_label, run_labels, setting_key
+from posexp.results.labels import distinguishing, run_label, run_labels, setting_key, varying
 from posexp.store.files import save_figure_atomic, write_csv_atomic
 
 DRAWN = ".report_figures.json"  # figure -> digest of what it was drawn from (a second report)
+
+
+def is_fine_tune(job: Job) -> bool:
+    """Whether the job was started from another run (``parent=``): a fine-tune."""
+    return getattr(getattr(job, "config", None), "parent", None) not in (None, "", "None")
 
 
 @dataclass
@@ -34,18 +39,79 @@ class ReportContext:
     memo: dict[str, Any] = field(default_factory=dict, repr=False)  # what views compute once
 
     def label(self, job: Job, exclude: tuple[str, ...] = ()) -> str:
-        """The job's name in tables and plots: the settings that vary across the report's jobs,
-        less ``exclude`` (``posexp.results.labels``); jobs alike but for ``exclude`` share it."""
+        """The job's name in tables and plots: the settings that vary across the report's jobs
+        trained from scratch, less ``exclude`` (``posexp.results.labels``); a fine-tune's, what
+        it changed from its parent (``lineage``) and its parent's seed. Jobs alike but for
+        ``exclude`` share a name."""
         if exclude not in self._labels:
-            names = run_labels([j.settings for j in self.jobs], exclude)
-            self._labels[exclude] = {id(j): n for j, n in zip(self.jobs, names, strict=True)}
+            plain = [j for j in self.jobs if not is_fine_tune(j)]
+            names = run_labels([j.settings for j in plain], exclude) if plain else []
+            self._labels[exclude] = {id(j): n for j, n in zip(plain, names, strict=True)}
+            self._labels[exclude].update(self._fine_tune_labels(exclude))
         return self._labels[exclude].get(id(job)) or run_label(job.settings, [])
 
+    def _fine_tune_labels(self, exclude: tuple[str, ...]) -> dict[int, str]:
+        """Each fine-tune's name: its change, what else tells it from the fine-tunes of the same
+        change (less ``exclude``), and its parent's seed unless ``exclude`` has the seed."""
+        lineage, parents = self.lineage(), self.memo.get("parents", {})
+        by_change: dict[str, list[Job]] = {}
+        for job in self.jobs:
+            if is_fine_tune(job):
+                by_change.setdefault(lineage[str(job.path)], []).append(job)
+        skip = {setting_key(k) for k in (*exclude, "seed", "fine-tuned", "train.max_steps")}
+        out = {}
+        for change, group in by_change.items():
+            runs = [j.settings for j in group]
+            keys = distinguishing(runs, [k for k in varying(runs) if k not in skip])
+            for job in group:
+                parent = parents.get(str(job.path))
+                seed = "" if "seed" in exclude or parent is None else f"s{parent.seed}"
+                extra = run_label(job.settings, keys, identity=False)
+                out[id(job)] = " ".join(t for t in (change, extra, seed) if t)
+        return out
+
+    def lineage(self) -> dict[str, str]:
+        """Each fine-tuned job's run -> what it changed from its parent (its rows' tag, through
+        ``posexp.results.labels.finetune_label``): ``yarn(factor=4) L256 ft 200 steps``."""
+        from posexp.errors import PosexpError
+        from posexp.results.labels import finetune_label
+        from posexp.store.rundir import RunDir
+
+        if "lineage" in self.memo:
+            return self.memo["lineage"]
+        out: dict[str, str] = {}
+        parents: dict[str, Any] = {}
+        tuned = [j for j in self.jobs if is_fine_tune(j)]
+        shown = {job.path.resolve(): job for job in self.jobs} if tuned else {}
+        for job in tuned:
+            given = Path(str(job.config.parent))
+            where = given.resolve()
+            # A parent named relative to where the fine-tune ran, or a sweep since moved: the
+            # job of this report in the folder of the parent's name.
+            moved = [j for j in self.jobs if j.path.name == given.name and j is not job]
+            if where not in shown and not where.exists() and len(moved) == 1:
+                where = moved[0].path.resolve()
+            try:  # the parent's config: read once where the report shows it too
+                parent = shown[where].config if where in shown else RunDir(where).config()
+            except (PosexpError, OSError):  # the parent moved or lost its config
+                parent = None
+            parents[str(job.path)] = parent
+            out[str(job.path)] = finetune_label(job.config, parent)
+        self.memo["lineage"], self.memo["parents"] = out, parents
+        return out
+
     def rest(self, job: Job, exclude: tuple[str, ...]) -> str:
-        """The job's varying settings other than ``exclude``, '' when there are none."""
+        """The job's varying settings other than ``exclude``, '' when there are none. A run
+        trained from scratch is told apart from the others trained from scratch only: fine-tunes
+        are named by what they changed, so their steps or length never tag their parents."""
         skip = {setting_key(k) for k in exclude}
-        runs = [j.settings for j in self.jobs]
-        keys = distinguishing(runs, [k for k in self.swept if k not in skip])
+        runs = [j.settings for j in self.jobs if is_fine_tune(j) == is_fine_tune(job)]
+        keys = [k for k in self.swept if k not in skip]
+        if "pe" in skip:  # the PE named apart: what its label already tells (a design's
+            # windows) is not said again; what it does not (T5's max_distance) still is
+            keys = [k for k in distinguishing(runs, ["pe", *keys]) if k != "pe"]
+        else:
+            keys = distinguishing(runs, keys)
         return run_label(job.settings, keys, identity=False)
 
     def named_by(self) -> list[str]:
@@ -95,6 +161,12 @@ class ReportContext:
 
         if self.memo.get("drawn"):
             write_json_atomic(self.target / DRAWN, self.memo["drawn"])
+
+    def figure(self, name: str, inputs: str, draw: Callable[[], Any]) -> Path:
+        """``<target>/<name>``: drawn by ``draw()`` (a matplotlib figure) and saved, unless the
+        last report drew it from the same ``inputs`` (everything the figure shows, as text) and
+        its files are still there, when a second report keeps it as it is."""
+        return self.drawn_already(name, inputs) or self.save_figure(draw(), name)
 
     def save_figure(self, fig: Any, name: str) -> Path:
         """Save a matplotlib figure as ``<target>/<name>`` (PNG, atomic) and remember it."""

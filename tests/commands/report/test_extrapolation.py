@@ -242,7 +242,9 @@ def test_a_column_scored_at_some_lengths_breaks_its_line_where_it_has_none(tmp_p
     )
     saved = {}
     ctx = SimpleNamespace(
-        memo={}, jobs=[], save_figure=lambda fig, name: saved.setdefault("fig", fig) and tmp_path
+        memo={},
+        jobs=[],
+        figure=lambda name, shown, draw: saved.setdefault("fig", draw()) and tmp_path,
     )
     extrapolation_plot(ctx, shown, "nonoverlap", 128)
     (yarn,) = [line for line in saved["fig"].axes[1].lines if line.get_label().startswith("yarn")]

@@ -38,3 +38,21 @@ def test_each_fine_tune_is_labelled_by_its_change_from_the_parent_in_the_report(
     # a parent that is gone: the fine-tune's own extension and steps
     alone = lineage_labels(ReportContext(tmp_path, jobs[1:2], []))
     assert alone == {str(tmp_path / "ft"): "yarn(factor=4) ft 200 steps"}
+
+
+def test_a_run_from_scratch_is_not_tagged_by_what_only_its_fine_tunes_change(tmp_path):
+    # Sweep runs of 300 steps and DroPE fine-tunes of 43: the plain rows stay "NoPE", "RoPE";
+    # two plain runs that differ in steps are still told apart by them.
+    plain = [run_config("model=tiny", f"pe={pe}", "train.max_steps=300") for pe in ("none", "rope")]
+    drope = replace(plain[1], pe=NamedConfig("none"), parent=str(tmp_path / "rope"))
+    drope = replace(drope, train=replace(plain[1].train, max_steps=43))
+    jobs = [job(tmp_path / p.pe.name, p) for p in plain] + [job(tmp_path / "dr", drope)]
+    for j in jobs:
+        j.settings = {"pe": j.config.pe.name, "train.max_steps": j.config.train.max_steps}
+    ctx = ReportContext(tmp_path, jobs, ["pe", "train.max_steps"])
+    assert [ctx.rest(j, exclude=("pe", "seed")) for j in jobs[:2]] == ["", ""]
+    longer = replace(plain[0], train=replace(plain[0].train, max_steps=600))
+    jobs.append(job(tmp_path / "long", longer))
+    jobs[-1].settings = {"pe": "none", "train.max_steps": 600}
+    ctx = ReportContext(tmp_path, jobs, ["pe", "train.max_steps"])
+    assert ctx.rest(jobs[0], exclude=("pe", "seed")) == "300 steps"

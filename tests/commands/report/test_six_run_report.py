@@ -161,12 +161,13 @@ def test_the_curves_come_from_the_run_s_own_event_files(tmp_path):
     assert curves.scalars(job)["val/loss"][0] == pytest.approx(4.1)  # one bad file skipped
 
 
-def test_the_curves_legend_orders_settings_by_their_numbers(monkeypatch):
+def test_the_curves_legend_orders_settings_by_their_numbers(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     monkeypatch.setattr(curves, "scalars", lambda job: {"val/loss": {0: 1.0}})
-    jobs = [SimpleNamespace(name=h) for h in ("h1", "h16", "h4")]  # as the folder sorts them
-    ctx = SimpleNamespace(label=lambda job, exclude: job.name)
+    # as the folder sorts them
+    jobs = [SimpleNamespace(name=h, path=tmp_path / h) for h in ("h1", "h16", "h4")]
+    ctx = SimpleNamespace(label=lambda job, exclude: job.name, target=tmp_path)
     groups, unreadable = curves.group_curves(ctx, jobs)
     assert list(groups) == ["h1", "h4", "h16"] and unreadable == []
 
@@ -181,6 +182,7 @@ def test_curves_say_when_training_and_validation_loss_count_different_tokens(tmp
     ]
     ctx = SimpleNamespace(
         jobs=jobs,
+        target=tmp_path,
         label=lambda job, exclude: job.name,
         write_csv=lambda name, rows, fields: tmp_path / name,
     )

@@ -20,6 +20,9 @@ from posexp.pe.base import PEDisplay
 from posexp.results.figures import figure_title, legend_below, panel_title
 
 CURVES = (("train/loss", "training loss"), ("val/loss", "validation loss"))
+# What the last report read from each run's event files, so that a second one reads only what
+# changed: run -> its event files (name, size, mtime) and the curves they held.
+CURVES_NOTE = ".report_curves.json"
 
 
 def event_files(job: Job) -> list[Path]:
@@ -46,14 +49,49 @@ def scalars(job: Job) -> dict[str, dict[int, float]]:
         return {}
 
 
+def read_curves(ctx: ReportContext, jobs: list[Job]) -> list[dict[str, dict[int, float]]]:
+    """Each job's ``scalars``, read from its event files unless the last report read the same
+    files (by name, size and modification time): those come from its note, ``CURVES_NOTE``."""
+    from posexp.errors import PosexpError
+    from posexp.store.files import read_json, write_json_atomic
+
+    note_path = ctx.target / CURVES_NOTE
+    try:
+        last = read_json(note_path) or {}
+    except PosexpError:  # a damaged note only costs a second read
+        last = {}
+    note, out = {}, []
+    for job in jobs:
+        stats = [[f.name, *_size_and_time(f)] for f in event_files(job)]
+        key = str(job.path)
+        kept = last.get(key)
+        if kept and kept.get("files") == stats:
+            data = {tag: {int(k): v for k, v in points} for tag, points in kept["data"].items()}
+        else:
+            data = scalars(job)
+        points = {tag: [[k, v] for k, v in sorted(p.items())] for tag, p in data.items()}
+        note[key] = {"files": stats, "data": points}
+        out.append(data)
+    if note != last:
+        try:
+            write_json_atomic(note_path, note)
+        except OSError:  # a read-only sweep: the next report reads the events again
+            pass
+    return out
+
+
+def _size_and_time(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
 def group_curves(
     ctx: ReportContext, jobs: list[Job]
 ) -> tuple[dict[str, dict[str, list[dict[int, float]]]], list[str]]:
     """label -> tag -> one step->value curve per seed, and the jobs whose curves are unreadable."""
     groups: dict[str, dict[str, list[dict[int, float]]]] = {}
     unreadable = []
-    for job in jobs:
-        data = scalars(job)
+    for job, data in zip(jobs, read_curves(ctx, jobs), strict=True):
         if not data:
             unreadable.append(job.name)
             continue
@@ -82,7 +120,10 @@ def line_pes(ctx: ReportContext, jobs: list[Job]) -> dict[str, tuple[PEDisplay, 
     pes: dict[str, set[tuple[PEDisplay, str]]] = {}
     for job in jobs:
         if job.config:
-            key = (job_pe(job), ctx.rest(job, ("seed", "pe")))
+            # a fine-tune: what it changed from its parent
+            tuned = ctx.lineage().get(str(getattr(job, "path", "")))
+            rest = tuned or ctx.rest(job, ("seed", "pe"))
+            key = (job_pe(job), rest)
             pes.setdefault(ctx.label(job, exclude=("seed",)), set()).add(key)
     one = {label: next(iter(v)) for label, v in pes.items() if len(v) == 1}
     return one if len(one) == len(pes) and len({pe for pe, _ in one.values()}) > 1 else {}
@@ -99,13 +140,6 @@ def curves_plot(
     """Two panels (training, validation loss against step), one line per setting. Where each
     line is one encoding (``pes``), it takes the encoding's colour and order in every figure of
     the report, and a line style per value of the other settings (a pe × task sweep)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
-    colors = [*plt.get_cmap("tab10").colors, *plt.get_cmap("tab20").colors[1::2]]
     pes = pes if pes and set(pes) == set(groups) else {}
     shared = pe_colors(ctx) if pes else {}
     rests = sorted({rest for _, rest in pes.values()}, key=natural_order)
@@ -124,45 +158,69 @@ def curves_plot(
         pe, rest = pes[label]
         return f"{pe.label} · {rest}" if rest else pe.label
 
-    for ax, (tag, name) in zip(axes, CURVES, strict=True):
-        for i, (label, by_tag) in enumerate(ordered):
-            if tag not in by_tag:
-                continue
-            points = seed_mean(by_tag[tag])
-            if not points:
-                continue
-            steps, means, stds, ns = zip(*points, strict=True)
-            color = shared.get(pes[label][0]) if pes else colors[i % len(colors)]
-            n = max(ns)
-            marker = "o" if tag == "val/loss" and len(steps) <= 40 else None
-            ax.plot(
-                steps,
-                means,
-                color=color,
-                linestyle=style[pes[label][1]] if pes else "-",
-                marker=marker,
-                markersize=3,
-                linewidth=1.4,
-                label=line_label(label) + (f" (n = {n})" if n > 1 else ""),
+    def draw() -> Any:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), layout="constrained")
+        colors = [*plt.get_cmap("tab10").colors, *plt.get_cmap("tab20").colors[1::2]]
+        for ax, (tag, name) in zip(axes, CURVES, strict=True):
+            for i, (label, by_tag) in enumerate(ordered):
+                if tag not in by_tag:
+                    continue
+                points = seed_mean(by_tag[tag])
+                if not points:
+                    continue
+                steps, means, stds, ns = zip(*points, strict=True)
+                color = shared.get(pes[label][0]) if pes else colors[i % len(colors)]
+                n = max(ns)
+                marker = "o" if tag == "val/loss" and len(steps) <= 40 else None
+                ax.plot(
+                    steps,
+                    means,
+                    color=color,
+                    linestyle=style[pes[label][1]] if pes else "-",
+                    marker=marker,
+                    markersize=3,
+                    linewidth=1.4,
+                    label=line_label(label) + (f" (n = {n})" if n > 1 else ""),
+                )
+                if n > 1:
+                    lo = [m - s for m, s in zip(means, stds, strict=True)]
+                    hi = [m + s for m, s in zip(means, stds, strict=True)]
+                    ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
+            panel_title(ax, f"{name} (nats/token)")
+            ax.set_xlabel("training step")
+            ax.grid(True, alpha=0.3)
+            legend_below(
+                ax,
+                columns=2 if len(groups) > 4 else 1,
+                handle_length=4.0 if len(rests) > 1 else 2.0,
             )
-            if n > 1:
-                lo = [m - s for m, s in zip(means, stds, strict=True)]
-                hi = [m + s for m, s in zip(means, stds, strict=True)]
-                ax.fill_between(steps, lo, hi, color=color, alpha=0.15, linewidth=0)
-        panel_title(ax, f"{name} (nats/token)")
-        ax.set_xlabel("training step")
-        ax.grid(True, alpha=0.3)
-        legend_below(
-            ax, columns=2 if len(groups) > 4 else 1, handle_length=4.0 if len(rests) > 1 else 2.0
+        axes[0].set_ylabel("loss (nats/token)")
+        several = any(len(c) > 1 for by_tag in groups.values() for c in by_tag.values())
+        figure_title(
+            fig,
+            "Loss against training step"
+            + ("; lines: seed mean, bands: ± one seed std" if several else ""),
         )
-    axes[0].set_ylabel("loss (nats/token)")
-    several = any(len(c) > 1 for by_tag in groups.values() for c in by_tag.values())
-    figure_title(
-        fig,
-        "Loss against training step"
-        + ("; lines: seed mean, bands: ± one seed std" if several else ""),
+        return fig
+
+    ordered = list(ordered)
+    shown = repr(
+        [
+            (
+                line_label(label),
+                shared.get(pes[label][0]) if pes else i,
+                style.get(pes[label][1]) if pes else "-",
+                by_tag,
+            )
+            for i, (label, by_tag) in enumerate(ordered)
+        ]
     )
-    return ctx.save_figure(fig, "report_curves.png")
+    return ctx.figure("report_curves.png", shown, draw)
 
 
 def render(ctx: ReportContext) -> str:

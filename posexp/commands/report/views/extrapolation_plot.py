@@ -167,5 +167,9 @@ def extrapolation_plot(
         + (f"; dash-dot: fine-tuned at {' and '.join(f'{n:,}' for n in tuned)}" if tuned else "")
         + ("\nlines: seed mean; bands: ± one seed std around each plain line" if several else "")
     )
-    fig = plot_panels(panels, title, "test perplexity (log scale)", marks)
-    return ctx.save_figure(fig, f"report_extrapolation_{protocol}.png")
+    shown = repr((panels, title, marks))  # Panel and Curve are dataclasses: their values
+    return ctx.figure(
+        f"report_extrapolation_{protocol}.png",
+        shown,
+        lambda: plot_panels(panels, title, "test perplexity (log scale)", marks),
+    )

@@ -5,13 +5,10 @@ Glue only: every number here is a function of that table (``posexp.results``).""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from posexp.commands.report.jobs import Job
 from posexp.commands.report.view import ReportContext, register_report_view
-from posexp.errors import PosexpError
 from posexp.pe.base import describe_pe
 from posexp.results.export import latex_document, latex_table, write_long
 from posexp.results.grid import grid_markdown, grids, heat_map
@@ -32,25 +29,8 @@ def results_frame(ctx: ReportContext) -> pd.DataFrame:
 
 
 def lineage_labels(ctx: ReportContext) -> dict[str, str]:
-    """Each fine-tuned job's run -> what it changed from its parent (its rows' tag, through
-    ``posexp.results.labels.finetune_label``): ``yarn(factor=4) L256 ft 200 steps``."""
-    from posexp.results.labels import finetune_label
-    from posexp.store.rundir import RunDir
-
-    if "lineage" in ctx.memo:
-        return ctx.memo["lineage"]
-    out: dict[str, str] = {}
-    tuned = [j for j in ctx.jobs if j.config and j.config.parent not in (None, "", "None")]
-    shown = {job.path.resolve(): job for job in ctx.jobs} if tuned else {}
-    for job in tuned:
-        where = Path(str(job.config.parent)).resolve()
-        try:  # the parent's config: read once where the report shows it too
-            parent = shown[where].config if where in shown else RunDir(where).config()
-        except (PosexpError, OSError):  # the parent moved or lost its config
-            parent = None
-        out[str(job.path)] = finetune_label(job.config, parent)
-    ctx.memo["lineage"] = out
-    return out
+    """Each fine-tuned job's run -> what it changed from its parent (``ReportContext.lineage``)."""
+    return ctx.lineage()
 
 
 def pe_label(name: str) -> str:
