@@ -137,7 +137,7 @@ def test_a_request_no_node_can_run_is_refused_before_anything_is_submitted(slurm
 # SIGTERM tests, whose weights are compared, and a 24,000-step reference for it took a core for
 # five minutes of the suite.
 LONG_STEPS = 10**7
-SHORT_STEPS = 3000  # about 20 s: long enough for the test to requeue or cancel it mid-training
+SHORT_STEPS = 1500  # about 10 s: long enough for the test to requeue or cancel it mid-training
 TRAIN = (
     "model=tiny",
     "train.seq_len=32",
