@@ -204,7 +204,9 @@ def test_sigterm_checkpoints_the_step_exits_143_and_resumes_to_the_same_weights(
         json.loads((run / "provenance.json").read_text())["sessions"][-1]["status"] == "interrupted"
     )
     posexp(tmp_path, cache, "train", f"resume={run}")
-    assert weights_sha256(run) == weights_sha256(full)
+    # On a mismatch, both runs' logs: what each trained on, with which kernels and threads.
+    logs = {r.name: (r / "train.log").read_text()[-4000:] for r in (full, run)}
+    assert weights_sha256(run) == weights_sha256(full), logs
     sessions = json.loads((run / "provenance.json").read_text())["sessions"]
     assert [s["status"] for s in sessions] == ["interrupted", "completed"]
 
