@@ -14,9 +14,8 @@ FIRST = ("tests/scripts/test_slurm_local.py", "tests/scripts/test_gpu_check.py")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than the cores. Many tests wait on posexp subprocesses, Slurm
-    or a launcher a good part of their time; a third worker on two cores took the suite from
-    916 s to 852 s (Ice Lake, 2026-12-06)."""
+    """`-n auto`: one worker more than the cores, for the tests that wait on posexp
+    subprocesses, Slurm or a launcher (docs/contributing.md has what it measured)."""
     return len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else 2
 
 
