@@ -1,5 +1,5 @@
-"""The report's results-table view (posexp/commands/report/views/results.py): a fine-tune's
-rows are named by what it changed from its parent."""
+"""A fine-tune's rows are named by what it changed from its parent (ReportContext.lineage,
+which the results-table view and the others read)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 from posexp.commands.report.view import ReportContext
-from posexp.commands.report.views.results import lineage_labels
 from posexp.config.sections import NamedConfig
 from posexp.extension import ExtensionConfig
 from tests.helpers import run_config
@@ -30,13 +29,13 @@ def test_each_fine_tune_is_labelled_by_its_change_from_the_parent_in_the_report(
         job(tmp_path / "ft", tuned),
         job(tmp_path / "dr", drope),
     ]
-    labels = lineage_labels(ReportContext(tmp_path, jobs, []))
+    labels = ReportContext(tmp_path, jobs, []).lineage()
     assert labels == {
         str(tmp_path / "ft"): "yarn(factor=4) L256 ft 200 steps",
         str(tmp_path / "dr"): "rope → pe=none (DroPE) ft 30 steps",
     }
     # a parent that is gone: the fine-tune's own extension and steps
-    alone = lineage_labels(ReportContext(tmp_path, jobs[1:2], []))
+    alone = ReportContext(tmp_path, jobs[1:2], []).lineage()
     assert alone == {str(tmp_path / "ft"): "yarn(factor=4) ft 200 steps"}
 
 

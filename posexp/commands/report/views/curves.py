@@ -149,7 +149,7 @@ def curves_plot(
             groups.items(), key=lambda kv: (pes[kv[0]][0].sort_key, natural_order(pes[kv[0]][1]))
         )
         if pes
-        else groups.items()
+        else list(groups.items())
     )
 
     def line_label(label: str) -> str:
@@ -208,7 +208,6 @@ def curves_plot(
         )
         return fig
 
-    ordered = list(ordered)
     shown = repr(
         [
             (

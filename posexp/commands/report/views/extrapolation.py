@@ -51,9 +51,7 @@ def extrapolation_columns(ctx: ReportContext) -> list[Column]:
             tuple(natural_order(swept_value(j, k)) for k in ctx.swept),
         ),
     )
-    from posexp.commands.report.views.results import lineage_labels
-
-    tuned = lineage_labels(ctx)  # a fine-tune: named by what it changed from its parent
+    tuned = ctx.lineage()  # a fine-tune: named by what it changed from its parent
     groups: dict[tuple[Any, str], list[Job]] = {}
     for job in jobs:
         rest = tuned.get(str(getattr(job, "path", ""))) or ctx.rest(job, exclude=("pe", "seed"))

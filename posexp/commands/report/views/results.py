@@ -28,11 +28,6 @@ def results_frame(ctx: ReportContext) -> pd.DataFrame:
     return ctx.memo["results"]
 
 
-def lineage_labels(ctx: ReportContext) -> dict[str, str]:
-    """Each fine-tuned job's run -> what it changed from its parent (``ReportContext.lineage``)."""
-    return ctx.lineage()
-
-
 def pe_label(name: str) -> str:
     """A PE's display label."""
     return describe_pe(name).label
@@ -41,7 +36,7 @@ def pe_label(name: str) -> str:
 def render_results(ctx: ReportContext) -> str:
     """The exports, the LaTeX tables and the settings grids."""
     frame = results_frame(ctx)
-    summary = summarize(frame, lineage_labels(ctx))
+    summary = summarize(frame, ctx.lineage())
     paths = write_long(frame, ctx.target / LONG_STEM)
     ctx.files += paths
     md = [
