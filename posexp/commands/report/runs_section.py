@@ -289,7 +289,7 @@ def draw_runs(label: str, names: list[str], values: list[float], colors: list[st
 
     digits = column_decimals(values) or 0
     lines = sum(n.count("\n") + 1 for n in names)
-    # Tall figures (many runs) lay out by hand: constrained layout collapses past ~40 rows.
+    # tight_layout, not constrained layout: the latter collapsed past ~40 rows (a warning).
     fig, ax = plt.subplots(figsize=(7.5, 1.4 + 0.3 * lines + 0.15 * len(values)))
     # Runs down the y axis (their labels stay readable), points on a zoomed x axis: the
     # differences between runs are what a reader compares, not the distance from 0.
