@@ -31,6 +31,20 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
+def _torch_threads():
+    """Each test leaves torch's thread count as it found it. A command run in-process sets the
+    count its config asks for; left behind, it changes the arithmetic of every later in-process
+    run on the worker (fp32 sums split by thread), and an exact-resume test then compares runs
+    made on different counts. The count is put back, and the test that changed it fails."""
+    before = torch.get_num_threads()
+    yield
+    after = torch.get_num_threads()
+    if after != before:
+        torch.set_num_threads(before)
+        pytest.fail(f"the test left torch's thread count at {after} (it was {before})")
+
+
+@pytest.fixture(autouse=True)
 def _logging_handlers():
     """Each test leaves the loggers' handlers as it found them. A command run in-process under
     Hydra adds a handler on the test's captured stdout, closed when the test ends; a later test

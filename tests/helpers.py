@@ -83,6 +83,7 @@ def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess
 
     import torch
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     from posexp.cli import main
 
@@ -112,6 +113,9 @@ def posexp(cwd: Path, cache: Path, *args: str, check: bool = True) -> subprocess
             lg.handlers[:] = handlers
             lg.setLevel(level)
         GlobalHydra.instance().clear()
+        # A job's Hydra config outlives it: left set, a later run_training in this process
+        # would place itself as a job of that sweep (its launcher's threads).
+        HydraConfig.instance().cfg = None
     proc = subprocess.CompletedProcess(["posexp", *args], code, out.getvalue(), err.getvalue())
     return checked(proc, check)
 

@@ -31,7 +31,7 @@ from posexp.objectives import OBJECTIVES, build_objective
 from posexp.runtime import distributed
 from posexp.runtime.budget import check_budget
 from posexp.runtime.build import build_data, model_config
-from posexp.runtime.device import place, set_cublas_workspace
+from posexp.runtime.device import check_resume_threads, place, set_cublas_workspace
 from posexp.runtime.hardware import out_of_memory
 from posexp.runtime.kernel_choice import resolve_run_kernels
 from posexp.runtime.optim import (
@@ -144,6 +144,7 @@ def _run_training(cfg: RunConfig, run_dir: Path, stop: GracefulStop) -> dict[str
         keep_tokenizer(data.tokenizer.file, RunDir(run_dir).tokenizer_file)
     mcfg = model_config(cfg, data.tokenizer.vocab_size)
     saved_meta = RunDir(run_dir).meta() if cfg.resume else {}
+    check_resume_threads(saved_meta.get("threads"), device)
     # Measurements draw from generators of their own: the model's init below is the seed's.
     with distributed.rank_zero_first():  # rank 0 measures (CPU auto), the others read its cache
         chosen = resolve_run_kernels(cfg, mcfg, device, saved_meta)

@@ -90,6 +90,23 @@ def place(cfg: RunConfig) -> torch.device:
     return device
 
 
+def check_resume_threads(recorded: int | None, device: torch.device) -> None:
+    """Warn where a CPU run resumes on another thread count than its checkpoint was saved on
+    (``recorded``; None: not recorded): torch splits fp32 reductions across threads, so the
+    resumed weights then differ in their last bits from an uninterrupted run's."""
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or recorded is None or recorded == threads:
+        return
+    log.warning(
+        "this run was checkpointed on %d CPU thread%s and resumes on %d: its weights will "
+        "differ in the last bits from an uninterrupted run's; train.threads=%d resumes exactly",
+        recorded,
+        "" if recorded == 1 else "s",
+        threads,
+        recorded,
+    )
+
+
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Host-to-device copy: from pinned memory and asynchronous on CUDA."""
     if device.type == "cuda":

@@ -108,6 +108,7 @@ class Trainer:
             "params": self.raw_model.num_params(),
             "precision": self.precision,
             "kernels": self.raw_model.kernels.to_dict(),  # what an exact resume runs on
+            "threads": torch.get_num_threads(),  # CPU reductions split by it: so does a resume
             "tokenizer_sha256": RunDir(self.run_dir).tokenizer_digest(),  # which one it read
             "schedule": dataclasses.asdict(self.schedule),  # what a resume keeps
         }

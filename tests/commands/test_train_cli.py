@@ -180,7 +180,9 @@ def weights_sha256(run):
 
 
 def test_sigterm_checkpoints_the_step_exits_143_and_resumes_to_the_same_weights(tmp_path, cache):
+    # One thread in all three: the signalled run is a process of its own, the others are not.
     args = ["train", "pe=rope", *TINY, "train.max_steps=12", "train.checkpoint_interval=3"]
+    args.append("train.threads=1")
     full = tmp_path / "full"
     posexp(tmp_path, cache, *args, f"hydra.run.dir={full}")
     run = tmp_path / "run"
