@@ -19,8 +19,10 @@ def job(
     tuned: bool = False,
     extension: ExtensionConfig | None = None,
     pose: bool = False,
+    pe: str = "rope",
 ):
-    """A stand-in for a report Job: its seed, whether it is a fine-tune, its passkey records."""
+    """A stand-in for a report Job: its seed, whether it is a fine-tune, its passkey records,
+    and its settings (the encoding, ``pe``)."""
     config = SimpleNamespace(
         seed=seed,
         extension=extension or ExtensionConfig(),
@@ -34,7 +36,10 @@ def job(
         for (m, d, n), a in accuracies.items()
     ]
     name = f"s{seed}{'ft' if tuned else ''}{extension.method if extension else ''}"
-    return SimpleNamespace(config=config, extrapolate=records, name=name + "pose" * pose)
+    settings = {"seed": seed, "pe": pe}
+    return SimpleNamespace(
+        config=config, extrapolate=records, name=name + "pose" * pose, settings=settings
+    )
 
 
 def per_seed(rows, label: str, size: int) -> dict[int, float]:
@@ -280,3 +285,95 @@ def test_every_heat_map_has_a_column_for_each_length_of_the_report(tmp_path):
         assert [t.get_text() for t in ax.get_xticklabels()] == ["1×", "2×"]
     assert [t.get_text() for t in none.texts] == ["1.00", "–", "0.50", "–"]
     assert [t.get_text() for t in pi.texts] == ["1.00", "0.25", "–", "0.00"]
+
+
+def sweep_of_encodings() -> list:
+    """Runs of a sweep over encodings (fourth_wave_passkey's shape), 3 seeds each, scored at
+    L0 (122 tokens) and 2× (250): rope retrieves at L0 only, swan_gpt also at 2×, and RoPE's
+    YaRN a little at 2×."""
+    jobs = []
+    for s in (0, 1, 2):
+        rope = {("none", 0.5, 122): 1.0, ("none", 0.5, 250): 0.0, ("yarn", 0.5, 250): 0.1 * s}
+        swan = {("none", 0.5, 122): 1.0, ("none", 0.5, 250): 0.5 + 0.1 * s}
+        nope = {("none", 0.5, 122): 0.9, ("none", 0.5, 250): 0.2 + 0.05 * s}
+        jobs += [job(s, rope), job(s, swan, pe="swan_gpt"), job(s, nope, pe="none")]
+    return jobs
+
+
+def test_runs_of_several_encodings_keep_a_row_each_not_the_last_seen():
+    # The rows were keyed by method and seed alone: the three encodings' seed-0 runs wrote one
+    # cell, whichever came last.
+    from posexp.commands.report.views.passkey import model_names
+
+    jobs = sweep_of_encodings()
+    rows = rows_of(jobs, models=model_names(jobs))
+    assert set(rows) == {
+        "rope · none (zero-shot)",
+        "rope · yarn (zero-shot)",
+        "swan_gpt · none (zero-shot)",
+        "none · none (zero-shot)",
+    }
+    assert per_seed(rows, "swan_gpt · none (zero-shot)", 250) == {0: 0.5, 1: 0.6, 2: 0.7}
+    assert per_seed(rows, "none · none (zero-shot)", 122) == {0: 0.9, 1: 0.9, 2: 0.9}
+    # One model (seeds only): the rows are named by method alone, as before.
+    one = [j for j in jobs if j.settings["pe"] == "rope"]
+    assert model_names(one) == {} and set(rows_of(one)) == {"none (zero-shot)", "yarn (zero-shot)"}
+
+
+def test_each_method_is_set_against_its_own_model_and_the_models_are_ranked(tmp_path):
+    md = render_passkey(tmp_path, sweep_of_encodings())
+    assert "| model · method | 128 (1×) | 256 (2×) |" in md
+    assert "| swan_gpt · none (zero-shot) | 1.00 ± 0.00 | 0.60 ± 0.10 |" in md
+    # One sentence for the models that learned retrieval on every seed
+    assert (
+        "- Retrieval was learned (zero-shot accuracy at L0 ≥ 0.5) on every seed (n = 3) by rope, "
+        "swan_gpt, none." in md
+    )
+    # YaRN against RoPE without a method (paired gaps 0, 0.1, 0.2: 1.0× the seed std), not
+    # against another model; one sentence per model
+    assert (
+        "- rope, each method against no method at 256 tokens (2× L0), n = 3: level (within seed "
+        "noise): yarn." in md
+    )
+    # swan_gpt first, NoPE second: paired gaps 0.3, 0.35, 0.4 against the seed std 0.1
+    assert (
+        "- swan_gpt is better than none at 256 tokens (2× L0), the best two models without a "
+        "method, on accuracy (0.6000 against 0.2500: beyond seed noise (3.5× the larger seed "
+        "std, n = 3))."
+    ) in md
+
+
+def test_a_models_methods_are_grouped_by_verdict_in_one_sentence():
+    from posexp.commands.report.views.passkey import model_gain_sentences, model_names
+
+    jobs = []
+    for s in (0, 1, 2):
+        rope = {("none", 0.5, 122): 1.0, ("none", 0.5, 250): 0.1 + 0.01 * s}
+        rope |= {("rerope", 0.5, 250): 0.9 + 0.01 * s, ("pi", 0.5, 250): 0.0}
+        rope |= {("logn", 0.5, 250): 0.1 + 0.02 * s}
+        nope = {("none", 0.5, 122): 1.0, ("none", 0.5, 250): 0.0, ("logn", 0.5, 250): 0.0}
+        jobs += [job(s, rope), job(s, nope, pe="none")]
+    rows = rows_of(jobs, models=model_names(jobs))
+    # rerope: +0.80 on every seed (seed std 0.01: 80×); pi: -0.11 (11×); logn: +0.01 with a
+    # paired std of 0.01 against the seed std 0.02 (0.5×)
+    assert model_gain_sentences(rows, 250, "2×") == [
+        "- rope, each method against no method at 2×, n = 3: better beyond seed noise: rerope (0.91 "
+        "against 0.11, 80.0×); worse beyond seed noise: pi (0.00 against 0.11, 11.0×); level "
+        "(within seed noise): logn.",
+        "- none, each method against no method at 2×: neither retrieves a key: logn.",
+    ]
+
+
+def test_no_model_retrieving_past_l0_is_said_so(tmp_path):
+    from posexp.commands.report.views.passkey import model_names, model_sentences
+
+    jobs = [
+        job(s, {("none", 0.5, 122): 1.0, ("none", 0.5, 250): 0.0}, pe=pe)
+        for s in (0, 1, 2)
+        for pe in ("rope", "alibi")
+    ]
+    rows = rows_of(jobs, models=model_names(jobs))
+    assert model_sentences(rows, 250, "2×") == [
+        "- At 2×, no model retrieves any key without a method."
+    ]
+    assert model_sentences(rows_of(jobs[:1]), 250, "2×") == []  # one model: no ranking

@@ -34,8 +34,10 @@ def scalars(job: Job) -> dict[str, dict[int, float]]:
     """tag -> step -> value of the curves' tags in the run's event files ({} when unreadable)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    # TensorBoard's reader logs each file it moves to at INFO: chatter in a report's output.
-    logging.getLogger("tensorboard").setLevel(logging.WARNING)
+    # TensorBoard's reader logs each file it moves to at INFO, and warns of "out of order"
+    # steps where a resumed run logged again from its checkpoint's step (its purge, by design):
+    # chatter in a report's output.
+    logging.getLogger("tensorboard").setLevel(logging.ERROR)
     try:
         acc = EventAccumulator(str(job.path), size_guidance={"scalars": 0})
         acc.Reload()

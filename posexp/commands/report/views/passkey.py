@@ -7,6 +7,12 @@ over the key depths every cell was scored at (``common_depths``; the caption nam
 cells with more), then mean ± sample std over the seeds (scripts/passkey.py --seeds). Sentences say
 on how many seeds retrieval was learned and whether each fine-tune's gain over the plain
 fine-tune exceeds seed noise. A figure holds one depth × length heat map per row (seed mean).
+
+Where the runs trained from scratch differ in more than their seed (a sweep over encodings,
+``experiment=fourth_wave_passkey``), each zero-shot row is named by its model too
+(``rope · yarn (zero-shot)``), each method is set against no method of its own model, the
+models without a method are ranked at every length past L0, and the figure keeps to those rows
+(the table has every method).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from posexp.results.depths import (
     depths_note,
     depths_phrase,
 )
-from posexp.results.verdict import compare
+from posexp.results.labels import run_labels
+from posexp.results.verdict import MIN_SEEDS, compare, paired
 
 VIEW = "passkey"  # the view a task names as its report_view (posexp/data/synthetic)
 Cell = dict[tuple[float, int], dict[int, float]]  # (depth, size) -> seed -> accuracy
@@ -59,12 +66,36 @@ def seed_of(job: Job) -> int:
     return int(job.config.seed) if job.config else 0
 
 
-def rows_of(jobs: list[Job], unscored: list[str] | None = None) -> dict[str, Cell]:
-    """Row label -> accuracies per seed: zero-shot methods of un-fine-tuned runs, baked methods
-    of fine-tunes, and ``none`` for a fine-tune without a method (the baseline). A fine-tune
-    with a method but no record of it is named in ``unscored`` and left out: its records
-    without the method are not the baseline's."""
+SEP = " · "  # between a model and its method in a row's label
+
+
+def model_names(jobs: list[Job]) -> dict[int, str]:
+    """Each run trained from scratch -> its model's name (the settings that tell the runs
+    apart, seed aside), by ``id``; empty where they differ in their seed only."""
+    plain = [j for j in jobs if not is_finetune(j)]
+    names = run_labels([j.settings for j in plain], exclude=("seed",)) if plain else []
+    return {id(j): n for j, n in zip(plain, names, strict=True)} if len(set(names)) > 1 else {}
+
+
+def row_label(model: str, label: str) -> str:
+    """A row's label: ``label`` alone, or after its ``model`` where runs differ in their model."""
+    return f"{model}{SEP}{label}" if model else label
+
+
+def model_of(label: str) -> str:
+    """The model part of a row's label ('' where rows are not named by model)."""
+    return label.rpartition(SEP)[0]
+
+
+def rows_of(
+    jobs: list[Job], unscored: list[str] | None = None, models: dict[int, str] | None = None
+) -> dict[str, Cell]:
+    """Row label -> accuracies per seed: zero-shot methods of un-fine-tuned runs (after their
+    model's name where ``models`` names them), baked methods of fine-tunes, and ``none`` for a
+    fine-tune without a method (the baseline). A fine-tune with a method but no record of it is
+    named in ``unscored`` and left out: its records without the method are not the baseline's."""
     out: dict[str, Cell] = {}
+    models = models or {}
     for job in sorted(jobs, key=lambda j: (is_finetune(j), j.name)):  # zero-shot rows first
         tuned = is_finetune(job)
         # A fine-tune is reported with the method it was trained with (its config's): baked in,
@@ -85,7 +116,11 @@ def rows_of(jobs: list[Job], unscored: list[str] | None = None) -> dict[str, Cel
             method = r["method"]
             if tuned and method != trained_with:
                 continue
-            label = f"{tuned_name(job, method)}{how}" if tuned else f"{method} (zero-shot)"
+            label = (
+                f"{tuned_name(job, method)}{how}"
+                if tuned
+                else row_label(models.get(id(job), ""), f"{method} (zero-shot)")
+            )
             cell = out.setdefault(label, {}).setdefault((float(r["depth"]), int(r["length"])), {})
             cell[seed_of(job)] = float(r["accuracy"])
     return out
@@ -124,27 +159,94 @@ def marked(depths: Depths, label: str, size: int) -> bool:
 
 
 def learned_sentence(rows: dict[str, Cell], l0_size: int) -> str:
-    """On how many seeds the passkey run retrieves keys at L0 zero-shot (the table's depths)."""
-    accs = seed_means(rows)[0].get((ZERO_SHOT_BASELINE, l0_size), {})
-    if not accs:
+    """On how many seeds the passkey run retrieves keys at L0 zero-shot (the table's depths);
+    where the rows are named by model, one sentence for all: the models that learned on every
+    seed together, each other model with its seeds."""
+    means = seed_means(rows)[0]
+    found = {
+        model_of(label): accs
+        for label in rows
+        if label.endswith(ZERO_SHOT_BASELINE) and (accs := means.get((label, l0_size)))
+    }
+    if not found:
         return ""
-    k = sum(v >= LEARNED for v in accs.values())
-    values = ", ".join(f"seed {s}: {v:.2f}" for s, v in accs.items())
-    return (
-        f"- Retrieval was learned (zero-shot accuracy at L0 ≥ {LEARNED}) on {k} of {len(accs)} "
-        f"seed{'s' if len(accs) != 1 else ''} ({values})."
-    )
+
+    def seeds(accs: dict[int, float]) -> str:
+        k = sum(v >= LEARNED for v in accs.values())
+        values = ", ".join(f"seed {s}: {v:.2f}" for s, v in accs.items())
+        return f"on {k} of {len(accs)} seed{'s' if len(accs) != 1 else ''} ({values})"
+
+    said = f"- Retrieval was learned (zero-shot accuracy at L0 ≥ {LEARNED})"
+    if "" in found:
+        return f"{said} {seeds(found[''])}."
+    every = [m for m, accs in found.items() if all(v >= LEARNED for v in accs.values())]
+    parts = []
+    if every:
+        n = sorted({len(found[m]) for m in every})
+        counts = "/".join(map(str, n))
+        parts.append(f"on every seed (n = {counts}) by {', '.join(every)}")
+    parts += [f"by {m} {seeds(accs)}" for m, accs in found.items() if m not in every]
+    return f"{said} {'; '.join(parts)}."
+
+
+def model_gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[str]:
+    """Per model, one sentence on each of its methods against no method at ``size``, seeds
+    paired: which are better or worse beyond seed noise (with their means), which level, and
+    where neither retrieves a key; the rows are named by model."""
+    means, depths = seed_means(rows)
+    out = []
+    for model in dict.fromkeys(model_of(label) for label in rows if model_of(label)):
+        base_label = row_label(model, ZERO_SHOT_BASELINE)
+        base = means.get((base_label, size), {})
+        groups: dict[str, list[str]] = {}
+        counts = set()
+        for label in rows:
+            if model_of(label) != model or label == base_label or not base:
+                continue
+            mine = means.get((label, size), {})
+            seeds = sorted(set(mine) & set(base))
+            if not seeds:
+                continue
+            method = label[len(model) + len(SEP) :].removesuffix(" (zero-shot)")
+            if marked(depths, label, size) or marked(depths, base_label, size):
+                groups.setdefault(f"not compared ({MARK}: other key depths)", []).append(method)
+                continue
+            if all(mine[s] == 0 == base[s] for s in seeds):
+                groups.setdefault("neither retrieves a key", []).append(method)
+                continue
+            a, b = [mine[s] for s in seeds], [base[s] for s in seeds]
+            verdict = paired(a, b)
+            counts.add(verdict.n)
+            if verdict.n < MIN_SEEDS:
+                key = f"n = {verdict.n}: no verdict (it needs {MIN_SEEDS} seeds)"
+                groups.setdefault(key, []).append(method)
+            elif not verdict.decided:
+                groups.setdefault("level (within seed noise)", []).append(method)
+            else:
+                side = "better" if verdict.gap > 0 else "worse"
+                ma, mb = mean_std(a)[0], mean_std(b)[0]
+                groups.setdefault(f"{side} beyond seed noise", []).append(
+                    f"{method} ({ma:.2f} against {mb:.2f}, {verdict.ratio:.1f}×)"
+                )
+        if groups:
+            decided = counts and min(counts) >= MIN_SEEDS  # else each group says its n
+            n = f", n = {'/'.join(map(str, sorted(counts)))}" if decided else ""
+            said = "; ".join(f"{k}: {', '.join(v)}" for k, v in groups.items())
+            out.append(f"- {model}, each method against no method at {length_text}{n}: {said}.")
+    return out
 
 
 def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[str]:
     """Each method against no method at ``size``, paired by seed: zero-shot rows against
     ``none (zero-shot)``, fine-tunes against the plain fine-tune, and a fine-tune with a setting
     changed (``yarn(beta_fast=8)``) also against its method's default fine-tune."""
-    pairs = [
-        (label, base_label)
-        for base_label, suffix in ((ZERO_SHOT_BASELINE, "(zero-shot)"), (BASELINE, "+ fine-tune"))
+    pairs = [  # rows named by model: model_gain_sentences
+        (label, ZERO_SHOT_BASELINE)
         for label in rows
-        if label.endswith(suffix) and label != base_label
+        if label.endswith("(zero-shot)") and label != ZERO_SHOT_BASELINE and not model_of(label)
+    ]
+    pairs += [
+        (label, BASELINE) for label in rows if label.endswith("+ fine-tune") and label != BASELINE
     ]
     pairs += [
         (label, default)
@@ -185,6 +287,39 @@ def gain_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[s
     return out
 
 
+def model_sentences(rows: dict[str, Cell], size: int, length_text: str) -> list[str]:
+    """The models without a method at ``size``, best against second best (mean accuracy), seeds
+    paired; none where the rows are not named by model or no model retrieves a key there."""
+    means, depths = seed_means(rows)
+    scored = [
+        (label, means[label, size])
+        for label in rows
+        if model_of(label) and label.endswith(ZERO_SHOT_BASELINE) and (label, size) in means
+    ]
+    if len(scored) < 2:
+        return []
+    scored.sort(key=lambda x: -sum(x[1].values()) / len(x[1]))
+    (best, a), (second, b) = scored[:2]
+    if all(v == 0 for _, seeds in scored for v in seeds.values()):
+        return [f"- At {length_text}, no model retrieves any key without a method."]
+    if marked(depths, best, size) or marked(depths, second, size):
+        return [
+            f"- At {length_text}, {best} and {second} are not compared: {MARK} their cells "
+            "average different key depths."
+        ]
+    seeds = sorted(set(a) & set(b))
+    sentence = compare(
+        model_of(best),
+        [a[s] for s in seeds],
+        model_of(second),
+        [b[s] for s in seeds],
+        what="accuracy",
+        lower_is_better=False,
+        where=f"at {length_text}, the best two models without a method,",
+    )
+    return [f"- {sentence}"]
+
+
 def seeds_text(counts: dict[tuple[str, int], int]) -> str:
     """The caption's seed count over the cells scored on at least one seed (``counts``: (row,
     size) -> seeds): ``n = 3 seeds``, ``n = 1–3 seeds`` where cells differ, ``no seed``."""
@@ -222,7 +357,7 @@ def render(ctx: ReportContext) -> str:
 
     jobs = passkey_jobs(ctx.jobs)
     unscored: list[str] = []
-    rows = rows_of(jobs, unscored)
+    rows = rows_of(jobs, unscored, model_names(jobs))
     untuned = [j for j in jobs if not is_finetune(j)]
     task = make_data(**(untuned or jobs)[0].config.data.params)
     l0 = task.longest_train_row()
@@ -246,7 +381,10 @@ def render(ctx: ReportContext) -> str:
                 for seed, v in sorted(seeds.items())
             ]
         table.append([label, *cells])
-    header = ["method", *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes)]
+    header = [
+        "model · method" if any(map(model_of, rows)) else "method",
+        *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes),
+    ]
     fields = ["row", "length", "depth", "seed", "accuracy"]
     path = ctx.write_csv("report_passkey.csv", csv, fields)
     n_text = seeds_text(counts)
@@ -258,7 +396,16 @@ def render(ctx: ReportContext) -> str:
         reading += gain_sentences(
             rows, s2, f"{row_tokens[s2]:,} tokens ({row_tokens[s2] / l0:.3g}× L0)"
         )
-    png = heat_maps(ctx, rows, row_tokens, l0, n_text)
+        reading += model_gain_sentences(
+            rows, s2, f"{row_tokens[s2]:,} tokens ({row_tokens[s2] / l0:.3g}× L0)"
+        )
+    for s in tuned_sizes:
+        reading += model_sentences(
+            rows, s, f"{row_tokens[s]:,} tokens ({row_tokens[s] / l0:.3g}× L0)"
+        )
+    # Several models: one map each without a method (the table has the methods).
+    drawn = {k: v for k, v in rows.items() if k.endswith(ZERO_SHOT_BASELINE) and model_of(k)}
+    png = heat_maps(ctx, drawn or rows, row_tokens, l0, n_text)
     note = depths_note(depths, lambda k: (k[0], f"{row_tokens[k[1]]:,}"), " tokens", "key depth")
     note = f" {note}" if note else ""
     return "\n".join(
