@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from posexp.commands.report.views.passkey import (
     gain_sentences,
     learned_sentence,
@@ -377,3 +379,21 @@ def test_no_model_retrieving_past_l0_is_said_so(tmp_path):
         "- At 2×, no model retrieves any key without a method."
     ]
     assert model_sentences(rows_of(jobs[:1]), 250, "2×") == []  # one model: no ranking
+
+
+def test_the_maps_of_several_models_count_the_seeds_of_the_rows_they_draw(tmp_path):
+    # The title counted the table's rows, RoPE's YaRN (one seed) among them: "n = 1–3 seeds"
+    # over maps that are all three seeds.
+    from posexp.commands.report.views import passkey
+
+    jobs = sweep_of_encodings()
+    jobs[0].extrapolate += job(0, {("pi", 0.5, 122): 1.0}).extrapolate
+    titles = []
+    draw = passkey.depth_maps
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(passkey, "depth_maps", lambda *a: (titles.append(a[4][2]), draw(*a))[1])
+        md = render_passkey(tmp_path, jobs)
+    assert "Mean ± sample std over n = 1–3 seeds." in md  # the table: pi on one seed
+    assert titles == [
+        "Passkey retrieval accuracy by key depth and context length (mean over n = 3 seeds)"
+    ]

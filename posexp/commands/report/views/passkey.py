@@ -405,7 +405,8 @@ def render(ctx: ReportContext) -> str:
         )
     # Several models: one map each without a method (the table has the methods).
     drawn = {k: v for k, v in rows.items() if k.endswith(ZERO_SHOT_BASELINE) and model_of(k)}
-    png = heat_maps(ctx, drawn or rows, row_tokens, l0, n_text)
+    drawn_n = seeds_text({k: n for k, n in counts.items() if k[0] in drawn}) if drawn else n_text
+    png = heat_maps(ctx, drawn or rows, row_tokens, l0, drawn_n)
     note = depths_note(depths, lambda k: (k[0], f"{row_tokens[k[1]]:,}"), " tokens", "key depth")
     note = f" {note}" if note else ""
     return "\n".join(
