@@ -7,6 +7,7 @@ from pathlib import Path
 
 from posexp.commands.report.stats import mean_std
 from posexp.commands.report.view import ReportContext
+from posexp.results.figures import figure_title, panel_title
 
 # panel title -> (depth, size) -> seed -> value in [0, 1]
 Panels = dict[str, dict[tuple[float, int], dict[int, float]]]
@@ -59,10 +60,11 @@ def depth_maps(
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
         ax.set_xlabel(f"context (× L0 = {l0})")
         ax.set_ylabel(ylabel)
-        ax.set_title(panel, fontsize=10)
+        panel_title(ax, panel)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8, label=bar)
-    fig.suptitle(title, fontsize=11)
+    # Wrapped to the figure: one map is narrower than the report's long title.
+    figure_title(fig, title)
     return ctx.save_figure(fig, name)

@@ -397,3 +397,25 @@ def test_the_maps_of_several_models_count_the_seeds_of_the_rows_they_draw(tmp_pa
     assert titles == [
         "Passkey retrieval accuracy by key depth and context length (mean over n = 3 seeds)"
     ]
+
+
+def test_the_title_of_a_single_map_stays_inside_the_figure(tmp_path):
+    # A sweep of one encoding (one map, 4.8 inches wide) cut the report's title at both sides.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from posexp.commands.report.depth_maps import depth_maps
+    from posexp.commands.report.view import ReportContext
+
+    rows = {"rope*3+none (window 64/64/64/full) · none (zero-shot)": {(0.0, 122): {0: 1.0}}}
+    title = "Passkey retrieval accuracy by key depth and context length (mean over n = 3 seeds)"
+    ctx, figures = ReportContext(tmp_path, [], []), []
+    save = ctx.save_figure
+    ctx.save_figure = lambda fig, name: (figures.append(fig), save(fig, name))[1]
+    depth_maps(ctx, rows, {122: 128, 250: 256}, 128, ("depth", "accuracy", title), "maps.png")
+    fig = figures[0]
+    canvas = FigureCanvasAgg(fig)  # the saved figure was closed, detached from its canvas
+    canvas.draw()
+    renderer, frame = canvas.get_renderer(), fig.bbox
+    for text in (fig._suptitle, fig.axes[0].title):
+        box = text.get_window_extent(renderer)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1, text.get_text()
