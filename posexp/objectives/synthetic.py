@@ -6,8 +6,12 @@ exact match of the greedy answer, computed in one teacher-forced pass: greedy de
 answer position is the answer's token, so the pass decides it without a decoding loop (the
 equivalence is tested against ``GPT.generate``).
 
-Logged at every evaluation: ``val/loss`` (answer tokens) and ``val/accuracy`` over fixed
-validation instances at sizes spread over the training range.
+The same pass counts the answer tokens whose argmax is right (eos left out): per-token
+accuracy, the metric of Delétang et al. (2023) and Ruoss et al. (2023), which credits an answer
+that is right in most places where exact match gives it nothing.
+
+Logged at every evaluation: ``val/loss`` (answer tokens), ``val/accuracy`` and
+``val/token_accuracy`` over fixed validation instances at sizes spread over the training range.
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ from posexp.positions.randomized import PositionDraw, scoring_positions
 Example = tuple[str, str]
 
 
+def right_tokens(logits: torch.Tensor, targets: torch.Tensor, eos_id: int) -> tuple[int, int]:
+    """(answer tokens whose argmax is the target, answer tokens): scored positions but eos."""
+    answer = (targets != IGNORE) & (targets != eos_id)
+    right = (logits.argmax(-1) == targets) & answer
+    return int(right.sum()), int(answer.sum())
+
+
 def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Per row, True when the argmax equals the target at every scored (non -100) position."""
     scored = targets != IGNORE
@@ -38,16 +49,23 @@ def exact_match(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class TaskScore:
-    """Exact-match accuracy and mean answer-token loss over some instances."""
+    """Exact-match accuracy, per-token accuracy and mean answer-token loss over some instances."""
 
     correct: int = 0
     rows: int = 0
     loss_sum: float = 0.0
-    tokens: int = 0
+    tokens: int = 0  # scored targets: answer tokens and eos
+    answer_right: int = 0
+    answer_tokens: int = 0  # answer tokens, eos left out
 
     @property
     def accuracy(self) -> float:
         return self.correct / self.rows if self.rows else float("nan")
+
+    @property
+    def token_accuracy(self) -> float:
+        """The share of answer tokens (eos left out) whose argmax is right."""
+        return self.answer_right / self.answer_tokens if self.answer_tokens else float("nan")
 
     @property
     def loss(self) -> float:
@@ -72,7 +90,7 @@ def score_examples(
     on_batch: Callable[[int], None] | None = None,
     positions: PositionDraw | None = None,
 ) -> TaskScore:
-    """Teacher-forced exact-match accuracy and answer loss of ``model`` on ``examples``;
+    """Teacher-forced exact-match and per-token accuracy and answer loss of ``model`` on ``examples``;
     ``positions`` draws each batch's positions (randomized runs), else 0..T-1."""
     was_training = model.training
     model.eval()
@@ -91,6 +109,9 @@ def score_examples(
             logits.reshape(-1, logits.size(-1)), y.reshape(-1), ignore_index=IGNORE, reduction="sum"
         )
         score.correct += int(exact_match(logits, y).sum())
+        right, answer = right_tokens(logits, y, tokenizer.eos_id)
+        score.answer_right += right
+        score.answer_tokens += answer
         score.rows += len(x)
         score.loss_sum += float(losses)
         score.tokens += int((y != IGNORE).sum())
@@ -129,7 +150,7 @@ class SyntheticTask:
         )
 
     def evaluate(self, model: torch.nn.Module, step: int, writer: Any) -> dict[str, float]:
-        """Answer-token loss and exact-match accuracy on the validation instances."""
+        """Answer-token loss, exact-match and per-token accuracy on the validation instances."""
         score = score_examples(
             model,
             self.val,
@@ -138,7 +159,11 @@ class SyntheticTask:
             autocast=self.autocast,
             positions=self.positions,
         )
-        self.last = {"val/loss": score.loss, "val/accuracy": score.accuracy}
+        self.last = {
+            "val/loss": score.loss,
+            "val/accuracy": score.accuracy,
+            "val/token_accuracy": score.token_accuracy,
+        }
         return self.last
 
     def finish(self, model: torch.nn.Module, writer: Any) -> dict[str, float]:

@@ -1,5 +1,7 @@
 """``exact_match``: a synthetic task's test instances at one size (and key depth), scored by
-the exact match of the greedy answer in one teacher-forced pass, with the answer tokens' loss."""
+the exact match of the greedy answer in one teacher-forced pass, with the answer tokens' loss and
+per-token accuracy (the share of answer tokens predicted right: Delétang et al.'s and Ruoss et
+al.'s metric)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ def cut(cell: Any, source: Any) -> Work:
 
 
 def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
-    """Accuracy, answer loss and its perplexity, answer tokens and instances scored."""
+    """Accuracy, per-token accuracy, answer loss and its perplexity, answer tokens and instances
+    scored."""
     from posexp.objectives.synthetic import score_examples
 
     result = score_examples(
@@ -31,6 +34,7 @@ def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
     )
     return {
         "accuracy": result.accuracy,
+        "token_accuracy": result.token_accuracy,
         "loss": result.loss,
         "ppl": safe_exp(result.loss),
         "tokens": result.tokens,
@@ -40,6 +44,11 @@ def score(model: Any, work: Work, scoring: Scoring) -> dict[str, Any]:
 
 register_scorer(
     Scorer(
-        "exact_match", TASK, ACCURACY, ("accuracy", "loss", "ppl", "tokens", "examples"), cut, score
+        "exact_match",
+        TASK,
+        ACCURACY,
+        ("accuracy", "token_accuracy", "loss", "ppl", "tokens", "examples"),
+        cut,
+        score,
     )
 )

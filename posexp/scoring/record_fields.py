@@ -20,6 +20,7 @@ MEASURES = {  # a measured value: its rule (``checks.RULES``); ppl and loss may 
     "ppl": ">= 1",
     "loss": ">= 0",
     "accuracy": "in [0, 1]",
+    "token_accuracy": "in [0, 1]",
     "score": "in [0, 1]",
 }
 # Lengths past this are no evaluation posexp makes (a damaged file's 1e30 is not one).

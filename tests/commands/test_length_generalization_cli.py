@@ -205,3 +205,7 @@ def test_chomsky_preset_scores_each_task_apart_into_the_report(tmp_path, cache):
         (p, n) for p in parts for n in (8, 12)
     )
     assert all(r["protocol"] == "exact_match" and r["examples"] == 5 for r in records)
+    # The papers' metric beside exact match: per-token accuracy in the records, CSV and report.
+    assert all(0.0 <= r["token_accuracy"] <= 1.0 for r in records)
+    assert all(r["token_accuracy"] != "" for r in rows)
+    assert "### Per-token accuracy past the training sizes" in report

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from posexp.data import ByteTokenizer
 from posexp.data.synthetic import make_data
 from posexp.model import GPT, ModelConfig
-from posexp.objectives.synthetic import exact_match, score_examples
+from posexp.objectives.synthetic import exact_match, right_tokens, score_examples
 
 TOK = ByteTokenizer()
 
@@ -41,6 +42,26 @@ def test_a_perfect_hypothesis_scores_one_and_a_wrong_digit_zero():
     wrong = score_examples(Oracle(answers, wrong_digit=True), examples, TOK, torch.device("cpu"))
     assert perfect.accuracy == 1.0 and perfect.rows == 12 and perfect.loss < 1e-3
     assert wrong.accuracy == 0.0 and wrong.loss > 1.0
+
+
+def test_per_token_accuracy_counts_the_right_answer_tokens_without_eos():
+    # One wrong token per answer: exact match 0, per-token (len - 1) / len summed over answers.
+    data = make_data("addition", train_lengths=[1, 3], test_lengths=[6])
+    examples = data.examples("test", 6, 12)
+    answers = dict(examples)
+    wrong = score_examples(Oracle(answers, wrong_digit=True), examples, TOK, torch.device("cpu"))
+    lengths = [len(TOK.encode(a)) for _, a in examples]
+    assert wrong.answer_tokens == sum(lengths)
+    assert wrong.token_accuracy == pytest.approx(sum(n - 1 for n in lengths) / sum(lengths))
+    perfect = score_examples(Oracle(answers), examples, TOK, torch.device("cpu"))
+    assert perfect.token_accuracy == 1.0 and wrong.accuracy == 0.0
+
+
+def test_right_tokens_leaves_out_eos_and_unscored_positions():
+    eos = TOK.eos_id
+    targets = torch.tensor([[-100, 5, 6, eos], [-100, 5, -100, -100]])
+    logits = F.one_hot(torch.tensor([[5, 5, 0, 1], [0, 5, 5, 5]]), TOK.vocab_size).float()
+    assert right_tokens(logits, targets, eos) == (2, 3)
 
 
 def test_exact_match_needs_every_scored_position():

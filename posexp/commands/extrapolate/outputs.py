@@ -317,6 +317,7 @@ def baseline_metrics(
 OPTIONAL_FIELDS = (
     "stride",
     "accuracy",
+    "token_accuracy",
     "score",
     "examples",
     "depth",

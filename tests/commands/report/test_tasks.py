@@ -306,6 +306,17 @@ def test_randomized_positions_get_a_verdict_on_the_average_over_tasks():
     assert randomized_verdicts(jobs[:2], 8, key)[0].endswith(
         "n = 1: no verdict (it needs 3 seeds)."
     )
+    # Records scored before per-token accuracy existed give no line on that metric.
+    assert randomized_verdicts(jobs, 8, key, field="token_accuracy") == []
+    for job in jobs:  # per-token accuracy: randomized 0.2 above plain on every seed and task
+        for r in job.extrapolate:
+            r["token_accuracy"] = r["accuracy"] / 2 + 0.2 * (job.params["pe"] == "rope_randomized")
+    (line,) = randomized_verdicts(jobs, 8, key, field="token_accuracy")
+    # per seed, randomized 0.475, 0.525, 0.575; plain 0.075, 0.075, 0.125: gaps 0.4, 0.45, 0.45
+    assert line.startswith(
+        "- **every task** (Ruoss et al.'s average, per-token accuracy): RoPE + randomized minus "
+        "RoPE past the training sizes, +0.433 (0.525 against 0.092): beyond seed noise"
+    )
 
 
 def test_a_task_counts_as_learned_only_halfway_from_its_chance_to_perfect():
@@ -321,3 +332,32 @@ def test_a_task_counts_as_learned_only_halfway_from_its_chance_to_perfect():
     assert unlearned_tasks(data, (1, 8)) == {"missing_duplicate"}
     (line,) = unlearned_sentences(data, (1, 8))
     assert "0.65 (below 0.75, halfway from chance 0.5 to 1)" in line
+
+
+def test_the_per_token_table_gives_each_seeds_mean_past_the_training_sizes():
+    from posexp.commands.report.views.tasks import token_summary
+
+    def run(seed, by_size, token=True):
+        recs = [
+            record_view(
+                "none",
+                metric="accuracy",
+                length=n,
+                accuracy=0.0,
+                task="duplicate_string",
+                **({"token_accuracy": a} if token else {}),
+            )
+            for n, a in by_size.items()
+        ]
+        return SimpleNamespace(extrapolate=recs, params={"pe": "rope"}, config=None)
+
+    def key(job):
+        return ROPE
+
+    # Past size 8: seed means 0.6, 0.7, 0.8 (size 8 itself is a trained size and never counts).
+    jobs = [run(s, {8: 1.0, 16: 0.5 + 0.1 * s, 24: 0.7 + 0.1 * s}) for s in range(3)]
+    lines = token_summary(jobs, 8, key, [ROPE])
+    assert lines[0] == "### Per-token accuracy past the training sizes"
+    assert lines[2].endswith("then mean ± sample std over n = 3 seeds.")
+    assert "| duplicate_string | 0.700 ± 0.100 |" in lines[4]
+    assert token_summary([run(0, {16: 0.5}, token=False)], 8, key, [ROPE]) == []

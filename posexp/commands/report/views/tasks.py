@@ -4,7 +4,10 @@ For sweeps of synthetic-task runs (``experiment=length_generalization``): one ta
 (rows = test size, columns = PE), a summary of mean accuracy on sizes past the training range,
 reading sentences computed from that summary and set against the papers' findings
 (``configs/findings.yaml``), and a figure with one panel per task and one line per PE
-(Kazemnejad et al. 2023's layout). Passkey runs have their own view (``passkey.py``).
+(Kazemnejad et al. 2023's layout). Where the records carry per-token accuracy (the share of
+answer tokens predicted right, the metric of Delétang et al. and Ruoss et al.), a second summary
+gives it past the training sizes, and Ruoss et al.'s claim gets its verdict on their metric over
+every task, as they averaged it. Passkey runs have their own view (``passkey.py``).
 """
 
 from __future__ import annotations
@@ -92,17 +95,18 @@ def column_key(ctx: ReportContext) -> Column:
     return key
 
 
+ACCURACY, TOKEN_ACCURACY = "accuracy", "token_accuracy"  # the record fields the view reads
+
+
 def size_values(
-    jobs: list[Job], key: Column = job_pe
+    jobs: list[Job], key: Column = job_pe, field: str = ACCURACY
 ) -> dict[tuple[str, PEDisplay, int], list[float]]:
-    """(task, PE, size) -> each seed's accuracy."""
+    """(task, PE, size) -> each seed's ``field`` (exact-match or per-token accuracy)."""
     sums: dict[tuple[str, PEDisplay, int], list[float]] = {}
     for job in jobs:
         for r in task_records(job):
-            if r.get("accuracy") is not None:
-                sums.setdefault((record_task(job, r), key(job), r["length"]), []).append(
-                    r["accuracy"]
-                )
+            if r.get(field) is not None:
+                sums.setdefault((record_task(job, r), key(job), r["length"]), []).append(r[field])
     return sums
 
 
@@ -151,15 +155,15 @@ def seeds_caption(counts: list[int]) -> str:
 
 
 def seed_summary(
-    jobs: list[Job], top: int, key: Column = job_pe
+    jobs: list[Job], top: int, key: Column = job_pe, field: str = ACCURACY
 ) -> dict[str, dict[PEDisplay, list[float]]]:
-    """task -> PE -> each seed's (job's) mean accuracy over the sizes past the training range."""
+    """task -> PE -> each seed's (job's) mean ``field`` over the sizes past the training range."""
     out: dict[str, dict[PEDisplay, list[float]]] = {}
     for job in jobs:
         by_task: dict[str, list[float]] = {}
         for r in task_records(job):
-            if r.get("accuracy") is not None and r["length"] > top:
-                by_task.setdefault(record_task(job, r), []).append(r["accuracy"])
+            if r.get(field) is not None and r["length"] > top:
+                by_task.setdefault(record_task(job, r), []).append(r[field])
         for task, values in by_task.items():
             per_pe = out.setdefault(task, {})
             per_pe.setdefault(key(job), []).append(sum(values) / len(values))
@@ -289,18 +293,22 @@ def randomized_comparison(
 
 
 def randomized_verdicts(
-    jobs: list[Job], top: int, key: Column = job_pe, skip: frozenset[str] = frozenset()
+    jobs: list[Job],
+    top: int,
+    key: Column = job_pe,
+    skip: frozenset[str] = frozenset(),
+    field: str = ACCURACY,
 ) -> list[str]:
-    """Ruoss et al.'s claim on average over tasks: per PE run both ways, each seed's accuracy past
-    the training sizes averaged over every task it was scored on (but the tasks in ``skip``,
-    which no PE learned), randomized minus plain, seeds paired, with the verdict of the one rule
-    ([] where no PE was run both ways)."""
+    """Ruoss et al.'s claim on average over tasks: per PE run both ways, each seed's ``field``
+    past the training sizes averaged over every task it was scored on (but the tasks in
+    ``skip``, which no PE learned), randomized minus plain, seeds paired, with the verdict of
+    the one rule ([] where no PE was run both ways)."""
     per_seed: dict[PEDisplay, dict[int, float]] = {}
     for job in jobs:
         values = [
-            r["accuracy"]
+            r[field]
             for r in task_records(job)
-            if r.get("accuracy") is not None and r["length"] > top and r.get("task") not in skip
+            if r.get(field) is not None and r["length"] > top and r.get("task") not in skip
         ]
         if values and job.config:
             per_seed.setdefault(key(job), {})[int(job.config.seed)] = sum(values) / len(values)
@@ -319,9 +327,10 @@ def randomized_verdicts(
         a = [per_seed[randomized][s] for s in seeds]
         b = [per_seed[plain][s] for s in seeds]
         verdict = paired(a, b)
+        scope = "every task" if not skip else "every task some PE learned"
+        metric = "" if field == ACCURACY else ", per-token accuracy"
         out.append(
-            f"- **{'every task' if not skip else 'every task some PE learned'}** (Ruoss et al.'s "
-            f"average): {randomized.label} minus {plain.label} "
+            f"- **{scope}** (Ruoss et al.'s average{metric}): {randomized.label} minus {plain.label} "
             f"past the training sizes, {verdict.gap:+.3f} ({sum(a) / len(a):.3f} against "
             f"{sum(b) / len(b):.3f}): {verdict.words()}."
         )
@@ -355,6 +364,7 @@ def render(ctx: ReportContext) -> str:
         f"Cells: {seeds_caption(sorted({len(v) for v in per_seed.values()}) or [0])}",
         "",
     ]
+    per_token = size_values(jobs, key, TOKEN_ACCURACY)
     rows_csv, summary = [], {}
     for task, table in data.items():
         pes = ordered(table)
@@ -387,6 +397,12 @@ def render(ctx: ReportContext) -> str:
                 if len(per_seed.get((task, p, n), [])) > 1
                 else None,
                 "n": len(per_seed.get((task, p, n), [])),
+                "token_accuracy": mean_std(per_token[task, p, n])[0]
+                if (task, p, n) in per_token
+                else None,
+                "token_accuracy_std": mean_std(per_token[task, p, n])[1]
+                if len(per_token.get((task, p, n), [])) > 1
+                else None,
             }
             for p in pes
             for n in sizes
@@ -408,6 +424,7 @@ def render(ctx: ReportContext) -> str:
             ["l", *"r" * len(all_pes)],
         ),
         "",
+        *token_summary(jobs, top[1], key, all_pes),
         "### Largest test size answered with at least 50% accuracy",
         "",
         md_table(
@@ -429,16 +446,52 @@ def render(ctx: ReportContext) -> str:
         ),
         *filter(None, (spread_sentence(t, seeds.get(t, {})) for t in summary)),
         *randomized_verdicts(jobs, top[1], key, frozenset(unlearned_tasks(data, top))),
+        # On the papers' own metric, over every task as they averaged it.
+        *randomized_verdicts(jobs, top[1], key, field=TOKEN_ACCURACY),
         "",
     ]
     csv = ctx.write_csv(
         "report_length_generalization.csv",
         rows_csv,
-        ["task", "pe", "randomized", "size", "accuracy", "accuracy_std", "n"],
+        [
+            "task",
+            "pe",
+            "randomized",
+            "size",
+            "accuracy",
+            "accuracy_std",
+            "n",
+            "token_accuracy",
+            "token_accuracy_std",
+        ],
     )
     png = plot(ctx, data, top)
     out += [f"![accuracy against size]({png.name})", "", f"Data: `{csv.name}`."]
     return "\n".join(out)
+
+
+def token_summary(jobs: list[Job], top: int, key: Column, pes: list[PEDisplay]) -> list[str]:
+    """The table of per-token accuracy past the training sizes (task x PE, seeds' mean ± std),
+    with its heading and caption; [] where no record has it (runs scored before it existed)."""
+    seeds = seed_summary(jobs, top, key, TOKEN_ACCURACY)
+    if not seeds:
+        return []
+    counts = sorted({len(v) for by_pe in seeds.values() for v in by_pe.values()})
+    return [
+        "### Per-token accuracy past the training sizes",
+        "",
+        "The share of answer tokens whose teacher-forced argmax is right (eos left out), the "
+        "metric of Delétang et al. (2023) and Ruoss et al. (2023): it credits an answer that is "
+        "right in most places, where exact match gives it nothing. Each seed's mean over the "
+        "sizes past training, then " + seeds_caption(counts),
+        "",
+        md_table(
+            ["task", *(p.label for p in pes)],
+            [[t, *(summary_cell(by_pe.get(p)) for p in pes)] for t, by_pe in seeds.items()],
+            ["l", *"r" * len(pes)],
+        ),
+        "",
+    ]
 
 
 LEARNED = 0.5  # a task some PE answers this often at the trained sizes was learned
