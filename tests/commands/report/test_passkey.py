@@ -419,3 +419,27 @@ def test_the_title_of_a_single_map_stays_inside_the_figure(tmp_path):
     for text in (fig._suptitle, fig.axes[0].title):
         box = text.get_window_extent(renderer)
         assert frame.x0 <= box.x0 and box.x1 <= frame.x1, text.get_text()
+
+
+def test_digits_right_get_their_own_table_and_csv_column(tmp_path):
+    # Exact match 0 past L0 on every seed, yet 3 of 5 digits right: a key found in part, which
+    # the digits table shows and the accuracy table cannot.
+    import csv
+
+    jobs = [job(s, {("none", 0.0, 122): 1.0, ("none", 0.0, 250): 0.0}) for s in (0, 1, 2)]
+    for s, j in enumerate(jobs):
+        for r in j.extrapolate:
+            r["token_accuracy"] = 1.0 if r["length"] == 122 else 0.5 + 0.1 * s
+    md = render_passkey(tmp_path, jobs)
+    table = md.split("Digits right (per-token accuracy")[1]
+    assert "| none (zero-shot) | 1.00 ± 0.00 | 0.60 ± 0.10 |" in table
+    rows = list(csv.DictReader((tmp_path / "report_passkey.csv").open()))
+    assert sorted(float(r["token_accuracy"]) for r in rows if r["length"] == "256") == [
+        0.5,
+        0.6,
+        0.7,
+    ]
+    for j in jobs:  # records scored before per-token accuracy: no digits table
+        for r in j.extrapolate:
+            del r["token_accuracy"]
+    assert "Digits right" not in render_passkey(tmp_path, jobs)

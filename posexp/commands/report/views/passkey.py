@@ -88,9 +88,13 @@ def model_of(label: str) -> str:
 
 
 def rows_of(
-    jobs: list[Job], unscored: list[str] | None = None, models: dict[int, str] | None = None
+    jobs: list[Job],
+    unscored: list[str] | None = None,
+    models: dict[int, str] | None = None,
+    field: str = "accuracy",
 ) -> dict[str, Cell]:
-    """Row label -> accuracies per seed: zero-shot methods of un-fine-tuned runs (after their
+    """Row label -> accuracies per seed (``field``: exact match, or ``token_accuracy``, the
+    share of the key's digits right): zero-shot methods of un-fine-tuned runs (after their
     model's name where ``models`` names them), baked methods of fine-tunes, and ``none`` for a
     fine-tune without a method (the baseline). A fine-tune with a method but no record of it is
     named in ``unscored`` and left out: its records without the method are not the baseline's."""
@@ -111,7 +115,7 @@ def rows_of(
             continue
         how = " + PoSE fine-tune" if tuned and job.config.train.pose.enabled else " + fine-tune"
         for r in job.extrapolate:
-            if r.get("accuracy") is None or r.get("depth") is None:
+            if r.get(field) is None or r.get("depth") is None:
                 continue
             method = r["method"]
             if tuned and method != trained_with:
@@ -122,7 +126,7 @@ def rows_of(
                 else row_label(models.get(id(job), ""), f"{method} (zero-shot)")
             )
             cell = out.setdefault(label, {}).setdefault((float(r["depth"]), int(r["length"])), {})
-            cell[seed_of(job)] = float(r["accuracy"])
+            cell[seed_of(job)] = float(r[field])
     return out
 
 
@@ -358,6 +362,7 @@ def render(ctx: ReportContext) -> str:
     jobs = passkey_jobs(ctx.jobs)
     unscored: list[str] = []
     rows = rows_of(jobs, unscored, model_names(jobs))
+    digits = rows_of(jobs, None, model_names(jobs), field="token_accuracy")
     untuned = [j for j in jobs if not is_finetune(j)]
     task = make_data(**(untuned or jobs)[0].config.data.params)
     l0 = task.longest_train_row()
@@ -375,7 +380,14 @@ def render(ctx: ReportContext) -> str:
             mark = MARK if marked(depths, label, s) else ""
             cells.append(mean_std_text(*mean_std(accs), len(accs), 2) + mark)
             csv += [
-                {"row": label, "length": row_tokens[s], "depth": d, "seed": seed, "accuracy": v}
+                {
+                    "row": label,
+                    "length": row_tokens[s],
+                    "depth": d,
+                    "seed": seed,
+                    "accuracy": v,
+                    "token_accuracy": digits.get(label, {}).get((d, n), {}).get(seed),
+                }
                 for (d, n), seeds in sorted(cell.items())
                 if n == s
                 for seed, v in sorted(seeds.items())
@@ -385,7 +397,7 @@ def render(ctx: ReportContext) -> str:
         "model · method" if any(map(model_of, rows)) else "method",
         *(f"{row_tokens[s]:,} ({row_tokens[s] / l0:.3g}×)" for s in sizes),
     ]
-    fields = ["row", "length", "depth", "seed", "accuracy"]
+    fields = ["row", "length", "depth", "seed", "accuracy", "token_accuracy"]
     path = ctx.write_csv("report_passkey.csv", csv, fields)
     n_text = seeds_text(counts)
     l0_size = min(sizes, key=lambda s: abs(row_tokens[s] - l0)) if sizes else 0
@@ -434,11 +446,42 @@ def render(ctx: ReportContext) -> str:
                 else []
             ),
             *(["Reading the table:", "", *filter(None, reading), ""] if any(reading) else []),
+            *digit_table(digits, sizes, row_tokens, header),
             f"![passkey heat maps]({png.name})",
             "",
             f"Data: `{path.name}`.",
         ]
     )
+
+
+def digit_table(
+    digits: dict[str, Cell], sizes: list[int], row_tokens: dict[int, int], header: list[str]
+) -> list[str]:
+    """The share of the key's digits right (per-token accuracy), laid out as the accuracy
+    table: it tells a key found in part (a route that is imprecise at every length) from one
+    not found at all (chance 0.1), where exact match gives both 0. [] where no record has it."""
+    if not digits:
+        return []
+    means, _ = seed_means(digits)
+    table = [
+        [
+            label,
+            *(
+                mean_std_text(*mean_std(list(v.values())), len(v), 2)
+                if (v := means.get((label, s)))
+                else "—"
+                for s in sizes
+            ),
+        ]
+        for label in digits
+    ]
+    return [
+        "Digits right (per-token accuracy: the share of the key's 5 digits predicted right, "
+        "teacher-forced; chance 0.1), averaged over the same key depths:",
+        "",
+        md_table(header, table, ["l", *"r" * len(sizes)]),
+        "",
+    ]
 
 
 register_report_view(VIEW, lambda jobs: bool(passkey_jobs(jobs)), render, order=13)
