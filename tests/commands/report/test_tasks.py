@@ -50,6 +50,18 @@ def test_reading_follows_the_numbers():
     assert "NoPE or T5 bias is the best on 0 of 1," in lines[2] and "copy -0.600" in lines[3]
 
 
+def test_the_ranking_finding_ranks_only_runs_on_consecutive_positions():
+    # Kazemnejad et al. ranked no randomized run: RoPE + randomized leading the task must not
+    # count against NoPE, the best of the runs they could have measured.
+    summary = {"bucket_sort": {NOPE: 0.24, T5: 0.18, SIN: 0.0, ROPE: 0.0, ROPE_RANDOMIZED: 0.28}}
+    (ranks,) = [line for line in reading(summary) if "Kazemnejad" in line]
+    assert "NoPE or T5 bias is the best on 1 of 1," in ranks
+    assert "where the PEs on consecutive positions differ by at least 0.01" in ranks
+    # Level without the randomized run: no task separates the papers' PEs, no sentence.
+    level = {"copy": {NOPE: 0.5, T5: 0.5, SIN: 0.5, ROPE_RANDOMIZED: 0.9}}
+    assert not [line for line in reading(level) if "Kazemnejad" in line]
+
+
 def test_reading_compares_families_and_skips_findings_with_nothing_to_compare():
     learned = describe_pe("learned")
     # Both absolute encodings are named by the finding's family; no randomized run, no Ruoss line.

@@ -252,8 +252,15 @@ def rank_comparison(
     summary: dict[str, dict[PEDisplay, float]],
     spread: dict[str, dict[PEDisplay, float]],
 ) -> str:
-    """How often the PEs a finding ranks best (worst) lead (trail) here; '' if none was run
-    or no task separates its PEs."""
+    """How often the PEs a finding ranks best (worst) lead (trail) here, ranked among the runs
+    on consecutive positions (the papers ranked no randomized ones, so a randomized run leading
+    a task must not count against their pick); '' if none was run or no task separates them."""
+    summary = {t: {p: v for p, v in s.items() if not p.randomized} for t, s in summary.items()}
+    spread = {
+        t: s
+        for t, s in summary.items()
+        if t in spread and s and max(s.values()) - min(s.values()) >= 0.01
+    }
     if not spread:
         return ""
     measured = {p for s in summary.values() for p in s}
@@ -265,7 +272,10 @@ def rank_comparison(
             parts.append(f"{names(named, ' or ')} {where} on {k} of {len(spread)}")
     if not parts:
         return ""
-    return f"here {', and '.join(parts)} task(s) where the PEs differ by at least 0.01"
+    return (
+        f"here {', and '.join(parts)} task(s) where the PEs on consecutive positions differ by "
+        "at least 0.01"
+    )
 
 
 def randomized_comparison(
